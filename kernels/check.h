@@ -1,0 +1,16 @@
+// CHECK for broken invariants (never for bad input: that gets an absl::Status). Aborts with file:line.
+#ifndef STEADY_KERNELS_CHECK_H_
+#define STEADY_KERNELS_CHECK_H_
+
+#include <cstdio>
+#include <cstdlib>
+
+#define STEADY_CHECK(cond)                                                                \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);      \
+      std::abort();                                                                       \
+    }                                                                                     \
+  } while (0)
+
+#endif  // STEADY_KERNELS_CHECK_H_

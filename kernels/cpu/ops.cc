@@ -1,0 +1,58 @@
+#include "kernels/cpu/ops.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace steady::cpu {
+
+void MatMulNT(const float* x, int rows, int in, const float* w, int out, float* y) {
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+}
+
+void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + int64_t(r) * dim;
+    float* o = out + int64_t(r) * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    const float inv = float(1.0 / std::sqrt(ss / dim + eps));
+    for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, const float* inv_freq) {
+  const int half = dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < half; ++i) {
+      // Angle in double: positions reach 1e6+ and fp32 products lose the phase there.
+      const double angle = double(positions[r]) * inv_freq[i];
+      const float c = float(std::cos(angle)), s = float(std::sin(angle));
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + (int64_t(r) * heads + h) * dim;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void GatherRows(const float* table, int dim, const int32_t* ids, int rows, float* out) {
+  for (int r = 0; r < rows; ++r) std::memcpy(out + int64_t(r) * dim, table + int64_t(ids[r]) * dim, sizeof(float) * dim);
+}
+
+}  // namespace steady::cpu

@@ -1,0 +1,138 @@
+#include "model/mechanisms/attention.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/mechanisms/params_util.h"
+
+namespace steady {
+
+const std::vector<std::string>& MechanismNames() {
+  static const std::vector<std::string> names = {"softmax", "taylor",      "slay",
+                                                 "dark",    "sliced_relu", "sliced_relu_bump"};
+  return names;
+}
+
+namespace {
+
+absl::StatusOr<MechanismParams> DefaultParams(const std::string& name) {
+  if (name == "softmax") return SoftmaxParams{};
+  if (name == "taylor") return TaylorParams{};
+  if (name == "slay") return SlayParams{};
+  if (name == "dark") return DarkParams{};
+  if (name == "sliced_relu") return SlicedParams{};
+  if (name == "sliced_relu_bump") {
+    SlicedParams p;
+    p.bump = true;
+    return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("attention.mechanism: unknown mechanism \"", name,
+                                                 "\" (expected one of ",
+                                                 absl::StrJoin(MechanismNames(), ", "), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<LayerAttention> ParseLayerAttention(const AttentionConfig& config, const AttnShape& shape) {
+  LayerAttention a;
+  a.shape = shape;
+  a.mechanism = config.mechanism;
+  auto params = DefaultParams(config.mechanism);
+  if (!params.ok()) return params.status();
+  a.params = *std::move(params);
+  const nlohmann::json& j = config.params;
+  if (j.contains("accumulation")) {
+    const nlohmann::json& v = j.at("accumulation");
+    if (v == "kahan") {
+      a.accumulation = Accumulation::kKahan;
+    } else if (v == "plain") {
+      a.accumulation = Accumulation::kPlain;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention.accumulation: expected \"kahan\" or \"plain\", got ", v.dump()));
+    }
+  }
+  if (absl::Status s = GetInt(j, "chunk_size", a.chunk_size, 1, 1 << 16, &a.chunk_size); !s.ok()) return s;
+  absl::Status s = std::visit([&](auto& p) { return ParseParams(j, shape, &p); }, a.params);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(config.mechanism, ": ", s.message()));
+  return a;
+}
+
+absl::Status LoadAttentionTensors(const SafeTensors& st, const std::string& prefix, LayerAttention* a) {
+  return std::visit([&](auto& p) { return LoadTensors(st, prefix, a->shape, &p); }, a->params);
+}
+
+void RandomInitAttentionTensors(uint64_t seed, LayerAttention* a) {
+  std::visit([&](auto& p) { RandomInitTensors(seed, a->shape, &p); }, a->params);
+}
+
+void AppendAttentionTensors(const LayerAttention& a, const std::string& prefix,
+                            std::vector<TensorToWrite>* out) {
+  std::visit([&](const auto& p) { AppendTensors(p, prefix, a.shape, out); }, a.params);
+}
+
+nlohmann::json DescribeAttention(const LayerAttention& a) {
+  nlohmann::json j = std::visit([](const auto& p) { return Describe(p); }, a.params);
+  j["mechanism"] = a.mechanism;
+  j["accumulation"] = a.accumulation == Accumulation::kKahan ? "kahan" : "plain";
+  j["chunk_size"] = a.chunk_size;
+  return j;
+}
+
+size_t StateFloats(const LayerAttention& a) {
+  return std::visit([&](const auto& p) { return StateFloats(a, p); }, a.params);
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, StateView<T> st) {
+  std::visit([&](const auto& p) { InitState<T>(a, p, st); }, a.params);
+}
+
+template <typename T>
+void AttentionRecurrent(const LayerAttention& a, int n, const T* q, const T* k, const T* v,
+                        StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  std::visit(
+      [&](const auto& p) {
+        for (int t = 0; t < n; ++t) {
+          Step<T>(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+                  v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
+        }
+      },
+      a.params);
+}
+
+template <typename T>
+void AttentionChunked(const LayerAttention& a, int n, const T* q, const T* k, const T* v,
+                      StateView<T> st, T* y) {
+  std::visit([&](const auto& p) { Chunked<T>(a, p, n, q, k, v, st, y); }, a.params);
+}
+
+template <typename T>
+void AttentionForward(const LayerAttention& a, int n, const T* q, const T* k, const T* v,
+                      StateView<T> st, T* y) {
+  if (n == 1) {
+    AttentionRecurrent(a, n, q, k, v, st, y);
+  } else {
+    AttentionChunked(a, n, q, k, v, st, y);
+  }
+}
+
+template <typename T>
+void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k, const T* v, T* y) {
+  std::visit([&](const auto& p) { Parallel<T>(a, p, n, q, k, v, y); }, a.params);
+}
+
+#define STEADY_INSTANTIATE(T)                                                                     \
+  template void InitState<T>(const LayerAttention&, StateView<T>);                               \
+  template void AttentionForward<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
+                                    StateView<T>, T*);                                           \
+  template void AttentionRecurrent<T>(const LayerAttention&, int, const T*, const T*, const T*,  \
+                                      StateView<T>, T*);                                         \
+  template void AttentionChunked<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
+                                    StateView<T>, T*);                                           \
+  template void AttentionParallel<T>(const LayerAttention&, int, const T*, const T*, const T*, T*);
+STEADY_INSTANTIATE(float)
+STEADY_INSTANTIATE(double)
+#undef STEADY_INSTANTIATE
+
+}  // namespace steady

@@ -1,0 +1,87 @@
+// Types shared by every attention mechanism. A mechanism is a set of free functions over plain data
+// (see attention.h for the list); this header holds what they all take.
+#ifndef STEADY_MODEL_MECHANISMS_COMMON_H_
+#define STEADY_MODEL_MECHANISMS_COMMON_H_
+
+#include <cstddef>
+#include <vector>
+
+namespace steady {
+
+struct LayerAttention;  // attention.h
+
+// Per-layer attention geometry. Buffers passed to mechanisms are token-major:
+//   q [n, heads, head_dim], k [n, kv_heads, head_dim], v [n, kv_heads, value_dim],
+//   y [n, heads, value_dim].
+// Query head h reads kv head h / group() (GQA: state lives per kv head).
+struct AttnShape {
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;   // dk (for sliced mechanisms with projection "none": 1, the score itself)
+  int value_dim = 0;  // dv
+  int group() const { return heads / kv_heads; }
+};
+
+// How fixed-size state sums accumulate. kKahan keeps a compensation term beside every running sum
+// (twice the floats); chosen from the long-context drift study in docs/benchmarks.md.
+enum class Accumulation { kPlain, kKahan };
+
+// A session's state for one layer. `fixed` has StateFloats(layer) elements, owned by the caller
+// (a slot in a preallocated pool). `growing` is per-session storage for mechanisms whose state grows
+// with t (softmax's KV cache, the exact sliced decoder); null where the mechanism has none.
+template <typename T>
+struct StateView {
+  T* fixed = nullptr;
+  std::vector<T>* growing = nullptr;
+};
+
+// Compensated add: sum + x with the lost low-order part carried in `comp` (Kahan-Babuska/Neumaier).
+template <typename T>
+inline void KahanAdd(T& sum, T& comp, T x) {
+  const T t = sum + x;
+  if ((sum >= 0 ? sum : -sum) >= (x >= 0 ? x : -x)) {
+    comp += (sum - t) + x;
+  } else {
+    comp += (x - t) + sum;
+  }
+  sum = t;
+}
+
+// Declares the functions every mechanism provides for its params struct P (see attention.h).
+// Needs <nlohmann/json.hpp>, absl/status/status.h and model/safetensors.h included first.
+#define STEADY_DECLARE_MECHANISM(P)                                                               \
+  absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, P* p);                    \
+  absl::Status LoadTensors(const SafeTensors& st, const std::string& prefix, const AttnShape& s,  \
+                           P* p);                                                                 \
+  void RandomInitTensors(uint64_t seed, const AttnShape& s, P* p);                                \
+  void AppendTensors(const P& p, const std::string& prefix, const AttnShape& s,                   \
+                     std::vector<TensorToWrite>* out);                                            \
+  nlohmann::json Describe(const P& p);                                                            \
+  size_t StateFloats(const LayerAttention& a, const P& p);                                        \
+  template <typename T>                                                                           \
+  void InitState(const LayerAttention& a, const P& p, StateView<T> st);                           \
+  template <typename T>                                                                           \
+  void Step(const LayerAttention& a, const P& p, const T* q, const T* k, const T* v,              \
+            StateView<T> st, T* y);                                                               \
+  template <typename T>                                                                           \
+  void Chunked(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,    \
+               StateView<T> st, T* y);                                                            \
+  template <typename T>                                                                           \
+  void Parallel(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,   \
+                T* y);
+
+// Explicit instantiations of a mechanism's templates for float and double (in its .cc).
+#define STEADY_INSTANTIATE_MECHANISM_FOR(P, T)                                                      \
+  template void InitState<T>(const LayerAttention&, const P&, StateView<T>);                       \
+  template void Step<T>(const LayerAttention&, const P&, const T*, const T*, const T*,             \
+                        StateView<T>, T*);                                                         \
+  template void Chunked<T>(const LayerAttention&, const P&, int, const T*, const T*, const T*,     \
+                           StateView<T>, T*);                                                      \
+  template void Parallel<T>(const LayerAttention&, const P&, int, const T*, const T*, const T*, T*);
+#define STEADY_INSTANTIATE_MECHANISM(P)     \
+  STEADY_INSTANTIATE_MECHANISM_FOR(P, float) \
+  STEADY_INSTANTIATE_MECHANISM_FOR(P, double)
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_MECHANISMS_COMMON_H_

@@ -1,0 +1,31 @@
+// dark (DARKFormer): positive random features with a learned covariance; performer is M = I.
+#ifndef STEADY_MODEL_MECHANISMS_DARK_H_
+#define STEADY_MODEL_MECHANISMS_DARK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "model/mechanisms/common.h"
+#include "model/safetensors.h"
+
+namespace steady {
+
+struct DarkParams {
+  double scale = 0;
+  int features = 256;  // m
+  int rank = 0;        // r (default head_dim)
+  double delta = 1e-6;
+  std::vector<float> M;  // [kv_heads, r, head_dim]  (self_attn.dark.M), identity for performer
+  std::vector<float> G;  // [kv_heads, m, r]         (self_attn.dark.G), fixed Gaussian draws
+  std::vector<float> W;  // [kv_heads, m, head_dim] = G M, derived at load
+};
+
+STEADY_DECLARE_MECHANISM(DarkParams)
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_MECHANISMS_DARK_H_

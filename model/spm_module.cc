@@ -1,0 +1,2 @@
+// PLACEHOLDER
+extern "C" int steady_spm_abi_version() { return 1; }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Steady needs to build and test. Idempotent: installs only what is
+# missing, so a machine that has everything runs no apt-get at all.
+set -euo pipefail
+packages=(
+  g++ cmake pkgconf make git curl
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev
+  clang libclang-rt-14-dev
+  python3-numpy
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,224 @@
+// Conformance of every attention mechanism through the shared table (model/mechanisms/attention.h):
+// the recurrent decode path, the chunked prefill path and the parallel reference compute the same
+// function; fixed state does not grow with context; GQA state is shared within a group.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/mechanisms/attention.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+struct MechanismCase {
+  std::string name;       // test name
+  std::string mechanism;  // config name
+  nlohmann::json params;
+  bool constant_state;    // fixed-size state only (no growing part)
+  double input_scale;     // stddev of q and k entries (keeps Taylor logits bounded)
+  // Tolerance (max error relative to the output's scale) of float paths vs the fp64 parallel
+  // reference. fp32 has ~6e-8 resolution; feature maps with exp() and sums over ~100 tokens lose a
+  // few more digits, so 1e-4 unless a case says otherwise.
+  double float_tol = 1e-4;
+};
+
+void PrintTo(const MechanismCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<MechanismCase> Cases() {
+  return {
+      {"softmax", "softmax", nlohmann::json::object(), false, 1.0},
+      {"taylor_p2", "taylor", {{"order", 2}}, true, 0.5},
+      {"taylor_p3", "taylor", {{"order", 3}}, true, 0.5},
+      {"taylor_p4", "taylor", {{"order", 4}}, true, 0.5},
+      {"taylor_p3_plain", "taylor", {{"order", 3}, {"accumulation", "plain"}}, true, 0.5},
+      {"slay", "slay", nlohmann::json::object(), true, 1.0},
+      {"slay_r3", "slay", {{"nodes", 3}, {"anchors", 4}, {"features", 8}}, true, 1.0},
+      {"dark", "dark", {{"features", 64}}, true, 1.0},
+      {"dark_lowrank", "dark", {{"features", 32}, {"rank", 4}}, true, 1.0},
+      {"sliced_relu", "sliced_relu", {{"decoder", "exact"}}, false, 1.0},
+      {"sliced_relu_bucketed_exactish", "sliced_relu", {{"decoder", "bucketed"}}, true, 1.0, 1e-1},
+      {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object(), true, 1.0},
+  };
+}
+
+class MechanismTest : public ::testing::TestWithParam<MechanismCase> {
+ protected:
+  static constexpr int kHeads = 4, kKvHeads = 2, kDim = 8, kValueDim = 6;
+
+  absl::StatusOr<LayerAttention> Make(int heads = kHeads, int kv_heads = kKvHeads) {
+    AttnShape shape{heads, kv_heads, kDim, kValueDim};
+    AttentionConfig config{GetParam().mechanism, GetParam().params};
+    auto a = ParseLayerAttention(config, shape);
+    if (a.ok()) RandomInitAttentionTensors(testing::TestSeed() ^ 0x5eed, &*a);
+    return a;
+  }
+
+  struct Inputs {
+    std::vector<double> q, k, v;
+  };
+  Inputs RandomInputs(const LayerAttention& a, int n, uint64_t salt) {
+    std::mt19937_64 rng(testing::TestSeed() + salt);
+    const AttnShape& s = a.shape;
+    return {testing::RandomNormal<double>(size_t(n) * s.heads * s.head_dim, rng, GetParam().input_scale),
+            testing::RandomNormal<double>(size_t(n) * s.kv_heads * s.head_dim, rng, GetParam().input_scale),
+            testing::RandomNormal<double>(size_t(n) * s.kv_heads * s.value_dim, rng)};
+  }
+
+  template <typename T>
+  static std::vector<T> Cast(const std::vector<double>& x) {
+    return std::vector<T>(x.begin(), x.end());
+  }
+
+  // Runs `form` ("recurrent" / "chunked" / "split") in precision T from an empty state.
+  template <typename T>
+  std::vector<double> Run(const LayerAttention& a, const Inputs& in, int n, const std::string& form) {
+    const AttnShape& s = a.shape;
+    std::vector<T> q = Cast<T>(in.q), k = Cast<T>(in.k), v = Cast<T>(in.v);
+    std::vector<T> y(size_t(n) * s.heads * s.value_dim, T(NAN));
+    std::vector<T> fixed(StateFloats(a), T(NAN));
+    std::vector<T> growing;
+    StateView<T> st{fixed.data(), &growing};
+    InitState<T>(a, st);
+    if (form == "recurrent") {
+      AttentionRecurrent<T>(a, n, q.data(), k.data(), v.data(), st, y.data());
+    } else if (form == "chunked") {
+      AttentionChunked<T>(a, n, q.data(), k.data(), v.data(), st, y.data());
+    } else {  // "split": two prefill calls carrying state, then decode steps through AttentionForward
+      const int first = n / 3, second = n / 2;
+      AttentionForward<T>(a, first, q.data(), k.data(), v.data(), st, y.data());
+      AttentionForward<T>(a, second - first, q.data() + first * s.heads * s.head_dim,
+                          k.data() + first * s.kv_heads * s.head_dim, v.data() + first * s.kv_heads * s.value_dim,
+                          st, y.data() + first * s.heads * s.value_dim);
+      for (int t = second; t < n; ++t) {
+        AttentionForward<T>(a, 1, q.data() + t * s.heads * s.head_dim, k.data() + t * s.kv_heads * s.head_dim,
+                            v.data() + t * s.kv_heads * s.value_dim, st, y.data() + t * s.heads * s.value_dim);
+      }
+    }
+    return std::vector<double>(y.begin(), y.end());
+  }
+
+  std::vector<double> Reference(const LayerAttention& a, const Inputs& in, int n) {
+    std::vector<double> y(size_t(n) * a.shape.heads * a.shape.value_dim, NAN);
+    AttentionParallel<double>(a, n, in.q.data(), in.k.data(), in.v.data(), y.data());
+    return y;
+  }
+};
+
+TEST_P(MechanismTest, RecurrentChunkedAndParallelAgree) {
+  auto a = Make();
+  ASSERT_TRUE(a.ok()) << a.status();
+  a->chunk_size = 16;
+  const int n = 100;  // not a multiple of the chunk size
+  const Inputs in = RandomInputs(*a, n, 1);
+  const std::vector<double> ref = Reference(*a, in, n);
+  for (double x : ref) ASSERT_TRUE(std::isfinite(x));
+  // fp64 recurrence vs fp64 parallel: the same arithmetic reordered, so ~1e-12 (1e-9 allows for
+  // mechanisms whose features pass through exp()).
+  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "recurrent"), ref), 1e-9);
+  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "chunked"), ref), 1e-9);
+  const double tol = GetParam().float_tol;
+  EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "recurrent"), ref), tol);
+  EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "chunked"), ref), tol);
+  EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "split"), ref), tol);
+}
+
+TEST_P(MechanismTest, ChunkSizeDoesNotChangeResult) {
+  auto a = Make();
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int n = 70;
+  const Inputs in = RandomInputs(*a, n, 2);
+  a->chunk_size = 1;
+  const std::vector<double> one = Run<double>(*a, in, n, "chunked");
+  for (int chunk : {7, 32, 128}) {
+    a->chunk_size = chunk;
+    EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "chunked"), one), 1e-9) << "chunk " << chunk;
+  }
+}
+
+TEST_P(MechanismTest, FixedStateDoesNotGrowWithContext) {
+  auto a = Make();
+  ASSERT_TRUE(a.ok()) << a.status();
+  const size_t floats = StateFloats(*a);
+  std::vector<float> fixed(floats);
+  std::vector<float> growing;
+  StateView<float> st{fixed.data(), &growing};
+  InitState<float>(*a, st);
+  const Inputs in = RandomInputs(*a, 1, 3);
+  std::vector<float> q = Cast<float>(in.q), k = Cast<float>(in.k), v = Cast<float>(in.v);
+  std::vector<float> y(a->shape.heads * a->shape.value_dim);
+  size_t growing_at_1 = 0;
+  // 100,000 tokens for constant-state mechanisms; the KV-cache baseline is quadratic, so fewer.
+  const int steps = GetParam().constant_state ? 100000 : 3000;
+  for (int t = 1; t <= steps; ++t) {
+    AttentionForward<float>(*a, 1, q.data(), k.data(), v.data(), st, y.data());
+    if (t == 1) growing_at_1 = growing.size();
+  }
+  EXPECT_EQ(StateFloats(*a), floats);
+  for (float x : y) EXPECT_TRUE(std::isfinite(x));
+  if (GetParam().constant_state) {
+    EXPECT_GT(floats, 0u);
+    EXPECT_EQ(growing.size(), growing_at_1) << "state grew between t = 1 and t = " << steps;
+  } else {
+    EXPECT_GE(growing.size(), growing_at_1 * steps);  // the baseline's cache grows with t
+  }
+}
+
+TEST_P(MechanismTest, GqaStateIsPerKvHeadAndSharedWithinGroup) {
+  auto grouped = Make(4, 2);
+  auto mha = Make(2, 2);
+  ASSERT_TRUE(grouped.ok() && mha.ok());
+  if (GetParam().mechanism != "sliced_relu" && GetParam().mechanism != "sliced_relu_bump") {
+    // The state is per kv head: doubling the query heads of a group adds nothing. (The sliced
+    // mechanisms' projection mixes all heads, so their per-head score tables differ by design.)
+    EXPECT_EQ(StateFloats(*grouped), StateFloats(*mha));
+  }
+  // Query heads 0 and 1 share kv head 0: with the same query they read the same state.
+  const int n = 20;
+  Inputs in = RandomInputs(*grouped, n, 4);
+  const AttnShape& s = grouped->shape;
+  for (int t = 0; t < n; ++t) {
+    for (int d = 0; d < s.head_dim; ++d) in.q[(t * s.heads + 1) * s.head_dim + d] = in.q[(t * s.heads + 0) * s.head_dim + d];
+  }
+  if (GetParam().mechanism == "sliced_relu" || GetParam().mechanism == "sliced_relu_bump") return;
+  const std::vector<double> y = Run<double>(*grouped, in, n, "recurrent");
+  for (int t = 0; t < n; ++t) {
+    for (int d = 0; d < s.value_dim; ++d) {
+      EXPECT_NEAR(y[(t * s.heads + 0) * s.value_dim + d], y[(t * s.heads + 1) * s.value_dim + d], 1e-12);
+    }
+  }
+}
+
+TEST_P(MechanismTest, DescribeRoundTripsThroughParse) {
+  auto a = Make();
+  ASSERT_TRUE(a.ok()) << a.status();
+  nlohmann::json d = DescribeAttention(*a);
+  AttentionConfig again{d["mechanism"].get<std::string>(), d};
+  again.params.erase("mechanism");
+  auto b = ParseLayerAttention(again, a->shape);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(DescribeAttention(*b), d);
+  EXPECT_EQ(StateFloats(*b), StateFloats(*a));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MechanismTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(MechanismRegistryTest, UnknownMechanismAndBadParamsAreRefused) {
+  AttnShape shape{2, 2, 4, 4};
+  auto a = ParseLayerAttention({"flash", {}}, shape);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(std::string(a.status().message()).find("flash"), std::string::npos);
+  auto b = ParseLayerAttention({"taylor", {{"order", 0}}}, shape);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(std::string(b.status().message()).find("order"), std::string::npos);
+  auto c = ParseLayerAttention({"softmax", {{"accumulation", "fp16"}}}, shape);
+  ASSERT_FALSE(c.ok());
+  auto d = ParseLayerAttention({"softmax", {{"scale", NAN}}}, shape);
+  ASSERT_FALSE(d.ok());
+}
+
+}  // namespace
+}  // namespace steady

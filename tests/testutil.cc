@@ -1,0 +1,55 @@
+#include "tests/testutil.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <unistd.h>
+
+namespace steady::testing {
+
+std::string SourcePath(const std::string& relative) { return std::string(STEADY_SOURCE_DIR) + "/" + relative; }
+std::string BinaryPath(const std::string& relative) { return std::string(STEADY_BINARY_DIR) + "/" + relative; }
+
+std::string MakeTempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
+                              ("steady_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+uint64_t TestSeed() {
+  static const uint64_t seed = []() -> uint64_t {
+    if (const char* s = std::getenv("STEADY_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+    const uint64_t t = std::chrono::steady_clock::now().time_since_epoch().count();
+    std::cerr << "random test inputs: STEADY_TEST_SEED=" << t << "\n";
+    return t;
+  }();
+  return seed;
+}
+
+double MaxRelError(const std::vector<double>& a, const std::vector<double>& ref) {
+  double scale = 1e-300, err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) scale = std::max(scale, std::abs(ref[i]));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::abs(a[i] - ref[i]);
+    err = std::max(err, std::isnan(d) ? INFINITY : d);
+  }
+  return err / scale;
+}
+
+double RelL2Error(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 1e-300;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::isnan(num) ? INFINITY : std::sqrt(num / den);
+}
+
+}  // namespace steady::testing
