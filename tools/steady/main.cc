@@ -1,2 +1,59 @@
-// PLACEHOLDER
-int main() { return 0; }
+// build/bin/steady: the engine without a server. Generate text, measure perplexity, run one
+// attention mechanism on raw tensors, create random checkpoints.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tools/steady/commands.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(usage: steady COMMAND [flags]
+
+commands:
+  generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
+           [--repetition-penalty R] [--seed S] [--stop STR ...] [--mechanism NAME [--order P]
+           [--scale S] [--param key=value ...]]
+      Streams generated text to stdout; usage figures to stderr.
+  eval --model DIR --data FILE [--max-tokens N] [--json] [mechanism flags]
+      Perplexity of a text file through the recurrent (decode) path, and state bytes per session.
+  attn --mechanism NAME --in IN.safetensors --out OUT.safetensors [--form recurrent|parallel|chunked]
+       [--order P] [--scale S] [--chunk-size C] [--param key=value ...]
+      Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
+      [H, T]) plus the mechanism's tensors (slay.anchors, slay.omega, dark.M, dark.G,
+      sliced.bandwidth); writes y [H, T, dv] in the input's float type.
+  init --out DIR [--config FILE | --preset tiny|small] [--mechanism NAME ...] [--seed S]
+       [--tokenizer FILE] [--dtype f32|f16|bf16]
+      Writes a randomly initialised checkpoint (config.json, model.safetensors, tokenizer.model).
+  info --model DIR [mechanism flags]
+      Prints the model's shape, mechanism, parameters and state bytes per session as JSON.
+)";
+
+struct Command {
+  const char* name;
+  absl::Status (*run)(int, char**);
+};
+
+constexpr Command kCommands[] = {{"generate", steady::RunGenerate}, {"eval", steady::RunEval},
+                                 {"attn", steady::RunAttn},         {"init", steady::RunInit},
+                                 {"info", steady::RunInfo}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    const absl::Status s = c.run(argc - 2, argv + 2);
+    if (!s.ok()) {
+      std::fprintf(stderr, "steady %s: %s\n", c.name, std::string(s.message()).c_str());
+      return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "steady: unknown command \"%s\"\n\n%s", argv[1], kUsage);
+  return 2;
+}

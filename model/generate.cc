@@ -1,0 +1,84 @@
+#include "model/generate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace steady {
+
+std::vector<float> Prefill(const Model& model, StatePool& pool, int slot, const std::vector<int32_t>& tokens,
+                           int chunk, ForwardWorkspace& ws) {
+  std::vector<float> logits;
+  for (size_t begin = 0; begin < tokens.size(); begin += chunk) {
+    const size_t end = std::min(tokens.size(), begin + size_t(chunk));
+    Segment seg{slot, std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end), false};
+    model.Forward({seg}, pool, ws, &logits);
+  }
+  return logits;
+}
+
+absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, StatePool& pool,
+                                            int slot, const GenerateRequest& request,
+                                            const std::function<void(std::string_view)>& on_text) {
+  if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
+  if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens: must be >= 0");
+  if (tokenizer.vocab_size() > model.vocab_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer has ", tokenizer.vocab_size(),
+                                                      " pieces but the model only ", model.vocab_size()));
+  }
+  auto encoded = tokenizer.Encode(request.prompt);
+  if (!encoded.ok()) return encoded.status();
+  std::vector<int32_t> prompt;
+  if (request.add_bos && pool.position(slot) == 0 && model.config().bos_token_id >= 0) {
+    prompt.push_back(model.config().bos_token_id);
+  }
+  prompt.insert(prompt.end(), encoded->begin(), encoded->end());
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from");
+
+  GenerateResult result;
+  result.prompt_tokens = int(prompt.size());
+  ForwardWorkspace ws;
+  std::vector<float> logits = Prefill(model, pool, slot, prompt, std::max(1, request.prefill_chunk), ws);
+
+  Sampler sampler(request.sampling);
+  TextStreamer streamer(tokenizer);
+  StopMatcher stops(request.stop);
+  std::vector<int32_t> context = prompt;
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    result.text += text;
+    if (on_text) on_text(text);
+  };
+  result.finish_reason = "length";
+  const int eos = model.config().eos_token_id;
+  for (int i = 0; i < request.max_tokens; ++i) {
+    const int token = sampler.Sample(logits.data(), model.vocab_size(), context);
+    if (token == eos) {
+      result.finish_reason = "stop";
+      break;
+    }
+    result.tokens.push_back(token);
+    context.push_back(token);
+    if (token < tokenizer.vocab_size()) {
+      auto piece = streamer.Add(token);
+      if (!piece.ok()) return piece.status();
+      emit(stops.Add(*piece));
+    }
+    // The sampled token enters the state even when it ends generation, so the session continues
+    // exactly after the last token the client saw.
+    model.Forward({Segment{slot, {token}, false}}, pool, ws, &logits);
+    if (stops.stopped()) {
+      result.finish_reason = "stop";
+      break;
+    }
+  }
+  if (!stops.stopped()) {
+    auto tail = streamer.Flush();
+    if (!tail.ok()) return tail.status();
+    emit(stops.Add(*tail));
+    emit(stops.Flush());
+  }
+  return result;
+}
+
+}  // namespace steady

@@ -1,0 +1,48 @@
+// Single-session text generation on top of Model::Forward: prompt prefill in chunks, then decode
+// with sampling, streamed text and stop strings. Used by `steady generate`; the server's engine
+// batches many sessions with the same pieces (Sampler, TextStreamer, StopMatcher).
+#ifndef STEADY_MODEL_GENERATE_H_
+#define STEADY_MODEL_GENERATE_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "model/sampling.h"
+#include "model/state_pool.h"
+#include "model/tokenizer.h"
+
+namespace steady {
+
+struct GenerateRequest {
+  std::string prompt;
+  int max_tokens = 64;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool add_bos = true;      // prepend the model's BOS when the slot is empty
+  int prefill_chunk = 512;  // tokens per prefill Forward call
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> tokens;     // generated ids
+  std::string finish_reason;       // "length", "stop" (eos or a stop string)
+  int prompt_tokens = 0;
+};
+
+// Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes
+// final (never part of a stop string).
+absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, StatePool& pool,
+                                            int slot, const GenerateRequest& request,
+                                            const std::function<void(std::string_view)>& on_text = nullptr);
+
+// Feeds `tokens` into the session in chunks; returns the logits after the last token.
+std::vector<float> Prefill(const Model& model, StatePool& pool, int slot, const std::vector<int32_t>& tokens,
+                           int chunk, ForwardWorkspace& ws);
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_GENERATE_H_

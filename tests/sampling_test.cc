@@ -1,0 +1,115 @@
+#include "model/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+std::vector<float> RandomLogits(int n, uint64_t salt) {
+  std::mt19937_64 rng(testing::TestSeed() + salt);
+  return testing::RandomNormal<float>(n, rng, 2.0);
+}
+
+TEST(SamplingTest, GreedyIsArgmax) {
+  std::vector<float> logits = RandomLogits(50, 1);
+  const int argmax = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  Sampler s(SamplingParams{});
+  std::vector<float> copy = logits;
+  EXPECT_EQ(s.Sample(copy.data(), 50, {}), argmax);
+}
+
+TEST(SamplingTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  const std::vector<float> logits = RandomLogits(50, 2);
+  auto draw = [&](uint64_t seed) {
+    Sampler s(SamplingParams{1.0f, 0, 1.0f, 1.0f, seed});
+    std::vector<int> out;
+    for (int i = 0; i < 64; ++i) {
+      std::vector<float> copy = logits;
+      out.push_back(s.Sample(copy.data(), 50, {}));
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(7), draw(7));
+  EXPECT_NE(draw(7), draw(8));
+}
+
+TEST(SamplingTest, TopKAndTopPRestrictTheCandidates) {
+  const std::vector<float> logits = RandomLogits(40, 3);
+  std::vector<int> order(40);
+  for (int i = 0; i < 40; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  Sampler top3(SamplingParams{2.0f, 3, 1.0f, 1.0f, 1});
+  Sampler tiny_p(SamplingParams{2.0f, 0, 1e-6f, 1.0f, 1});
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> a = logits, b = logits;
+    const int t = top3.Sample(a.data(), 40, {});
+    EXPECT_TRUE(t == order[0] || t == order[1] || t == order[2]);
+    EXPECT_EQ(tiny_p.Sample(b.data(), 40, {}), order[0]);  // top_p -> 0 keeps only the best
+  }
+}
+
+TEST(SamplingTest, TemperatureSamplesFollowTheDistribution) {
+  // Two tokens with logits log(3) and 0: probabilities 3/4 and 1/4 at temperature 1.
+  Sampler s(SamplingParams{1.0f, 0, 1.0f, 1.0f, testing::TestSeed()});
+  int first = 0;
+  constexpr int kDraws = 20000;
+  for (int i = 0; i < kDraws; ++i) {
+    std::vector<float> l = {std::log(3.0f), 0.0f};
+    first += s.Sample(l.data(), 2, {}) == 0;
+  }
+  EXPECT_NEAR(double(first) / kDraws, 0.75, 0.02);  // ~6 standard deviations
+}
+
+TEST(SamplingTest, RepetitionPenaltyDiscouragesSeenTokens) {
+  std::vector<float> logits = {2.0f, 1.9f, -1.0f};
+  Sampler s(SamplingParams{0.0f, 0, 1.0f, 1.5f, 0});
+  EXPECT_EQ(s.Sample(logits.data(), 3, {0, 0}), 1);
+  EXPECT_FLOAT_EQ(logits[0], 2.0f / 1.5f);  // applied once per distinct token
+}
+
+TEST(SamplingTest, ValidationNamesTheField) {
+  struct Case {
+    SamplingParams p;
+    const char* field;
+  } cases[] = {{{NAN, 0, 1, 1, 0}, "temperature"}, {{-1, 0, 1, 1, 0}, "temperature"},
+               {{1, -2, 1, 1, 0}, "top_k"},        {{1, 0, 0, 1, 0}, "top_p"},
+               {{1, 0, NAN, 1, 0}, "top_p"},       {{1, 0, 1, 0, 0}, "repetition_penalty"},
+               {{1, 0, 1, INFINITY, 0}, "repetition_penalty"}};
+  for (const Case& c : cases) {
+    const absl::Status s = ValidateSamplingParams(c.p);
+    ASSERT_FALSE(s.ok()) << c.field;
+    EXPECT_NE(std::string(s.message()).find(c.field), std::string::npos) << s;
+  }
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+}
+
+TEST(StopMatcherTest, HoldsBackPossibleStopPrefixesAndCutsAtTheStop) {
+  StopMatcher m({"END", "\n\n"});
+  std::string out;
+  out += m.Add("hello E");
+  EXPECT_EQ(out, "hello ");  // "E" might begin "END"
+  out += m.Add("NOUGH ");
+  EXPECT_EQ(out, "hello ENOUGH ");
+  out += m.Add("then EN");
+  out += m.Add("D and more");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "hello ENOUGH then ");
+  EXPECT_EQ(m.Add("x"), "");
+  EXPECT_EQ(m.Flush(), "");
+}
+
+TEST(StopMatcherTest, FlushReleasesHeldTextWhenNoStopCame) {
+  StopMatcher m({"\n\n"});
+  EXPECT_EQ(m.Add("a\n"), "a");
+  EXPECT_EQ(m.Flush(), "\n");
+  StopMatcher none({});
+  EXPECT_EQ(none.Add("abc"), "abc");
+}
+
+}  // namespace
+}  // namespace steady

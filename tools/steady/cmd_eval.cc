@@ -1,0 +1,86 @@
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "model/generate.h"
+#include "tools/steady/commands.h"
+
+namespace steady {
+
+absl::Status RunEval(int argc, char** argv) {
+  std::set<std::string> known = {"model", "data", "max-tokens", "context"};
+  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  auto flags = Flags::Parse(argc, argv, known, {"json"});
+  if (!flags.ok()) return flags.status();
+  auto data = flags->Require("data");
+  auto max_tokens = flags->GetInt("max-tokens", 0, 0, int64_t(1) << 40);
+  auto context = flags->GetInt("context", 0, 0, int64_t(1) << 40);
+  for (const absl::Status& s : {data.status(), max_tokens.status(), context.status()}) {
+    if (!s.ok()) return s;
+  }
+  std::ifstream in(*data, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(*data, ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+
+  auto model = LoadModelFromFlags(*flags);
+  if (!model.ok()) return model.status();
+  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto ids = (*tokenizer)->Encode(text.str());
+  if (!ids.ok()) return ids.status();
+  if (*max_tokens > 0 && int64_t(ids->size()) > *max_tokens) ids->resize(*max_tokens);
+  if (ids->size() < 2) return absl::InvalidArgumentError(absl::StrCat(*data, ": fewer than 2 tokens to evaluate"));
+
+  // Token by token through the decode path (Forward with one-token segments = the recurrent step).
+  // With --context N the session restarts every N tokens (a fresh state, BOS first).
+  StatePool pool(*model, 1);
+  ForwardWorkspace ws;
+  std::vector<float> logits;
+  const int vocab = model->vocab_size();
+  const int bos = model->config().bos_token_id;
+  double nll = 0;
+  int64_t scored = 0;
+  size_t peak_bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t t = 0; t + 1 < ids->size(); ++t) {
+    if (t == 0 || (*context > 0 && pool.position(0) >= *context)) {
+      pool.Reset(0);
+      if (bos >= 0) model->Forward({Segment{0, {bos}, false}}, pool, ws, &logits);
+    }
+    model->Forward({Segment{0, {(*ids)[t]}, false}}, pool, ws, &logits);
+    double max_logit = logits[0];
+    for (int i = 1; i < vocab; ++i) max_logit = std::max<double>(max_logit, logits[i]);
+    double sum = 0;
+    for (int i = 0; i < vocab; ++i) sum += std::exp(logits[i] - max_logit);
+    nll += std::log(sum) + max_logit - logits[(*ids)[t + 1]];
+    ++scored;
+    peak_bytes = std::max(peak_bytes, pool.BytesInUse(0));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double ppl = std::exp(nll / scored);
+  nlohmann::json report = {{"model", flags->Get("model")},
+                           {"data", *data},
+                           {"mechanism", model->config().layer_attention[0].mechanism},
+                           {"attention", model->DescribeAttention()[0]},
+                           {"tokens", scored},
+                           {"nll_per_token", nll / scored},
+                           {"perplexity", ppl},
+                           {"state_bytes_per_session", model->StateFloats() * sizeof(float)},
+                           {"peak_session_bytes", peak_bytes},
+                           {"decode_tokens_per_second", scored / seconds}};
+  if (flags->Has("json")) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    std::printf("perplexity %.4f over %lld tokens (%s), state %zu bytes/session (peak %zu), %.1f tokens/s\n", ppl,
+                static_cast<long long>(scored), report["mechanism"].get<std::string>().c_str(),
+                model->StateFloats() * sizeof(float), peak_bytes, scored / seconds);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace steady

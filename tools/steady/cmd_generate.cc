@@ -1,0 +1,56 @@
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "model/generate.h"
+#include "tools/steady/commands.h"
+
+namespace steady {
+
+absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags) {
+  auto dir = flags.Require("model");
+  if (!dir.ok()) return dir.status();
+  auto override = MechanismOverrideFromFlags(flags);
+  if (!override.ok()) return override.status();
+  return Model::Load(*dir, *override);
+}
+
+absl::Status RunGenerate(int argc, char** argv) {
+  std::set<std::string> known = {"model", "prompt", "max-tokens", "stop"};
+  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  known.insert(kSamplingFlags.begin(), kSamplingFlags.end());
+  auto flags = Flags::Parse(argc, argv, known, {});
+  if (!flags.ok()) return flags.status();
+  GenerateRequest request;
+  auto prompt = flags->Require("prompt");
+  auto max_tokens = flags->GetInt("max-tokens", 64, 0, 1 << 24);
+  auto sampling = SamplingFromFlags(*flags);
+  for (const absl::Status& s : {prompt.status(), max_tokens.status(), sampling.status()}) {
+    if (!s.ok()) return s;
+  }
+  request.prompt = *prompt;
+  request.max_tokens = int(*max_tokens);
+  request.sampling = *sampling;
+  request.stop = flags->GetAll("stop");
+
+  auto model = LoadModelFromFlags(*flags);
+  if (!model.ok()) return model.status();
+  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
+  if (!tokenizer.ok()) return tokenizer.status();
+  StatePool pool(*model, 1);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = GenerateText(*model, **tokenizer, pool, 0, request, [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!result.ok()) return result.status();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("\n");
+  std::fprintf(stderr, "[%d prompt tokens, %zu generated, finish: %s, %.1f tokens/s, state %zu bytes/session]\n",
+               result->prompt_tokens, result->tokens.size(), result->finish_reason.c_str(),
+               (result->prompt_tokens + result->tokens.size()) / seconds, pool.BytesInUse(0));
+  return absl::OkStatus();
+}
+
+}  // namespace steady
