@@ -31,31 +31,43 @@ void InitState(const LayerAttention&, const SoftmaxParams&, StateView<T> st) {
 namespace {
 
 // y[h] for one query row against the first `len` cached keys. Cache row: [kv_heads, dk + dv].
+// The query heads of a GQA group are handled together, so each cached row is read once per group.
+// Logits and weights in T (float for serving); the softmax is max-shifted so exp() never overflows.
 template <typename T>
 void AttendCache(const AttnShape& s, double scale, const T* q, const T* cache, int64_t len, T* y) {
   const int row = s.kv_heads * (s.head_dim + s.value_dim);
-  std::vector<double> logits(len);
-  std::vector<double> acc(s.value_dim);
-  for (int h = 0; h < s.heads; ++h) {
-    const int g = h / s.group();
-    const T* qh = q + h * s.head_dim;
-    double max_logit = -INFINITY;
+  const int group = s.group();
+  thread_local std::vector<T> logits;  // [group, len]
+  thread_local std::vector<T> acc;     // [group, dv]
+  logits.resize(size_t(group) * len);
+  acc.resize(size_t(group) * s.value_dim);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const T* qg = q + size_t(g) * group * s.head_dim;
+    std::vector<T> max_logit(group, T(-INFINITY));
     for (int64_t j = 0; j < len; ++j) {
       const T* kj = cache + j * row + g * (s.head_dim + s.value_dim);
-      double dot = 0;
-      for (int d = 0; d < s.head_dim; ++d) dot += double(qh[d]) * double(kj[d]);
-      logits[j] = scale * dot;
-      max_logit = std::max(max_logit, logits[j]);
+      for (int h = 0; h < group; ++h) {
+        T dot = 0;
+        for (int d = 0; d < s.head_dim; ++d) dot += qg[h * s.head_dim + d] * kj[d];
+        const T x = T(scale) * dot;
+        logits[h * len + j] = x;
+        max_logit[h] = std::max(max_logit[h], x);
+      }
     }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    double den = 0;
-    for (int64_t j = 0; j < len; ++j) {
-      const double w = std::exp(logits[j] - max_logit);
-      den += w;
-      const T* vj = cache + j * row + g * (s.head_dim + s.value_dim) + s.head_dim;
-      for (int d = 0; d < s.value_dim; ++d) acc[d] += w * double(vj[d]);
+    std::fill(acc.begin(), acc.end(), T(0));
+    for (int h = 0; h < group; ++h) {
+      T den = 0;
+      T* lh = logits.data() + h * len;
+      for (int64_t j = 0; j < len; ++j) den += lh[j] = std::exp(lh[j] - max_logit[h]);
+      T* ah = acc.data() + h * s.value_dim;
+      for (int64_t j = 0; j < len; ++j) {
+        const T* vj = cache + j * row + g * (s.head_dim + s.value_dim) + s.head_dim;
+        const T w = lh[j];
+        for (int d = 0; d < s.value_dim; ++d) ah[d] += w * vj[d];
+      }
+      T* yh = y + size_t(g * group + h) * s.value_dim;
+      for (int d = 0; d < s.value_dim; ++d) yh[d] = ah[d] / den;
     }
-    for (int d = 0; d < s.value_dim; ++d) y[h * s.value_dim + d] = T(acc[d] / den);
   }
 }
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Command-line tests of build/bin/steady: init, generate, eval, attn, info, and clean errors.
+# Usage: steady_tool.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass() { echo "ok   - $1"; }
+fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
+# expect_error NAME NEEDLE CMD...: the command must fail (non-zero) and say NEEDLE on stderr.
+expect_error() {
+  local name=$1 needle=$2
+  shift 2
+  if "$@" > "$tmp/out" 2> "$tmp/err"; then
+    fail "$name: succeeded but should have failed"
+  elif grep -qF -- "$needle" "$tmp/err"; then
+    pass "$name"
+  else
+    fail "$name: error did not mention '$needle': $(cat "$tmp/err")"
+  fi
+}
+
+steady="$bin/steady"
+tok="$src/tests/data/tokenizer/tokenizer.model"
+
+"$steady" init --out "$tmp/m" --preset tiny --tokenizer "$tok" --seed 3 > /dev/null && pass "init tiny softmax"
+"$steady" init --out "$tmp/t" --preset tiny --tokenizer "$tok" --mechanism taylor --order 3 --dtype bf16 > /dev/null \
+  && pass "init tiny taylor bf16"
+
+# generate: greedy is deterministic; seeded sampling is deterministic; text is streamed to stdout.
+a=$("$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 20 2> /dev/null)
+b=$("$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 20 2> /dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "greedy generate is deterministic" || fail "greedy generate: '$a' vs '$b'"
+a=$("$steady" generate --model "$tmp/m" --prompt "The" --max-tokens 20 --temperature 1 --top-p 0.9 --seed 11 2> /dev/null)
+b=$("$steady" generate --model "$tmp/m" --prompt "The" --max-tokens 20 --temperature 1 --top-p 0.9 --seed 11 2> /dev/null)
+[ "$a" = "$b" ] && pass "seeded sampling is deterministic" || fail "seeded sampling differs"
+"$steady" generate --model "$tmp/m" --mechanism taylor --order 3 --prompt "The" --max-tokens 5 > /dev/null 2> "$tmp/err" \
+  && grep -q "generated" "$tmp/err" && pass "softmax weights served as taylor" || fail "serve as taylor: $(cat "$tmp/err")"
+"$steady" generate --model "$tmp/t" --prompt "The" --max-tokens 5 > /dev/null 2>&1 && pass "generate from bf16 taylor checkpoint" \
+  || fail "generate bf16 taylor"
+
+# eval: perplexity JSON with the figures the quality table needs.
+head -c 3000 /usr/share/common-licenses/GPL-3 > "$tmp/val.txt"
+"$steady" eval --model "$tmp/m" --data "$tmp/val.txt" --max-tokens 300 --json > "$tmp/eval.json"
+python3 - "$tmp/eval.json" <<'PY' && pass "eval reports perplexity and state bytes" || fail "eval json"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["tokens"] == 299, r
+assert math.isfinite(r["perplexity"]) and r["perplexity"] > 1, r
+assert r["state_bytes_per_session"] == 0 and r["peak_session_bytes"] > 0, r  # softmax: all KV cache
+PY
+"$steady" eval --model "$tmp/t" --data "$tmp/val.txt" --max-tokens 200 --json > "$tmp/eval_t.json"
+python3 -c "import json,sys; r=json.load(open('$tmp/eval_t.json')); assert r['state_bytes_per_session']>0 and r['peak_session_bytes']==r['state_bytes_per_session'], r" \
+  && pass "eval: taylor state is constant" || fail "eval taylor state"
+
+# info
+"$steady" info --model "$tmp/m" | python3 -c "import json,sys; j=json.load(sys.stdin); assert j['parameters']>0" \
+  && pass "info prints JSON" || fail "info"
+
+# attn: recurrent == parallel == chunked on a researcher's raw tensors, F64 in -> F64 out.
+python3 - "$tmp/attn_in.safetensors" "$src/tests/cli" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+random.seed(5)
+H, T, dk, dv = 2, 40, 4, 3
+r = lambda n, s=1.0: [random.gauss(0, s) for _ in range(n)]
+safetensors_io.write(sys.argv[1], {"q": ([H, T, dk], r(H*T*dk, 0.5)), "k": ([H, T, dk], r(H*T*dk, 0.5)),
+                                   "v": ([H, T, dv], r(H*T*dv))}, "F64")
+PY
+ok=1
+for form in recurrent parallel chunked; do
+  "$steady" attn --mechanism taylor --order 3 --form $form --chunk-size 7 --in "$tmp/attn_in.safetensors" \
+    --out "$tmp/y_$form.safetensors" || ok=0
+done
+python3 - "$tmp" "$src/tests/cli" <<'PY' && [ $ok = 1 ] && pass "attn: recurrent == parallel == chunked (taylor, F64)" || fail "attn forms"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+ys = {f: safetensors_io.read("%s/y_%s.safetensors" % (sys.argv[1], f))["y"] for f in ("recurrent", "parallel", "chunked")}
+assert ys["parallel"][0] == [2, 40, 3], ys["parallel"][0]
+ref = ys["parallel"][1]
+for f in ("recurrent", "chunked"):
+    err = max(abs(a - b) for a, b in zip(ys[f][1], ref))
+    assert err < 1e-10, (f, err)
+PY
+# softmax through attn, F32
+python3 - "$tmp/attn32.safetensors" "$src/tests/cli" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+random.seed(6)
+r = lambda n: [random.gauss(0, 1) for _ in range(n)]
+safetensors_io.write(sys.argv[1], {"q": ([1, 5, 2], r(10)), "k": ([1, 5, 2], r(10)), "v": ([1, 5, 2], r(10))}, "F32")
+PY
+"$steady" attn --mechanism softmax --in "$tmp/attn32.safetensors" --out "$tmp/y32.safetensors" \
+  && python3 -c "
+import sys; sys.path.insert(0, '$src/tests/cli'); import safetensors_io, math
+t = safetensors_io.read('$tmp/attn32.safetensors'); y = safetensors_io.read('$tmp/y32.safetensors')['y'][1]
+q, k, v = t['q'][1], t['k'][1], t['v'][1]
+for i in range(5):
+    w = [math.exp((q[2*i]*k[2*j] + q[2*i+1]*k[2*j+1]) / math.sqrt(2)) for j in range(i + 1)]
+    for d in range(2):
+        ref = sum(w[j] * v[2*j+d] for j in range(i + 1)) / sum(w)
+        assert abs(ref - y[2*i+d]) < 1e-5, (i, d, ref, y[2*i+d])
+" && pass "attn: softmax F32 matches a direct computation" || fail "attn softmax"
+
+# Bad input: clear errors, non-zero exit, nothing written.
+expect_error "missing --model" "--model" "$steady" generate --prompt hi
+expect_error "unknown flag" "--bogus" "$steady" generate --model "$tmp/m" --prompt hi --bogus 1
+expect_error "unknown mechanism" "flash" "$steady" generate --model "$tmp/m" --prompt hi --mechanism flash
+expect_error "bad taylor order" "order" "$steady" generate --model "$tmp/m" --prompt hi --mechanism taylor --order 0
+expect_error "NaN temperature" "temperature" "$steady" generate --model "$tmp/m" --prompt hi --temperature nan
+expect_error "no checkpoint" "config.json" "$steady" generate --model "$tmp/nothing" --prompt hi
+cp -r "$tmp/m" "$tmp/broken"
+head -c 1000 "$tmp/m/model.safetensors" > "$tmp/broken/model.safetensors"
+expect_error "truncated model.safetensors" "model.safetensors" "$steady" generate --model "$tmp/broken" --prompt hi
+expect_error "attn: missing v" "\"v\"" "$steady" attn --mechanism taylor --in "$tmp/y32.safetensors" --out "$tmp/never.safetensors"
+python3 - "$tmp/nan.safetensors" "$src/tests/cli" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+safetensors_io.write(sys.argv[1], {"q": ([1, 2, 2], [1, float("nan"), 0, 0]), "k": ([1, 2, 2], [0] * 4), "v": ([1, 2, 2], [0] * 4)})
+PY
+expect_error "attn: NaN input" "q" "$steady" attn --mechanism softmax --in "$tmp/nan.safetensors" --out "$tmp/never.safetensors"
+[ ! -e "$tmp/never.safetensors" ] && pass "failed attn wrote no output" || fail "failed attn left a file"
+
+echo "$((fails == 0 ? 1 : 0)) passed, $fails failed" > /dev/null
+[ $fails -eq 0 ] || { echo "$fails command-line checks failed"; exit 1; }
+echo "all command-line checks passed"
