@@ -1,25 +1,418 @@
-// PLACEHOLDER: replaced by the real implementation.
 #include "model/mechanisms/dark.h"
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/params_util.h"
 
 namespace steady {
 
-absl::Status ParseParams(const nlohmann::json&, const AttnShape&, DarkParams*) {
-  return absl::UnimplementedError("dark: not implemented yet");
+namespace {
+
+absl::Status ReadTensor(const SafeTensors& st, const std::string& name, const std::vector<int64_t>& shape,
+                        std::vector<float>* out) {
+  absl::StatusOr<std::vector<float>> t = st.ReadFloat(name, shape);
+  if (!t.ok()) {
+    const std::string msg(t.status().message());  // Debian's absl has its own string_view
+    if (msg.find(name) != std::string::npos) return t.status();
+    return absl::Status(t.status().code(), absl::StrCat(name, ": ", msg));
+  }
+  *out = *std::move(t);
+  return absl::OkStatus();
 }
-absl::Status LoadTensors(const SafeTensors&, const std::string&, const AttnShape&, DarkParams*) {
-  return absl::UnimplementedError("dark: not implemented yet");
+
+// Rows of `block` [r, r] made orthonormal in place (modified Gram-Schmidt). False if a row vanished.
+bool Orthonormalize(int r, std::vector<double>* block) {
+  for (int i = 0; i < r; ++i) {
+    double* row = block->data() + size_t(i) * r;
+    for (int j = 0; j < i; ++j) {
+      const double* prev = block->data() + size_t(j) * r;
+      double dot = 0;
+      for (int d = 0; d < r; ++d) dot += row[d] * prev[d];
+      for (int d = 0; d < r; ++d) row[d] -= dot * prev[d];
+    }
+    double norm2 = 0;
+    for (int d = 0; d < r; ++d) norm2 += row[d] * row[d];
+    if (!(norm2 > 1e-20)) return false;
+    const double inv = 1.0 / std::sqrt(norm2);
+    for (int d = 0; d < r; ++d) row[d] *= inv;
+  }
+  return true;
 }
-void RandomInitTensors(uint64_t, const AttnShape&, DarkParams*) {}
-void AppendTensors(const DarkParams&, const std::string&, const AttnShape&, std::vector<TensorToWrite>*) {}
-nlohmann::json Describe(const DarkParams&) { return nlohmann::json::object(); }
-size_t StateFloats(const LayerAttention&, const DarkParams&) { return 0; }
-template <typename T> void InitState(const LayerAttention&, const DarkParams&, StateView<T>) { STEADY_CHECK(false); }
-template <typename T> void Step(const LayerAttention&, const DarkParams&, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Chunked(const LayerAttention&, const DarkParams&, int, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Parallel(const LayerAttention&, const DarkParams&, int, const T*, const T*, const T*, T*) { STEADY_CHECK(false); }
+
+// One kv head's state: S [m, dv], z [m] stored relative to exp(c) (canonical S = exp(c) * S), the
+// compensations of kKahan (null for kPlain), and c, the running max of key logits (-inf: empty).
+// Layout per kv head: [S, z], then [S_comp, z_comp] for kKahan, then c.
+template <typename T>
+struct HeadState {
+  T* S;
+  T* z;
+  T* S_comp;
+  T* z_comp;
+  T* c;
+};
+
+size_t HeadFloats(const LayerAttention& a, const DarkParams& p) {
+  const size_t sums = size_t(p.features) * (a.shape.value_dim + 1);
+  return (a.accumulation == Accumulation::kKahan ? 2 * sums : sums) + 1;
+}
+
+template <typename T>
+HeadState<T> HeadAt(const LayerAttention& a, const DarkParams& p, T* fixed, int g) {
+  const size_t m = p.features, dv = a.shape.value_dim, floats = HeadFloats(a, p);
+  T* base = fixed + g * floats;
+  HeadState<T> h{base, base + m * dv, nullptr, nullptr, base + floats - 1};
+  if (a.accumulation == Accumulation::kKahan) {
+    h.S_comp = base + m * (dv + 1);
+    h.z_comp = h.S_comp + m * dv;
+  }
+  return h;
+}
+
+// Multiplies the stored sums (and compensations) by `factor`: moving the reference from c to c'.
+template <typename T>
+void RescaleState(int m, int dv, T factor, HeadState<T> h) {
+  const size_t sums = size_t(m) * (dv + 1);  // S and z are contiguous, and so are their compensations
+  for (size_t i = 0; i < sums; ++i) h.S[i] *= factor;
+  if (h.S_comp) {
+    for (size_t i = 0; i < sums; ++i) h.S_comp[i] *= factor;
+  }
+}
+
+// S += sv, z += sz (sv [m, dv] and sz [m] already relative to the state's c).
+template <typename T>
+void AddToState(int m, int dv, const T* sv, const T* sz, HeadState<T> h) {
+  if (h.S_comp) {
+    for (size_t i = 0; i < size_t(m) * dv; ++i) KahanAdd(h.S[i], h.S_comp[i], sv[i]);
+    for (int f = 0; f < m; ++f) KahanAdd(h.z[f], h.z_comp[f], sz[f]);
+  } else {
+    for (size_t i = 0; i < size_t(m) * dv; ++i) h.S[i] += sv[i];
+    for (int f = 0; f < m; ++f) h.z[f] += sz[f];
+  }
+}
+
+// num [dv] += factor * phi_q^T S; returns factor * phi_q . z (compensations included).
+template <typename T>
+T ReadState(int m, int dv, const T* phi_q, T factor, HeadState<T> h, T* num) {
+  T den = 0;
+  for (int f = 0; f < m; ++f) {
+    const T w = phi_q[f] * factor;
+    const T* row = h.S + size_t(f) * dv;
+    if (h.S_comp) {
+      const T* comp = h.S_comp + size_t(f) * dv;
+      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
+      den += w * (h.z[f] + h.z_comp[f]);
+    } else {
+      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
+      den += w * h.z[f];
+    }
+  }
+  return den;
+}
+
+// Query features shifted by their own max over features: phi_f = exp(l_f - max_l) / sqrt(m).
+// Returns max_l, the log of the factor taken out (it cancels in num / den).
+template <typename T>
+T QueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, T* phi) {
+  DarkLogits(p, s, g, q, phi);
+  const T top = *std::max_element(phi, phi + p.features);
+  const T inv_sqrt_m = T(1) / std::sqrt(T(p.features));
+  for (int f = 0; f < p.features; ++f) phi[f] = std::exp(phi[f] - top) * inv_sqrt_m;
+  return top;
+}
+
+// Key features relative to the running max: logits into `phi`, the running max c updated to
+// c' = max(c, max_f l_f), then phi_f = exp(l_f - c') / sqrt(m) <= 1 / sqrt(m).
+template <typename T>
+void KeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
+  DarkLogits(p, s, g, k, phi);
+  *c = std::max(*c, *std::max_element(phi, phi + p.features));
+  const T inv_sqrt_m = T(1) / std::sqrt(T(p.features));
+  for (int f = 0; f < p.features; ++f) phi[f] = std::exp(phi[f] - *c) * inv_sqrt_m;
+}
+
+// exp(from - to) for to >= from; an empty reference (-inf) contributes nothing.
+template <typename T>
+T ShiftFactor(T from, T to) {
+  return std::isinf(from) ? T(0) : std::exp(from - to);
+}
+
+// y = num / den with the Performer's denominator guard (den += 2 delta where |den| < delta),
+// applied to the *canonical* sums. The arguments are shifted: canonical = exp(log_shift) * given,
+// log_shift = (query's own max logit) + (key running max c). Multiplying both sums by exp(-log_shift)
+// leaves num / den unchanged, so where |den_canonical| >= delta this returns num / den: the guard
+// cannot change results there, however large or small the shifts. The test on the canonical value
+// is done in logs, log|den| + log_shift < log(delta), so neither exp(log_shift) nor its inverse is
+// ever formed (either can overflow). Where the guard acts, with rho = den_canonical / delta < 1:
+// y = num_canonical / (den_canonical + 2 delta) = (num / den) * rho / (rho + 2).
+template <typename T>
+void GuardedRatio(int dv, T den, double log_shift, double delta, T* num_to_y) {
+  const double abs_den = std::abs(double(den));
+  const double log_den = abs_den > 0 ? std::log(abs_den) + log_shift : -INFINITY;
+  if (!(log_den < std::log(delta))) {
+    for (int d = 0; d < dv; ++d) num_to_y[d] /= den;
+    return;
+  }
+  if (abs_den == 0) {
+    // Every shifted feature product underflowed; the canonical numerator is as negligible.
+    std::fill(num_to_y, num_to_y + dv, T(0));
+    return;
+  }
+  const double rho = std::exp(log_den - std::log(delta));
+  const T factor = T(rho / (rho + 2));
+  for (int d = 0; d < dv; ++d) num_to_y[d] = num_to_y[d] / den * factor;
+}
+
+template <typename T>
+T Dot(int m, const T* a, const T* b) {
+  T acc = 0;
+  for (int f = 0; f < m; ++f) acc += a[f] * b[f];
+  return acc;
+}
+
+}  // namespace
+
+void DeriveDarkW(const AttnShape& s, DarkParams* p) {
+  const int m = p->features, r = p->rank, dk = s.head_dim;
+  p->W.assign(size_t(s.kv_heads) * m * dk, 0.0f);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const float* G = p->G.data() + size_t(g) * m * r;
+    const float* M = p->M.data() + size_t(g) * r * dk;
+    float* W = p->W.data() + size_t(g) * m * dk;
+    for (int f = 0; f < m; ++f) {
+      for (int d = 0; d < dk; ++d) {
+        double acc = 0;
+        for (int i = 0; i < r; ++i) acc += double(G[size_t(f) * r + i]) * M[size_t(i) * dk + d];
+        W[size_t(f) * dk + d] = float(acc);
+      }
+    }
+  }
+}
+
+template <typename T>
+void DarkLogits(const DarkParams& p, const AttnShape& s, int g, const T* x, T* logits) {
+  const int m = p.features, r = p.rank, dk = s.head_dim;
+  const float* M = p.M.data() + size_t(g) * r * dk;
+  const float* W = p.W.data() + size_t(g) * m * dk;
+  // |M x'|^2 = scale |M x|^2 and w.x' = sqrt(scale) w.x.
+  T mx2 = 0;
+  for (int i = 0; i < r; ++i) {
+    T row = 0;
+    for (int d = 0; d < dk; ++d) row += T(M[size_t(i) * dk + d]) * x[d];
+    mx2 += row * row;
+  }
+  const T half_norm = T(p.scale) * mx2 / 2;
+  const T root_scale = std::sqrt(T(p.scale));
+  for (int f = 0; f < m; ++f) {
+    T dot = 0;
+    for (int d = 0; d < dk; ++d) dot += T(W[size_t(f) * dk + d]) * x[d];
+    logits[f] = root_scale * dot - half_norm;
+  }
+}
+
+absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, DarkParams* p) {
+  if (absl::Status st = ParseScale(j, s, &p->scale); !st.ok()) return st;
+  if (absl::Status st = GetInt(j, "features", 256, 1, 1 << 16, &p->features); !st.ok()) return st;
+  if (absl::Status st = GetInt(j, "rank", s.head_dim, 1, s.head_dim, &p->rank); !st.ok()) return st;
+  return GetDouble(j, "delta", 1e-6, 0, 1, &p->delta);
+}
+
+absl::Status LoadTensors(const SafeTensors& st, const std::string& prefix, const AttnShape& s,
+                         DarkParams* p) {
+  if (absl::Status e = ReadTensor(st, prefix + "dark.M", {s.kv_heads, p->rank, s.head_dim}, &p->M); !e.ok()) {
+    return e;
+  }
+  if (absl::Status e = ReadTensor(st, prefix + "dark.G", {s.kv_heads, p->features, p->rank}, &p->G); !e.ok()) {
+    return e;
+  }
+  DeriveDarkW(s, p);
+  return absl::OkStatus();
+}
+
+void RandomInitTensors(uint64_t seed, const AttnShape& s, DarkParams* p) {
+  const int m = p->features, r = p->rank, dk = s.head_dim;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  // M: the identity (performer) at full rank; a truncated identity plus small noise below it, so
+  // the r directions start as the first r coordinates and training can move them.
+  p->M.assign(size_t(s.kv_heads) * r * dk, 0.0f);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    for (int i = 0; i < r; ++i) {
+      for (int d = 0; d < dk; ++d) {
+        const double noise = r < dk ? 0.01 * normal(rng) : 0.0;
+        p->M[(size_t(g) * r + i) * dk + d] = float((i == d ? 1.0 : 0.0) + noise);
+      }
+    }
+  }
+  // G: orthogonal r x r blocks with chi_r row norms, so each row is marginally N(0, I_r) but rows
+  // within a block are orthogonal (lower estimator variance than i.i.d. rows).
+  p->G.assign(size_t(s.kv_heads) * m * r, 0.0f);
+  std::vector<double> block(size_t(r) * r);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    for (int f0 = 0; f0 < m; f0 += r) {
+      do {
+        for (double& x : block) x = normal(rng);
+      } while (!Orthonormalize(r, &block));
+      for (int i = 0; i < r && f0 + i < m; ++i) {
+        double norm2 = 0;
+        for (int d = 0; d < r; ++d) {
+          const double x = normal(rng);
+          norm2 += x * x;
+        }
+        const double len = std::sqrt(norm2);
+        for (int d = 0; d < r; ++d) {
+          p->G[(size_t(g) * m + f0 + i) * r + d] = float(len * block[size_t(i) * r + d]);
+        }
+      }
+    }
+  }
+  DeriveDarkW(s, p);
+}
+
+void AppendTensors(const DarkParams& p, const std::string& prefix, const AttnShape& s,
+                   std::vector<TensorToWrite>* out) {
+  // W is derived, never stored: a checkpoint cannot hold a W inconsistent with G M.
+  out->push_back({prefix + "dark.M", DType::kF32, {s.kv_heads, p.rank, s.head_dim},
+                  std::vector<double>(p.M.begin(), p.M.end())});
+  out->push_back({prefix + "dark.G", DType::kF32, {s.kv_heads, p.features, p.rank},
+                  std::vector<double>(p.G.begin(), p.G.end())});
+}
+
+nlohmann::json Describe(const DarkParams& p) {
+  return {{"scale", p.scale}, {"features", p.features}, {"rank", p.rank}, {"delta", p.delta}};
+}
+
+size_t StateFloats(const LayerAttention& a, const DarkParams& p) {
+  return size_t(a.shape.kv_heads) * HeadFloats(a, p);
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, const DarkParams& p, StateView<T> st) {
+  std::fill(st.fixed, st.fixed + StateFloats(a, p), T(0));
+  for (int g = 0; g < a.shape.kv_heads; ++g) *HeadAt(a, p, st.fixed, g).c = -T(INFINITY);
+}
+
+template <typename T>
+void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, const T* v,
+          StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  const int m = p.features, dv = s.value_dim;
+  std::vector<T> phi_k(m), phi_q(m), outer(size_t(m) * dv);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+    const T c_old = *h.c;
+    KeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
+    if (*h.c > c_old) RescaleState(m, dv, ShiftFactor(c_old, *h.c), h);
+    const T* vg = v + g * dv;
+    for (int f = 0; f < m; ++f) {
+      for (int d = 0; d < dv; ++d) outer[f * dv + d] = phi_k[f] * vg[d];
+    }
+    AddToState(m, dv, outer.data(), phi_k.data(), h);
+    for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+      const T cq = QueryFeatures(p, s, g, q + hq * s.head_dim, phi_q.data());
+      T* yh = y + hq * dv;
+      std::fill(yh, yh + dv, T(0));
+      const T den = ReadState(m, dv, phi_q.data(), T(1), h, yh);
+      GuardedRatio(dv, den, double(cq) + double(*h.c), p.delta, yh);
+    }
+  }
+}
+
+template <typename T>
+void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
+             StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  const int m = p.features, dv = s.value_dim, L = a.chunk_size;
+  // Key j of the chunk: features relative to c_j, the running max after it (c_j is non-decreasing).
+  std::vector<T> phi_q(m), phi_k(size_t(L) * m), c_run(L);
+  std::vector<T> sum_kv(size_t(m) * dv), sum_k(m);
+  for (int c0 = 0; c0 < n; c0 += L) {
+    const int len = std::min(L, n - c0);
+    for (int g = 0; g < s.kv_heads; ++g) {
+      const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+      const T c_carried = *h.c;
+      T c = c_carried;
+      for (int j = 0; j < len; ++j) {
+        KeyFeatures(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+        c_run[j] = c;
+      }
+      // Query t sees the carried state and keys j <= t, all brought to its reference c_run[t].
+      for (int t = 0; t < len; ++t) {
+        for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+          const T cq = QueryFeatures(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, phi_q.data());
+          T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
+          std::fill(yh, yh + dv, T(0));
+          T den = ReadState(m, dv, phi_q.data(), ShiftFactor(c_carried, c_run[t]), h, yh);
+          for (int j = 0; j <= t; ++j) {
+            const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi_q.data(), phi_k.data() + size_t(j) * m);
+            const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
+            for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
+            den += w;
+          }
+          GuardedRatio(dv, den, double(cq) + double(c_run[t]), p.delta, yh);
+        }
+      }
+      // State update: rescale the carried sums to the chunk's final max, then add the chunk's keys.
+      const T c_end = c_run[len - 1];
+      if (c_end > c_carried) RescaleState(m, dv, ShiftFactor(c_carried, c_end), h);
+      std::fill(sum_kv.begin(), sum_kv.end(), T(0));
+      std::fill(sum_k.begin(), sum_k.end(), T(0));
+      for (int j = 0; j < len; ++j) {
+        const T shift = std::exp(c_run[j] - c_end);
+        const T* pk = phi_k.data() + size_t(j) * m;
+        const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
+        for (int f = 0; f < m; ++f) {
+          const T w = shift * pk[f];
+          for (int d = 0; d < dv; ++d) sum_kv[f * dv + d] += w * vj[d];
+          sum_k[f] += w;
+        }
+      }
+      AddToState(m, dv, sum_kv.data(), sum_k.data(), h);
+      *h.c = c_end;
+    }
+  }
+}
+
+template <typename T>
+void Parallel(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
+              T* y) {
+  // The same estimator, phi(Q) phi(K)^T causally masked, with exact sums. For stability key j's
+  // features are taken relative to c_j (the causal running max of key logits after j) and brought to
+  // query t's reference by exp(c_j - c_t) <= 1, so nothing overflows and a late large key does not
+  // flush early keys to zero for early queries.
+  const AttnShape& s = a.shape;
+  const int m = p.features, dv = s.value_dim;
+  std::vector<T> phi_q(m), phi_k(size_t(n) * m), c_run(n);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    T c = -T(INFINITY);
+    for (int j = 0; j < n; ++j) {
+      KeyFeatures(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+      c_run[j] = c;
+    }
+    for (int t = 0; t < n; ++t) {
+      for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+        const T cq = QueryFeatures(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, phi_q.data());
+        T* yh = y + (size_t(t) * s.heads + hq) * dv;
+        std::fill(yh, yh + dv, T(0));
+        T den = 0;
+        for (int j = 0; j <= t; ++j) {
+          const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi_q.data(), phi_k.data() + size_t(j) * m);
+          const T* vj = v + (size_t(j) * s.kv_heads + g) * dv;
+          for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
+          den += w;
+        }
+        GuardedRatio(dv, den, double(cq) + double(c_run[t]), p.delta, yh);
+      }
+    }
+  }
+}
+
+template void DarkLogits<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
+template void DarkLogits<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
 STEADY_INSTANTIATE_MECHANISM(DarkParams)
 
 }  // namespace steady

@@ -1,4 +1,5 @@
 // dark (DARKFormer): positive random features with a learned covariance; performer is M = I.
+// Math in ../shared/MECHANISMS.md ("dark"); implementation notes in docs/mechanisms/dark.md.
 #ifndef STEADY_MODEL_MECHANISMS_DARK_H_
 #define STEADY_MODEL_MECHANISMS_DARK_H_
 
@@ -25,6 +26,14 @@ struct DarkParams {
 };
 
 STEADY_DECLARE_MECHANISM(DarkParams)
+
+// W = G M per kv head (computed in double, stored float). LoadTensors and RandomInitTensors call it.
+void DeriveDarkW(const AttnShape& s, DarkParams* p);
+
+// Feature logits of one kv head's key or query x [head_dim]: l_f = w_f.x' - |M x'|^2 / 2 with
+// x' = sqrt(scale) x, f < m. The features are phi_f(x) = exp(l_f) / sqrt(m).
+template <typename T>
+void DarkLogits(const DarkParams& p, const AttnShape& s, int kv_head, const T* x, T* logits);
 
 }  // namespace steady
 

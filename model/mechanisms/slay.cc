@@ -1,25 +1,370 @@
-// PLACEHOLDER: replaced by the real implementation.
 #include "model/mechanisms/slay.h"
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/params_util.h"
 
 namespace steady {
 
-absl::Status ParseParams(const nlohmann::json&, const AttnShape&, SlayParams*) {
-  return absl::UnimplementedError("slay: not implemented yet");
+namespace {
+
+// L_n(z) and L_{n-1}(z) by the three-term recurrence (j L_j = (2j-1-z) L_{j-1} - (j-1) L_{j-2}).
+void Laguerre(int n, double z, double* ln, double* ln_1) {
+  double p1 = 1, p2 = 0;
+  for (int j = 1; j <= n; ++j) {
+    const double p3 = p2;
+    p2 = p1;
+    p1 = ((2 * j - 1 - z) * p2 - (j - 1) * p3) / j;
+  }
+  *ln = p1;
+  *ln_1 = p2;
 }
-absl::Status LoadTensors(const SafeTensors&, const std::string&, const AttnShape&, SlayParams*) {
-  return absl::UnimplementedError("slay: not implemented yet");
+
+// Anchor rows renormalized in double (stored float rows drift from unit length by ~1e-7); a zero or
+// non-finite row cannot be normalized and is refused.
+absl::Status NormalizeAnchors(int rows, int dim, const std::string& name, std::vector<float>* a) {
+  for (int p = 0; p < rows; ++p) {
+    float* row = a->data() + size_t(p) * dim;
+    double norm2 = 0;
+    for (int d = 0; d < dim; ++d) norm2 += double(row[d]) * row[d];
+    const double norm = std::sqrt(norm2);
+    if (!(norm > 0) || !std::isfinite(norm)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": anchor row ", p, " has norm ", norm,
+                                                     " and cannot be normalized"));
+    }
+    for (int d = 0; d < dim; ++d) row[d] = float(row[d] / norm);
+  }
+  return absl::OkStatus();
 }
-void RandomInitTensors(uint64_t, const AttnShape&, SlayParams*) {}
-void AppendTensors(const SlayParams&, const std::string&, const AttnShape&, std::vector<TensorToWrite>*) {}
-nlohmann::json Describe(const SlayParams&) { return nlohmann::json::object(); }
-size_t StateFloats(const LayerAttention&, const SlayParams&) { return 0; }
-template <typename T> void InitState(const LayerAttention&, const SlayParams&, StateView<T>) { STEADY_CHECK(false); }
-template <typename T> void Step(const LayerAttention&, const SlayParams&, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Chunked(const LayerAttention&, const SlayParams&, int, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Parallel(const LayerAttention&, const SlayParams&, int, const T*, const T*, const T*, T*) { STEADY_CHECK(false); }
+
+absl::Status ReadTensor(const SafeTensors& st, const std::string& name, const std::vector<int64_t>& shape,
+                        std::vector<float>* out) {
+  absl::StatusOr<std::vector<float>> t = st.ReadFloat(name, shape);
+  if (!t.ok()) {
+    const std::string msg(t.status().message());  // Debian's absl has its own string_view
+    if (msg.find(name) != std::string::npos) return t.status();
+    return absl::Status(t.status().code(), absl::StrCat(name, ": ", msg));
+  }
+  *out = *std::move(t);
+  return absl::OkStatus();
+}
+
+// psi(u) into `psi` [R, P, M]; `poly` is scratch of P values.
+template <typename T>
+void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* poly, T* psi) {
+  const int dk = s.head_dim, P = p.anchors, M = p.features;
+  T norm2 = 0;
+  for (int d = 0; d < dk; ++d) norm2 += u[d] * u[d];
+  const T inv_norm = T(1) / std::max(std::sqrt(norm2), T(1e-12));  // u^ = u * inv_norm
+  const T inv_sqrt_p = T(1) / std::sqrt(T(P));
+  for (int a = 0; a < P; ++a) {
+    const float* dir = p.anchor_dirs.data() + size_t(a) * dk;
+    T dot = 0;
+    for (int d = 0; d < dk; ++d) dot += T(dir[d]) * u[d];
+    dot *= inv_norm;
+    poly[a] = dot * dot * inv_sqrt_p;
+  }
+  const T inv_sqrt_m = T(1) / std::sqrt(T(M));
+  for (int r = 0; r < p.nodes; ++r) {
+    // prf values go to the p = 0 row of this node's block first and are spread over the P rows
+    // from the last row back, so the p = 0 row is overwritten last.
+    T* prf = psi + size_t(r) * P * M;
+    std::fill(prf, prf + M, T(0));
+    const float* om = p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M;  // [head_dim, M]
+    for (int d = 0; d < dk; ++d) {
+      const T ud = u[d];
+      for (int i = 0; i < M; ++i) prf[i] += T(om[size_t(d) * M + i]) * ud;
+    }
+    const T sr = T(p.node_s[r]);
+    const T gain = std::sqrt(T(2) * sr) * inv_norm;
+    const T amp = std::sqrt(T(p.node_w[r])) * inv_sqrt_m;
+    for (int i = 0; i < M; ++i) prf[i] = amp * std::exp(std::clamp(gain * prf[i] - sr, T(-20), T(20)));
+    for (int a = P - 1; a >= 0; --a) {
+      T* row = prf + size_t(a) * M;
+      for (int i = 0; i < M; ++i) row[i] = poly[a] * prf[i];
+    }
+  }
+}
+
+// One kv head's recurrent state: S [m, dv] and z [m], plus same-shaped compensations for kKahan
+// (null for kPlain). Layout per kv head: [S, z] then [S_comp, z_comp].
+template <typename T>
+struct HeadState {
+  T* S;
+  T* z;
+  T* S_comp;
+  T* z_comp;
+};
+
+size_t HeadFloats(const LayerAttention& a, const SlayParams& p) {
+  const size_t sums = size_t(p.num_features()) * (a.shape.value_dim + 1);
+  return a.accumulation == Accumulation::kKahan ? 2 * sums : sums;
+}
+
+template <typename T>
+HeadState<T> HeadAt(const LayerAttention& a, const SlayParams& p, T* fixed, int g) {
+  const size_t m = p.num_features(), dv = a.shape.value_dim;
+  T* base = fixed + g * HeadFloats(a, p);
+  HeadState<T> h{base, base + m * dv, nullptr, nullptr};
+  if (a.accumulation == Accumulation::kKahan) {
+    h.S_comp = base + m * (dv + 1);
+    h.z_comp = h.S_comp + m * dv;
+  }
+  return h;
+}
+
+template <typename T>
+void Accumulate(T& sum, T* comp, T x) {
+  if (comp) {
+    KahanAdd(sum, *comp, x);
+  } else {
+    sum += x;
+  }
+}
+
+// S += psi_k v^T, z += psi_k. `sv` is [m, dv] (already summed over keys), `sz` [m].
+template <typename T>
+void AddToState(int m, int dv, const T* sv, const T* sz, HeadState<T> h) {
+  for (int f = 0; f < m; ++f) {
+    for (int d = 0; d < dv; ++d) {
+      Accumulate(h.S[f * dv + d], h.S_comp ? &h.S_comp[f * dv + d] : nullptr, sv[f * dv + d]);
+    }
+    Accumulate(h.z[f], h.z_comp ? &h.z_comp[f] : nullptr, sz[f]);
+  }
+}
+
+// num [dv] += psi_q^T S, returns psi_q . z (compensations included).
+template <typename T>
+T ReadState(int m, int dv, const T* psi_q, HeadState<T> h, T* num) {
+  T den = 0;
+  for (int f = 0; f < m; ++f) {
+    const T w = psi_q[f];
+    const T* row = h.S + size_t(f) * dv;
+    if (h.S_comp) {
+      const T* comp = h.S_comp + size_t(f) * dv;
+      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
+      den += w * (h.z[f] + h.z_comp[f]);
+    } else {
+      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
+      den += w * h.z[f];
+    }
+  }
+  return den;
+}
+
+template <typename T>
+T Dot(int m, const T* a, const T* b) {
+  T acc = 0;
+  for (int f = 0; f < m; ++f) acc += a[f] * b[f];
+  return acc;
+}
+
+}  // namespace
+
+void GaussLaguerre(int n, std::vector<double>* t, std::vector<double>* a) {
+  STEADY_CHECK(n >= 1);
+  t->assign(n, 0.0);
+  a->assign(n, 0.0);
+  double z = 0;
+  for (int i = 0; i < n; ++i) {
+    // Starting points from Numerical Recipes' gaulag (alpha = 0), then Newton on L_n.
+    if (i == 0) {
+      z = 3.0 / (1.0 + 2.4 * n);
+    } else if (i == 1) {
+      z += 15.0 / (1.0 + 2.5 * n);
+    } else {
+      const double ai = i - 1;
+      z += (1.0 + 2.55 * ai) / (1.9 * ai) * (z - (*t)[i - 2]);
+    }
+    double ln = 0, ln_1 = 0;
+    for (int iter = 0; iter < 100; ++iter) {
+      Laguerre(n, z, &ln, &ln_1);
+      const double step = ln / (n * (ln - ln_1) / z);  // L_n' = n (L_n - L_{n-1}) / z
+      z -= step;
+      if (std::abs(step) <= 1e-15 * z) break;
+    }
+    Laguerre(n, z, &ln, &ln_1);
+    const double deriv = n * (ln - ln_1) / z;
+    (*t)[i] = z;
+    (*a)[i] = 1.0 / (z * deriv * deriv);  // a_i = 1 / (t_i L_n'(t_i)^2)
+  }
+}
+
+absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, SlayParams* p) {
+  if (absl::Status st = GetInt(j, "nodes", 2, 1, 8, &p->nodes); !st.ok()) return st;
+  if (absl::Status st = GetInt(j, "anchors", 8, 1, 4096, &p->anchors); !st.ok()) return st;
+  if (absl::Status st = GetInt(j, "features", 16, 1, 4096, &p->features); !st.ok()) return st;
+  if (absl::Status st = GetDouble(j, "eps", 1e-3, 1e-9, 1e3, &p->eps); !st.ok()) return st;
+  if (absl::Status st = GetDouble(j, "delta", 1e-6, 0, 1, &p->delta); !st.ok()) return st;
+  std::vector<double> t, w;
+  GaussLaguerre(p->nodes, &t, &w);
+  const double c = 2 + p->eps;
+  p->node_s.resize(p->nodes);
+  p->node_w.resize(p->nodes);
+  for (int r = 0; r < p->nodes; ++r) {
+    p->node_s[r] = t[r] / c;
+    p->node_w[r] = w[r] / c;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadTensors(const SafeTensors& st, const std::string& prefix, const AttnShape& s,
+                         SlayParams* p) {
+  const std::string anchors = prefix + "slay.anchors";
+  if (absl::Status e = ReadTensor(st, anchors, {p->anchors, s.head_dim}, &p->anchor_dirs); !e.ok()) return e;
+  if (absl::Status e = NormalizeAnchors(p->anchors, s.head_dim, anchors, &p->anchor_dirs); !e.ok()) return e;
+  return ReadTensor(st, prefix + "slay.omega", {p->nodes, s.kv_heads, s.head_dim, p->features}, &p->omega);
+}
+
+void RandomInitTensors(uint64_t seed, const AttnShape& s, SlayParams* p) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  p->anchor_dirs.resize(size_t(p->anchors) * s.head_dim);
+  for (float& x : p->anchor_dirs) x = float(normal(rng));
+  // A zero row has probability zero; a failure here is a broken generator.
+  STEADY_CHECK(NormalizeAnchors(p->anchors, s.head_dim, "slay.anchors", &p->anchor_dirs).ok());
+  p->omega.resize(size_t(p->nodes) * s.kv_heads * s.head_dim * p->features);
+  for (float& x : p->omega) x = float(normal(rng));
+}
+
+void AppendTensors(const SlayParams& p, const std::string& prefix, const AttnShape& s,
+                   std::vector<TensorToWrite>* out) {
+  out->push_back({prefix + "slay.anchors", DType::kF32, {p.anchors, s.head_dim},
+                  std::vector<double>(p.anchor_dirs.begin(), p.anchor_dirs.end())});
+  out->push_back({prefix + "slay.omega", DType::kF32, {p.nodes, s.kv_heads, s.head_dim, p.features},
+                  std::vector<double>(p.omega.begin(), p.omega.end())});
+}
+
+nlohmann::json Describe(const SlayParams& p) {
+  return {{"nodes", p.nodes}, {"anchors", p.anchors}, {"features", p.features}, {"eps", p.eps},
+          {"delta", p.delta}};
+}
+
+size_t StateFloats(const LayerAttention& a, const SlayParams& p) {
+  return size_t(a.shape.kv_heads) * HeadFloats(a, p);
+}
+
+template <typename T>
+void SlayFeatures(const SlayParams& p, const AttnShape& s, int kv_head, const T* u, T* psi) {
+  std::vector<T> poly(p.anchors);
+  FeaturesInto(p, s, kv_head, u, poly.data(), psi);
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, const SlayParams& p, StateView<T> st) {
+  std::fill(st.fixed, st.fixed + StateFloats(a, p), T(0));
+}
+
+template <typename T>
+void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, const T* v,
+          StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  const int m = p.num_features(), dv = s.value_dim;
+  std::vector<T> poly(p.anchors), psi_k(m), psi_q(m), outer(size_t(m) * dv);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+    FeaturesInto(p, s, g, k + g * s.head_dim, poly.data(), psi_k.data());
+    const T* vg = v + g * dv;
+    for (int f = 0; f < m; ++f) {
+      for (int d = 0; d < dv; ++d) outer[f * dv + d] = psi_k[f] * vg[d];
+    }
+    AddToState(m, dv, outer.data(), psi_k.data(), h);
+    for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+      FeaturesInto(p, s, g, q + hq * s.head_dim, poly.data(), psi_q.data());
+      T* yh = y + hq * dv;
+      std::fill(yh, yh + dv, T(0));
+      const T den = ReadState(m, dv, psi_q.data(), h, yh) + T(p.delta);
+      for (int d = 0; d < dv; ++d) yh[d] /= den;
+    }
+  }
+}
+
+template <typename T>
+void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
+             StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size;
+  std::vector<T> poly(p.anchors), psi_q(m), psi_k(size_t(L) * m);
+  std::vector<T> sum_kv(size_t(m) * dv), sum_k(m);
+  for (int c0 = 0; c0 < n; c0 += L) {
+    const int len = std::min(L, n - c0);
+    for (int g = 0; g < s.kv_heads; ++g) {
+      const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+      for (int j = 0; j < len; ++j) {
+        FeaturesInto(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, poly.data(),
+                     psi_k.data() + size_t(j) * m);
+      }
+      // Outputs: carried state (keys before the chunk) plus the causal intra-chunk part.
+      for (int t = 0; t < len; ++t) {
+        for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+          FeaturesInto(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, poly.data(), psi_q.data());
+          T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
+          std::fill(yh, yh + dv, T(0));
+          T den = ReadState(m, dv, psi_q.data(), h, yh);
+          for (int j = 0; j <= t; ++j) {
+            const T w = Dot(m, psi_q.data(), psi_k.data() + size_t(j) * m);
+            const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
+            for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
+            den += w;
+          }
+          den += T(p.delta);
+          for (int d = 0; d < dv; ++d) yh[d] /= den;
+        }
+      }
+      // State update: psi(K)^T V and psi(K)^T 1 over the chunk, added once (compensated).
+      std::fill(sum_kv.begin(), sum_kv.end(), T(0));
+      std::fill(sum_k.begin(), sum_k.end(), T(0));
+      for (int j = 0; j < len; ++j) {
+        const T* pk = psi_k.data() + size_t(j) * m;
+        const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
+        for (int f = 0; f < m; ++f) {
+          for (int d = 0; d < dv; ++d) sum_kv[f * dv + d] += pk[f] * vj[d];
+          sum_k[f] += pk[f];
+        }
+      }
+      AddToState(m, dv, sum_kv.data(), sum_k.data(), h);
+    }
+  }
+}
+
+template <typename T>
+void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
+              T* y) {
+  // The same estimator as the recurrence, psi(Q) psi(K)^T causally masked, not the exact kernel.
+  const AttnShape& s = a.shape;
+  const int m = p.num_features(), dv = s.value_dim;
+  std::vector<T> poly(p.anchors), psi_q(m), psi_k(size_t(n) * m);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    for (int j = 0; j < n; ++j) {
+      FeaturesInto(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, poly.data(),
+                   psi_k.data() + size_t(j) * m);
+    }
+    for (int t = 0; t < n; ++t) {
+      for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+        FeaturesInto(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, poly.data(), psi_q.data());
+        T* yh = y + (size_t(t) * s.heads + hq) * dv;
+        std::fill(yh, yh + dv, T(0));
+        T den = 0;
+        for (int j = 0; j <= t; ++j) {
+          const T w = Dot(m, psi_q.data(), psi_k.data() + size_t(j) * m);
+          const T* vj = v + (size_t(j) * s.kv_heads + g) * dv;
+          for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
+          den += w;
+        }
+        den += T(p.delta);
+        for (int d = 0; d < dv; ++d) yh[d] /= den;
+      }
+    }
+  }
+}
+
+template void SlayFeatures<float>(const SlayParams&, const AttnShape&, int, const float*, float*);
+template void SlayFeatures<double>(const SlayParams&, const AttnShape&, int, const double*, double*);
 STEADY_INSTANTIATE_MECHANISM(SlayParams)
 
 }  // namespace steady

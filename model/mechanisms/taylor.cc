@@ -1,25 +1,313 @@
-// PLACEHOLDER: replaced by the real implementation.
 #include "model/mechanisms/taylor.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/params_util.h"
 
 namespace steady {
 
-absl::Status ParseParams(const nlohmann::json&, const AttnShape&, TaylorParams*) {
-  return absl::UnimplementedError("taylor: not implemented yet");
+namespace {
+
+// |denominator| below this is replaced by +-kTinyDenominator (sign kept, +0 -> +): only to avoid
+// 0/0. Odd P never gets near it (T_P > 0); even P can reach 0 or go negative for logits below the
+// root of T_P, and is then divided as is (docs/mechanisms/taylor.md, "Negative weights").
+constexpr double kTinyDenominator = 1e-30;
+
+double GuardDenominator(double den) {
+  if (std::abs(den) >= kTinyDenominator) return den;
+  return den < 0 ? -kTinyDenominator : kTinyDenominator;
 }
+
+// The degree-p monomial table over dk indices (see TaylorMonomials); `lower` is degree p-1's.
+TaylorMonomials BuildDegree(int p, int dk, int offset, const TaylorMonomials* lower) {
+  TaylorMonomials d;
+  d.degree = p;
+  d.offset = offset;
+  std::vector<int> idx(p, 0);
+  int parent = 0;
+  double p_factorial = 1;
+  for (int i = 2; i <= p; ++i) p_factorial *= i;
+  while (true) {
+    d.index.insert(d.index.end(), idx.begin(), idx.end());
+    // Prefixes of lexicographically ordered tuples are ordered too: the parent only moves forward.
+    if (p >= 2) {
+      while (!std::equal(idx.begin(), idx.end() - 1, lower->index.begin() + size_t(parent) * (p - 1))) {
+        ++parent;
+        STEADY_CHECK(parent < lower->rows);
+      }
+    }
+    d.parent.push_back(parent);
+    double perms = p_factorial;  // p! / prod (run length)! over the runs of equal indices
+    for (int j = 1, run = 1; j <= p; ++j) {
+      if (j < p && idx[j] == idx[j - 1]) {
+        ++run;
+        continue;
+      }
+      for (int f = 2; f <= run; ++f) perms /= f;
+      run = 1;
+    }
+    d.multiplicity.push_back(perms);
+    ++d.rows;
+    int j = p - 1;
+    while (j >= 0 && idx[j] == dk - 1) --j;
+    if (j < 0) break;
+    ++idx[j];
+    for (int l = j + 1; l < p; ++l) idx[l] = idx[j];
+  }
+  return d;
+}
+
+template <typename T>
+T Kernel(int order, T x) {
+  T term = 1, sum = 1;
+  for (int p = 1; p < order; ++p) {
+    term *= x / T(p);
+    sum += term;
+  }
+  return sum;
+}
+
+void CheckShape(const LayerAttention& a, const TaylorParams& p) {
+  // Tables are built for one head size at ParseParams.
+  STEADY_CHECK(p.head_dim == a.shape.head_dim && p.features > 0 && int(p.degrees.size()) == p.order);
+}
+
+// One kv head's rows of the fixed state (layout in taylor.h); comp is null with kPlain.
+template <typename T>
+struct HeadState {
+  T* sums;
+  T* comp;
+};
+
+template <typename T>
+HeadState<T> StateOfHead(const LayerAttention& a, const TaylorParams& p, StateView<T> st, int g) {
+  const size_t head = size_t(p.features) * (a.shape.value_dim + 1);
+  T* comp = a.accumulation == Accumulation::kKahan ? st.fixed + a.shape.kv_heads * head + g * head : nullptr;
+  return {st.fixed + g * head, comp};
+}
+
+// alpha_p Phi_p(k): what a key adds to z (and, times v, to H).
+template <typename T>
+void KeyFeatures(const TaylorParams& p, const T* k, T* fk) {
+  TaylorFeatures(p, k, fk);
+  for (const TaylorMonomials& d : p.degrees) {
+    const T alpha = T(p.alpha[d.degree]);
+    for (int r = 0; r < d.rows; ++r) fk[d.offset + r] *= alpha;
+  }
+}
+
+// g_p = C_p (.) Phi_p(q): the query's readout weights.
+template <typename T>
+void QueryFeatures(const TaylorParams& p, const T* q, T* gq) {
+  TaylorFeatures(p, q, gq);
+  for (const TaylorMonomials& d : p.degrees) {
+    for (int r = 0; r < d.rows; ++r) gq[d.offset + r] *= T(d.multiplicity[r]);
+  }
+}
+
+// H += fk v^T, z += fk.
+template <typename T>
+void AddKey(const TaylorParams& p, int dv, const T* fk, const T* v, HeadState<T> hs) {
+  const int width = dv + 1;
+  for (int r = 0; r < p.features; ++r) {
+    T* row = hs.sums + size_t(r) * width;
+    const T f = fk[r];
+    if (hs.comp != nullptr) {
+      T* comp = hs.comp + size_t(r) * width;
+      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], f * v[d]);
+      KahanAdd(row[dv], comp[dv], f);
+    } else {
+      for (int d = 0; d < dv; ++d) row[d] += f * v[d];
+      row[dv] += f;
+    }
+  }
+}
+
+// For `group` query heads with weights gq [group, features]: num [group, dv] = H^T g,
+// den [group] = z . g, reading each state row once. Sums over rows in double.
+template <typename T>
+void ReadState(const TaylorParams& p, int dv, int group, const T* gq, HeadState<T> hs, double* num,
+               double* den) {
+  const int width = dv + 1;
+  std::fill(num, num + group * dv, 0.0);
+  std::fill(den, den + group, 0.0);
+  std::vector<double> row(width);
+  for (int r = 0; r < p.features; ++r) {
+    const T* sums = hs.sums + size_t(r) * width;
+    for (int d = 0; d < width; ++d) row[d] = double(sums[d]);
+    if (hs.comp != nullptr) {
+      const T* comp = hs.comp + size_t(r) * width;
+      for (int d = 0; d < width; ++d) row[d] += double(comp[d]);
+    }
+    for (int i = 0; i < group; ++i) {
+      const double w = double(gq[size_t(i) * p.features + r]);
+      for (int d = 0; d < dv; ++d) num[i * dv + d] += w * row[d];
+      den[i] += w * row[dv];
+    }
+  }
+}
+
+}  // namespace
+
+double TaylorKernel(int order, double x) { return Kernel<double>(order, x); }
+
+template <typename T>
+void TaylorFeatures(const TaylorParams& p, const T* x, T* phi) {
+  phi[0] = T(1);
+  for (int deg = 1; deg < p.order; ++deg) {
+    const TaylorMonomials& d = p.degrees[deg];
+    const T* lower = phi + p.degrees[deg - 1].offset;
+    T* out = phi + d.offset;
+    for (int r = 0; r < d.rows; ++r) out[r] = lower[d.parent[r]] * x[d.index[size_t(r) * deg + deg - 1]];
+  }
+}
+template void TaylorFeatures<float>(const TaylorParams&, const float*, float*);
+template void TaylorFeatures<double>(const TaylorParams&, const double*, double*);
+
+absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, TaylorParams* p) {
+  *p = TaylorParams{};
+  if (absl::Status st = GetInt(j, "order", 4, 1, 8, &p->order); !st.ok()) return st;
+  if (absl::Status st = ParseScale(j, s, &p->scale); !st.ok()) return st;
+  if (s.head_dim < 1) return absl::InvalidArgumentError("head_dim must be positive");
+  // m_p = C(dk+p-1, p) = m_{p-1} (dk+p-1) / p, exact in integers; stop before anything overflows.
+  int64_t rows = 1, total = 1;
+  for (int deg = 1; deg < p->order && total <= kTaylorMaxFeatures; ++deg) {
+    rows = rows * (s.head_dim + deg - 1) / deg;
+    total += rows;
+  }
+  if (total > kTaylorMaxFeatures) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention.order: ", p->order, " terms with head_dim ", s.head_dim, " need more than ",
+        kTaylorMaxFeatures, " feature rows per kv head; lower the order or use smaller heads"));
+  }
+  p->head_dim = s.head_dim;
+  int offset = 0;
+  for (int deg = 0; deg < p->order; ++deg) {
+    p->degrees.push_back(BuildDegree(deg, s.head_dim, offset, deg > 0 ? &p->degrees.back() : nullptr));
+    offset += p->degrees.back().rows;
+    double factorial = 1;
+    for (int f = 2; f <= deg; ++f) factorial *= f;
+    p->alpha.push_back(std::pow(p->scale, deg) / factorial);
+  }
+  p->features = offset;
+  STEADY_CHECK(p->features == total);
+  return absl::OkStatus();
+}
+
 absl::Status LoadTensors(const SafeTensors&, const std::string&, const AttnShape&, TaylorParams*) {
-  return absl::UnimplementedError("taylor: not implemented yet");
+  return absl::OkStatus();
 }
 void RandomInitTensors(uint64_t, const AttnShape&, TaylorParams*) {}
 void AppendTensors(const TaylorParams&, const std::string&, const AttnShape&, std::vector<TensorToWrite>*) {}
-nlohmann::json Describe(const TaylorParams&) { return nlohmann::json::object(); }
-size_t StateFloats(const LayerAttention&, const TaylorParams&) { return 0; }
-template <typename T> void InitState(const LayerAttention&, const TaylorParams&, StateView<T>) { STEADY_CHECK(false); }
-template <typename T> void Step(const LayerAttention&, const TaylorParams&, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Chunked(const LayerAttention&, const TaylorParams&, int, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Parallel(const LayerAttention&, const TaylorParams&, int, const T*, const T*, const T*, T*) { STEADY_CHECK(false); }
+
+nlohmann::json Describe(const TaylorParams& p) { return {{"order", p.order}, {"scale", p.scale}}; }
+
+size_t StateFloats(const LayerAttention& a, const TaylorParams& p) {
+  const size_t sums = size_t(a.shape.kv_heads) * p.features * (a.shape.value_dim + 1);
+  return a.accumulation == Accumulation::kKahan ? 2 * sums : sums;
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, const TaylorParams& p, StateView<T> st) {
+  CheckShape(a, p);
+  std::fill(st.fixed, st.fixed + StateFloats(a, p), T(0));
+}
+
+template <typename T>
+void Step(const LayerAttention& a, const TaylorParams& p, const T* q, const T* k, const T* v,
+          StateView<T> st, T* y) {
+  CheckShape(a, p);
+  const AttnShape& s = a.shape;
+  const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
+  std::vector<T> fk(p.features), gq(size_t(group) * p.features);
+  std::vector<double> num(group * dv), den(group);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    const HeadState<T> hs = StateOfHead(a, p, st, g);
+    KeyFeatures(p, k + g * dk, fk.data());
+    AddKey(p, dv, fk.data(), v + g * dv, hs);
+    for (int i = 0; i < group; ++i) QueryFeatures(p, q + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
+    ReadState(p, dv, group, gq.data(), hs, num.data(), den.data());
+    for (int i = 0; i < group; ++i) {
+      const double d = GuardDenominator(den[i]);
+      for (int e = 0; e < dv; ++e) y[(g * group + i) * dv + e] = T(num[i * dv + e] / d);
+    }
+  }
+}
+
+template <typename T>
+void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, const T* k, const T* v,
+             StateView<T> st, T* y) {
+  CheckShape(a, p);
+  const AttnShape& s = a.shape;
+  const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
+  const int qrow = s.heads * dk, krow = s.kv_heads * dk, vrow = s.kv_heads * dv, yrow = s.heads * dv;
+  std::vector<T> fk(p.features), gq(size_t(group) * p.features);
+  std::vector<double> num(group * dv), den(group);
+  for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
+    const int c1 = std::min(n, c0 + a.chunk_size);
+    for (int g = 0; g < s.kv_heads; ++g) {
+      const HeadState<T> hs = StateOfHead(a, p, st, g);
+      for (int t = c0; t < c1; ++t) {
+        // Carried state: every token before the chunk.
+        for (int i = 0; i < group; ++i) {
+          QueryFeatures(p, q + int64_t(t) * qrow + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
+        }
+        ReadState(p, dv, group, gq.data(), hs, num.data(), den.data());
+        // Inside the chunk: exact kernel values, causal.
+        for (int i = 0; i < group; ++i) {
+          const T* qt = q + int64_t(t) * qrow + (g * group + i) * dk;
+          for (int j = c0; j <= t; ++j) {
+            const T* kj = k + int64_t(j) * krow + g * dk;
+            const T* vj = v + int64_t(j) * vrow + g * dv;
+            double dot = 0;
+            for (int d = 0; d < dk; ++d) dot += double(qt[d]) * double(kj[d]);
+            const double w = Kernel<double>(p.order, p.scale * dot);
+            for (int e = 0; e < dv; ++e) num[i * dv + e] += w * double(vj[e]);
+            den[i] += w;
+          }
+          const double d = GuardDenominator(den[i]);
+          for (int e = 0; e < dv; ++e) y[int64_t(t) * yrow + (g * group + i) * dv + e] = T(num[i * dv + e] / d);
+        }
+      }
+      for (int j = c0; j < c1; ++j) {
+        KeyFeatures(p, k + int64_t(j) * krow + g * dk, fk.data());
+        AddKey(p, dv, fk.data(), v + int64_t(j) * vrow + g * dv, hs);
+      }
+    }
+  }
+}
+
+template <typename T>
+void Parallel(const LayerAttention& a, const TaylorParams& p, int n, const T* q, const T* k, const T* v,
+              T* y) {
+  const AttnShape& s = a.shape;
+  const int dk = s.head_dim, dv = s.value_dim;
+  std::vector<T> num(dv);
+  for (int t = 0; t < n; ++t) {
+    for (int h = 0; h < s.heads; ++h) {
+      const int g = h / s.group();
+      const T* qt = q + (int64_t(t) * s.heads + h) * dk;
+      std::fill(num.begin(), num.end(), T(0));
+      T den = 0;
+      for (int j = 0; j <= t; ++j) {
+        const T* kj = k + (int64_t(j) * s.kv_heads + g) * dk;
+        const T* vj = v + (int64_t(j) * s.kv_heads + g) * dv;
+        T dot = 0;
+        for (int d = 0; d < dk; ++d) dot += qt[d] * kj[d];
+        const T w = Kernel<T>(p.order, T(p.scale) * dot);
+        for (int e = 0; e < dv; ++e) num[e] += w * vj[e];
+        den += w;
+      }
+      const T d = T(GuardDenominator(double(den)));
+      for (int e = 0; e < dv; ++e) y[(int64_t(t) * s.heads + h) * dv + e] = num[e] / d;
+    }
+  }
+}
+
 STEADY_INSTANTIATE_MECHANISM(TaylorParams)
 
 }  // namespace steady
