@@ -82,7 +82,7 @@ TEST(TaylorTablesTest, BadOrdersAreRefusedNamingTheKey) {
     ASSERT_FALSE(a.ok()) << j.dump();
     EXPECT_NE(std::string(a.status().message()).find("order"), std::string::npos) << a.status();
   }
-  // dk = 64, P = 5 is 766,480 feature rows: accepted. P = 8 would be C(71, 7) ~ 1.2e9: refused.
+  // dk = 64, P = 5 is C(68, 4) = 814,385 feature rows: accepted. P = 8 would be C(71, 7) ~ 1.2e9: refused.
   EXPECT_TRUE(ParseLayerAttention({"taylor", {{"order", 5}}}, AttnShape{1, 1, 64, 64}).ok());
   auto big = ParseLayerAttention({"taylor", {{"order", 8}}}, AttnShape{1, 1, 64, 64});
   ASSERT_FALSE(big.ok());
