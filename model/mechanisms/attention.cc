@@ -1,6 +1,7 @@
 #include "model/mechanisms/attention.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "model/mechanisms/params_util.h"
 
@@ -53,7 +54,10 @@ absl::StatusOr<LayerAttention> ParseLayerAttention(const AttentionConfig& config
   }
   if (absl::Status s = GetInt(j, "chunk_size", a.chunk_size, 1, 1 << 16, &a.chunk_size); !s.ok()) return s;
   absl::Status s = std::visit([&](auto& p) { return ParseParams(j, shape, &p); }, a.params);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(config.mechanism, ": ", s.message()));
+  if (!s.ok() && !absl::StartsWith(s.message(), config.mechanism + ":")) {
+    return absl::Status(s.code(), absl::StrCat(config.mechanism, ": ", s.message()));
+  }
+  if (!s.ok()) return s;
   return a;
 }
 

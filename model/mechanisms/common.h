@@ -35,7 +35,10 @@ struct StateView {
   std::vector<T>* growing = nullptr;
 };
 
-// Compensated add: sum + x with the lost low-order part carried in `comp` (Kahan-Babuska/Neumaier).
+// Compensated add: sum + x with the lost low-order part carried in `comp` (Kahan-Babuska/Neumaier),
+// then folded back (fast two-sum) so |comp| stays below half an ulp of |sum|. Without the fold the
+// compensation itself becomes a second fp32 running sum and drifts past ~1e7 tokens (docs/drift.md).
+// The represented value is sum + comp.
 template <typename T>
 inline void KahanAdd(T& sum, T& comp, T x) {
   const T t = sum + x;
@@ -44,7 +47,9 @@ inline void KahanAdd(T& sum, T& comp, T x) {
   } else {
     comp += (x - t) + sum;
   }
-  sum = t;
+  const T s = t + comp;
+  comp -= s - t;
+  sum = s;
 }
 
 // Declares the functions every mechanism provides for its params struct P (see attention.h).
