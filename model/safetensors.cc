@@ -1,19 +1,756 @@
-// PLACEHOLDER: replaced by the real implementation.
 #include "model/safetensors.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <type_traits>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/check.h"
+
 namespace steady {
-std::string_view DTypeName(DType) { return "?"; }
-size_t DTypeSize(DType) { return 0; }
-int64_t TensorInfo::NumElements() const { return 0; }
-absl::StatusOr<SafeTensors> SafeTensors::Open(const std::string& path) { return absl::UnimplementedError("todo"); }
-absl::StatusOr<SafeTensors> SafeTensors::Parse(std::string, std::string) { return absl::UnimplementedError("todo"); }
-const TensorInfo* SafeTensors::Find(std::string_view) const { return nullptr; }
-absl::StatusOr<std::vector<float>> SafeTensors::ReadFloat(std::string_view, const std::vector<int64_t>&, bool) const { return absl::UnimplementedError("todo"); }
-absl::StatusOr<std::vector<double>> SafeTensors::ReadDouble(std::string_view, const std::vector<int64_t>&, bool) const { return absl::UnimplementedError("todo"); }
-std::string_view SafeTensors::RawData(const TensorInfo&) const { return {}; }
-absl::Status WriteSafeTensors(const std::string&, const std::vector<TensorToWrite>&, const std::map<std::string, std::string>&) { return absl::UnimplementedError("todo"); }
-float HalfToFloat(uint16_t) { return 0; }
-uint16_t FloatToHalf(float) { return 0; }
-float BFloat16ToFloat(uint16_t) { return 0; }
-uint16_t FloatToBFloat16(float) { return 0; }
+namespace {
+
+using nlohmann::json;
+
+// The header is a flat object of flat objects: deeper JSON is refused before nlohmann parses it, so
+// a hostile header cannot make the parser (or dump()/destructors) recurse or allocate per level.
+constexpr int kMaxJsonDepth = 8;
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+constexpr DType kAllDTypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
+                                DType::kI32, DType::kI16, DType::kI8,  DType::kU8,   DType::kBool};
+
+const char* DTypeCStr(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: return "F64";
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI64: return "I64";
+    case DType::kI32: return "I32";
+    case DType::kI16: return "I16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kBool: return "BOOL";
+  }
+  STEADY_CHECK(false && "unknown DType");
+  return "";
+}
+
+bool ParseDType(std::string_view name, DType* out) {
+  for (DType d : kAllDTypes) {
+    if (DTypeCStr(d) == name) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IsFloatDType(DType d) {
+  return d == DType::kF64 || d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
+}
+
+// A name as it appears in an error message: quoted, with quotes, backslashes and control bytes
+// escaped (names come from untrusted files).
+std::string Quoted(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+// A JSON value in an error message, cut short (it comes from an untrusted header).
+std::string Brief(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+// double -> float, rounding to nearest even; magnitudes beyond float's range become +-inf (spelled
+// out because an out-of-range floating conversion is undefined behaviour in C++).
+float NarrowToFloat(double v) {
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  constexpr double kRoundsToInf = 0x1.ffffffp127;  // FLT_MAX + half an ulp: ties go to inf (even)
+  if (!std::isfinite(v) || std::fabs(v) <= kFloatMax) return float(v);
+  return std::copysign(std::fabs(v) < kRoundsToInf ? std::numeric_limits<float>::max()
+                                                   : std::numeric_limits<float>::infinity(),
+                       float(v > 0 ? 1 : -1));
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Product of `shape` (all >= 0) times `element_size`; false on 64-bit overflow or a product above
+// INT64_MAX (NumElements is int64_t).
+bool CheckedByteCount(const std::vector<int64_t>& shape, uint64_t element_size, uint64_t* elements,
+                      uint64_t* bytes) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, uint64_t(d), &n)) return false;
+  }
+  if (n > uint64_t(std::numeric_limits<int64_t>::max())) return false;
+  *elements = n;
+  return !__builtin_mul_overflow(n, element_size, bytes);
+}
+
+// Deepest nesting of [ and { outside strings, stopping early once past `limit`.
+int JsonDepth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Parses `text`, refusing duplicate keys in any object (nlohmann would silently keep the last).
+// On a JSON syntax error returns a discarded value; on a duplicate sets *duplicate.
+json ParseJsonNoDuplicates(std::string_view text, std::string* duplicate, bool* has_duplicate) {
+  std::vector<std::set<std::string>> keys_per_object;
+  *has_duplicate = false;
+  json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys_per_object.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys_per_object.empty()) keys_per_object.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!keys_per_object.empty() && !keys_per_object.back().insert(parsed.get<std::string>()).second &&
+            !*has_duplicate) {
+          *has_duplicate = true;
+          *duplicate = parsed.get<std::string>();
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  return json::parse(text, callback, /*allow_exceptions=*/false);
+}
+
+// Finds where and why `text` is not JSON (the DOM parser, with exceptions off, only says that it is
+// not). Used on the error path only.
+class JsonErrorLocator : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>"
+    std::string_view what = e.what();
+    const size_t column = what.find("column ");
+    const size_t colon = column == std::string_view::npos ? column : what.find(": ", column);
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+    // The reason quotes the bytes last read, which may be anything: keep the message printable ASCII.
+    std::string reason;
+    for (unsigned char c : what.substr(0, 120)) {
+      if (c < 0x20 || c >= 0x7f) {
+        absl::StrAppend(&reason, "\\x", absl::Hex(c, absl::kZeroPad2));
+      } else {
+        reason += char(c);
+      }
+    }
+    description = absl::StrCat(" near header byte ", position, " (", reason, what.size() > 120 ? "...)" : ")");
+    return false;
+  }
+  std::string description;
+};
+
+uint64_t ReadLittleEndian64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
+  return v;
+}
+
+// Parses one tensor entry of the header. `data_size` bounds the offsets.
+absl::Status ParseTensorEntry(const std::string& file, const std::string& name, const json& entry,
+                              uint64_t data_size, TensorInfo* info) {
+  const std::string where = absl::StrCat(file, ": tensor ", Quoted(name));
+  if (!entry.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": entry must be an object with dtype, shape and data_offsets"));
+  }
+  for (const auto& [key, value] : entry.items()) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unexpected key ", Quoted(key),
+                                                     " (only dtype, shape and data_offsets are allowed)"));
+    }
+  }
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": missing \"", key, "\""));
+    }
+  }
+  info->name = name;
+
+  const json& dtype = entry["dtype"];
+  if (!dtype.is_string() || !ParseDType(dtype.get_ref<const std::string&>(), &info->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": dtype ", dtype.is_string() ? Quoted(dtype.get_ref<const std::string&>()) : "(not a string)",
+        " is not one of F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL"));
+  }
+
+  const json& shape = entry["shape"];
+  if (!shape.is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": shape must be an array"));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const json& d = shape[i];
+    // Negative integers parse as number_integer, fractions and huge values as number_float.
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": shape[", i, "] = ", Brief(d), " is not a non-negative 64-bit integer"));
+    }
+    info->shape.push_back(int64_t(d.get<uint64_t>()));
+  }
+
+  const json& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": data_offsets must be [begin, end] with non-negative integers, got ", Brief(offsets)));
+  }
+  info->begin = offsets[0].get<uint64_t>();
+  info->end = offsets[1].get<uint64_t>();
+  const std::string range = absl::StrCat("data_offsets [", info->begin, ", ", info->end, "]");
+  if (info->begin > info->end) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", range, " end before they begin"));
+  }
+  if (info->end > data_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", range, " reach past the end of the data section (", data_size, " bytes)"));
+  }
+  uint64_t elements = 0, bytes = 0;
+  if (!CheckedByteCount(info->shape, DTypeSize(info->dtype), &elements, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeString(info->shape), " of ",
+                                                   DTypeCStr(info->dtype), " overflows a 64-bit byte count"));
+  }
+  if (info->end - info->begin != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", range, " hold ", info->end - info->begin,
+                                                   " bytes but shape ", ShapeString(info->shape), " of ",
+                                                   DTypeCStr(info->dtype), " needs ", bytes));
+  }
+  return absl::OkStatus();
+}
+
+// The tensors, sorted by offset, must tile [0, data_size) exactly: no overlap, no unused bytes.
+absl::Status CheckCoverage(const std::string& file, const std::vector<TensorInfo>& sorted, uint64_t data_size) {
+  uint64_t covered = 0;          // end of the ranges seen so far
+  const TensorInfo* last = nullptr;  // the tensor ending at `covered`
+  for (const TensorInfo& t : sorted) {
+    if (t.begin < covered) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": tensor ", Quoted(t.name), ": data_offsets [", t.begin, ", ", t.end, "] overlap tensor ",
+          Quoted(last->name), " at [", last->begin, ", ", last->end, "]"));
+    }
+    if (t.begin > covered) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": bytes [", covered, ", ", t.begin,
+                                                     ") of the data section belong to no tensor (gap before tensor ",
+                                                     Quoted(t.name), ")"));
+    }
+    covered = t.end;
+    last = &t;
+  }
+  if (covered != data_size) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": bytes [", covered, ", ", data_size,
+                                                   ") at the end of the data section belong to no tensor"));
+  }
+  return absl::OkStatus();
+}
+
+// Element i of a float tensor as double (exact for every float dtype). `p` may be unaligned.
+double LoadElement(DType dtype, const char* p, int64_t i) {
+  switch (dtype) {
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      return dtype == DType::kF16 ? HalfToFloat(v) : BFloat16ToFloat(v);
+    }
+    default:
+      STEADY_CHECK(false && "LoadElement on a non-float dtype");
+      return 0;
+  }
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    int extra;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      extra = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= s.size()) return false;
+    for (int k = 1; k <= extra; ++k) {
+      const unsigned char cc = s[i + k];
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLength[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  const int err = errno;
+  const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
+  return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
+}
+
+// Writes all of `data` to `fd`, retrying short writes and EINTR.
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= size_t(n);
+  }
+  return true;
+}
+
+// The bytes of one tensor in its dtype, little-endian. Refuses finite values the dtype cannot hold.
+absl::StatusOr<std::string> EncodeTensor(const TensorToWrite& t) {
+  const size_t size = DTypeSize(t.dtype);
+  std::string out(t.values.size() * size, '\0');
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    const double v = t.values[i];
+    char* p = out.data() + i * size;
+    bool fits = true;
+    switch (t.dtype) {
+      case DType::kF64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DType::kF32: {
+        const float f = NarrowToFloat(v);
+        fits = std::isfinite(f) || !std::isfinite(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DType::kF16:
+      case DType::kBF16: {
+        // double -> float -> half rounds once in effect: float keeps more than 2 * 11 + 2 bits.
+        const float f = NarrowToFloat(v);
+        const uint16_t h = t.dtype == DType::kF16 ? FloatToHalf(f) : FloatToBFloat16(f);
+        const float back = t.dtype == DType::kF16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+        fits = std::isfinite(back) || !std::isfinite(v);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      default:
+        STEADY_CHECK(false && "EncodeTensor on a non-float dtype");
+    }
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", Quoted(t.name), ": value ", v, " at index ", i,
+                                                     " is out of the range of ", DTypeCStr(t.dtype)));
+    }
+  }
+  return out;
+}
+
+// The header JSON (tensors in order, contiguous offsets), padded with spaces to a multiple of 8.
+absl::StatusOr<std::string> BuildHeader(const std::vector<TensorToWrite>& tensors,
+                                        const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) {
+      if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
+        return absl::InvalidArgumentError(absl::StrCat("metadata ", Quoted(key), ": not valid UTF-8"));
+      }
+      m[key] = value;
+    }
+    header["__metadata__"] = std::move(m);
+  }
+  std::set<std::string_view> names;
+  uint64_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    const std::string where = absl::StrCat("tensor ", Quoted(t.name));
+    if (t.name == "__metadata__" || !IsValidUtf8(t.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": not a valid tensor name"));
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": name appears twice"));
+    }
+    if (!IsFloatDType(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": cannot write dtype ", DTypeCStr(t.dtype), " (F64, F32, F16 or BF16 only)"));
+    }
+    uint64_t elements = 0, bytes = 0;
+    if (!CheckedByteCount(t.shape, DTypeSize(t.dtype), &elements, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": shape ", ShapeString(t.shape), " has a negative or overflowing dimension"));
+    }
+    if (elements != t.values.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeString(t.shape), " has ", elements,
+                                                     " elements but ", t.values.size(), " values were given"));
+    }
+    header[t.name] = {{"dtype", DTypeCStr(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) { return DTypeCStr(dtype); }
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: case DType::kI64: return 8;
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: case DType::kI16: return 2;
+    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+  }
+  STEADY_CHECK(false && "unknown DType");
+  return 0;
+}
+
+int64_t TensorInfo::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;  // cannot overflow: Parse checked the product
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<SafeTensors> SafeTensors::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoError("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::string bytes(size_t(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status s = ErrnoError("read failed", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    done += size_t(n);
+  }
+  ::close(fd);
+  if (done != bytes.size()) {
+    return absl::DataLossError(absl::StrCat(path, ": file changed size while being read"));
+  }
+  return Parse(std::move(bytes), path);
+}
+
+absl::StatusOr<SafeTensors> SafeTensors::Parse(std::string bytes, std::string display_name) {
+  const std::string& file = display_name;
+  auto invalid = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(file, ": ", parts...)); };
+  if (bytes.size() < 8) {
+    return invalid("file is ", bytes.size(), " bytes, too short for the 8-byte header length");
+  }
+  const uint64_t header_size = ReadLittleEndian64(bytes.data());
+  if (header_size == 0) return invalid("header length is 0");
+  if (header_size > kMaxHeaderBytes) {
+    return invalid("header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  }
+  if (header_size > bytes.size() - 8) {
+    return invalid("header length ", header_size, " exceeds the ", bytes.size() - 8, " bytes after the length field");
+  }
+  const std::string_view header_text(bytes.data() + 8, header_size);
+  // nlohmann's lexer takes a NUL byte as the end of input and would ignore whatever follows it;
+  // JSON allows no raw NUL anywhere, so refuse it here.
+  if (const size_t nul = header_text.find('\0'); nul != std::string_view::npos) {
+    return invalid("header has a NUL byte at offset ", 8 + nul, " (not valid JSON)");
+  }
+  if (JsonDepth(header_text, kMaxJsonDepth) > kMaxJsonDepth) {
+    return invalid("header JSON is nested deeper than ", kMaxJsonDepth, " levels");
+  }
+  std::string duplicate;
+  bool has_duplicate = false;
+  const json header = ParseJsonNoDuplicates(header_text, &duplicate, &has_duplicate);
+  if (header.is_discarded()) {
+    JsonErrorLocator locator;
+    json::sax_parse(header_text, &locator);
+    return invalid("header is not valid JSON", locator.description);
+  }
+  if (has_duplicate) return invalid("header has key ", Quoted(duplicate), " more than once");
+  if (!header.is_object()) return invalid("header must be a JSON object");
+
+  SafeTensors st;
+  st.data_offset_ = 8 + header_size;
+  const uint64_t data_size = bytes.size() - st.data_offset_;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) return invalid("__metadata__ must be an object of strings");
+      for (const auto& [mkey, mvalue] : value.items()) {
+        if (!mvalue.is_string()) return invalid("__metadata__ ", Quoted(mkey), " must be a string");
+        st.metadata_[mkey] = mvalue.get<std::string>();
+      }
+      continue;
+    }
+    TensorInfo info;
+    if (absl::Status s = ParseTensorEntry(file, key, value, data_size, &info); !s.ok()) return s;
+    st.tensors_.push_back(std::move(info));
+  }
+  // File order; empty tensors first at a shared offset, then by name, so the order is deterministic.
+  std::sort(st.tensors_.begin(), st.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  if (absl::Status s = CheckCoverage(file, st.tensors_, data_size); !s.ok()) return s;
+  for (size_t i = 0; i < st.tensors_.size(); ++i) st.index_.emplace(st.tensors_[i].name, i);
+  st.display_name_ = std::move(display_name);
+  st.bytes_ = std::move(bytes);
+  return st;
+}
+
+const TensorInfo* SafeTensors::Find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::string_view SafeTensors::RawData(const TensorInfo& info) const {
+  STEADY_CHECK(info.begin <= info.end && data_offset_ + info.end <= bytes_.size());
+  return std::string_view(bytes_.data() + data_offset_ + info.begin, info.end - info.begin);
+}
+
+namespace {
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ReadAs(const SafeTensors& st, std::string_view name,
+                                             const std::vector<int64_t>& expected_shape, bool allow_nonfinite) {
+  const std::string where = absl::StrCat(st.display_name(), ": tensor ", Quoted(name));
+  const TensorInfo* info = st.Find(name);
+  if (info == nullptr) return absl::NotFoundError(absl::StrCat(where, ": not in the file"));
+  if (!IsFloatDType(info->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ", DTypeCStr(info->dtype),
+                                                   " cannot be read as floating point (F64, F32, F16 or BF16 only)"));
+  }
+  if (!expected_shape.empty() && info->shape != expected_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeString(info->shape), " but expected ",
+                                                   ShapeString(expected_shape)));
+  }
+  const std::string_view raw = st.RawData(*info);
+  const int64_t n = info->NumElements();
+  std::vector<T> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = LoadElement(info->dtype, raw.data(), i);
+    if constexpr (std::is_same_v<T, float>) {
+      out[size_t(i)] = NarrowToFloat(v);
+    } else {
+      out[size_t(i)] = v;
+    }
+    if (!allow_nonfinite && !std::isfinite(out[size_t(i)])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": value ", v, " at index ", i,
+          std::isfinite(v) ? " overflows float" : " is not finite", " (non-finite values are refused)"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> SafeTensors::ReadFloat(std::string_view name,
+                                                          const std::vector<int64_t>& expected_shape,
+                                                          bool allow_nonfinite) const {
+  return ReadAs<float>(*this, name, expected_shape, allow_nonfinite);
+}
+
+absl::StatusOr<std::vector<double>> SafeTensors::ReadDouble(std::string_view name,
+                                                            const std::vector<int64_t>& expected_shape,
+                                                            bool allow_nonfinite) const {
+  return ReadAs<double>(*this, name, expected_shape, allow_nonfinite);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+absl::Status WriteSafeTensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  auto header = BuildHeader(tensors, metadata);
+  if (!header.ok()) return absl::Status(header.status().code(), absl::StrCat(path, ": ", header.status().message()));
+  // Encode everything before touching the file system, so bad values leave nothing behind.
+  std::vector<std::string> data;
+  data.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    auto bytes = EncodeTensor(t);
+    if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat(path, ": ", bytes.status().message()));
+    data.push_back(*std::move(bytes));
+  }
+
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  auto fail = [&](const std::string& what, bool close_fd) {
+    absl::Status s = ErrnoError(what, tmp);
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = char(uint64_t(header->size()) >> (8 * i));
+  if (!WriteAll(fd, length, 8) || !WriteAll(fd, header->data(), header->size())) return fail("write failed", true);
+  for (const std::string& d : data) {
+    if (!WriteAll(fd, d.data(), d.size())) return fail("write failed", true);
+  }
+  if (::fsync(fd) != 0) return fail("fsync failed", true);
+  if (::close(fd) != 0) return fail("close failed", false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(absl::StrCat("rename to ", path, " failed"), false);
+
+  // Make the rename itself durable.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError("written, but cannot open its directory to fsync it", path);
+  const bool synced = ::fsync(dir_fd) == 0;
+  ::close(dir_fd);
+  if (!synced) return ErrnoError("written, but fsync of its directory failed", path);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-precision conversions
+// ---------------------------------------------------------------------------------------------
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  const uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000 | (mantissa << 13);  // inf, or NaN with its payload
+  } else if (exponent != 0) {
+    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
+  } else {
+    const float magnitude = std::ldexp(float(mantissa), -24);  // zero or subnormal: exact
+    return sign ? -magnitude : magnitude;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs > 0x7f800000) return sign | 0x7e00 | uint16_t((abs >> 13) & 0x3ff);  // NaN stays a quiet NaN
+  const int exponent = int(abs >> 23) - 127;
+  if (exponent > 15) return sign | 0x7c00;  // |f| >= 2^16, or inf: beyond 65504 rounds to inf
+  // Drop the low `shift` bits of the significand, rounding to nearest, ties to even. A carry out of
+  // the mantissa bumps the exponent, which is the right result (up to inf).
+  uint32_t significand, high, shift;
+  if (exponent >= -14) {  // normal half: exponent field and the top 10 mantissa bits
+    significand = abs & 0x7fffff;
+    high = uint32_t(exponent + 15) << 10;
+    shift = 13;
+  } else if (exponent >= -25) {  // subnormal half: units of 2^-24, implicit bit made explicit
+    significand = (abs & 0x7fffff) | 0x800000;
+    high = 0;
+    shift = uint32_t(-exponent - 1);  // 14..24
+  } else {
+    return sign;  // below half the smallest subnormal (float subnormals and zero included)
+  }
+  uint32_t kept = high | (significand >> shift);
+  const uint32_t rest = significand & ((1u << shift) - 1);
+  const uint32_t half_way = 1u << (shift - 1);
+  if (rest > half_way || (rest == half_way && (kept & 1))) ++kept;
+  return sign | uint16_t(kept);
+}
+
+float BFloat16ToFloat(uint16_t b) {
+  const uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x0040);  // NaN stays a quiet NaN
+  // Round to nearest even; a carry into the exponent is correct, up to inf.
+  return uint16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
 }  // namespace steady

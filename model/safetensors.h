@@ -8,6 +8,7 @@
 #define STEADY_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,7 @@ class SafeTensors {
   static absl::StatusOr<SafeTensors> Parse(std::string bytes, std::string display_name);
 
   const std::string& display_name() const { return display_name_; }
+  // In file order (by data offset).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr when absent.
@@ -64,7 +66,8 @@ class SafeTensors {
   std::string display_name_;
   std::string bytes_;         // the whole file
   uint64_t data_offset_ = 0;  // 8 + header length
-  std::vector<TensorInfo> tensors_;
+  std::vector<TensorInfo> tensors_;  // sorted by data offset (file order)
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
