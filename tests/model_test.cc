@@ -148,7 +148,9 @@ TEST_P(ModelTest, SaveLoadRoundTrip) {
   EXPECT_EQ(loaded->ParameterCount(), m.ParameterCount());
   const std::vector<int32_t> tokens = RandomTokens(20, 30);
   StatePool a(m, 1), b(*loaded, 1);
-  EXPECT_EQ(DecodeAll(m, a, 0, tokens), DecodeAll(*loaded, b, 0, tokens));
+  // F32 storage keeps every weight; derived tensors (slay re-normalizes its anchors at load) may
+  // differ in the last bit, so compare at fp32 rounding.
+  EXPECT_LT(testing::MaxRelError(ToDouble(DecodeAll(*loaded, b, 0, tokens)), ToDouble(DecodeAll(m, a, 0, tokens))), 1e-5);
   // bf16 storage: the same model within bf16 rounding of the weights.
   const std::string dir16 = testing::MakeTempDir("roundtrip16_" + GetParam().name);
   ASSERT_TRUE(m.Save(dir16, DType::kBF16).ok());
