@@ -83,15 +83,20 @@ void RescaleState(int m, int dv, T factor, HeadState<T> h) {
   }
 }
 
-// S += sv, z += sz (sv [m, dv] and sz [m] already relative to the state's c).
+// S += w phi_k v^T, z += w phi_k for one key (w phi_k relative to the state's c).
 template <typename T>
-void AddToState(int m, int dv, const T* sv, const T* sz, HeadState<T> h) {
-  if (h.S_comp) {
-    for (size_t i = 0; i < size_t(m) * dv; ++i) KahanAdd(h.S[i], h.S_comp[i], sv[i]);
-    for (int f = 0; f < m; ++f) KahanAdd(h.z[f], h.z_comp[f], sz[f]);
-  } else {
-    for (size_t i = 0; i < size_t(m) * dv; ++i) h.S[i] += sv[i];
-    for (int f = 0; f < m; ++f) h.z[f] += sz[f];
+void AddKey(int m, int dv, const T* phi_k, T w, const T* v, HeadState<T> h) {
+  for (int f = 0; f < m; ++f) {
+    const T x = w * phi_k[f];
+    T* row = h.S + size_t(f) * dv;
+    if (h.S_comp) {
+      T* comp = h.S_comp + size_t(f) * dv;
+      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
+      KahanAdd(h.z[f], h.z_comp[f], x);
+    } else {
+      for (int d = 0; d < dv; ++d) row[d] += x * v[d];
+      h.z[f] += x;
+    }
   }
 }
 
@@ -301,17 +306,13 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.features, dv = s.value_dim;
-  std::vector<T> phi_k(m), phi_q(m), outer(size_t(m) * dv);
+  std::vector<T> phi_k(m), phi_q(m);
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     const T c_old = *h.c;
     KeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
     if (*h.c > c_old) RescaleState(m, dv, ShiftFactor(c_old, *h.c), h);
-    const T* vg = v + g * dv;
-    for (int f = 0; f < m; ++f) {
-      for (int d = 0; d < dv; ++d) outer[f * dv + d] = phi_k[f] * vg[d];
-    }
-    AddToState(m, dv, outer.data(), phi_k.data(), h);
+    AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h);
     for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
       const T cq = QueryFeatures(p, s, g, q + hq * s.head_dim, phi_q.data());
       T* yh = y + hq * dv;
@@ -329,7 +330,6 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
   const int m = p.features, dv = s.value_dim, L = a.chunk_size;
   // Key j of the chunk: features relative to c_j, the running max after it (c_j is non-decreasing).
   std::vector<T> phi_q(m), phi_k(size_t(L) * m), c_run(L);
-  std::vector<T> sum_kv(size_t(m) * dv), sum_k(m);
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
     for (int g = 0; g < s.kv_heads; ++g) {
@@ -356,22 +356,14 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
           GuardedRatio(dv, den, double(cq) + double(c_run[t]), p.delta, yh);
         }
       }
-      // State update: rescale the carried sums to the chunk's final max, then add the chunk's keys.
+      // State update: rescale the carried sums once to the chunk's final max, then add the chunk's
+      // keys in token order, each brought from its own reference c_j to c_end.
       const T c_end = c_run[len - 1];
       if (c_end > c_carried) RescaleState(m, dv, ShiftFactor(c_carried, c_end), h);
-      std::fill(sum_kv.begin(), sum_kv.end(), T(0));
-      std::fill(sum_k.begin(), sum_k.end(), T(0));
       for (int j = 0; j < len; ++j) {
-        const T shift = std::exp(c_run[j] - c_end);
-        const T* pk = phi_k.data() + size_t(j) * m;
-        const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
-        for (int f = 0; f < m; ++f) {
-          const T w = shift * pk[f];
-          for (int d = 0; d < dv; ++d) sum_kv[f * dv + d] += w * vj[d];
-          sum_k[f] += w;
-        }
+        AddKey(m, dv, phi_k.data() + size_t(j) * m, std::exp(c_run[j] - c_end),
+               v + (size_t(c0 + j) * s.kv_heads + g) * dv, h);
       }
-      AddToState(m, dv, sum_kv.data(), sum_k.data(), h);
       *h.c = c_end;
     }
   }

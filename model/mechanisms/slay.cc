@@ -127,14 +127,14 @@ void Accumulate(T& sum, T* comp, T x) {
   }
 }
 
-// S += psi_k v^T, z += psi_k. `sv` is [m, dv] (already summed over keys), `sz` [m].
+// S += psi_k v^T, z += psi_k for one key.
 template <typename T>
-void AddToState(int m, int dv, const T* sv, const T* sz, HeadState<T> h) {
+void AddKey(int m, int dv, const T* psi_k, const T* v, HeadState<T> h) {
   for (int f = 0; f < m; ++f) {
     for (int d = 0; d < dv; ++d) {
-      Accumulate(h.S[f * dv + d], h.S_comp ? &h.S_comp[f * dv + d] : nullptr, sv[f * dv + d]);
+      Accumulate(h.S[f * dv + d], h.S_comp ? &h.S_comp[f * dv + d] : nullptr, psi_k[f] * v[d]);
     }
-    Accumulate(h.z[f], h.z_comp ? &h.z_comp[f] : nullptr, sz[f]);
+    Accumulate(h.z[f], h.z_comp ? &h.z_comp[f] : nullptr, psi_k[f]);
   }
 }
 
@@ -265,15 +265,11 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim;
-  std::vector<T> poly(p.anchors), psi_k(m), psi_q(m), outer(size_t(m) * dv);
+  std::vector<T> poly(p.anchors), psi_k(m), psi_q(m);
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     FeaturesInto(p, s, g, k + g * s.head_dim, poly.data(), psi_k.data());
-    const T* vg = v + g * dv;
-    for (int f = 0; f < m; ++f) {
-      for (int d = 0; d < dv; ++d) outer[f * dv + d] = psi_k[f] * vg[d];
-    }
-    AddToState(m, dv, outer.data(), psi_k.data(), h);
+    AddKey(m, dv, psi_k.data(), v + g * dv, h);
     for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
       FeaturesInto(p, s, g, q + hq * s.head_dim, poly.data(), psi_q.data());
       T* yh = y + hq * dv;
@@ -290,7 +286,6 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size;
   std::vector<T> poly(p.anchors), psi_q(m), psi_k(size_t(L) * m);
-  std::vector<T> sum_kv(size_t(m) * dv), sum_k(m);
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
     for (int g = 0; g < s.kv_heads; ++g) {
@@ -316,18 +311,10 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
           for (int d = 0; d < dv; ++d) yh[d] /= den;
         }
       }
-      // State update: psi(K)^T V and psi(K)^T 1 over the chunk, added once (compensated).
-      std::fill(sum_kv.begin(), sum_kv.end(), T(0));
-      std::fill(sum_k.begin(), sum_k.end(), T(0));
+      // State update, key by key in token order: the state after a chunk is the one Step leaves.
       for (int j = 0; j < len; ++j) {
-        const T* pk = psi_k.data() + size_t(j) * m;
-        const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
-        for (int f = 0; f < m; ++f) {
-          for (int d = 0; d < dv; ++d) sum_kv[f * dv + d] += pk[f] * vj[d];
-          sum_k[f] += pk[f];
-        }
+        AddKey(m, dv, psi_k.data() + size_t(j) * m, v + (size_t(c0 + j) * s.kv_heads + g) * dv, h);
       }
-      AddToState(m, dv, sum_kv.data(), sum_k.data(), h);
     }
   }
 }
