@@ -180,9 +180,11 @@ nlohmann::json ModelConfig::ToJson() const {
 
 void OverrideMechanism(const std::string& mechanism, const nlohmann::json& params, ModelConfig* config) {
   for (AttentionConfig& a : config->layer_attention) {
-    // Keep the logit scale the weights were trained with; everything else comes from the override.
+    // Keep the logit scale the weights were trained with (for the mechanisms that have one: softmax,
+    // taylor, dark); everything else comes from the override.
     nlohmann::json p = nlohmann::json::object();
-    if (a.params.contains("scale")) p["scale"] = a.params["scale"];
+    const bool has_scale = mechanism == "softmax" || mechanism == "taylor" || mechanism == "dark";
+    if (has_scale && a.params.contains("scale")) p["scale"] = a.params["scale"];
     for (const auto& [key, value] : params.items()) p[key] = value;
     a.mechanism = mechanism;
     a.params = p;

@@ -218,6 +218,11 @@ TEST(MechanismRegistryTest, UnknownMechanismAndBadParamsAreRefused) {
   ASSERT_FALSE(c.ok());
   auto d = ParseLayerAttention({"softmax", {{"scale", NAN}}}, shape);
   ASSERT_FALSE(d.ok());
+  for (const std::string& name : MechanismNames()) {
+    auto typo = ParseLayerAttention({name, {{"featurez", 64}}}, shape);
+    ASSERT_FALSE(typo.ok()) << name;
+    EXPECT_NE(std::string(typo.status().message()).find("featurez"), std::string::npos) << typo.status();
+  }
 }
 
 }  // namespace

@@ -58,6 +58,17 @@ absl::StatusOr<LayerAttention> ParseLayerAttention(const AttentionConfig& config
     return absl::Status(s.code(), absl::StrCat(config.mechanism, ": ", s.message()));
   }
   if (!s.ok()) return s;
+  // Every key must mean something: Describe lists the mechanism's parameters, so a key that is
+  // neither there nor common is a typo ("feature": 64) that would otherwise be ignored.
+  const nlohmann::json known = std::visit([](const auto& p) { return Describe(p); }, a.params);
+  for (const auto& [key, value] : j.items()) {
+    if (key != "accumulation" && key != "chunk_size" && !known.contains(key)) {
+      std::vector<std::string> names = {"accumulation", "chunk_size"};
+      for (const auto& [k, v] : known.items()) names.push_back(k);
+      return absl::InvalidArgumentError(absl::StrCat(config.mechanism, ": attention.", key,
+                                                     ": unknown key (accepted: ", absl::StrJoin(names, ", "), ")"));
+    }
+  }
   return a;
 }
 
