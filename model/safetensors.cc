@@ -1,6 +1,7 @@
 #include "model/safetensors.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -185,11 +186,16 @@ class JsonErrorLocator : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override { return true; }
   bool end_array() override { return true; }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>"
+    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>", or
+    // "[json.exception.out_of_range.406] <reason>" for a number literal beyond double (1e400).
     std::string_view what = e.what();
-    const size_t column = what.find("column ");
-    const size_t colon = column == std::string_view::npos ? column : what.find(": ", column);
-    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+    if (const size_t tag_end = what.find("] "); what.substr(0, 1) == "[" && tag_end != std::string_view::npos) {
+      what.remove_prefix(tag_end + 2);
+    }
+    if (what.substr(0, 15) == "parse error at ") {
+      const size_t colon = what.find(": ");
+      if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+    }
     // The reason quotes the bytes last read, which may be anything: keep the message printable ASCII.
     std::string reason;
     for (unsigned char c : what.substr(0, 120)) {
@@ -303,6 +309,9 @@ absl::Status CheckCoverage(const std::string& file, const std::vector<TensorInfo
   }
   return absl::OkStatus();
 }
+
+// Tensor data is little-endian and read with memcpy into native floats.
+static_assert(std::endian::native == std::endian::little, "safetensors.cc assumes a little-endian host");
 
 // Element i of a float tensor as double (exact for every float dtype). `p` may be unaligned.
 double LoadElement(DType dtype, const char* p, int64_t i) {

@@ -460,6 +460,9 @@ TEST(SafetensorsRefuse, HeaderNotAJsonObject) {
   const std::string utf8 = ParseError(Craft("\"\xff\""));
   EXPECT_NE(utf8.find("ill-formed UTF-8 byte; last read: '\"\\xff'"), std::string::npos) << utf8;
   EXPECT_NE(ParseError(Craft("[1]")).find("header must be a JSON object"), std::string::npos);
+  // A number beyond double is a JSON error of its own kind in nlohmann (found by the fuzzer).
+  EXPECT_EQ(ParseError(Craft(R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", std::string(4, '\0'))),
+            "crafted.safetensors: header is not valid JSON near header byte 34 (number overflow parsing '1e400')");
   EXPECT_NE(ParseError(Craft(R"({"a":)" + std::string(100, '[') + std::string(100, ']') + "}"))
                 .find("nested deeper than 8"),
             std::string::npos);

@@ -5,8 +5,8 @@
   valid/<name>.safetensors               files it must accept (fuzzer seeds too)
 
 valid/mixed_dtypes.safetensors is also written by tests/safetensors_test.cc with WriteSafeTensors,
-which must produce the same bytes: keep the two in step. Inputs found by the fuzzer are added to
-malformed/ by hand (named fuzz_<what>.safetensors) and are not regenerated here.
+which must produce the same bytes: keep the two in step. Inputs found by the fuzzer
+(tests/fuzz/safetensors_fuzz.cc) are added here, minimized, with a comment saying so.
 
 Usage: python3 tests/data/safetensors/make_corpus.py
 """
@@ -131,6 +131,9 @@ def malformed_files():
         "data_without_tensors": pack("{}", data8),
         "metadata_not_object": pack({"__metadata__": "pt", "a": one}, data8),
         "metadata_value_not_string": pack({"__metadata__": {"step": 1000}, "a": one}, data8),
+        # Found by the fuzzer: nlohmann reports a number literal beyond double as out_of_range, and
+        # its exception tag leaked into the message.
+        "number_literal_overflow_1e400": pack('{"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,8]}}', data8),
     }
 
 
