@@ -1,9 +1,9 @@
 // The sliced mechanisms' bucketed decoder: a constant-size histogram of the keys over z.
 //
 // Bins, in z order: a left tail (z < z_min), `bins` uniform bins over [z_min, z_max), a right tail
-// (z >= z_max). Each holds count, sum z, sum v, sum z v of its keys and sum (z - c)^2 about its centre c
-// (interior: the midpoint; tails: z_min / z_max); the state also keeps the lowest and highest z seen,
-// which bound the tails. At a query point x:
+// (z >= z_max). Each holds count, sum z, sum v, sum z v of its keys and their sum of squared deviations
+// from the bin's mean (Welford's running M2, no cancellation); the state also keeps the lowest and
+// highest z seen, which bound the tails. At a query point x:
 //   - bins entirely below x contribute exactly: sum (x - z_j) u_j = x sum u_j - sum z_j u_j (u = 1, v);
 //   - bins entirely above contribute nothing to the ReLU moments (and enter |.| through the totals);
 //   - the bin holding x, with edges e0 <= x < e1 (tails: [lowest, z_min), [z_max, highest]), is
@@ -17,7 +17,7 @@
 // sum |x - z_j| is a sum of non-negative terms. Measured errors: docs/mechanisms/sliced_relu.md.
 //
 // Head state, HeadFloats() values of T:
-//   [bins + 2 rows of (count, sum z, sum v[dv], sum z v[dv], sum (z - c)^2)]
+//   [bins + 2 rows of (count, sum z, sum v[dv], sum z v[dv], M2)]
 //   [compensation, same shape, when compensated] [lowest z, highest z]
 #ifndef STEADY_MODEL_MECHANISMS_SLICED_BINS_H_
 #define STEADY_MODEL_MECHANISMS_SLICED_BINS_H_
@@ -36,7 +36,7 @@ struct SlicedBinsLayout {
   int value_dim = 0;
   bool compensated = false;
 
-  // Values per bin: the moments (sliced_moments.h) and the second moment about the bin's centre.
+  // Values per bin: the moments (sliced_moments.h) and M2 = sum (z - bin mean)^2.
   int BinFloats() const { return SlicedMomentCount(value_dim) + 1; }
   size_t HeadFloats() const { return size_t(bins + 2) * BinFloats() * (compensated ? 2 : 1) + 2; }
 };
@@ -48,21 +48,22 @@ void BinsInit(const SlicedBinsLayout& layout, T* head);
 template <typename T>
 void BinsInsert(const SlicedBinsLayout& layout, double z, const T* v, T* head);
 
-// Running moments over the bins in z order, computed once per token and kv head and shared by all
-// readouts of that head.
-struct SlicedBinsPrefix {
-  std::vector<double> cum;     // [(bins + 3) x (2dv + 2)], row i = moments of bins 0..i-1
-  std::vector<double> spread;  // [bins + 2] sum (z - centre)^2 of each bin
+// One kv head's histogram read out in double, with running sums over the bins in z order. Computed
+// once per token and kv head and shared by every readout of that head.
+struct SlicedBinsSnapshot {
+  std::vector<double> rows;  // [(bins + 2) x BinFloats()] each bin's sums
+  std::vector<double> cum;   // [(bins + 3) x (2dv + 2)] row i = moments of bins 0..i-1
   double lowest = 0, highest = 0;
+  double resolution = 0;  // relative resolution of the stored sums (a spread below it counts as 0)
 };
 
 template <typename T>
-void BinsPrefix(const SlicedBinsLayout& layout, const T* head, SlicedBinsPrefix* out);
+void BinsSnapshot(const SlicedBinsLayout& layout, const T* head, SlicedBinsSnapshot* out);
 
-void BinsTotals(const SlicedBinsLayout& layout, const SlicedBinsPrefix& prefix, SlicedTotals* out);
+void BinsTotals(const SlicedBinsLayout& layout, const SlicedBinsSnapshot& snap, SlicedTotals* out);
 
 // r1(x), rv(x) as described above (out->rv is resized to dv).
-void BinsReluMoments(const SlicedBinsLayout& layout, const SlicedBinsPrefix& prefix, double x,
+void BinsReluMoments(const SlicedBinsLayout& layout, const SlicedBinsSnapshot& snap, double x,
                      SlicedReluMoments* out);
 
 }  // namespace steady

@@ -284,14 +284,14 @@ void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k
     return;
   }
   const SlicedBinsLayout layout = BinsLayout(a, p);
-  SlicedBinsPrefix prefix;
+  SlicedBinsSnapshot snap;
   for (int g = 0; g < s.kv_heads; ++g) {
     T* head = st.fixed + g * layout.HeadFloats();
     BinsInsert(layout, zk[g], v + g * s.value_dim, head);
-    BinsPrefix(layout, head, &prefix);
-    BinsTotals(layout, prefix, &totals);
+    BinsSnapshot(layout, head, &snap);
+    BinsTotals(layout, snap, &totals);
     ReadKvHead(a, p, g, totals, zq.data(), [&](double x, SlicedReluMoments* m) {
-      BinsReluMoments(layout, prefix, x, m);
+      BinsReluMoments(layout, snap, x, m);
     }, y);
   }
 }
