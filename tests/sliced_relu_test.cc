@@ -328,7 +328,7 @@ std::string SafetensorsBytes(const std::vector<TensorToWrite>& tensors) {
 TEST(SlicedTensorsTest, NonPositiveOrNonFiniteBandwidthIsRefusedAtLoad) {
   const AttnShape shape{2, 1, 1, 2};
   const std::string prefix = "model.layers.0.self_attn.";
-  for (float bad : {0.0f, -0.5f}) {
+  for (float bad : {0.0f, -0.5f, NAN}) {
     LayerAttention a = Make("sliced_relu_bump", nlohmann::json::object(), shape);
     PARSE_OR_SKIP(st, SafetensorsBytes({{prefix + "sliced.bandwidth", DType::kF32, {2}, {0.7, bad}}}));
     absl::Status s = LoadAttentionTensors(*st, prefix, &a);
