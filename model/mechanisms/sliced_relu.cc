@@ -1,25 +1,360 @@
-// PLACEHOLDER: replaced by the real implementation.
 #include "model/mechanisms/sliced_relu.h"
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/params_util.h"
+#include "model/mechanisms/sliced_bins.h"
+#include "model/mechanisms/sliced_moments.h"
+#include "model/mechanisms/sliced_tree.h"
 
 namespace steady {
+namespace {
 
-absl::Status ParseParams(const nlohmann::json&, const AttnShape&, SlicedParams*) {
-  return absl::UnimplementedError("sliced_relu: not implemented yet");
+const char* ProjectionName(SlicedProjection x) {
+  switch (x) {
+    case SlicedProjection::kMlp: return "mlp";
+    case SlicedProjection::kLinear: return "linear";
+    case SlicedProjection::kNone: return "none";
+  }
+  return "?";
 }
-absl::Status LoadTensors(const SafeTensors&, const std::string&, const AttnShape&, SlicedParams*) {
-  return absl::UnimplementedError("sliced_relu: not implemented yet");
+
+const char* DecoderName(SlicedDecoder x) { return x == SlicedDecoder::kExact ? "exact" : "bucketed"; }
+
+// Calls fn(name, shape, values, init_stddev) for every projection tensor (names relative to
+// "<prefix>sliced."). `Params` is SlicedParams or const SlicedParams. Random init draws weights with
+// variance gain / fan_in so that unit-variance inputs give scores of about unit variance (GELU keeps
+// ~0.42 of the variance, hence gain 2 after it); biases ~N(0, 0.1^2).
+template <typename Params, typename Fn>
+void ForEachProjectionTensor(const AttnShape& s, Params& p, Fn fn) {
+  auto side = [&](const std::string& who, int groups, auto& w) {
+    const int64_t width = int64_t(groups) * s.head_dim;
+    const double fan = 1.0 / std::sqrt(double(width));
+    if (p.projection == SlicedProjection::kMlp) {
+      fn(who + "_fc1.weight", std::vector<int64_t>{width, width}, w.fc1_weight, fan);
+      fn(who + "_fc1.bias", std::vector<int64_t>{width}, w.fc1_bias, 0.1);
+      fn(who + "_fc2.weight", std::vector<int64_t>{groups, width}, w.out_weight, std::sqrt(2.0) * fan);
+      fn(who + "_fc2.bias", std::vector<int64_t>{groups}, w.out_bias, 0.1);
+    } else if (p.projection == SlicedProjection::kLinear) {
+      fn(who + "_proj.weight", std::vector<int64_t>{groups, width}, w.out_weight, fan);
+      fn(who + "_proj.bias", std::vector<int64_t>{groups}, w.out_bias, 0.1);
+    }
+  };
+  side("q", s.heads, p.q);
+  side("k", s.kv_heads, p.k);
 }
-void RandomInitTensors(uint64_t, const AttnShape&, SlicedParams*) {}
-void AppendTensors(const SlicedParams&, const std::string&, const AttnShape&, std::vector<TensorToWrite>*) {}
-nlohmann::json Describe(const SlicedParams&) { return nlohmann::json::object(); }
-size_t StateFloats(const LayerAttention&, const SlicedParams&) { return 0; }
-template <typename T> void InitState(const LayerAttention&, const SlicedParams&, StateView<T>) { STEADY_CHECK(false); }
-template <typename T> void Step(const LayerAttention&, const SlicedParams&, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Chunked(const LayerAttention&, const SlicedParams&, int, const T*, const T*, const T*, StateView<T>, T*) { STEADY_CHECK(false); }
-template <typename T> void Parallel(const LayerAttention&, const SlicedParams&, int, const T*, const T*, const T*, T*) { STEADY_CHECK(false); }
+
+constexpr char kBandwidth[] = "bandwidth";
+
+}  // namespace
+
+absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, SlicedParams* p) {
+  p->projection = p->bump ? SlicedProjection::kLinear : SlicedProjection::kMlp;
+  if (j.contains("projection")) {
+    const nlohmann::json& v = j.at("projection");
+    if (v == "mlp") {
+      p->projection = SlicedProjection::kMlp;
+    } else if (v == "linear") {
+      p->projection = SlicedProjection::kLinear;
+    } else if (v == "none") {
+      p->projection = SlicedProjection::kNone;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention.projection: expected \"mlp\", \"linear\" or \"none\", got ", v.dump()));
+    }
+  }
+  if (p->projection == SlicedProjection::kNone && s.head_dim != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention.projection: \"none\" takes q and k as the scores and needs head_dim 1, got head_dim ",
+        s.head_dim));
+  }
+  if (j.contains("decoder")) {
+    const nlohmann::json& v = j.at("decoder");
+    if (v == "exact") {
+      p->decoder = SlicedDecoder::kExact;
+    } else if (v == "bucketed") {
+      p->decoder = SlicedDecoder::kBucketed;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention.decoder: expected \"exact\" or \"bucketed\", got ", v.dump()));
+    }
+  }
+  if (absl::Status st = GetInt(j, "bins", 64, 1, 1 << 16, &p->bins); !st.ok()) return st;
+  if (absl::Status st = GetDouble(j, "z_min", -4.0, -1e6, 1e6, &p->z_min); !st.ok()) return st;
+  if (absl::Status st = GetDouble(j, "z_max", 4.0, -1e6, 1e6, &p->z_max); !st.ok()) return st;
+  if (!(p->z_min < p->z_max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention.z_max: ", p->z_max, " must exceed attention.z_min (", p->z_min, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadTensors(const SafeTensors& st, const std::string& prefix, const AttnShape& s,
+                         SlicedParams* p) {
+  absl::Status status;
+  ForEachProjectionTensor(s, *p, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                     std::vector<float>& values, double) {
+    if (!status.ok()) return;
+    auto read = st.ReadFloat(prefix + "sliced." + name, shape);
+    if (!read.ok()) {
+      status = read.status();
+    } else {
+      values = *std::move(read);
+    }
+  });
+  if (!status.ok() || !p->bump) return status;
+  const std::string name = prefix + "sliced." + kBandwidth;
+  auto read = st.ReadFloat(name, {s.heads});
+  if (!read.ok()) return read.status();
+  for (int h = 0; h < s.heads; ++h) {
+    const float b = (*read)[h];
+    if (!std::isfinite(b) || b <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          st.display_name(), ": tensor ", name, ": bandwidth of head ", h, " is ", b,
+          "; it must be finite and > 0 (the trainer exports softplus(theta) + 1e-4)"));
+    }
+  }
+  p->bandwidth = *std::move(read);
+  return absl::OkStatus();
+}
+
+void RandomInitTensors(uint64_t seed, const AttnShape& s, SlicedParams* p) {
+  std::mt19937_64 rng(seed ^ 0x51d3d5e1u);
+  ForEachProjectionTensor(s, *p, [&](const std::string&, const std::vector<int64_t>& shape,
+                                     std::vector<float>& values, double stddev) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::normal_distribution<double> dist(0.0, stddev);
+    values.resize(n);
+    for (float& x : values) x = float(dist(rng));
+  });
+  if (p->bump) {
+    // b = softplus(theta) + 1e-4 with theta ~ N(0, 0.3^2): about 0.7, the trainer's initial value.
+    std::normal_distribution<double> theta(0.0, 0.3);
+    p->bandwidth.resize(s.heads);
+    for (float& b : p->bandwidth) b = float(std::log1p(std::exp(theta(rng))) + 1e-4);
+  }
+}
+
+void AppendTensors(const SlicedParams& p, const std::string& prefix, const AttnShape& s,
+                   std::vector<TensorToWrite>* out) {
+  ForEachProjectionTensor(s, p, [&](const std::string& name, const std::vector<int64_t>& shape,
+                                    const std::vector<float>& values, double) {
+    out->push_back({prefix + "sliced." + name, DType::kF32, shape,
+                    std::vector<double>(values.begin(), values.end())});
+  });
+  if (p.bump) {
+    out->push_back({prefix + "sliced." + kBandwidth, DType::kF32, {s.heads},
+                    std::vector<double>(p.bandwidth.begin(), p.bandwidth.end())});
+  }
+}
+
+nlohmann::json Describe(const SlicedParams& p) {
+  return {{"projection", ProjectionName(p.projection)},
+          {"decoder", DecoderName(p.decoder)},
+          {"bins", p.bins},
+          {"z_min", p.z_min},
+          {"z_max", p.z_max}};
+}
+
+namespace {
+
+SlicedTreeLayout TreeLayout(const LayerAttention& a) {
+  return {a.shape.kv_heads, a.shape.value_dim, a.accumulation == Accumulation::kKahan};
+}
+
+SlicedBinsLayout BinsLayout(const LayerAttention& a, const SlicedParams& p) {
+  return {p.bins, p.z_min, p.z_max, a.shape.value_dim, a.accumulation == Accumulation::kKahan};
+}
+
+double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+// One score per group from a token's concatenated heads x [groups * head_dim].
+template <typename T>
+void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim,
+                   const T* x, double* z) {
+  const int width = groups * head_dim;
+  // Broken invariant, not bad input: the layer's tensors were neither loaded nor initialized.
+  STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
+  if (kind == SlicedProjection::kNone) {  // head_dim == 1 (ParseParams)
+    for (int g = 0; g < groups; ++g) z[g] = double(x[g]);
+    return;
+  }
+  std::vector<double> in(x, x + width);
+  if (kind == SlicedProjection::kMlp) {
+    std::vector<double> hidden(width);
+    for (int i = 0; i < width; ++i) {
+      const float* row = w.fc1_weight.data() + int64_t(i) * width;
+      double acc = w.fc1_bias[i];
+      for (int j = 0; j < width; ++j) acc += double(row[j]) * in[j];
+      hidden[i] = Gelu(acc);
+    }
+    in = std::move(hidden);
+  }
+  for (int g = 0; g < groups; ++g) {
+    const float* row = w.out_weight.data() + int64_t(g) * width;
+    double acc = w.out_bias[g];
+    for (int j = 0; j < width; ++j) acc += double(row[j]) * in[j];
+    z[g] = acc;
+  }
+}
+
+// Scores of one token: zq [heads], zk [kv_heads]. Keys are rounded to T, as the state holds them.
+template <typename T>
+void TokenScores(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k, double* zq,
+                 double* zk) {
+  const AttnShape& s = a.shape;
+  ProjectScores(p.q, p.projection, s.heads, s.head_dim, q, zq);
+  ProjectScores(p.k, p.projection, s.kv_heads, s.head_dim, k, zk);
+  for (int g = 0; g < s.kv_heads; ++g) zk[g] = double(T(zk[g]));
+}
+
+// Outputs of the query heads reading kv head g, y [heads, dv], from the decoder's answers:
+// `totals` over the keys so far and moments_at(x, &m) giving the ReLU moments at any point x.
+//   sliced_relu: y = (rv - vbar r1) / (2 r1 - (x t - sum z)), since sum |x - z_j| = 2 r1(x) - sum (x - z_j);
+//                0 when that denominator is not positive (all keys equal to x: 0/0, numerator exactly 0).
+//   bump:        y = (rv(x + b) - 2 rv(x) + rv(x - b)) / (b t).
+template <typename T, typename MomentsAt>
+void ReadKvHead(const LayerAttention& a, const SlicedParams& p, int g, const SlicedTotals& totals,
+                const double* zq, MomentsAt moments_at, T* y) {
+  const AttnShape& s = a.shape;
+  const int dv = s.value_dim;
+  STEADY_CHECK(!p.bump || int(p.bandwidth.size()) == s.heads);
+  SlicedReluMoments at, lo, hi;
+  for (int h = g * s.group(); h < (g + 1) * s.group(); ++h) {
+    const double x = zq[h];
+    T* yh = y + int64_t(h) * dv;
+    moments_at(x, &at);
+    if (p.bump) {
+      const double b = p.bandwidth[h];
+      moments_at(x - b, &lo);
+      moments_at(x + b, &hi);
+      for (int d = 0; d < dv; ++d) yh[d] = T((hi.rv[d] - 2 * at.rv[d] + lo.rv[d]) / (b * totals.count));
+      continue;
+    }
+    const double den = 2 * at.r1 - (x * totals.count - totals.sum_z);
+    for (int d = 0; d < dv; ++d) {
+      const double num = at.rv[d] - totals.sum_v[d] / totals.count * at.r1;
+      yh[d] = den > 0 ? T(num / den) : T(0);
+    }
+  }
+}
+
+}  // namespace
+
+size_t StateFloats(const LayerAttention& a, const SlicedParams& p) {
+  if (p.decoder == SlicedDecoder::kExact) return a.shape.kv_heads;  // tree roots; nodes grow
+  return a.shape.kv_heads * BinsLayout(a, p).HeadFloats();
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, const SlicedParams& p, StateView<T> st) {
+  if (p.decoder == SlicedDecoder::kExact) {
+    STEADY_CHECK(st.growing != nullptr);
+    std::fill(st.fixed, st.fixed + a.shape.kv_heads, T(0));
+    st.growing->clear();
+    return;
+  }
+  const SlicedBinsLayout layout = BinsLayout(a, p);
+  for (int g = 0; g < a.shape.kv_heads; ++g) BinsInit(layout, st.fixed + g * layout.HeadFloats());
+  if (st.growing) st.growing->clear();
+}
+
+template <typename T>
+void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k, const T* v,
+          StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  std::vector<double> zq(s.heads), zk(s.kv_heads);
+  TokenScores(a, p, q, k, zq.data(), zk.data());
+  SlicedTotals totals;
+  if (p.decoder == SlicedDecoder::kExact) {
+    const SlicedTreeLayout layout = TreeLayout(a);
+    TreeAppendToken(layout, zk.data(), v, st.fixed, st.growing);
+    for (int g = 0; g < s.kv_heads; ++g) {
+      TreeTotals(layout, g, st.fixed, *st.growing, &totals);
+      ReadKvHead(a, p, g, totals, zq.data(), [&](double x, SlicedReluMoments* m) {
+        TreeReluMoments(layout, g, x, st.fixed, *st.growing, m);
+      }, y);
+    }
+    return;
+  }
+  const SlicedBinsLayout layout = BinsLayout(a, p);
+  SlicedBinsSnapshot snap;
+  for (int g = 0; g < s.kv_heads; ++g) {
+    T* head = st.fixed + g * layout.HeadFloats();
+    BinsInsert(layout, zk[g], v + g * s.value_dim, head);
+    BinsSnapshot(layout, head, &snap);
+    BinsTotals(layout, snap, &totals);
+    ReadKvHead(a, p, g, totals, zq.data(), [&](double x, SlicedReluMoments* m) {
+      BinsReluMoments(layout, snap, x, m);
+    }, y);
+  }
+}
+
+// Token by token through Step, whatever a.chunk_size: both decoders cost O(log t) or O(bins) per
+// token already, and the bucketed decoder must compute exactly its recurrent function.
+template <typename T>
+void Chunked(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
+             StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  for (int t = 0; t < n; ++t) {
+    Step(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+         v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
+  }
+}
+
+// The exact causal definitions, O(n^2), in double:
+//   sliced_relu: y_t = sum_{j<=t} ReLU(x - z_j)(v_j - vbar_t) / sum_{j<=t} |x - z_j|  (0 when 0/0)
+//   bump:        y_t = (1/t) sum_{j<=t} max(0, 1 - |x - z_j| / b_h) v_j
+template <typename T>
+void Parallel(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
+              T* y) {
+  const AttnShape& s = a.shape;
+  const int dv = s.value_dim;
+  std::vector<double> zq(int64_t(n) * s.heads), zk(int64_t(n) * s.kv_heads);
+  for (int t = 0; t < n; ++t) {
+    TokenScores(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+                zq.data() + int64_t(t) * s.heads, zk.data() + int64_t(t) * s.kv_heads);
+  }
+  auto value = [&](int j, int g, int d) { return double(v[(int64_t(j) * s.kv_heads + g) * dv + d]); };
+  std::vector<double> vsum(int64_t(s.kv_heads) * dv, 0.0), num(dv);
+  for (int t = 0; t < n; ++t) {
+    for (int g = 0; g < s.kv_heads; ++g) {
+      for (int d = 0; d < dv; ++d) vsum[g * dv + d] += value(t, g, d);
+    }
+    for (int h = 0; h < s.heads; ++h) {
+      const int g = h / s.group();
+      const double x = zq[int64_t(t) * s.heads + h];
+      std::fill(num.begin(), num.end(), 0.0);
+      double den = 0;
+      for (int j = 0; j <= t; ++j) {
+        const double z = zk[int64_t(j) * s.kv_heads + g];
+        if (p.bump) {
+          const double w = std::max(0.0, 1.0 - std::abs(x - z) / p.bandwidth[h]);
+          for (int d = 0; d < dv; ++d) num[d] += w * value(j, g, d);
+        } else {
+          const double w = std::max(0.0, x - z);
+          for (int d = 0; d < dv; ++d) num[d] += w * (value(j, g, d) - vsum[g * dv + d] / (t + 1));
+          den += std::abs(x - z);
+        }
+      }
+      T* yt = y + (int64_t(t) * s.heads + h) * dv;
+      for (int d = 0; d < dv; ++d) {
+        if (p.bump) {
+          yt[d] = T(num[d] / (t + 1));
+        } else {
+          yt[d] = den > 0 ? T(num[d] / den) : T(0);
+        }
+      }
+    }
+  }
+}
+
 STEADY_INSTANTIATE_MECHANISM(SlicedParams)
 
 }  // namespace steady

@@ -1,4 +1,8 @@
-// sliced_relu and sliced_relu_bump: sorting-based ReLU kernel over one projected score per head.
+// sliced_relu and sliced_relu_bump: each token's heads are projected to one scalar score per head
+// (z^q for queries, z^k for keys), and the kernel is a ReLU (or hat) of score differences. Because the
+// kernel only sees scalars, a readout needs moments of the keys ordered by z: all of them (the "exact"
+// decoder, growing state) or a fixed histogram of them (the "bucketed" decoder, constant state).
+// Math, tensor names, state layout and measured error: docs/mechanisms/sliced_relu.md.
 #ifndef STEADY_MODEL_MECHANISMS_SLICED_RELU_H_
 #define STEADY_MODEL_MECHANISMS_SLICED_RELU_H_
 
@@ -14,9 +18,40 @@
 
 namespace steady {
 
+// Config "projection": how a token's concatenated heads become one score per head.
+enum class SlicedProjection {
+  kMlp,     // "mlp": Linear(HD->HD) + GELU (erf form) + Linear(HD->H), with biases
+  kLinear,  // "linear": Linear(HD->H) with bias
+  kNone,    // "none": head_dim must be 1; q and k are the scores (`steady attn` with zq, zk given)
+};
+
+// Config "decoder": how the recurrent state answers readouts.
+enum class SlicedDecoder {
+  kExact,     // "exact": every (z_j, v_j) in an order-statistics tree in StateView::growing
+  kBucketed,  // "bucketed": fixed histogram over z (bins + two tails) in StateView::fixed
+};
+
+// One side's projection (queries: groups = heads; keys: groups = kv_heads), width = groups * head_dim.
+struct SlicedProjectionWeights {
+  std::vector<float> fc1_weight;  // [width, width]  mlp only
+  std::vector<float> fc1_bias;    // [width]         mlp only
+  std::vector<float> out_weight;  // [groups, width] fc2 (mlp) or proj (linear)
+  std::vector<float> out_bias;    // [groups]
+};
+
 struct SlicedParams {
-  bool bump = false;  // sliced_relu_bump
-  // Projection weights, bins and decoder choice: see sliced_relu.cc.
+  bool bump = false;  // sliced_relu_bump (set by the dispatcher before ParseParams)
+  SlicedProjection projection = SlicedProjection::kMlp;  // default: mlp; linear for bump
+  SlicedDecoder decoder = SlicedDecoder::kBucketed;
+  // Bucketed decoder: `bins` uniform bins over [z_min, z_max) plus a tail bin on each side.
+  int bins = 64;
+  double z_min = -4.0;
+  double z_max = 4.0;
+
+  // Fixed tensors (self_attn.sliced.*), const after load.
+  SlicedProjectionWeights q;    // q_fc1/q_fc2 (mlp) or q_proj (linear)
+  SlicedProjectionWeights k;    // k_fc1/k_fc2 or k_proj
+  std::vector<float> bandwidth;  // [heads] bump only: b_h > 0 (trainer exports softplus(theta)+1e-4)
 };
 
 STEADY_DECLARE_MECHANISM(SlicedParams)
