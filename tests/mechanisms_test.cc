@@ -23,6 +23,9 @@ struct MechanismCase {
   // reference. fp32 has ~6e-8 resolution; feature maps with exp() and sums over ~100 tokens lose a
   // few more digits, so 1e-4 unless a case says otherwise.
   double float_tol = 1e-4;
+  // The recurrent state approximates the parallel reference (a bucketed decoder): fp64 recurrent and
+  // chunked are then held to float_tol against the reference, and to 1e-9 against each other.
+  bool approximate = false;
 };
 
 void PrintTo(const MechanismCase& c, std::ostream* os) { *os << c.name; }
@@ -39,8 +42,10 @@ std::vector<MechanismCase> Cases() {
       {"dark", "dark", {{"features", 64}}, true, 1.0},
       {"dark_lowrank", "dark", {{"features", 32}, {"rank", 4}}, true, 1.0},
       {"sliced_relu", "sliced_relu", {{"decoder", "exact"}}, false, 1.0},
-      {"sliced_relu_bucketed_exactish", "sliced_relu", {{"decoder", "bucketed"}}, true, 1.0, 1e-1},
-      {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object(), true, 1.0},
+      // Bucketed decoders, 64 bins: max error up to 2.1e-2 over 61 seeds (docs/mechanisms/sliced_relu.md).
+      {"sliced_relu_bucketed", "sliced_relu", {{"decoder", "bucketed"}}, true, 1.0, 5e-2, true},
+      {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object(), true, 1.0, 5e-2, true},
+      {"sliced_relu_bump_exact", "sliced_relu_bump", {{"decoder", "exact"}}, false, 1.0},
   };
 }
 
@@ -117,8 +122,13 @@ TEST_P(MechanismTest, RecurrentChunkedAndParallelAgree) {
   for (double x : ref) ASSERT_TRUE(std::isfinite(x));
   // fp64 recurrence vs fp64 parallel: the same arithmetic reordered, so ~1e-12 (1e-9 allows for
   // mechanisms whose features pass through exp()).
-  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "recurrent"), ref), 1e-9);
-  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "chunked"), ref), 1e-9);
+  const std::vector<double> recurrent = Run<double>(*a, in, n, "recurrent");
+  const double fp64_tol = GetParam().approximate ? GetParam().float_tol : 1e-9;
+  EXPECT_LT(testing::MaxRelError(recurrent, ref), fp64_tol);
+  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "chunked"), ref), fp64_tol);
+  // Approximate or not, the decode and prefill paths compute one function.
+  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "chunked"), recurrent), 1e-9);
+  EXPECT_LT(testing::MaxRelError(Run<double>(*a, in, n, "split"), recurrent), 1e-9);
   const double tol = GetParam().float_tol;
   EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "recurrent"), ref), tol);
   EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "chunked"), ref), tol);
