@@ -200,6 +200,20 @@ absl::Status Model::Save(const std::string& dir, DType dtype) const {
   return WriteTextFileAtomic((std::filesystem::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
+absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config) {
+  auto shape = Model::FromConfig(config);
+  if (!shape.ok()) return shape.status();
+  return shape->StateFloats();
+}
+
+int64_t KvCacheFloatsPerToken(const ModelConfig& c) {
+  int64_t floats = 0;
+  for (const AttentionConfig& a : c.layer_attention) {
+    if (a.mechanism == "softmax") floats += int64_t(c.num_kv_heads) * 2 * c.head_dim;
+  }
+  return floats;
+}
+
 size_t Model::StateFloats() const {
   size_t total = 0;
   for (const LayerWeights& l : layers_) total += steady::StateFloats(l.attention);

@@ -37,6 +37,11 @@ struct MechanismOverride {
 
 class StatePool;
 
+// Fixed state floats per session for a configuration, without weights (for sizing and reports).
+absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
+// Floats a session's growing state adds per token (softmax layers' KV cache; 0 for constant state).
+int64_t KvCacheFloatsPerToken(const ModelConfig& config);
+
 // Scratch buffers for Forward, reused across steps (resized, never shrunk).
 struct ForwardWorkspace {
   std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in;
@@ -80,6 +85,8 @@ class Model {
                std::vector<float>* logits) const;
 
  private:
+  friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
+  // Geometry and mechanisms without weights.
   static absl::StatusOr<Model> FromConfig(ModelConfig config);
 
   ModelConfig config_;

@@ -35,6 +35,29 @@ absl::StatusOr<DType> ParseDType(const std::string& s) {
   return absl::InvalidArgumentError(absl::StrCat("--dtype: expected f32, f16 or bf16, got \"", s, "\""));
 }
 
+// --config FILE or --preset NAME (default tiny), with the mechanism flags applied.
+absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags) {
+  nlohmann::json config_json;
+  if (flags.Has("config")) {
+    std::ifstream in(flags.Get("config"));
+    if (!in) return absl::NotFoundError(absl::StrCat(flags.Get("config"), ": cannot open"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    config_json = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (config_json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(flags.Get("config"), ": not valid JSON"));
+  } else {
+    auto preset = Preset(flags.Get("preset", "tiny"));
+    if (!preset.ok()) return preset.status();
+    config_json = *preset;
+  }
+  auto config = ParseModelConfig(config_json.dump(), flags.Get("config", "preset " + flags.Get("preset", "tiny")));
+  if (!config.ok()) return config.status();
+  auto override = MechanismOverrideFromFlags(flags);
+  if (!override.ok()) return override.status();
+  if (*override) OverrideMechanism((*override)->mechanism, (*override)->params, &*config);
+  return config;
+}
+
 }  // namespace
 
 absl::Status RunInit(int argc, char** argv) {
@@ -48,24 +71,8 @@ absl::Status RunInit(int argc, char** argv) {
   for (const absl::Status& s : {out.status(), seed.status(), dtype.status()}) {
     if (!s.ok()) return s;
   }
-  nlohmann::json config_json;
-  if (flags->Has("config")) {
-    std::ifstream in(flags->Get("config"));
-    if (!in) return absl::NotFoundError(absl::StrCat(flags->Get("config"), ": cannot open"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    config_json = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (config_json.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(flags->Get("config"), ": not valid JSON"));
-  } else {
-    auto preset = Preset(flags->Get("preset", "tiny"));
-    if (!preset.ok()) return preset.status();
-    config_json = *preset;
-  }
-  auto config = ParseModelConfig(config_json.dump(), flags->Get("config", "preset"));
+  auto config = ConfigFromFlags(*flags);
   if (!config.ok()) return config.status();
-  auto override = MechanismOverrideFromFlags(*flags);
-  if (!override.ok()) return override.status();
-  if (*override) OverrideMechanism((*override)->mechanism, (*override)->params, &*config);
   auto model = Model::Random(*config, uint64_t(*seed));
   if (!model.ok()) return model.status();
   if (absl::Status s = model->Save(*out, *dtype); !s.ok()) return s;
@@ -83,16 +90,29 @@ absl::Status RunInit(int argc, char** argv) {
 }
 
 absl::Status RunInfo(int argc, char** argv) {
-  std::set<std::string> known = {"model"};
+  std::set<std::string> known = {"model", "config", "preset"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, known, {});
   if (!flags.ok()) return flags.status();
-  auto model = LoadModelFromFlags(*flags);
-  if (!model.ok()) return model.status();
-  nlohmann::json info = {{"config", model->config().ToJson()},
-                         {"parameters", model->ParameterCount()},
-                         {"attention", model->DescribeAttention()},
-                         {"state_bytes_per_session", model->StateFloats() * sizeof(float)}};
+  nlohmann::json info;
+  if (flags->Has("model")) {
+    auto model = LoadModelFromFlags(*flags);
+    if (!model.ok()) return model.status();
+    info = {{"config", model->config().ToJson()},
+            {"parameters", model->ParameterCount()},
+            {"attention", model->DescribeAttention()},
+            {"state_bytes_per_session", model->StateFloats() * sizeof(float)},
+            {"kv_cache_bytes_per_token", KvCacheFloatsPerToken(model->config()) * sizeof(float)}};
+  } else {
+    // Shape only (--preset / --config): sizes without loading or creating weights.
+    auto config = ConfigFromFlags(*flags);
+    if (!config.ok()) return config.status();
+    auto floats = SessionStateFloats(*config);
+    if (!floats.ok()) return floats.status();
+    info = {{"config", config->ToJson()},
+            {"state_bytes_per_session", *floats * sizeof(float)},
+            {"kv_cache_bytes_per_token", KvCacheFloatsPerToken(*config) * sizeof(float)}};
+  }
   std::printf("%s\n", info.dump(2).c_str());
   return absl::OkStatus();
 }

@@ -25,8 +25,9 @@ commands:
   init --out DIR [--config FILE | --preset tiny|small] [--mechanism NAME ...] [--seed S]
        [--tokenizer FILE] [--dtype f32|f16|bf16]
       Writes a randomly initialised checkpoint (config.json, model.safetensors, tokenizer.model).
-  info --model DIR [mechanism flags]
-      Prints the model's shape, mechanism, parameters and state bytes per session as JSON.
+  info --model DIR | --preset tiny|llama1b | --config FILE  [mechanism flags]
+      Prints the shape, mechanism, parameters and state bytes per session (and KV-cache bytes per
+      token for softmax layers) as JSON; with --preset/--config, sizes only, no weights.
 )";
 
 struct Command {
