@@ -1,0 +1,111 @@
+// The engine: one thread owns the model, the state pool and every session. RPC handlers only call
+// the thread-safe methods below, which enqueue work and return at once; results come back through
+// callbacks that run ON THE ENGINE THREAD and must not block (post to a reactor, signal, return).
+//
+// Each engine step (a pure decision by the scheduler, server/scheduler.h) advances every decoding
+// session by one token in one batched Model::Forward and spends a token budget on chunked prefill of
+// new prompts, so a long prompt never stalls the others for more than one chunk.
+#ifndef STEADY_SERVER_ENGINE_H_
+#define STEADY_SERVER_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "model/sampling.h"
+#include "model/tokenizer.h"
+
+namespace steady {
+
+struct EngineOptions {
+  int64_t state_memory_bytes = int64_t(1) << 30;  // --state-memory: sizes the resident slot pool
+  std::string session_dir;                        // --session-dir: offloaded / persisted sessions
+  int max_queue = 1024;                           // pending Generate jobs; beyond: RESOURCE_EXHAUSTED
+  int max_batch = 64;                             // decode rows per step
+  int prefill_budget = 512;                       // prompt tokens per step (chunked prefill)
+  int64_t max_prompt_tokens = 1 << 20;
+  int64_t max_new_tokens = 1 << 16;
+  int64_t max_sessions = 1 << 20;                 // resident + offloaded
+};
+
+struct SessionInfo {
+  std::string session_id;
+  int64_t position = 0;        // tokens absorbed into the state
+  int64_t state_bytes = 0;     // bytes the session's state holds now
+  bool resident = true;        // in the slot pool (false: offloaded to session_dir)
+  bool busy = false;           // a Generate is running on it
+  int64_t created_unix_ms = 0;
+  int64_t last_used_unix_ms = 0;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t session_position = 0;
+};
+
+// One Generate call. Callbacks run on the engine thread.
+struct GenerateJob {
+  std::string session_id;  // empty: an ephemeral session, freed at the end
+  std::string prompt;      // appended to the session
+  int64_t max_tokens = 0;  // 0: prefill only
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  // New text (never part of a stop string) and the ids sampled since the last call.
+  std::function<void(const std::string& text, const std::vector<int32_t>& token_ids)> on_output;
+  // Exactly once, last: OK with finish_reason "stop" | "length" | "cancelled", or an error status.
+  std::function<void(const absl::Status& status, const std::string& finish_reason, const Usage& usage)> on_done;
+  // Set by the RPC layer on client cancel / deadline; the engine stops this job within one step and
+  // keeps the session consistent (tokens generated before the cancel are in the state).
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+};
+
+class Engine {
+ public:
+  // Restores sessions persisted in options.session_dir, then starts the engine thread.
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(const Model& model, const Tokenizer& tokenizer,
+                                                       EngineOptions options);
+  // Drains: finishes running jobs' current step, fails queued ones with UNAVAILABLE, writes every
+  // session to session_dir (when set), joins the thread.
+  ~Engine();
+
+  // Thread-safe. `done` runs on the engine thread.
+  void CreateSession(std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  void GetSession(std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  void ListSessions(std::function<void(std::vector<SessionInfo>)> done);
+  void DeleteSession(std::string session_id, std::function<void(absl::Status)> done);
+  // A new session with a copy of the state: O(state bytes).
+  void ForkSession(std::string source_id, std::string new_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  // The session's state as a versioned, checksummed snapshot blob (server/snapshot.h).
+  void ExportSession(std::string session_id, std::function<void(absl::StatusOr<std::string>)> done);
+  void ImportSession(std::string blob, std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  // RESOURCE_EXHAUSTED at once (through on_done) when the queue is full; FAILED_PRECONDITION when
+  // the session already runs a Generate; NOT_FOUND for an unknown session; INVALID_ARGUMENT naming
+  // the field for bad parameters.
+  void Submit(GenerateJob job);
+
+  // Snapshot of counters for /metrics (thread-safe).
+  struct Stats {
+    int64_t queue_depth = 0, sessions_resident = 0, sessions_offloaded = 0, state_bytes = 0;
+    int64_t steps = 0, tokens_in = 0, tokens_out = 0;
+    double last_step_seconds = 0;
+  };
+  Stats stats() const;
+  const Model& model() const;
+  const EngineOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace steady
+
+#endif  // STEADY_SERVER_ENGINE_H_
