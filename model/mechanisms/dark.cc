@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"
 
 namespace steady {
@@ -44,79 +45,22 @@ bool Orthonormalize(int r, std::vector<double>* block) {
   return true;
 }
 
-// One kv head's state: S [m, dv], z [m] stored relative to exp(c) (canonical S = exp(c) * S), the
-// compensations of kKahan (null for kPlain), and c, the running max of key logits (-inf: empty).
-// Layout per kv head: [S, z], then [S_comp, z_comp] for kKahan, then c.
+// One kv head's state: the feature sums S [m, dv], z [m] stored relative to exp(c) (canonical
+// S = exp(c) * S) with their Kahan compensations, then c, the running max of key logits (-inf: empty).
 template <typename T>
 struct HeadState {
-  T* S;
-  T* z;
-  T* S_comp;
-  T* z_comp;
+  FeatureState<T> sums;
   T* c;
 };
 
 size_t HeadFloats(const LayerAttention& a, const DarkParams& p) {
-  const size_t sums = size_t(p.features) * (a.shape.value_dim + 1);
-  return (a.accumulation == Accumulation::kKahan ? 2 * sums : sums) + 1;
+  return FeatureStateFloats(p.features, a.shape.value_dim, a.accumulation) + 1;
 }
 
 template <typename T>
 HeadState<T> HeadAt(const LayerAttention& a, const DarkParams& p, T* fixed, int g) {
-  const size_t m = p.features, dv = a.shape.value_dim, floats = HeadFloats(a, p);
-  T* base = fixed + g * floats;
-  HeadState<T> h{base, base + m * dv, nullptr, nullptr, base + floats - 1};
-  if (a.accumulation == Accumulation::kKahan) {
-    h.S_comp = base + m * (dv + 1);
-    h.z_comp = h.S_comp + m * dv;
-  }
-  return h;
-}
-
-// Multiplies the stored sums (and compensations) by `factor`: moving the reference from c to c'.
-template <typename T>
-void RescaleState(int m, int dv, T factor, HeadState<T> h) {
-  const size_t sums = size_t(m) * (dv + 1);  // S and z are contiguous, and so are their compensations
-  for (size_t i = 0; i < sums; ++i) h.S[i] *= factor;
-  if (h.S_comp) {
-    for (size_t i = 0; i < sums; ++i) h.S_comp[i] *= factor;
-  }
-}
-
-// S += w phi_k v^T, z += w phi_k for one key (w phi_k relative to the state's c).
-template <typename T>
-void AddKey(int m, int dv, const T* phi_k, T w, const T* v, HeadState<T> h) {
-  for (int f = 0; f < m; ++f) {
-    const T x = w * phi_k[f];
-    T* row = h.S + size_t(f) * dv;
-    if (h.S_comp) {
-      T* comp = h.S_comp + size_t(f) * dv;
-      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
-      KahanAdd(h.z[f], h.z_comp[f], x);
-    } else {
-      for (int d = 0; d < dv; ++d) row[d] += x * v[d];
-      h.z[f] += x;
-    }
-  }
-}
-
-// num [dv] += factor * phi_q^T S; returns factor * phi_q . z (compensations included).
-template <typename T>
-T ReadState(int m, int dv, const T* phi_q, T factor, HeadState<T> h, T* num) {
-  T den = 0;
-  for (int f = 0; f < m; ++f) {
-    const T w = phi_q[f] * factor;
-    const T* row = h.S + size_t(f) * dv;
-    if (h.S_comp) {
-      const T* comp = h.S_comp + size_t(f) * dv;
-      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
-      den += w * (h.z[f] + h.z_comp[f]);
-    } else {
-      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
-      den += w * h.z[f];
-    }
-  }
-  return den;
+  T* base = fixed + g * HeadFloats(a, p);
+  return {FeatureStateAt(base, p.features, a.shape.value_dim, a.accumulation), base + HeadFloats(a, p) - 1};
 }
 
 // Query features shifted by their own max over features: phi_f = exp(l_f - max_l) / sqrt(m).
@@ -311,13 +255,13 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     const T c_old = *h.c;
     KeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
-    if (*h.c > c_old) RescaleState(m, dv, ShiftFactor(c_old, *h.c), h);
-    AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h);
+    if (*h.c > c_old) ScaleState(m, dv, ShiftFactor(c_old, *h.c), h.sums);
+    AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h.sums);
     for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
       const T cq = QueryFeatures(p, s, g, q + hq * s.head_dim, phi_q.data());
       T* yh = y + hq * dv;
       std::fill(yh, yh + dv, T(0));
-      const T den = ReadState(m, dv, phi_q.data(), T(1), h, yh);
+      const T den = ReadState(m, dv, phi_q.data(), T(1), h.sums, yh);
       GuardedRatio(dv, den, double(cq) + double(*h.c), p.delta, yh);
     }
   }
@@ -346,7 +290,7 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
           const T cq = QueryFeatures(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, phi_q.data());
           T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
           std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, phi_q.data(), ShiftFactor(c_carried, c_run[t]), h, yh);
+          T den = ReadState(m, dv, phi_q.data(), ShiftFactor(c_carried, c_run[t]), h.sums, yh);
           for (int j = 0; j <= t; ++j) {
             const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi_q.data(), phi_k.data() + size_t(j) * m);
             const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
@@ -359,10 +303,10 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
       // State update: rescale the carried sums once to the chunk's final max, then add the chunk's
       // keys in token order, each brought from its own reference c_j to c_end.
       const T c_end = c_run[len - 1];
-      if (c_end > c_carried) RescaleState(m, dv, ShiftFactor(c_carried, c_end), h);
+      if (c_end > c_carried) ScaleState(m, dv, ShiftFactor(c_carried, c_end), h.sums);
       for (int j = 0; j < len; ++j) {
         AddKey(m, dv, phi_k.data() + size_t(j) * m, std::exp(c_run[j] - c_end),
-               v + (size_t(c0 + j) * s.kv_heads + g) * dv, h);
+               v + (size_t(c0 + j) * s.kv_heads + g) * dv, h.sums);
       }
       *h.c = c_end;
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"
 
 namespace steady {
@@ -91,70 +92,13 @@ void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T*
   }
 }
 
-// One kv head's recurrent state: S [m, dv] and z [m], plus same-shaped compensations for kKahan
-// (null for kPlain). Layout per kv head: [S, z] then [S_comp, z_comp].
-template <typename T>
-struct HeadState {
-  T* S;
-  T* z;
-  T* S_comp;
-  T* z_comp;
-};
-
 size_t HeadFloats(const LayerAttention& a, const SlayParams& p) {
-  const size_t sums = size_t(p.num_features()) * (a.shape.value_dim + 1);
-  return a.accumulation == Accumulation::kKahan ? 2 * sums : sums;
+  return FeatureStateFloats(p.num_features(), a.shape.value_dim, a.accumulation);
 }
 
 template <typename T>
-HeadState<T> HeadAt(const LayerAttention& a, const SlayParams& p, T* fixed, int g) {
-  const size_t m = p.num_features(), dv = a.shape.value_dim;
-  T* base = fixed + g * HeadFloats(a, p);
-  HeadState<T> h{base, base + m * dv, nullptr, nullptr};
-  if (a.accumulation == Accumulation::kKahan) {
-    h.S_comp = base + m * (dv + 1);
-    h.z_comp = h.S_comp + m * dv;
-  }
-  return h;
-}
-
-template <typename T>
-void Accumulate(T& sum, T* comp, T x) {
-  if (comp) {
-    KahanAdd(sum, *comp, x);
-  } else {
-    sum += x;
-  }
-}
-
-// S += psi_k v^T, z += psi_k for one key.
-template <typename T>
-void AddKey(int m, int dv, const T* psi_k, const T* v, HeadState<T> h) {
-  for (int f = 0; f < m; ++f) {
-    for (int d = 0; d < dv; ++d) {
-      Accumulate(h.S[f * dv + d], h.S_comp ? &h.S_comp[f * dv + d] : nullptr, psi_k[f] * v[d]);
-    }
-    Accumulate(h.z[f], h.z_comp ? &h.z_comp[f] : nullptr, psi_k[f]);
-  }
-}
-
-// num [dv] += psi_q^T S, returns psi_q . z (compensations included).
-template <typename T>
-T ReadState(int m, int dv, const T* psi_q, HeadState<T> h, T* num) {
-  T den = 0;
-  for (int f = 0; f < m; ++f) {
-    const T w = psi_q[f];
-    const T* row = h.S + size_t(f) * dv;
-    if (h.S_comp) {
-      const T* comp = h.S_comp + size_t(f) * dv;
-      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
-      den += w * (h.z[f] + h.z_comp[f]);
-    } else {
-      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
-      den += w * h.z[f];
-    }
-  }
-  return den;
+FeatureState<T> HeadAt(const LayerAttention& a, const SlayParams& p, T* fixed, int g) {
+  return FeatureStateAt(fixed + g * HeadFloats(a, p), p.num_features(), a.shape.value_dim, a.accumulation);
 }
 
 template <typename T>
@@ -267,14 +211,14 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
   const int m = p.num_features(), dv = s.value_dim;
   std::vector<T> poly(p.anchors), psi_k(m), psi_q(m);
   for (int g = 0; g < s.kv_heads; ++g) {
-    const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+    const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
     FeaturesInto(p, s, g, k + g * s.head_dim, poly.data(), psi_k.data());
-    AddKey(m, dv, psi_k.data(), v + g * dv, h);
+    AddKey(m, dv, psi_k.data(), T(1), v + g * dv, h);
     for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
       FeaturesInto(p, s, g, q + hq * s.head_dim, poly.data(), psi_q.data());
       T* yh = y + hq * dv;
       std::fill(yh, yh + dv, T(0));
-      const T den = ReadState(m, dv, psi_q.data(), h, yh) + T(p.delta);
+      const T den = ReadState(m, dv, psi_q.data(), T(1), h, yh) + T(p.delta);
       for (int d = 0; d < dv; ++d) yh[d] /= den;
     }
   }
@@ -289,7 +233,7 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
     for (int g = 0; g < s.kv_heads; ++g) {
-      const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+      const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
       for (int j = 0; j < len; ++j) {
         FeaturesInto(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, poly.data(),
                      psi_k.data() + size_t(j) * m);
@@ -300,7 +244,7 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
           FeaturesInto(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, poly.data(), psi_q.data());
           T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
           std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, psi_q.data(), h, yh);
+          T den = ReadState(m, dv, psi_q.data(), T(1), h, yh);
           for (int j = 0; j <= t; ++j) {
             const T w = Dot(m, psi_q.data(), psi_k.data() + size_t(j) * m);
             const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
@@ -313,7 +257,7 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
       }
       // State update, key by key in token order: the state after a chunk is the one Step leaves.
       for (int j = 0; j < len; ++j) {
-        AddKey(m, dv, psi_k.data() + size_t(j) * m, v + (size_t(c0 + j) * s.kv_heads + g) * dv, h);
+        AddKey(m, dv, psi_k.data() + size_t(j) * m, T(1), v + (size_t(c0 + j) * s.kv_heads + g) * dv, h);
       }
     }
   }

@@ -1,0 +1,85 @@
+// The recurrent state of a linear-attention mechanism over m features, for one kv head:
+// S [m, dv] and z [m] (sum of phi(k) v^T and of phi(k)), plus same-shaped compensations for
+// Accumulation::kKahan. Layout: [S, z] then [S_comp, z_comp]. Shared by slay and dark.
+#ifndef STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
+#define STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
+
+#include <cstddef>
+
+#include "model/mechanisms/common.h"
+
+namespace steady {
+
+template <typename T>
+struct FeatureState {
+  T* S;
+  T* z;
+  T* S_comp;  // null for kPlain
+  T* z_comp;
+};
+
+inline size_t FeatureStateFloats(size_t m, size_t dv, Accumulation acc) {
+  const size_t sums = m * (dv + 1);
+  return acc == Accumulation::kKahan ? 2 * sums : sums;
+}
+
+template <typename T>
+FeatureState<T> FeatureStateAt(T* base, size_t m, size_t dv, Accumulation acc) {
+  FeatureState<T> h{base, base + m * dv, nullptr, nullptr};
+  if (acc == Accumulation::kKahan) {
+    h.S_comp = base + m * (dv + 1);
+    h.z_comp = h.S_comp + m * dv;
+  }
+  return h;
+}
+
+// S += w phi_k v^T, z += w phi_k for one key.
+template <typename T>
+void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
+  for (int f = 0; f < m; ++f) {
+    const T x = w * phi_k[f];
+    T* row = h.S + size_t(f) * dv;
+    if (h.S_comp) {
+      T* comp = h.S_comp + size_t(f) * dv;
+      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
+      KahanAdd(h.z[f], h.z_comp[f], x);
+    } else {
+      for (int d = 0; d < dv; ++d) row[d] += x * v[d];
+      h.z[f] += x;
+    }
+  }
+}
+
+// num [dv] += factor * phi_q^T S; returns factor * phi_q . z (compensations included).
+template <typename T>
+T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) {
+  T den = 0;
+  for (int f = 0; f < m; ++f) {
+    const T w = phi_q[f] * factor;
+    const T* row = h.S + size_t(f) * dv;
+    if (h.S_comp) {
+      const T* comp = h.S_comp + size_t(f) * dv;
+      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
+      den += w * (h.z[f] + h.z_comp[f]);
+    } else {
+      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
+      den += w * h.z[f];
+    }
+  }
+  return den;
+}
+
+// Multiplies the sums and their compensations by `factor` (S and z are contiguous, and so are the
+// compensations).
+template <typename T>
+void ScaleState(int m, int dv, T factor, FeatureState<T> h) {
+  const size_t sums = size_t(m) * (dv + 1);
+  for (size_t i = 0; i < sums; ++i) h.S[i] *= factor;
+  if (h.S_comp) {
+    for (size_t i = 0; i < sums; ++i) h.S_comp[i] *= factor;
+  }
+}
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
