@@ -14,18 +14,6 @@ namespace steady {
 
 namespace {
 
-absl::Status ReadTensor(const SafeTensors& st, const std::string& name, const std::vector<int64_t>& shape,
-                        std::vector<float>* out) {
-  absl::StatusOr<std::vector<float>> t = st.ReadFloat(name, shape);
-  if (!t.ok()) {
-    const std::string msg(t.status().message());  // Debian's absl has its own string_view
-    if (msg.find(name) != std::string::npos) return t.status();
-    return absl::Status(t.status().code(), absl::StrCat(name, ": ", msg));
-  }
-  *out = *std::move(t);
-  return absl::OkStatus();
-}
-
 // Rows of `block` [r, r] made orthonormal in place (modified Gram-Schmidt). False if a row vanished.
 bool Orthonormalize(int r, std::vector<double>* block) {
   for (int i = 0; i < r; ++i) {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/mechanisms/common.h"
+#include "model/safetensors.h"
 
 namespace steady {
 
@@ -52,6 +53,19 @@ inline absl::Status GetDouble(const nlohmann::json& j, const char* key, double d
 // The attention logit scale: config "scale", default 1/sqrt(head_dim).
 inline absl::Status ParseScale(const nlohmann::json& j, const AttnShape& s, double* scale) {
   return GetDouble(j, "scale", 1.0 / std::sqrt(double(s.head_dim)), 1e-6, 1e6, scale);
+}
+
+// Reads a mechanism's fixed tensor with the expected shape; the error names the tensor.
+inline absl::Status ReadTensor(const SafeTensors& st, const std::string& name, const std::vector<int64_t>& shape,
+                        std::vector<float>* out) {
+  absl::StatusOr<std::vector<float>> t = st.ReadFloat(name, shape);
+  if (!t.ok()) {
+    const std::string msg(t.status().message());  // Debian's absl has its own string_view
+    if (msg.find(name) != std::string::npos) return t.status();
+    return absl::Status(t.status().code(), absl::StrCat(name, ": ", msg));
+  }
+  *out = *std::move(t);
+  return absl::OkStatus();
 }
 
 }  // namespace steady

@@ -43,18 +43,6 @@ absl::Status NormalizeAnchors(int rows, int dim, const std::string& name, std::v
   return absl::OkStatus();
 }
 
-absl::Status ReadTensor(const SafeTensors& st, const std::string& name, const std::vector<int64_t>& shape,
-                        std::vector<float>* out) {
-  absl::StatusOr<std::vector<float>> t = st.ReadFloat(name, shape);
-  if (!t.ok()) {
-    const std::string msg(t.status().message());  // Debian's absl has its own string_view
-    if (msg.find(name) != std::string::npos) return t.status();
-    return absl::Status(t.status().code(), absl::StrCat(name, ": ", msg));
-  }
-  *out = *std::move(t);
-  return absl::OkStatus();
-}
-
 // psi(u) into `psi` [R, P, M]; `poly` is scratch of P values.
 template <typename T>
 void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* poly, T* psi) {
