@@ -107,6 +107,43 @@ for i in range(5):
         assert abs(ref - y[2*i+d]) < 1e-5, (i, d, ref, y[2*i+d])
 " && pass "attn: softmax F32 matches a direct computation" || fail "attn softmax"
 
+# attn on the mechanisms that take extra inputs: sliced_relu on projected scores zq, zk [H, T];
+# slay with its anchors and omegas given as tensors. Forms must agree.
+python3 - "$tmp" "$src/tests/cli" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+random.seed(7)
+H, T, dk, dv = 2, 30, 4, 3
+r = lambda n, s=1.0: [random.gauss(0, s) for _ in range(n)]
+safetensors_io.write(sys.argv[1] + "/sliced_in.safetensors",
+                     {"zq": ([H, T], r(H*T)), "zk": ([H, T], r(H*T)), "v": ([H, T, dv], r(H*T*dv))}, "F64")
+R, P, M = 2, 8, 16
+safetensors_io.write(sys.argv[1] + "/slay_in.safetensors",
+                     {"q": ([H, T, dk], r(H*T*dk)), "k": ([H, T, dk], r(H*T*dk)), "v": ([H, T, dv], r(H*T*dv)),
+                      "slay.anchors": ([P, dk], r(P*dk)), "slay.omega": ([R, H, dk, M], r(R*H*dk*M))}, "F64")
+PY
+ok=1
+for form in recurrent parallel chunked; do
+  "$steady" attn --mechanism sliced_relu --param decoder=exact --form $form --in "$tmp/sliced_in.safetensors" \
+    --out "$tmp/ys_$form.safetensors" || ok=0
+  "$steady" attn --mechanism slay --form $form --in "$tmp/slay_in.safetensors" --out "$tmp/yl_$form.safetensors" || ok=0
+done
+python3 - "$tmp" "$src/tests/cli" <<'PY' && [ $ok = 1 ] && pass "attn: sliced_relu (zq, zk) and slay (with its tensors), forms agree" || fail "attn sliced/slay"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+for prefix in ("ys", "yl"):
+    ys = {f: safetensors_io.read("%s/%s_%s.safetensors" % (sys.argv[1], prefix, f))["y"] for f in ("recurrent", "parallel", "chunked")}
+    assert ys["parallel"][0] == [2, 30, 3], ys["parallel"][0]
+    ref = ys["parallel"][1]
+    scale = max(abs(x) for x in ref)
+    for f in ("recurrent", "chunked"):
+        err = max(abs(a - b) for a, b in zip(ys[f][1], ref)) / scale
+        assert err < 1e-9, (prefix, f, err)
+PY
+expect_error "attn: slay without its tensors" "slay.anchors" "$steady" attn --mechanism slay --in "$tmp/attn_in.safetensors" --out "$tmp/never.safetensors"
+
 # Bad input: clear errors, non-zero exit, nothing written.
 expect_error "missing --model" "--model" "$steady" generate --prompt hi
 expect_error "unknown flag" "--bogus" "$steady" generate --model "$tmp/m" --prompt hi --bogus 1
