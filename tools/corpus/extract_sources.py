@@ -66,11 +66,17 @@ def austen(work):
 
 
 _KJV_VERSE = re.compile(r"^(\d?[A-Za-z]+)(\d+):(\d+) (.*)$")
+# The 66 books in the order `bible` prints them, as OSIS ids (the World English Bible's names), so both
+# translations of a book have the same document id.
+OSIS_66 = ("Gen Exod Lev Num Deut Josh Judg Ruth 1Sam 2Sam 1Kgs 2Kgs 1Chr 2Chr Ezra Neh Esth Job Ps Prov Eccl "
+           "Song Isa Jer Lam Ezek Dan Hos Joel Amos Obad Jonah Mic Nah Hab Zeph Hag Zech Mal Matt Mark Luke John "
+           "Acts Rom 1Cor 2Cor Gal Eph Phil Col 1Thess 2Thess 1Tim 2Tim Titus Phlm Heb Jas 1Pet 2Pet 1John 2John "
+           "3John Jude Rev").split()
 
 
 def kjv(work):
-    """The `bible` program of bible-kjv over bible-kjv-text's data: one document per book, one line
-    per chapter."""
+    """The `bible` program of bible-kjv over bible-kjv-text's data: one document per book (named by
+    its OSIS id), one line per chapter."""
     root = os.path.join(work, "pkgroot")
     out = subprocess.run([os.path.join(root, "usr", "bin", "bible"), "-f", "-p", os.path.join(root, "usr", "lib"),
                           "Gen1:1-Rev22:21"], check=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -88,9 +94,9 @@ def kjv(work):
         books[book].setdefault(chapter, []).append(text)
     if len(order) != 66:
         raise ValueError("kjv: expected 66 books, got %d" % len(order))
-    for i, book in enumerate(order):
+    for osis, book in zip(OSIS_66, order):
         chapters = books[book]
-        yield "%02d-%s" % (i + 1, book), "\n".join(" ".join(chapters[c]) for c in sorted(chapters))
+        yield osis, "\n".join(" ".join(chapters[c]) for c in sorted(chapters))
 
 
 _WEB_DIR = ("usr", "share", "sword", "modules", "texts", "ztext", "engWEB2015eb")
@@ -147,8 +153,8 @@ def web(work):
                 books[book] = []
                 order.append(book)
             books[book].append(verse)
-    for i, book in enumerate(order):
-        yield "%02d-%s" % (i + 1, book), _osis_to_text(" ".join(books[book]))
+    for book in order:
+        yield book, _osis_to_text(" ".join(books[book]))
 
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"

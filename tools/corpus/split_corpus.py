@@ -11,8 +11,10 @@ So a document is its paragraphs joined by "\\n", with no blank line inside; docu
 one blank line ("\\n\\n") in train.txt and valid.txt, which is how the trainer finds their boundaries.
 
 The split is by document and deterministic: a document goes to validation when
-int(sha256("source/id")[:8], 16) % 10000 < valid_per_10000 (default 500, i.e. about 5%). It does not
-depend on the order of documents, on the other documents, or on the machine.
+int(sha256(key)[:8], 16) % 10000 < valid_per_10000 (default 500, i.e. about 5%), key = "source/id",
+except that both Bible translations use "bible/<OSIS book id>", so a book held out in one translation
+is held out in the other too (the same text, translated, would otherwise leak into training). It does
+not depend on the order of documents, on the other documents, or on the machine.
 
 Standard library only.
 """
@@ -51,8 +53,12 @@ def normalize(source, text):
     return "\n".join(line for line in lines if line)
 
 
+SAME_WORK = {"kjv": "bible", "web": "bible"}  # sources that are translations of one work
+
+
 def is_valid(source, doc_id, per_10000):
-    digest = hashlib.sha256(("%s/%s" % (source, doc_id)).encode("utf-8")).hexdigest()
+    key = "%s/%s" % (SAME_WORK.get(source, source), doc_id)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
     return int(digest[:8], 16) % 10000 < per_10000
 
 

@@ -18,19 +18,20 @@ threads=${SPM_THREADS:-2}
 out="$work/tokenizer"
 mkdir -p "$out"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$out/sentences.txt"' EXIT
 
-python3 "$here/sentences.py" --max-bytes 4000 < "$work/train.txt" > "$tmp/sentences.txt"
-echo "tokenizer: $(wc -l < "$tmp/sentences.txt") sentences, vocab $vocab"
+# Fixed paths: spm_train records its input and prefix in the model, which should not depend on a
+# temp dir's random name (the same corpus then gives the same tokenizer.model, byte for byte).
+python3 "$here/sentences.py" --max-bytes 4000 < "$work/train.txt" > "$out/sentences.txt"
+echo "tokenizer: $(wc -l < "$out/sentences.txt") sentences, vocab $vocab"
 start=$(date +%s)
-spm_train --input="$tmp/sentences.txt" --model_prefix="$tmp/tokenizer" --vocab_size="$vocab" \
+(cd "$out" && spm_train --input=sentences.txt --model_prefix=tokenizer --vocab_size="$vocab" \
   --model_type=bpe --character_coverage=0.9999 --byte_fallback=true --split_digits=true \
   --normalization_rule_name=identity --remove_extra_whitespaces=false \
   --bos_id=1 --eos_id=2 --unk_id=0 --pad_id=-1 \
-  --input_sentence_size=0 --num_threads="$threads" --minloglevel=1 > "$tmp/spm_train.log" 2>&1 ||
+  --input_sentence_size=0 --num_threads="$threads" --minloglevel=1) > "$tmp/spm_train.log" 2>&1 ||
   { tail -20 "$tmp/spm_train.log"; exit 1; }
 echo "tokenizer: spm_train took $(( $(date +%s) - start )) s"
-cp "$tmp/tokenizer.model" "$tmp/tokenizer.vocab" "$out/"
 
 # Round trip on the validation split, line by line (spm_encode works per line).
 spm_encode --model="$out/tokenizer.model" --output_format=id < "$work/valid.txt" > "$tmp/valid.ids"
