@@ -34,7 +34,7 @@ def rope_tables(head_dim, theta, positions):
     the engine does (kernels/cpu/ops.cc: Rope)."""
     i = torch.arange(head_dim // 2, dtype=torch.float64)
     inv_freq = torch.pow(torch.tensor(theta, dtype=torch.float64), -2.0 * i / head_dim).float().double()
-    angle = positions.double()[:, None] * inv_freq[None, :]
+    angle = positions.double()[:, None] * inv_freq.to(positions.device)[None, :]
     return angle.cos(), angle.sin()
 
 

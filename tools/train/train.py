@@ -38,9 +38,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", required=True, help="checkpoint directory to write")
     ap.add_argument("--mechanism", default="softmax", choices=["softmax", "slay", "dark", "performer"])
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
-    ap.add_argument("--hidden", type=int), ap.add_argument("--intermediate", type=int)
-    ap.add_argument("--layers", type=int), ap.add_argument("--heads", type=int)
-    ap.add_argument("--kv-heads", type=int), ap.add_argument("--head-dim", type=int)
+    for flag in ("--hidden", "--intermediate", "--layers", "--heads", "--kv-heads", "--head-dim"):
+        ap.add_argument(flag, type=int, help="override the preset's value")
     ap.add_argument("--rope-theta", type=float, default=10000.0, help="0: no RoPE")
     ap.add_argument("--no-qk-norm", action="store_true")
     ap.add_argument("--untied", action="store_true", help="separate lm_head (default: tied to the embedding)")
@@ -48,9 +47,11 @@ def parse_args(argv=None):
     ap.add_argument("--logit-bound", type=float, default=4.0,
                     help="with QK-norm, clamp the q/k norm weights so that |scale q.k| <= this (0: off)")
     # Mechanism parameters (MECHANISMS.md defaults).
-    ap.add_argument("--slay-nodes", type=int, default=2), ap.add_argument("--slay-anchors", type=int, default=8)
-    ap.add_argument("--slay-features", type=int, default=16)
-    ap.add_argument("--dark-features", type=int, default=256), ap.add_argument("--dark-rank", type=int)
+    ap.add_argument("--slay-nodes", type=int, default=2, help="R, Gauss-Laguerre nodes")
+    ap.add_argument("--slay-anchors", type=int, default=8, help="P, anchor directions")
+    ap.add_argument("--slay-features", type=int, default=16, help="M, random features per node")
+    ap.add_argument("--dark-features", type=int, default=256, help="m")
+    ap.add_argument("--dark-rank", type=int, help="r (default head_dim)")
     # Optimization.
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -175,6 +176,8 @@ def train(args):
                           ("cpu" if args.device == "auto" else args.device))
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (feature maps)
     blas = blas_in_use()
     if device.type == "cpu" and blas == "reference":
         print("train: torch is using the reference BLAS (about 20x slower); install libopenblas0-pthread or run "
