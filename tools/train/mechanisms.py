@@ -1,0 +1,303 @@
+"""Attention mechanisms in parallel (quadratic, causally masked) form, as in ../../shared/MECHANISMS.md
+and the engine's model/mechanisms/*.cc. Each computes the same function as the engine's recurrent
+form; the fixed random tensors (slay anchors/omegas, dark G) are buffers exported with the model.
+
+Shapes: q [B, H, T, d], k and v [B, Hkv, T, d] (value dim = head dim), output [B, H, T, d].
+Query head h reads kv head h // (H / Hkv), as in the engine.
+
+A mechanism is a plain object (not an nn.Module) called as mech(q, k, v); its checkpoint tensors, if
+any, live in an nn.Module `mech.tensors` that the attention layer registers under `mech.tensor_name`
+("slay" or "dark"), so they are named self_attn.slay.anchors etc. in state_dict().
+
+Runs on torch 1.13 (no scaled_dot_product_attention, no vmap) and 2.x. Feature maps run in fp32 even
+under bf16 autocast: exp() of logits is not something to do in 8 bits of mantissa.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+MECHANISMS = ("softmax", "taylor", "slay", "dark", "performer")
+
+
+def expand_kv(x, heads):
+    """[B, Hkv, ...] -> [B, H, ...]: each kv head repeated for the query heads of its group."""
+    group = heads // x.shape[1]
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
+def compute_dtype(x):
+    """fp64 for fp64 inputs (references, golden files), else fp32 (also under bf16 autocast)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def causal_mask(t, device):
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def no_autocast(device):
+    return torch.autocast(device_type=device.type, enabled=False) if device.type in ("cuda", "cpu") else _Null()
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def gauss_laguerre(n):
+    """Nodes t (ascending) and weights a of the n-point Gauss-Laguerre rule for int_0^inf e^-t f(t) dt.
+    Same algorithm as the engine's GaussLaguerre (Numerical Recipes' starting points, Newton on L_n)."""
+    def laguerre(z):
+        p1, p2 = 1.0, 0.0
+        for j in range(1, n + 1):
+            p3, p2 = p2, p1
+            p1 = ((2 * j - 1 - z) * p2 - (j - 1) * p3) / j
+        return p1, p2
+
+    t, a, z = [], [], 0.0
+    for i in range(n):
+        if i == 0:
+            z = 3.0 / (1.0 + 2.4 * n)
+        elif i == 1:
+            z += 15.0 / (1.0 + 2.5 * n)
+        else:
+            ai = i - 1
+            z += (1.0 + 2.55 * ai) / (1.9 * ai) * (z - t[i - 2])
+        for _ in range(100):
+            ln, ln_1 = laguerre(z)
+            step = ln / (n * (ln - ln_1) / z)
+            z -= step
+            if abs(step) <= 1e-15 * z:
+                break
+        ln, ln_1 = laguerre(z)
+        deriv = n * (ln - ln_1) / z
+        t.append(z)
+        a.append(1.0 / (z * deriv * deriv))
+    return t, a
+
+
+class Mechanism:
+    tensor_name = None
+    tensors = None  # an nn.Module holding the checkpoint tensors, or None
+
+    def __call__(self, q, k, v):
+        return self.forward(q, k, v)
+
+
+class Softmax(Mechanism):
+    """Exact causal softmax attention with a fixed logit scale (the teacher; taylor serves its weights)."""
+
+    def __init__(self, head_dim, kv_heads, params, seed):
+        self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
+
+    def config(self):
+        return {"mechanism": "softmax", "scale": self.scale}
+
+    def forward(self, q, k, v):
+        k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
+        sdpa = getattr(F, "scaled_dot_product_attention", None)
+        if sdpa is not None and q.is_cuda and _TORCH_VERSION >= (2, 1):  # 2.1 added `scale`
+            return sdpa(q, k, v, is_causal=True, scale=self.scale)
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            logits = self.scale * torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
+            logits = logits.masked_fill(~causal_mask(q.shape[2], q.device), float("-inf"))
+            return torch.matmul(torch.softmax(logits, dim=-1), v.to(dtype)).to(q.dtype)
+
+
+class Taylor(Mechanism):
+    """SATA's function in parallel form: weights T_P(s q.k) = sum_{p<P} x^p / p! (evaluation only:
+    taylor serves softmax-trained weights; there is nothing to train)."""
+
+    def __init__(self, head_dim, kv_heads, params, seed):
+        self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
+        self.order = int(params.get("order", 4))
+
+    def config(self):
+        return {"mechanism": "taylor", "scale": self.scale, "order": self.order}
+
+    def forward(self, q, k, v):
+        k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            x = self.scale * torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
+            w, term = torch.ones_like(x), torch.ones_like(x)
+            for p in range(1, self.order):
+                term = term * x / p
+                w = w + term
+            w = w * causal_mask(q.shape[2], q.device)
+            den = w.sum(-1, keepdim=True)
+            # The engine's guard: only a denominator below 1e-30 in magnitude is replaced.
+            tiny = torch.where(den < 0, torch.full_like(den, -1e-30), torch.full_like(den, 1e-30))
+            den = torch.where(den.abs() >= 1e-30, den, tiny)
+            return (torch.matmul(w, v.to(dtype)) / den).to(q.dtype)
+
+
+class SlayTensors(nn.Module):
+    """Checkpoint tensors self_attn.slay.anchors [P, d] (unit rows) and slay.omega [R, Hkv, d, M]."""
+
+    def __init__(self, head_dim, kv_heads, nodes, anchors, features, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(anchors, head_dim, generator=g, dtype=torch.float64)
+        self.register_buffer("anchors", (a / a.norm(dim=1, keepdim=True)).float())
+        self.register_buffer("omega", torch.randn(nodes, kv_heads, head_dim, features, generator=g))
+
+
+class Slay(Mechanism):
+    """Spherical Yat kernel: psi[r,p,i](u) = poly_p(u^) prf_{r,i}(u^), y = psi(q)^T S / (psi(q).z + delta)."""
+
+    def __init__(self, head_dim, kv_heads, params, seed):
+        self.nodes = int(params.get("nodes", 2))
+        self.num_anchors = int(params.get("anchors", 8))
+        self.features = int(params.get("features", 16))
+        self.eps = float(params.get("eps", 1e-3))
+        self.delta = float(params.get("delta", 1e-6))
+        t, a = gauss_laguerre(self.nodes)
+        c = 2.0 + self.eps
+        self.node_s = [x / c for x in t]
+        self.node_w = [x / c for x in a]
+        self.tensor_name = "slay"
+        self.tensors = SlayTensors(head_dim, kv_heads, self.nodes, self.num_anchors, self.features, seed)
+
+    def config(self):
+        return {"mechanism": "slay", "nodes": self.nodes, "anchors": self.num_anchors, "features": self.features,
+                "eps": self.eps, "delta": self.delta}
+
+    def features_of(self, u, omega):
+        """u [B, Hu, T, d] with omega [R, Hu, d, M] (already expanded to u's heads) -> psi [B, Hu, T, R*P*M]."""
+        unit = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        anchors = self.tensors.anchors.to(u.dtype)
+        anchors = anchors / anchors.norm(dim=1, keepdim=True)  # the engine renormalizes loaded rows too
+        poly = torch.matmul(unit, anchors.t()).square() / math.sqrt(self.num_anchors)  # [B, Hu, T, P]
+        prf = []
+        for r in range(self.nodes):
+            s_r, w_r = self.node_s[r], self.node_w[r]
+            proj = torch.matmul(unit, omega[r].to(u.dtype))  # [B, Hu, T, M]
+            prf.append(math.sqrt(w_r) * torch.exp((math.sqrt(2 * s_r) * proj - s_r).clamp(-20, 20))
+                       / math.sqrt(self.features))
+        prf = torch.stack(prf, dim=-2)  # [B, Hu, T, R, M]
+        psi = poly[..., None, :, None] * prf[..., :, None, :]  # [B, Hu, T, R, P, M]
+        return psi.flatten(-3)
+
+    def forward(self, q, k, v):
+        heads = q.shape[1]
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            omega = self.tensors.omega
+            psi_k = self.features_of(k.to(dtype), omega)
+            psi_q = self.features_of(q.to(dtype), expand_kv(omega, heads))  # omega's dim 1 is the kv head
+            w = torch.matmul(psi_q, expand_kv(psi_k, heads).transpose(-1, -2))
+            w = w * causal_mask(q.shape[2], q.device)
+            den = w.sum(-1, keepdim=True) + self.delta
+            return (torch.matmul(w, expand_kv(v.to(dtype), heads)) / den).to(q.dtype)
+
+
+def orthogonal_gaussian(rows, r, g):
+    """[rows, r]: orthonormal r x r blocks with chi_r row norms (each row marginally N(0, I_r))."""
+    out = torch.empty(rows, r, dtype=torch.float64)
+    for f0 in range(0, rows, r):
+        block = torch.linalg.qr(torch.randn(r, r, generator=g, dtype=torch.float64))[0].t()
+        norms = torch.randn(r, r, generator=g, dtype=torch.float64).norm(dim=1, keepdim=True)
+        n = min(r, rows - f0)
+        out[f0:f0 + n] = (block * norms)[:n]
+    return out
+
+
+class DarkTensors(nn.Module):
+    """Checkpoint tensors self_attn.dark.M [Hkv, r, d] (learned, identity at init; frozen for performer)
+    and dark.G [Hkv, m, r] (fixed Gaussian draws)."""
+
+    def __init__(self, head_dim, kv_heads, features, rank, learn_m, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        eye = torch.eye(rank, head_dim)
+        if rank < head_dim:
+            eye = eye + 0.01 * torch.randn(rank, head_dim, generator=g)
+        m = eye.expand(kv_heads, rank, head_dim).clone()
+        if learn_m:
+            self.M = nn.Parameter(m)
+        else:
+            self.register_buffer("M", m)
+        self.register_buffer("G", torch.stack([orthogonal_gaussian(features, rank, g) for _ in range(kv_heads)]).float())
+
+
+class Dark(Mechanism):
+    """DARKFormer positive random features: phi_f(x) = exp(w_f.x' - |M x'|^2 / 2) / sqrt(m), x' = sqrt(s) x,
+    W = G M. performer is the special case M = I (not trained)."""
+
+    def __init__(self, head_dim, kv_heads, params, seed, performer=False):
+        self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
+        self.features = int(params.get("features", 256))
+        self.rank = int(params.get("rank", head_dim))
+        self.delta = float(params.get("delta", 1e-6))
+        if performer and self.rank != head_dim:
+            raise ValueError("performer: M is the identity, so rank must equal head_dim")
+        self.tensor_name = "dark"
+        self.tensors = DarkTensors(head_dim, kv_heads, self.features, self.rank, not performer, seed)
+
+    def config(self):
+        return {"mechanism": "dark", "scale": self.scale, "features": self.features, "rank": self.rank,
+                "delta": self.delta}
+
+    def logits(self, x, W, M):
+        """x [B, Hx, T, d], W [Hx, m, d], M [Hx, r, d] -> l [B, Hx, T, m]."""
+        x = math.sqrt(self.scale) * x
+        mx = torch.matmul(x, M.transpose(-1, -2))  # [B, Hx, T, r]
+        return torch.matmul(x, W.transpose(-1, -2)) - 0.5 * mx.square().sum(-1, keepdim=True)
+
+    def forward(self, q, k, v):
+        heads, t = q.shape[1], q.shape[2]
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            M, G = self.tensors.M.to(dtype), self.tensors.G.to(dtype)
+            W = torch.matmul(G, M)  # [Hkv, m, d]
+            lk = self.logits(k.to(dtype), W, M)
+            lq = self.logits(q.to(dtype), expand_kv(W[None], heads)[0], expand_kv(M[None], heads)[0])
+            # Stabilization as in the engine (the shifts cancel in num / den, so they carry no gradient):
+            # queries by their own max over features, key j by c_j, the causal running max of key
+            # logits, brought to query t's reference by exp(c_j - c_t) <= 1.
+            cq = lq.detach().amax(-1, keepdim=True)  # [B, H, T, 1]
+            c = torch.cummax(lk.detach().amax(-1), dim=-1)[0]  # [B, Hkv, T]
+            inv_sqrt_m = 1.0 / math.sqrt(self.features)
+            phi_q = torch.exp(lq - cq) * inv_sqrt_m
+            phi_k = torch.exp(lk - c[..., None]) * inv_sqrt_m
+            c = expand_kv(c, heads)
+            mask = causal_mask(t, q.device)
+            shift = torch.exp(torch.where(mask, c[..., None, :] - c[..., :, None], torch.zeros((), dtype=dtype,
+                                                                                                  device=q.device)))
+            w = torch.matmul(phi_q, expand_kv(phi_k, heads).transpose(-1, -2)) * shift * mask
+            num = torch.matmul(w, expand_kv(v.to(dtype), heads))
+            den = w.sum(-1, keepdim=True)
+            return (guarded_ratio(num, den, cq + c[..., None], self.delta)).to(q.dtype)
+
+
+def guarded_ratio(num, den, log_shift, delta):
+    """num / den with the Performer's guard (den += 2 delta where |den| < delta) applied to the canonical
+    denominator den * exp(log_shift), tested in logs as the engine does; elsewhere exactly num / den."""
+    abs_den = den.abs()
+    safe = torch.where(abs_den > 0, abs_den, torch.ones_like(abs_den))
+    log_den = torch.log(safe) + log_shift
+    guard = (log_den < math.log(delta)) | (abs_den == 0)
+    rho = torch.exp(torch.clamp(log_den - math.log(delta), max=0.0))
+    factor = torch.where(abs_den == 0, torch.zeros_like(rho), rho / (rho + 2))
+    ratio = num / torch.where(abs_den > 0, den, torch.ones_like(den))
+    return torch.where(guard, ratio * factor, ratio)
+
+
+def make_mechanism(name, head_dim, kv_heads, params, seed):
+    if name == "softmax":
+        return Softmax(head_dim, kv_heads, params, seed)
+    if name == "taylor":
+        return Taylor(head_dim, kv_heads, params, seed)
+    if name == "slay":
+        return Slay(head_dim, kv_heads, params, seed)
+    if name in ("dark", "performer"):
+        return Dark(head_dim, kv_heads, params, seed, performer=(name == "performer"))
+    raise ValueError("unknown mechanism %r (trainer supports %s; sliced_relu is not implemented yet)"
+                     % (name, ", ".join(MECHANISMS)))
