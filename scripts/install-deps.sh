@@ -8,7 +8,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev
   clang libclang-rt-14-dev
-  python3-numpy
+  python3-numpy python3-torch python3-sentencepiece libopenblas0-pthread
 )
 missing=()
 for p in "${packages[@]}"; do
