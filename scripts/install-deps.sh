@@ -9,6 +9,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev
   clang libclang-rt-14-dev
   python3-numpy
+  # gRPC API: google/api/{annotations,http}.proto ship only with the grpc-gateway sources;
+  # tests/python drives the server from Debian's python3 with grpcio and protobuf.
+  golang-github-grpc-ecosystem-grpc-gateway-dev python3-grpcio python3-protobuf
 )
 missing=()
 for p in "${packages[@]}"; do
