@@ -168,10 +168,10 @@ absl::Status Run(int argc, char** argv) {
   if (shut.wait_until(deadline + std::chrono::seconds(2)) != std::future_status::ready) {
     std::fprintf(stderr, "steady-server: calls still running after the drain timeout, stopping the engine\n");
   }
-  engine->reset();  // persists sessions to --session-dir
+  metrics_server.reset();  // it reads the engine's stats
+  engine->reset();         // persists sessions to --session-dir
   shut.wait();
   server.reset();
-  metrics_server.reset();
   std::fprintf(stderr, "steady-server: stopped\n");
   return absl::OkStatus();
 }
