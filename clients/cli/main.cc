@@ -348,7 +348,10 @@ absl::Status Run(const std::vector<std::string>& argv) {
 bool IsUsageError(const absl::Status& s) {
   if (s.code() != absl::StatusCode::kInvalidArgument) return false;
   const std::string m(s.message());
-  if (m.rfind("--", 0) == 0 || m.rfind("unknown command", 0) == 0 || m.rfind("no command", 0) == 0) return true;
+  if (m.rfind("--", 0) == 0 || m.rfind("unknown flag", 0) == 0 || m.rfind("unknown command", 0) == 0 ||
+      m.rfind("no command", 0) == 0) {
+    return true;
+  }
   for (const Command& c : kCommands) {
     if (m.rfind(std::string(c.name) + ": ", 0) == 0) return true;
   }

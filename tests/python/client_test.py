@@ -36,20 +36,21 @@ WORK = tempfile.mkdtemp(prefix="steady_python_")
 def generate_stubs():
     out = os.path.join(WORK, "gen")
     os.makedirs(out)
-    os.makedirs(os.path.join(WORK, "health", "grpc", "health", "v1"))
-    with open(os.path.join(WORK, "health", "grpc", "health", "v1", "health.proto"), "w") as f:
+    # Saved under a name of its own: a grpc/health/v1/ module path would hide grpcio's `grpc` package.
+    os.makedirs(os.path.join(WORK, "health"))
+    with open(os.path.join(WORK, "health", "health_v1.proto"), "w") as f:
         f.write(HEALTH_PROTO)
     protoc = ["protoc", "-I", os.path.join(SOURCE_DIR, "proto"), "-I", GOOGLEAPIS, "-I", "/usr/include",
               "-I", os.path.join(WORK, "health"), "--python_out=" + out]
     grpc_plugin = ["--grpc_python_out=" + out, "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin"]
     subprocess.run(protoc + ["google/api/http.proto", "google/api/annotations.proto"], check=True)
-    subprocess.run(protoc + grpc_plugin + ["steady/v1/inference.proto", "grpc/health/v1/health.proto"], check=True)
+    subprocess.run(protoc + grpc_plugin + ["steady/v1/inference.proto", "health_v1.proto"], check=True)
     sys.path.insert(0, out)
 
 
 generate_stubs()
 import grpc  # noqa: E402
-from grpc.health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+import health_v1_pb2 as health_pb2, health_v1_pb2_grpc as health_pb2_grpc  # noqa: E402
 from steady.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc  # noqa: E402
 
 
@@ -65,14 +66,18 @@ class Server:
         deadline = time.time() + 30
         self.port = None
         while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(self.log_path).read())
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", self.read_log())
             if m:
                 self.port = int(m.group(1))
                 break
             time.sleep(0.1)
         if self.port is None:
             self.kill()
-            raise RuntimeError("steady-server did not start: " + open(self.log_path).read())
+            raise RuntimeError("steady-server did not start: " + self.read_log())
+
+    def read_log(self):
+        with open(self.log_path) as f:
+            return f.read()
 
     def terminate(self):
         """SIGTERM; returns the exit status (bounded wait)."""
@@ -86,6 +91,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.log.close()
 
 
 class ClientTest(unittest.TestCase):
