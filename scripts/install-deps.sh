@@ -8,7 +8,11 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev
   clang libclang-rt-14-dev
+  # Trainer (tools/train) and its smoke test: Debian's CPU PyTorch with OpenBLAS.
   python3-numpy python3-torch python3-sentencepiece libopenblas0-pthread
+  # gRPC API: google/api/{annotations,http}.proto ship only with the grpc-gateway sources;
+  # tests/python drives the server from Debian's python3 with grpcio and protobuf.
+  golang-github-grpc-ecosystem-grpc-gateway-dev python3-grpcio python3-protobuf
 )
 missing=()
 for p in "${packages[@]}"; do

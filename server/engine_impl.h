@@ -1,0 +1,132 @@
+// The engine's private state, shared by engine.cc (thread, steps, jobs) and engine_sessions.cc
+// (session operations, offload and restore). Not part of the API: include server/engine.h.
+#ifndef STEADY_SERVER_ENGINE_IMPL_H_
+#define STEADY_SERVER_ENGINE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "model/state_pool.h"
+#include "server/engine.h"
+#include "server/scheduler.h"
+#include "server/session_table.h"
+#include "server/snapshot.h"
+
+namespace steady {
+
+int64_t NowUnixMs();
+// Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
+int SlotCount(const Model& model, const EngineOptions& options);
+
+// One accepted Generate, owned by the engine thread.
+struct EngineJob {
+  EngineJob(int64_t id, GenerateJob request, const Tokenizer& tokenizer)
+      : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer),
+        stops(this->request.stop) {}
+  int64_t id;
+  int64_t arrival = 0;
+  GenerateJob request;
+  std::string session_id;        // the table's key (an internal id for ephemeral sessions)
+  JobPhase phase = JobPhase::kWaiting;
+  std::vector<int32_t> prompt;   // BOS (when the session is empty) + the encoded prompt
+  size_t prompt_done = 0;        // prompt tokens in the state
+  std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
+  std::vector<float> logits;     // [vocab] after the last token fed
+  int64_t generated = 0;
+  int64_t last_advanced = -1;
+  // The session before a prompt that takes more than one chunk: a cancel mid-prompt restores it.
+  std::optional<SessionSnapshot> before_prompt;
+  Sampler sampler;
+  TextStreamer streamer;
+  StopMatcher stops;
+};
+
+struct Engine::Impl {
+  Impl(const Model& m, const Tokenizer& t, EngineOptions o)
+      : model(m), tokenizer(t), options(std::move(o)), shape(MeasureSnapshotShape(m)),
+        pool(m, SlotCount(m, options)), sessions(pool.slots()), id_rng(std::random_device{}()) {
+    StatePool scratch(m, 1);
+    empty_state = CaptureSlot(m, scratch, 0);
+  }
+
+  // --- Constant after Start ---
+  const Model& model;
+  const Tokenizer& tokenizer;
+  const EngineOptions options;
+  const SnapshotShape shape;
+  SessionSnapshot empty_state;  // a fresh session's state (InitState of every layer)
+
+  // --- Engine thread only ---
+  StatePool pool;
+  SessionTable sessions;
+  ForwardWorkspace ws;
+  std::map<int64_t, std::unique_ptr<EngineJob>> jobs;  // by id
+  int64_t next_job_id = 1, next_ephemeral = 1, step = 0;
+  std::mt19937_64 id_rng;
+  bool stopping = false;  // copy of stop_requested, read after the last inbox drain
+
+  // --- Guarded by mu ---
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::function<void()>> inbox;  // work for the engine thread, in arrival order
+  bool stop_requested = false;
+  bool closed = false;  // the engine thread is gone; Post refuses
+
+  // --- Thread-safe ---
+  std::atomic<int64_t> unfinished_jobs{0};  // accepted Generate jobs not yet done (the bounded queue)
+  mutable std::mutex stats_mu;
+  Stats stats;
+  std::thread thread;
+
+  bool Post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return false;
+      inbox.push_back(std::move(fn));
+    }
+    cv.notify_one();
+    return true;
+  }
+
+  void Run();
+  bool Step();  // false: nothing could run
+  void Shutdown();
+  void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out);
+
+  // Sessions and state.
+  std::string SnapshotPath(const std::string& id) const { return options.session_dir + "/" + id + ".snap"; }
+  int64_t Position(const Session& s) const { return s.slot >= 0 ? pool.position(s.slot) : s.position; }
+  SessionInfo Info(const Session& s) const;
+  std::string NewSessionId();
+  absl::Status CheckCapacity() const;
+  absl::Status WriteToDisk(Session& s, const SessionSnapshot& state);  // s keeps any slot it has
+  absl::Status Offload(Session& s);
+  absl::Status MakeResident(Session& s);
+  void FreeSlot(Session& s);
+  absl::StatusOr<SessionSnapshot> Snapshot(Session& s);
+  absl::Status Place(Session& s, const SessionSnapshot& state);
+  void RestoreSessionDir();
+
+  // Jobs.
+  void Accept(GenerateJob request, std::vector<int32_t> tokens);
+  void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
+  void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids) {
+    if (!text.empty() || !ids.empty()) job.request.on_output(text, ids);
+  }
+
+  // Control operations (engine thread).
+  absl::StatusOr<SessionInfo> Create(std::string id);
+  absl::Status Delete(const std::string& id);
+  absl::StatusOr<SessionInfo> Fork(const std::string& source_id, std::string new_id);
+  absl::StatusOr<std::string> Export(const std::string& id);
+  absl::StatusOr<SessionInfo> Import(const std::string& blob, std::string id);
+};
+
+}  // namespace steady
+
+#endif  // STEADY_SERVER_ENGINE_IMPL_H_

@@ -1,0 +1,200 @@
+// build/bin/steady-server: the gRPC server (proto/steady/v1/inference.proto), health checking,
+// reflection and Prometheus metrics. SIGTERM / SIGINT drain gracefully: new calls are refused,
+// running streams end at the next engine step, the engine persists every session to --session-dir.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/service.h"
+#include "tools/steady/flags.h"
+
+namespace steady {
+namespace {
+
+constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
+                    [--session-dir DIR] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
+                    [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
+                    [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
+                    [--drain-timeout SECONDS]
+
+  --port N            gRPC port (default 50051; 0 picks a free one, printed on stderr)
+  --host ADDR         listen address (default 127.0.0.1)
+  --state-memory B    memory for resident session states: bytes, or with a K/M/G suffix (default 1G)
+  --session-dir DIR   where sessions are offloaded and persisted across restarts (default: none)
+  --metrics-port N    serve Prometheus metrics at http://HOST:N/metrics (default: off)
+)";
+
+// "1073741824", "64K", "512M", "1G" (powers of 1024).
+absl::StatusOr<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected bytes like 1073741824 or 1G, got \"",
+                                                   text, "\""));
+  };
+  if (text.empty()) return bad();
+  int shift = 0;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    default: break;
+  }
+  if (shift > 0) digits.pop_back();
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 15) {
+    return bad();
+  }
+  const int64_t value = std::stoll(digits);
+  if (value <= 0 || value > (int64_t(1) << (62 - shift))) return bad();
+  return value << shift;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
+  EngineOptions o;
+  auto memory = ParseBytes("state-memory", flags.Get("state-memory", "1G"));
+  if (!memory.ok()) return memory.status();
+  o.state_memory_bytes = *memory;
+  o.session_dir = flags.Get("session-dir");
+  int64_t max_queue = o.max_queue, max_batch = o.max_batch, prefill = o.prefill_budget;
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"max-queue", &max_queue},           {"max-batch", &max_batch},
+      {"prefill-budget", &prefill},        {"max-prompt-tokens", &o.max_prompt_tokens},
+      {"max-new-tokens", &o.max_new_tokens}, {"max-sessions", &o.max_sessions}};
+  for (const auto& [name, out] : ints) {
+    auto v = flags.GetInt(name, *out, 1, int64_t(1) << 30);
+    if (!v.ok()) return v.status();
+    *out = *v;
+  }
+  o.max_queue = int(max_queue);
+  o.max_batch = int(max_batch);
+  o.prefill_budget = int(prefill);
+  return o;
+}
+
+// The directory's own name ("models/tiny-softmax/" -> "tiny-softmax").
+std::string ModelName(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+absl::Status Run(int argc, char** argv) {
+  std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
+                                 "session-dir",   "metrics-port",  "max-queue",     "max-batch",
+                                 "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
+                                 "drain-timeout"};
+  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  auto flags = Flags::Parse(argc, argv, known, {});
+  if (!flags.ok()) return flags.status();
+  auto dir = flags->Require("model");
+  auto port = flags->GetInt("port", 50051, 0, 65535);
+  auto metrics_port = flags->GetInt("metrics-port", -1, 0, 65535);
+  auto drain_timeout = flags->GetDouble("drain-timeout", 10);
+  auto override = MechanismOverrideFromFlags(*flags);
+  auto engine_options = EngineOptionsFromFlags(*flags);
+  for (const absl::Status& s : {dir.status(), port.status(), metrics_port.status(), drain_timeout.status(),
+                                override.status(), engine_options.status()}) {
+    if (!s.ok()) return s;
+  }
+  const std::string host = flags->Get("host", "127.0.0.1");
+
+  auto model = Model::Load(*dir, *override);
+  if (!model.ok()) return model.status();
+  auto tokenizer = Tokenizer::Load((std::filesystem::path(*dir) / "tokenizer.model").string());
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto engine = Engine::Start(*model, **tokenizer, *engine_options);
+  if (!engine.ok()) return engine.status();
+
+  Metrics metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (*metrics_port >= 0) {
+    Engine* e = engine->get();
+    auto started = MetricsHttpServer::Start(host, int(*metrics_port),
+                                            [&metrics, e] { return metrics.Render(e->stats()); });
+    if (!started.ok()) return started.status();
+    metrics_server = *std::move(started);
+    std::fprintf(stderr, "steady-server: metrics on http://%s:%d/metrics\n", host.c_str(), metrics_server->port());
+  }
+
+  ServiceOptions service_options;
+  service_options.model_name = ModelName(*dir);
+  InferenceService service(**engine, metrics, service_options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string address = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", *port)
+                                                                   : absl::StrCat(host, ":", *port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  std::fprintf(stderr, "steady-server: model %s (%s), listening on %s:%d\n", service_options.model_name.c_str(),
+               model->DescribeAttention()[0].value("mechanism", "").c_str(), host.c_str(), bound_port);
+
+  // Signals are blocked in every thread (see main), so this is the only place they arrive.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "steady-server: %s, draining\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+
+  server->GetHealthCheckService()->SetServingStatus(false);
+  service.BeginDrain();
+  // Shutdown stops accepting calls and waits for running ones: Generate streams end at the next step
+  // boundary (cancelled above). After the deadline gRPC cancels what is left; a call still waiting
+  // on the engine then ends when the engine is destroyed (queued jobs fail with UNAVAILABLE).
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(int64_t(*drain_timeout * 1000));
+  std::future<void> shut = std::async(std::launch::async, [&] { server->Shutdown(deadline); });
+  if (shut.wait_until(deadline + std::chrono::seconds(2)) != std::future_status::ready) {
+    std::fprintf(stderr, "steady-server: calls still running after the drain timeout, stopping the engine\n");
+  }
+  metrics_server.reset();  // it reads the engine's stats
+  engine->reset();         // persists sessions to --session-dir
+  shut.wait();
+  server.reset();
+  std::fprintf(stderr, "steady-server: stopped\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace steady
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help")) {
+    std::fputs(steady::kUsage, stdout);
+    return 0;
+  }
+  // Block the shutdown signals before any thread starts, so every thread inherits the mask and
+  // Run's sigwait receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const absl::Status status = steady::Run(argc - 1, argv + 1);
+  if (!status.ok()) {
+    std::fprintf(stderr, "steady-server: %s\n", std::string(status.message()).c_str());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,76 @@
+// Server metrics in the Prometheus text exposition format (version 0.0.4), served by a one-thread
+// HTTP/1.1 endpoint (GET /metrics; anything else is 404).
+#ifndef STEADY_SERVER_METRICS_H_
+#define STEADY_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine.h"
+
+namespace steady {
+
+// Cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  // Appends the _bucket, _sum and _count lines of metric `name`.
+  void Render(const std::string& name, std::string* out) const;
+
+ private:
+  const std::vector<double> bounds_;  // ascending; +Inf is implicit
+  mutable std::mutex mu_;
+  std::vector<int64_t> counts_;  // guarded by mu_: [bounds + 1], per bucket (not cumulative)
+  double sum_ = 0;               // guarded by mu_
+  int64_t count_ = 0;            // guarded by mu_
+};
+
+class Metrics {
+ public:
+  Metrics();
+  // One finished RPC; `code` is the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
+  void CountRequest(const std::string& rpc, const std::string& code);
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  // Every metric, with the engine's gauges and counters from `engine`.
+  std::string Render(const Engine::Stats& engine) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, int64_t> requests_;  // guarded by mu_: (rpc, code) -> count
+  Histogram ttft_, inter_token_;
+};
+
+// GET /metrics over HTTP/1.1 on one thread; one request per connection.
+class MetricsHttpServer {
+ public:
+  // Listens on host:port (port 0: an ephemeral port, see port()). `render` runs on the server thread.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
+                                                                  std::function<std::string()> render);
+  ~MetricsHttpServer();  // stops and joins the thread
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(int listen_fd, int port, std::function<std::string()> render);
+  void Serve();
+  void HandleConnection(int fd);
+
+  const int listen_fd_;
+  const int port_;
+  const std::function<std::string()> render_;
+  int wake_pipe_[2] = {-1, -1};  // written by the destructor to stop Serve()
+  std::thread thread_;
+};
+
+}  // namespace steady
+
+#endif  // STEADY_SERVER_METRICS_H_

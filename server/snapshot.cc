@@ -1,0 +1,278 @@
+#include "server/snapshot.h"
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+
+namespace steady {
+
+static_assert(std::endian::native == std::endian::little, "snapshots are little-endian; add byte swaps");
+
+namespace {
+
+constexpr uint64_t kMul1 = 0x9E3779B97F4A7C15ull, kMul2 = 0xC2B2AE3D27D4EB4Full;
+// Header: magic, version, fingerprint, id length; then id, position, times, counts; then floats,
+// then the checksum. Fields before the id have fixed offsets.
+constexpr size_t kMinSnapshotBytes = 8 + 4 + 8 + 4 + 8 * 3 + 8 + 4 + 8;
+constexpr int64_t kMaxPosition = int64_t(1) << 40;
+constexpr size_t kMaxSessionIdBytes = 128;
+
+template <typename T>
+std::string_view AsBytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Bounds-checked little-endian reads over a blob.
+class Reader {
+ public:
+  explicit Reader(std::string_view data) : data_(data) {}
+  template <typename T>
+  bool Read(T* value) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(value, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool ReadBytes(size_t n, std::string_view* out) {
+    if (data_.size() - pos_ < n) return false;
+    *out = data_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t left() const { return data_.size() - pos_; }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what)); }
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
+}
+
+bool WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t Hash64(std::string_view bytes, uint64_t seed) {
+  uint64_t h = seed ^ (uint64_t(bytes.size()) * kMul2);
+  auto step = [&h](uint64_t w) { h = std::rotl(h ^ (w * kMul1), 31) * kMul2; };
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    step(w);
+  }
+  if (i < bytes.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, bytes.data() + i, bytes.size() - i);
+    step(w);
+  }
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+int64_t SessionSnapshot::StateBytes() const {
+  int64_t floats = int64_t(fixed.size());
+  for (const auto& g : growing) floats += int64_t(g.size());
+  return floats * int64_t(sizeof(float));
+}
+
+uint64_t ModelFingerprint(const Model& model) {
+  uint64_t h = Hash64(model.config().ToJson().dump());
+  for (int l = 0; l < int(model.layers().size()); ++l) {
+    const LayerWeights& w = model.layers()[l];
+    for (const std::vector<float>* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.q_norm, &w.k_norm, &w.mlp_norm,
+                                        &w.w_gate, &w.w_up, &w.w_down}) {
+      h = Hash64(AsBytes(*t), h);
+    }
+    std::vector<TensorToWrite> tensors;
+    AppendAttentionTensors(w.attention, absl::StrCat("layer", l, "."), &tensors);
+    for (const TensorToWrite& t : tensors) h = Hash64(AsBytes(t.values), Hash64(t.name, h));
+  }
+  return h;
+}
+
+SnapshotShape MeasureSnapshotShape(const Model& model) {
+  SnapshotShape shape;
+  shape.fingerprint = ModelFingerprint(model);
+  StatePool scratch(model, 1);
+  shape.fixed_floats = scratch.fixed_floats_per_slot();
+  ForwardWorkspace ws;
+  std::vector<float> logits;
+  model.Forward({Segment{0, {0}, false}}, scratch, ws, &logits);
+  for (int l = 0; l < model.config().num_layers; ++l) shape.growth_per_token.push_back(scratch.Growing(0, l).size());
+  return shape;
+}
+
+SessionSnapshot CaptureSlot(const Model& model, const StatePool& pool, int slot) {
+  SessionSnapshot s;
+  s.position = pool.position(slot);
+  s.fixed.assign(pool.SlotData(slot), pool.SlotData(slot) + pool.fixed_floats_per_slot());
+  const int layers = model.config().num_layers;
+  for (int l = 0; l < layers; ++l) s.growing.push_back(pool.Growing(slot, l));
+  return s;
+}
+
+void RestoreSlot(const Model& model, const SessionSnapshot& snapshot, StatePool& pool, int slot) {
+  const int layers = model.config().num_layers;
+  STEADY_CHECK(snapshot.fixed.size() == pool.fixed_floats_per_slot());
+  STEADY_CHECK(int(snapshot.growing.size()) == layers);
+  std::copy(snapshot.fixed.begin(), snapshot.fixed.end(), pool.SlotData(slot));
+  for (int l = 0; l < layers; ++l) pool.Growing(slot, l) = snapshot.growing[l];
+  pool.set_position(slot, snapshot.position);
+}
+
+std::string EncodeSnapshot(const SessionSnapshot& s, uint64_t fingerprint) {
+  std::string out;
+  out.reserve(kMinSnapshotBytes + s.session_id.size() + 8 * s.growing.size() + size_t(s.StateBytes()));
+  out.append(kSnapshotMagic, 8);
+  Put<uint32_t>(out, kSnapshotVersion);
+  Put<uint64_t>(out, fingerprint);
+  Put<uint32_t>(out, uint32_t(s.session_id.size()));
+  out += s.session_id;
+  Put<int64_t>(out, s.position);
+  Put<int64_t>(out, s.created_unix_ms);
+  Put<int64_t>(out, s.last_used_unix_ms);
+  Put<uint64_t>(out, s.fixed.size());
+  Put<uint32_t>(out, uint32_t(s.growing.size()));
+  for (const auto& g : s.growing) Put<uint64_t>(out, g.size());
+  out += AsBytes(s.fixed);
+  for (const auto& g : s.growing) out += AsBytes(g);
+  Put<uint64_t>(out, Hash64(out));
+  return out;
+}
+
+absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const SnapshotShape& shape) {
+  if (blob.size() < 12) return Invalid(absl::StrCat(blob.size(), " bytes, too short to be a session snapshot"));
+  if (std::memcmp(blob.data(), kSnapshotMagic, 8) != 0) return Invalid("bad magic (not a Steady session snapshot)");
+  uint32_t version;
+  std::memcpy(&version, blob.data() + 8, 4);
+  if (version != kSnapshotVersion) {
+    return Invalid(absl::StrCat("format version ", version, " is not supported (this server reads version ",
+                                kSnapshotVersion, ")"));
+  }
+  if (blob.size() < kMinSnapshotBytes) return absl::DataLossError(absl::StrCat("snapshot: truncated (", blob.size(), " bytes)"));
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, blob.data() + blob.size() - 8, 8);
+  const std::string_view body = blob.substr(0, blob.size() - 8);
+  if (Hash64(body) != stored_checksum) {
+    return absl::DataLossError("snapshot: checksum mismatch (the blob is corrupted or truncated)");
+  }
+
+  Reader r(body.substr(12));
+  SessionSnapshot s;
+  uint64_t fingerprint, fixed_count;
+  uint32_t id_len, layers;
+  std::string_view id;
+  if (!r.Read(&fingerprint) || !r.Read(&id_len)) return Invalid("truncated header");
+  if (fingerprint != shape.fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot: model fingerprint ", absl::Hex(fingerprint, absl::kZeroPad16), " differs from this model's ",
+        absl::Hex(shape.fingerprint, absl::kZeroPad16), " (made with other weights or config)"));
+  }
+  if (id_len > kMaxSessionIdBytes || !r.ReadBytes(id_len, &id)) return Invalid(absl::StrCat("session id length ", id_len));
+  s.session_id = std::string(id);
+  if (!r.Read(&s.position) || !r.Read(&s.created_unix_ms) || !r.Read(&s.last_used_unix_ms) || !r.Read(&fixed_count) ||
+      !r.Read(&layers)) {
+    return Invalid("truncated header");
+  }
+  if (s.position < 0 || s.position > kMaxPosition) return Invalid(absl::StrCat("position ", s.position, " out of range"));
+  if (fixed_count != shape.fixed_floats || layers != shape.growth_per_token.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("snapshot: state of ", fixed_count, " fixed floats over ", layers,
+                                                      " layers does not fit this model (", shape.fixed_floats,
+                                                      " over ", shape.growth_per_token.size(), ")"));
+  }
+  std::vector<uint64_t> growing_count(layers);
+  for (uint32_t l = 0; l < layers; ++l) {
+    if (!r.Read(&growing_count[l])) return Invalid("truncated header");
+    // position <= 2^40 and growth per token is a slot-sized number: no overflow.
+    if (growing_count[l] != uint64_t(s.position) * shape.growth_per_token[l]) {
+      return Invalid(absl::StrCat("layer ", l, ": ", growing_count[l], " growing floats for position ", s.position,
+                                  " (expected ", uint64_t(s.position) * shape.growth_per_token[l], ")"));
+    }
+  }
+  auto read_floats = [&](uint64_t n, std::vector<float>* out) {
+    std::string_view bytes;
+    if (n > r.left() / sizeof(float) || !r.ReadBytes(n * sizeof(float), &bytes)) return false;
+    out->resize(n);
+    std::memcpy(out->data(), bytes.data(), bytes.size());
+    for (float x : *out) {
+      if (!std::isfinite(x)) return false;
+    }
+    return true;
+  };
+  if (!read_floats(fixed_count, &s.fixed)) return Invalid("fixed state truncated or not finite");
+  s.growing.resize(layers);
+  for (uint32_t l = 0; l < layers; ++l) {
+    if (!read_floats(growing_count[l], &s.growing[l])) return Invalid(absl::StrCat("layer ", l, ": growing state truncated or not finite"));
+  }
+  if (r.left() != 0) return Invalid(absl::StrCat(r.left(), " unexpected bytes after the state"));
+  return s;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  auto fail = [&](const std::string& what, bool close_fd) {
+    absl::Status s = ErrnoError(what, tmp);
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  if (!WriteAll(fd, data.data(), data.size())) return fail("write failed", true);
+  if (::fsync(fd) != 0) return fail("fsync failed", true);
+  if (::close(fd) != 0) return fail("close failed", false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(absl::StrCat("rename to ", path, " failed"), false);
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError("written, but cannot open its directory to fsync it", path);
+  const bool synced = ::fsync(dir_fd) == 0;
+  ::close(dir_fd);
+  if (!synced) return ErrnoError("written, but fsync of its directory failed", path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return ss.str();
+}
+
+}  // namespace steady

@@ -1,0 +1,493 @@
+// The engine against model/generate.h: greedy output does not depend on batching, batch size, slot
+// count, offloading, restarts, forks or export/import; cancellation, concurrency and bad input give
+// the documented codes. Random tiny models with the test tokenizer.
+#include "server/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+#include <mutex>
+
+#include "model/generate.h"
+#include "model/state_pool.h"
+#include "server/snapshot.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+const Tokenizer& TestTokenizer() {
+  static const Tokenizer* t = [] {
+    auto loaded = Tokenizer::Load(testing::SourcePath("tests/data/tokenizer/tokenizer.model"));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded->release();
+  }();
+  return *t;
+}
+
+// eos -1: generation runs to max_tokens (for tests that need a job to keep running).
+Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed, int eos = 2) {
+  nlohmann::json j = {{"vocab_size", 512},      {"hidden_size", 32},       {"intermediate_size", 64},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"head_dim", 8},          {"rope_theta", 10000.0},   {"qk_norm", true},
+                      {"bos_token_id", 1},      {"eos_token_id", eos}};
+  if (eos < 0) j.erase("eos_token_id");
+  nlohmann::json a = params;
+  a["mechanism"] = mechanism;
+  j["attention"] = a;
+  auto c = ParseModelConfig(j.dump(), "test");
+  EXPECT_TRUE(c.ok()) << c.status();
+  auto m = Model::Random(*c, seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+Model Taylor(int eos = 2) { return TinyModel("taylor", {{"order", 2}}, 1234, eos); }
+
+// Prompts of different lengths (a few words to a few hundred tokens).
+std::string Prompt(int i) {
+  static const char* words[] = {"the", "license", "software", "free", "you", "may", "copy", "work",
+                                "source", "code", "terms", "of", "any", "program", "modify", "and"};
+  std::string s;
+  const int n = 1 + (i * 37) % 90;
+  for (int w = 0; w < n; ++w) {
+    if (w) s += ' ';
+    s += words[(i * 7 + w * 3) % 16];
+  }
+  return s;
+}
+
+struct Outcome {
+  absl::Status status;
+  std::string finish_reason, text;
+  std::vector<int32_t> ids;
+  Usage usage;
+};
+
+// Submits a job whose result is collected into the returned future.
+std::future<Outcome> SubmitAsync(Engine& e, GenerateJob job) {
+  auto outcome = std::make_shared<Outcome>();
+  auto promise = std::make_shared<std::promise<Outcome>>();
+  auto future = promise->get_future();
+  auto user_output = job.on_output;
+  job.on_output = [outcome, user_output](const std::string& text, const std::vector<int32_t>& ids) {
+    outcome->text += text;
+    outcome->ids.insert(outcome->ids.end(), ids.begin(), ids.end());
+    if (user_output) user_output(text, ids);
+  };
+  job.on_done = [outcome, promise](const absl::Status& st, const std::string& reason, const Usage& usage) {
+    outcome->status = st;
+    outcome->finish_reason = reason;
+    outcome->usage = usage;
+    promise->set_value(*outcome);
+  };
+  e.Submit(std::move(job));
+  return future;
+}
+
+GenerateJob Job(const std::string& session, const std::string& prompt, int64_t max_tokens) {
+  GenerateJob j;
+  j.session_id = session;
+  j.prompt = prompt;
+  j.max_tokens = max_tokens;
+  return j;
+}
+
+Outcome Generate(Engine& e, const std::string& session, const std::string& prompt, int64_t max_tokens) {
+  return SubmitAsync(e, Job(session, prompt, max_tokens)).get();
+}
+
+template <typename T>
+T Call(const std::function<void(std::function<void(T)>)>& op) {
+  std::promise<T> p;
+  op([&p](T v) { p.set_value(std::move(v)); });
+  return p.get_future().get();
+}
+
+absl::StatusOr<SessionInfo> Create(Engine& e, const std::string& id) {
+  return Call<absl::StatusOr<SessionInfo>>([&](auto done) { e.CreateSession(id, done); });
+}
+absl::StatusOr<SessionInfo> Get(Engine& e, const std::string& id) {
+  return Call<absl::StatusOr<SessionInfo>>([&](auto done) { e.GetSession(id, done); });
+}
+
+std::unique_ptr<Engine> StartEngine(const Model& m, EngineOptions o) {
+  auto e = Engine::Start(m, TestTokenizer(), std::move(o));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return *std::move(e);
+}
+
+EngineOptions Options(int max_batch = 64, int64_t state_memory = int64_t(1) << 22) {
+  EngineOptions o;
+  o.max_batch = max_batch;
+  o.prefill_budget = 64;  // several prompts need more than one chunk
+  o.state_memory_bytes = state_memory;
+  return o;
+}
+
+GenerateResult Reference(const Model& m, const std::string& prompt, int max_tokens) {
+  StatePool pool(m, 1);
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  auto out = GenerateText(m, TestTokenizer(), pool, 0, r);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return *out;
+}
+
+struct BatchCase {
+  std::string mechanism;
+  int max_batch;
+};
+
+class EngineBatchTest : public ::testing::TestWithParam<BatchCase> {};
+
+// Greedy output of a session alone == beside 31 others submitted together == GenerateText.
+// fp32 rounding differs with the GEMM row count and the chunking (model_test bounds it at 1e-4
+// relative); fixed seeds keep the greedy choices away from near-ties.
+TEST_P(EngineBatchTest, AloneEqualsBatchedEqualsGenerateText) {
+  const Model m = GetParam().mechanism == "softmax" ? TinyModel("softmax", nlohmann::json::object(), 99) : Taylor();
+  constexpr int kSessions = 32, kMaxTokens = 12;
+  auto engine = StartEngine(m, Options(GetParam().max_batch));
+  std::vector<std::future<Outcome>> batched;
+  for (int i = 0; i < kSessions; ++i) batched.push_back(SubmitAsync(*engine, Job("", Prompt(i), kMaxTokens)));
+  for (int i = 0; i < kSessions; ++i) {
+    const Outcome together = batched[i].get();
+    ASSERT_TRUE(together.status.ok()) << together.status;
+    const Outcome alone = Generate(*engine, "", Prompt(i), kMaxTokens);
+    const GenerateResult ref = Reference(m, Prompt(i), kMaxTokens);
+    EXPECT_EQ(together.ids, ref.tokens) << "prompt " << i;
+    EXPECT_EQ(together.text, ref.text) << "prompt " << i;
+    EXPECT_EQ(together.finish_reason, ref.finish_reason) << "prompt " << i;
+    EXPECT_EQ(together.usage.prompt_tokens, ref.prompt_tokens);
+    EXPECT_EQ(alone.ids, ref.tokens) << "prompt " << i;
+    EXPECT_EQ(alone.text, ref.text);
+  }
+  // Ephemeral sessions are gone.
+  EXPECT_TRUE(Call<std::vector<SessionInfo>>([&](auto done) { engine->ListSessions(done); }).empty());
+  EXPECT_EQ(engine->stats().sessions_resident, 0);
+  EXPECT_EQ(engine->stats().queue_depth, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EngineBatchTest,
+                         ::testing::Values(BatchCase{"taylor", 1}, BatchCase{"taylor", 4}, BatchCase{"taylor", 64},
+                                           BatchCase{"softmax", 1}, BatchCase{"softmax", 4}, BatchCase{"softmax", 64}),
+                         [](const auto& info) { return info.param.mechanism + "_" + std::to_string(info.param.max_batch); });
+
+TEST(EngineTest, StopStringsAndSeededSamplingMatchGenerateText) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  for (int i = 0; i < 6; ++i) {
+    GenerateJob j = Job("", Prompt(i), 24);
+    j.sampling.temperature = 0.8f;
+    j.sampling.top_k = 40;
+    j.sampling.seed = 7 + i;
+    j.stop = {"e"};
+    const Outcome got = SubmitAsync(*engine, j).get();
+    StatePool pool(m, 1);
+    GenerateRequest r;
+    r.prompt = j.prompt;
+    r.max_tokens = 24;
+    r.sampling = j.sampling;
+    r.stop = j.stop;
+    auto ref = GenerateText(m, TestTokenizer(), pool, 0, r);
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(got.text, ref->text);
+    EXPECT_EQ(got.finish_reason, ref->finish_reason);
+    EXPECT_EQ(got.usage.session_position, pool.position(0));
+  }
+}
+
+// A session's history as (prompt, max_tokens) turns; returns each turn's output.
+using Turns = std::vector<std::pair<std::string, int>>;
+std::vector<std::vector<int32_t>> Play(Engine& e, const std::string& session, const Turns& turns) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& [prompt, n] : turns) {
+    const Outcome o = Generate(e, session, prompt, n);
+    EXPECT_TRUE(o.status.ok()) << o.status;
+    out.push_back(o.ids);
+  }
+  return out;
+}
+
+TEST(EngineTest, ForkThenGenerateEqualsFreshSessionWithTheSamePrefix) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "a").ok());
+  ASSERT_TRUE(Create(*engine, "fresh").ok());
+  const Turns prefix = {{Prompt(3), 6}, {Prompt(40), 4}};
+  Play(*engine, "a", prefix);
+  auto forked = Call<absl::StatusOr<SessionInfo>>([&](auto done) { engine->ForkSession("a", "b", done); });
+  ASSERT_TRUE(forked.ok()) << forked.status();
+  EXPECT_EQ(forked->position, Get(*engine, "a")->position);
+  Play(*engine, "fresh", prefix);
+  const Turns next = {{Prompt(5), 10}};
+  const auto from_fork = Play(*engine, "b", next);
+  EXPECT_EQ(from_fork, Play(*engine, "fresh", next));
+  EXPECT_EQ(from_fork, Play(*engine, "a", next));
+  // An empty new_id gets a generated one.
+  auto generated = Call<absl::StatusOr<SessionInfo>>([&](auto done) { engine->ForkSession("a", "", done); });
+  ASSERT_TRUE(generated.ok());
+  EXPECT_EQ(generated->session_id.size(), 32u);
+}
+
+TEST(EngineTest, ExportImportContinuesLikeTheOriginal) {
+  const Model m = TinyModel("softmax", nlohmann::json::object(), 5);
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "orig").ok());
+  Play(*engine, "orig", {{Prompt(8), 7}});
+  auto blob = Call<absl::StatusOr<std::string>>([&](auto done) { engine->ExportSession("orig", done); });
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto imported = Call<absl::StatusOr<SessionInfo>>([&](auto done) { engine->ImportSession(*blob, "copy", done); });
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->position, Get(*engine, "orig")->position);
+  const Turns next = {{Prompt(9), 9}};
+  EXPECT_EQ(Play(*engine, "copy", next), Play(*engine, "orig", next));
+  // Into another engine of the same model too.
+  auto other = StartEngine(m, Options());
+  auto again = Call<absl::StatusOr<SessionInfo>>([&](auto done) { other->ImportSession(*blob, "", done); });
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+// Destroy the engine with sessions mid-life, start another on the same session_dir, continue:
+// identical to an uninterrupted run.
+TEST(EngineTest, RestartContinuesEverySessionExactly) {
+  const Model m = Taylor();
+  const std::string dir = testing::MakeTempDir("engine_restart");
+  const Turns before = {{Prompt(11), 5}, {Prompt(2), 3}}, after = {{Prompt(12), 8}};
+  std::vector<std::vector<std::vector<int32_t>>> uninterrupted;
+  {
+    auto e = StartEngine(m, Options());
+    for (int s = 0; s < 4; ++s) {
+      const std::string id = "s" + std::to_string(s);
+      ASSERT_TRUE(Create(*e, id).ok());
+      Play(*e, id, Turns(before.begin(), before.begin() + 1 + s % 2));
+      uninterrupted.push_back(Play(*e, id, after));
+    }
+    ASSERT_TRUE(Create(*e, "empty").ok());
+  }
+  EngineOptions o = Options();
+  o.session_dir = dir;
+  std::vector<int64_t> positions;
+  {
+    auto e = StartEngine(m, o);
+    for (int s = 0; s < 4; ++s) {
+      const std::string id = "s" + std::to_string(s);
+      ASSERT_TRUE(Create(*e, id).ok());
+      Play(*e, id, Turns(before.begin(), before.begin() + 1 + s % 2));
+      positions.push_back(Get(*e, id)->position);
+    }
+    ASSERT_TRUE(Create(*e, "empty").ok());
+  }  // ~Engine writes every session
+  auto e = StartEngine(m, o);
+  const auto listed = Call<std::vector<SessionInfo>>([&](auto done) { e->ListSessions(done); });
+  ASSERT_EQ(listed.size(), 5u);
+  for (int s = 0; s < 4; ++s) {
+    const std::string id = "s" + std::to_string(s);
+    auto info = Get(*e, id);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->position, positions[s]);
+    EXPECT_FALSE(info->resident);
+    EXPECT_EQ(Play(*e, id, after), uninterrupted[s]) << id;
+  }
+  EXPECT_EQ(Get(*e, "empty")->position, 0);
+  EXPECT_TRUE(Generate(*e, "empty", "hello", 2).status.ok());
+}
+
+// State memory for 2 slots, 5 sessions used round robin: every use restores an offloaded session,
+// and the outputs equal an unconstrained engine's.
+TEST(EngineTest, OffloadedSessionsContinueExactly) {
+  const Model m = Taylor();
+  EngineOptions small = Options(64, int64_t(2 * m.StateFloats() * sizeof(float)));
+  small.session_dir = testing::MakeTempDir("engine_offload");
+  auto constrained = StartEngine(m, small);
+  auto unconstrained = StartEngine(m, Options());
+  int64_t most_offloaded = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int s = 0; s < 5; ++s) {
+      const std::string id = "u" + std::to_string(s);
+      if (round == 0) {
+        ASSERT_TRUE(Create(*constrained, id).ok());
+        ASSERT_TRUE(Create(*unconstrained, id).ok());
+      }
+      const Turns turn = {{Prompt(round * 5 + s), 4}};
+      EXPECT_EQ(Play(*constrained, id, turn), Play(*unconstrained, id, turn)) << id << " round " << round;
+      most_offloaded = std::max(most_offloaded, constrained->stats().sessions_offloaded);
+      EXPECT_LE(constrained->stats().sessions_resident, 2);
+    }
+  }
+  EXPECT_EQ(most_offloaded, 3);
+  // Fork and export work on offloaded sessions too.
+  auto forked = Call<absl::StatusOr<SessionInfo>>([&](auto done) { constrained->ForkSession("u0", "u0b", done); });
+  ASSERT_TRUE(forked.ok()) << forked.status();
+  EXPECT_EQ(forked->position, Get(*constrained, "u0")->position);
+  EXPECT_EQ(Play(*constrained, "u0b", {{"more", 5}}), Play(*unconstrained, "u0", {{"more", 5}}));
+}
+
+TEST(EngineTest, CancelStopsWithinAStepAndKeepsTheSessionConsistent) {
+  const Model m = Taylor(/*eos=*/-1);
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "c").ok());
+  GenerateJob j = Job("c", Prompt(4), 60000);
+  auto flag = j.cancelled;
+  int seen = 0;
+  j.on_output = [&](const std::string&, const std::vector<int32_t>& ids) {
+    seen += int(ids.size());
+    if (seen == 5) flag->store(true);
+  };
+  const Outcome o = SubmitAsync(*engine, j).get();
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.finish_reason, "cancelled");
+  EXPECT_EQ(o.usage.completion_tokens, 5);  // every token the client saw is in the state
+  EXPECT_EQ(o.usage.session_position, o.usage.prompt_tokens + 5);
+  EXPECT_EQ(Get(*engine, "c")->position, o.usage.session_position);
+  EXPECT_FALSE(Get(*engine, "c")->busy);
+  // The session goes on, as a session with the same tokens would.
+  ASSERT_TRUE(Create(*engine, "same").ok());
+  Play(*engine, "same", {{Prompt(4), 5}});
+  EXPECT_EQ(Play(*engine, "c", {{"next", 6}}), Play(*engine, "same", {{"next", 6}}));
+}
+
+TEST(EngineTest, CancelMidPromptRollsThePromptBack) {
+  const Model m = Taylor(/*eos=*/-1);
+  EngineOptions o = Options();
+  o.prefill_budget = 8;
+  auto engine = StartEngine(m, o);
+  ASSERT_TRUE(Create(*engine, "p").ok());
+  ASSERT_TRUE(Create(*engine, "twin").ok());
+  Play(*engine, "p", {{Prompt(3), 3}});
+  Play(*engine, "twin", {{Prompt(3), 3}});
+  const int64_t before = Get(*engine, "p")->position;
+  // A decoding job cancels the long prompt from the engine thread after a few chunks.
+  GenerateJob long_prompt = Job("p", Prompt(89), 5);
+  auto flag = long_prompt.cancelled;
+  GenerateJob ticker = Job("", "tick", 4);
+  int ticks = 0;
+  ticker.on_output = [&](const std::string&, const std::vector<int32_t>&) {
+    if (++ticks == 3) flag->store(true);
+  };
+  auto t = SubmitAsync(*engine, ticker);
+  auto p = SubmitAsync(*engine, long_prompt);
+  const Outcome cancelled = p.get();
+  t.get();
+  ASSERT_TRUE(cancelled.status.ok()) << cancelled.status;
+  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_EQ(cancelled.usage.prompt_tokens, 0);
+  EXPECT_EQ(cancelled.usage.session_position, before);
+  EXPECT_EQ(Get(*engine, "p")->position, before);
+  EXPECT_EQ(Play(*engine, "p", {{"again", 6}}), Play(*engine, "twin", {{"again", 6}}));
+}
+
+TEST(EngineTest, SecondGenerateOnABusySessionIsRefused) {
+  const Model m = Taylor(/*eos=*/-1);
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "busy").ok());
+  GenerateJob first = Job("busy", "one", 60000);
+  auto flag = first.cancelled;
+  auto a = SubmitAsync(*engine, first);
+  const Outcome second = Generate(*engine, "busy", "two", 3);
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kFailedPrecondition) << second.status << " " << second.finish_reason;
+  EXPECT_TRUE(Get(*engine, "busy")->busy);
+  // Session operations that need a quiet state refuse too.
+  EXPECT_EQ(Call<absl::Status>([&](auto done) { engine->DeleteSession("busy", done); }).code(),
+            absl::StatusCode::kFailedPrecondition);
+  flag->store(true);
+  EXPECT_EQ(a.get().finish_reason, "cancelled");
+  EXPECT_TRUE(Generate(*engine, "busy", "three", 2).status.ok());
+}
+
+TEST(EngineTest, FullQueueIsResourceExhausted) {
+  const Model m = Taylor(/*eos=*/-1);
+  EngineOptions o = Options();
+  o.max_queue = 1;
+  auto engine = StartEngine(m, o);
+  GenerateJob first = Job("", "one", 60000);
+  auto flag = first.cancelled;
+  auto a = SubmitAsync(*engine, first);
+  const Outcome second = Generate(*engine, "", "two", 3);
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kResourceExhausted) << second.status;
+  flag->store(true);
+  a.get();
+  EXPECT_TRUE(Generate(*engine, "", "three", 2).status.ok());
+}
+
+void ExpectInvalid(const Outcome& o, const std::string& field) {
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kInvalidArgument) << o.status;
+  EXPECT_NE(std::string(o.status.message()).find(field), std::string::npos) << o.status;
+}
+
+TEST(EngineTest, BadInputsGetTheRightCodesNamingTheField) {
+  const Model m = Taylor();
+  EngineOptions o = Options();
+  o.max_prompt_tokens = 16;
+  o.max_new_tokens = 100;
+  auto engine = StartEngine(m, o);
+  GenerateJob nan = Job("", "hi", 3);
+  nan.sampling.temperature = std::nanf("");
+  ExpectInvalid(SubmitAsync(*engine, nan).get(), "temperature");
+  ExpectInvalid(Generate(*engine, "", "bad \xC3\x28 utf8", 3), "prompt");
+  ExpectInvalid(Generate(*engine, "", "overlong \xC0\xAF", 3), "prompt");
+  ExpectInvalid(Generate(*engine, "", Prompt(50), 3), "max_prompt_tokens");
+  ExpectInvalid(Generate(*engine, "", "hi", 101), "max_tokens");
+  ExpectInvalid(Generate(*engine, "", "hi", -1), "max_tokens");
+  ExpectInvalid(Generate(*engine, "bad/id", "hi", 3), "session_id");
+  ExpectInvalid(Generate(*engine, std::string(129, 'a'), "hi", 3), "session_id");
+  GenerateJob empty_stop = Job("", "hi", 3);
+  empty_stop.stop = {""};
+  ExpectInvalid(SubmitAsync(*engine, empty_stop).get(), "stop[0]");
+  EXPECT_EQ(Generate(*engine, "nobody", "hi", 3).status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Get(*engine, "nobody").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Create(*engine, "bad id").status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Create(*engine, "x").ok());
+  EXPECT_EQ(Create(*engine, "x").status().code(), absl::StatusCode::kAlreadyExists);
+  auto generated = Create(*engine, "");
+  ASSERT_TRUE(generated.ok());
+  EXPECT_EQ(generated->session_id.size(), 32u);
+  // Corrupt imports: flipped byte, garbage, another model's snapshot.
+  Play(*engine, "x", {{"some text", 2}});
+  auto blob = Call<absl::StatusOr<std::string>>([&](auto done) { engine->ExportSession("x", done); });
+  ASSERT_TRUE(blob.ok());
+  auto import = [&](std::string b) {
+    return Call<absl::StatusOr<SessionInfo>>([&](auto done) { engine->ImportSession(b, "y", done); }).status();
+  };
+  std::string flipped = *blob;
+  flipped[flipped.size() / 2] ^= 1;
+  EXPECT_EQ(import(flipped).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(import("not a snapshot at all").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(import("").code(), absl::StatusCode::kInvalidArgument);
+  const Model other = TinyModel("taylor", {{"order", 2}}, 4321);
+  auto other_engine = StartEngine(other, Options());
+  ASSERT_TRUE(Create(*other_engine, "o").ok());
+  auto foreign = Call<absl::StatusOr<std::string>>([&](auto done) { other_engine->ExportSession("o", done); });
+  ASSERT_TRUE(foreign.ok());
+  const absl::Status st = import(*foreign);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("fingerprint"), std::string::npos) << st;
+  EXPECT_EQ(Get(*engine, "y").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(EngineTest, WithoutSessionDirCapacityIsTheSlotCount) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options(64, int64_t(2 * m.StateFloats() * sizeof(float))));
+  ASSERT_TRUE(Create(*engine, "one").ok());
+  ASSERT_TRUE(Create(*engine, "two").ok());
+  EXPECT_EQ(Create(*engine, "three").status().code(), absl::StatusCode::kResourceExhausted);
+  // No slot can ever free up for an ephemeral session either.
+  EXPECT_EQ(Generate(*engine, "", "hi", 2).status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Generate(*engine, "two", "hi", 2).status.ok());
+  EXPECT_TRUE(Call<absl::Status>([&](auto done) { engine->DeleteSession("one", done); }).ok());
+  EXPECT_TRUE(Generate(*engine, "", "hi", 2).status.ok());
+}
+
+TEST(EngineTest, StartRefusesBadOptions) {
+  const Model m = Taylor();
+  EngineOptions o;
+  o.max_batch = 0;
+  auto e = Engine::Start(m, TestTokenizer(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("max_batch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace steady

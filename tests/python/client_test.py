@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""An independent client: Debian's python3-grpcio and python3-protobuf against a real steady-server.
+
+Stubs are generated at test time from the project's proto (protoc + grpc_python_plugin) into a
+temporary directory, so this checks the wire API itself, not the C++ client code.
+
+Usage: client_test.py BIN_DIR SOURCE_DIR
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+GOOGLEAPIS = "/usr/share/gocode/src/github.com/grpc-ecosystem/grpc-gateway/third_party/googleapis"
+
+# The standard health protocol (grpc/health/v1/health.proto), which Debian ships no Python stubs for.
+HEALTH_PROTO = """
+syntax = "proto3";
+package grpc.health.v1;
+message HealthCheckRequest { string service = 1; }
+message HealthCheckResponse {
+  enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
+  ServingStatus status = 1;
+}
+service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }
+"""
+
+BIN_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
+WORK = tempfile.mkdtemp(prefix="steady_python_")
+
+
+def generate_stubs():
+    out = os.path.join(WORK, "gen")
+    os.makedirs(out)
+    # Saved under a name of its own: a grpc/health/v1/ module path would hide grpcio's `grpc` package.
+    os.makedirs(os.path.join(WORK, "health"))
+    with open(os.path.join(WORK, "health", "health_v1.proto"), "w") as f:
+        f.write(HEALTH_PROTO)
+    protoc = ["protoc", "-I", os.path.join(SOURCE_DIR, "proto"), "-I", GOOGLEAPIS, "-I", "/usr/include",
+              "-I", os.path.join(WORK, "health"), "--python_out=" + out]
+    grpc_plugin = ["--grpc_python_out=" + out, "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin"]
+    subprocess.run(protoc + ["google/api/http.proto", "google/api/annotations.proto"], check=True)
+    subprocess.run(protoc + grpc_plugin + ["steady/v1/inference.proto", "health_v1.proto"], check=True)
+    sys.path.insert(0, out)
+
+
+generate_stubs()
+import grpc  # noqa: E402
+import health_v1_pb2 as health_pb2, health_v1_pb2_grpc as health_pb2_grpc  # noqa: E402
+from steady.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc  # noqa: E402
+
+
+class Server:
+    """steady-server on a port it picks itself (read back from its log)."""
+
+    def __init__(self, model_dir, session_dir):
+        self.log_path = os.path.join(WORK, "server.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN_DIR, "steady-server"), "--model", model_dir, "--port", "0",
+             "--state-memory", "16M", "--session-dir", session_dir], stderr=self.log)
+        deadline = time.time() + 30
+        self.port = None
+        while time.time() < deadline and self.proc.poll() is None:
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", self.read_log())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.1)
+        if self.port is None:
+            self.kill()
+            raise RuntimeError("steady-server did not start: " + self.read_log())
+
+    def read_log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def terminate(self):
+        """SIGTERM; returns the exit status (bounded wait)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.kill()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        model = os.path.join(WORK, "model")
+        subprocess.run([os.path.join(BIN_DIR, "steady"), "init", "--out", model, "--preset", "tiny",
+                        "--tokenizer", os.path.join(SOURCE_DIR, "tests/data/tokenizer/tokenizer.model"),
+                        "--mechanism", "taylor", "--order", "2"], check=True, stdout=subprocess.DEVNULL)
+        cls.server = Server(model, os.path.join(WORK, "sessions"))
+        cls.channel = grpc.insecure_channel("127.0.0.1:%d" % cls.server.port)
+        cls.stub = pb_grpc.InferenceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.rc = cls.server.terminate()
+        assert cls.rc == 0, "steady-server exited with %d" % cls.rc
+
+    def generate(self, **fields):
+        """Streams one Generate call; returns (text, ids, last message)."""
+        messages = list(self.stub.Generate(pb.GenerateRequest(**fields), timeout=60))
+        text = "".join(m.text for m in messages)
+        ids = [t for m in messages for t in m.token_ids]
+        for m in messages[:-1]:
+            self.assertEqual(m.finish_reason, "")
+        return text, ids, messages[-1]
+
+    def test_health_and_model_info(self):
+        health = health_pb2_grpc.HealthStub(self.channel)
+        self.assertEqual(health.Check(health_pb2.HealthCheckRequest(), timeout=10).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+        info = self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+        self.assertEqual(info.mechanism, "taylor")
+        self.assertEqual(info.vocab_size, 512)
+        self.assertGreater(info.state_bytes_per_session, 0)
+
+    def test_create_generate_fork_export_import_delete(self):
+        session = self.stub.CreateSession(pb.CreateSessionRequest(), timeout=10)
+        sid = session.session_id
+        self.assertTrue(sid)
+        self.assertEqual(session.position, 0)
+        _, ids, last = self.generate(session_id=sid, prompt="This License applies", max_tokens=0)
+        self.assertEqual(ids, [])
+        position = last.usage.session_position
+        self.assertEqual(position, last.usage.prompt_tokens)
+
+        fork = self.stub.ForkSession(pb.ForkSessionRequest(session_id=sid), timeout=10)
+        self.assertNotEqual(fork.session_id, sid)
+        self.assertEqual(fork.position, position)
+
+        blob = b"".join(c.data for c in self.stub.ExportSession(pb.ExportSessionRequest(session_id=sid), timeout=30))
+        self.assertGreater(len(blob), 0)
+
+        def chunks():
+            yield pb.ImportSessionRequest(session_id="py-imported", data=blob[:100])
+            for i in range(100, len(blob), 4096):
+                yield pb.ImportSessionRequest(data=blob[i:i + 4096])
+        imported = self.stub.ImportSession(chunks(), timeout=30)
+        self.assertEqual(imported.session_id, "py-imported")
+        self.assertEqual(imported.position, position)
+
+        # Three copies of one state continue identically.
+        args = dict(prompt=" to any", max_tokens=10, temperature=0.7, top_k=20, seed=99)
+        a = self.generate(session_id=sid, **args)
+        b = self.generate(session_id=fork.session_id, **args)
+        c = self.generate(session_id="py-imported", **args)
+        self.assertEqual(a[1], b[1])
+        self.assertEqual(a[1], c[1])
+        self.assertEqual(a[0], c[0])
+        self.assertEqual(len(a[1]), a[2].usage.completion_tokens)
+        self.assertIn(a[2].finish_reason, ("length", "stop"))
+        self.assertEqual(self.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10).position,
+                         a[2].usage.session_position)
+
+        listed = [s.session_id for s in self.stub.ListSessions(pb.ListSessionsRequest(), timeout=10).sessions]
+        self.assertTrue({sid, fork.session_id, "py-imported"} <= set(listed))
+
+        for s in (sid, fork.session_id, "py-imported"):
+            self.stub.DeleteSession(pb.DeleteSessionRequest(session_id=s), timeout=10)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_errors_name_the_field(self):
+        cases = [(dict(prompt="x", max_tokens=-1), "max_tokens"),
+                 (dict(prompt="x", top_p=1.5), "top_p"),
+                 (dict(prompt="x", temperature=float("nan")), "temperature"),
+                 (dict(prompt="x", stop=[""]), "stop[0]"),
+                 (dict(session_id="no/slash", prompt="x"), "session_id")]
+        for fields, name in cases:
+            with self.assertRaises(grpc.RpcError) as e:
+                self.generate(**fields)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, fields)
+            self.assertIn(name, e.exception.details())
+
+    def test_deadline_is_a_cancellation(self):
+        sid = self.stub.CreateSession(pb.CreateSessionRequest(), timeout=10).session_id
+        with self.assertRaises(grpc.RpcError) as e:
+            for _ in self.stub.Generate(pb.GenerateRequest(session_id=sid, prompt="The", max_tokens=60000),
+                                        timeout=0.5):
+                pass
+        self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        # The engine ends the job within a step; then the session takes new work.
+        deadline = time.time() + 20
+        while self.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10).busy and time.time() < deadline:
+            time.sleep(0.05)
+        _, ids, last = self.generate(session_id=sid, prompt=".", max_tokens=2)
+        self.assertEqual(len(ids), last.usage.completion_tokens)
+        self.assertIn(last.finish_reason, ("length", "stop"))
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(argv=sys.argv[:1], verbosity=2)
+    finally:
+        subprocess.run(["rm", "-rf", WORK])

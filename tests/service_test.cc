@@ -1,0 +1,626 @@
+// The gRPC service end to end in one process: a real server on 127.0.0.1 (ephemeral port) over the
+// real engine and a random tiny Taylor model, driven through the generated client stub.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <gtest/gtest.h>
+
+#include "model/generate.h"
+#include "model/model.h"
+#include "model/state_pool.h"
+#include "model/tokenizer.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/service.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+ModelConfig TinyTaylorConfig() {
+  nlohmann::json j = {{"vocab_size", 512},      {"hidden_size", 32},         {"intermediate_size", 64},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4},  {"num_key_value_heads", 2},
+                      {"head_dim", 8},          {"rope_theta", 10000.0},     {"qk_norm", true},
+                      {"bos_token_id", 1},      {"eos_token_id", 2},
+                      {"attention", {{"mechanism", "taylor"}, {"order", 2}}}};
+  auto c = ParseModelConfig(j.dump(), "test");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// Everything one server needs, torn down in the order main.cc uses: drain, shut down, stop the engine.
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = Model::Random(TinyTaylorConfig(), 42);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = new Model(*std::move(model));
+    auto tokenizer = Tokenizer::Load(testing::SourcePath("tests/data/tokenizer/tokenizer.model"));
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = tokenizer->release();
+  }
+
+  void SetUp() override { StartServer(); }
+  void TearDown() override { StopServer(); }
+
+  void StartServer(EngineOptions options = {}) {
+    options.state_memory_bytes = 1 << 24;
+    options.session_dir = testing::MakeTempDir("service_sessions");
+    auto engine = Engine::Start(*model_, *tokenizer_, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    metrics_ = std::make_unique<Metrics>();
+    ServiceOptions service_options;
+    service_options.model_name = "tiny-taylor";
+    service_options.export_chunk_bytes = 1000;  // several chunks even for a tiny state
+    service_ = std::make_unique<InferenceService>(*engine_, *metrics_, service_options);
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port, 0);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+    stub_ = v1::Inference::NewStub(channel_);
+  }
+
+  void StopServer() {
+    if (service_) service_->BeginDrain();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    engine_.reset();
+    server_.reset();
+    service_.reset();
+  }
+
+  struct Streamed {
+    grpc::Status status;
+    std::vector<v1::GenerateResponse> messages;
+    std::string text;
+    std::vector<int32_t> ids;
+  };
+  Streamed Generate(const v1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    Streamed out;
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      out.messages.push_back(m);
+      out.text += m.text();
+      out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  v1::Session CreateSession(const std::string& id = "") {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_session_id(id);
+    v1::Session session;
+    grpc::Status s = stub_->CreateSession(&context, request, &session);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return session;
+  }
+
+  grpc::Status GetSession(const std::string& id, v1::Session* out) {
+    grpc::ClientContext context;
+    v1::GetSessionRequest request;
+    request.set_session_id(id);
+    return stub_->GetSession(&context, request, out);
+  }
+
+  // Polls until the session is not busy (the engine ends a cancelled job within one step); at most 20 s.
+  v1::Session WaitIdle(const std::string& id) {
+    v1::Session s;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    do {
+      EXPECT_TRUE(GetSession(id, &s).ok());
+      if (!s.busy()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (std::chrono::steady_clock::now() < give_up);
+    EXPECT_FALSE(s.busy()) << id;
+    return s;
+  }
+
+  static v1::GenerateRequest Request(const std::string& session, const std::string& prompt, int64_t max_tokens) {
+    v1::GenerateRequest r;
+    r.set_session_id(session);
+    r.set_prompt(prompt);
+    r.set_max_tokens(max_tokens);
+    return r;
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+Model* ServiceTest::model_ = nullptr;
+Tokenizer* ServiceTest::tokenizer_ = nullptr;
+
+// The single-session reference: model/generate.h on a fresh slot.
+GenerateResult Reference(const Model& model, const Tokenizer& tokenizer, const std::string& prompt, int max_tokens,
+                         const SamplingParams& sampling, std::vector<std::string> stop = {}) {
+  StatePool pool(model, 1);
+  GenerateRequest request;
+  request.prompt = prompt;
+  request.max_tokens = max_tokens;
+  request.sampling = sampling;
+  request.stop = std::move(stop);
+  auto result = GenerateText(model, tokenizer, pool, 0, request);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return *result;
+}
+
+TEST_F(ServiceTest, StreamedGreedyOutputEqualsTheCollectedReference) {
+  const Streamed s = Generate(Request("", "This License applies to", 24));
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  const GenerateResult ref = Reference(*model_, *tokenizer_, "This License applies to", 24, {});
+  EXPECT_EQ(s.text, ref.text);
+  EXPECT_EQ(s.ids, ref.tokens);
+  ASSERT_FALSE(s.messages.empty());
+  for (size_t i = 0; i + 1 < s.messages.size(); ++i) {
+    EXPECT_TRUE(s.messages[i].finish_reason().empty()) << "finish_reason before the last message";
+    EXPECT_FALSE(s.messages[i].has_usage());
+  }
+  const v1::GenerateResponse& last = s.messages.back();
+  EXPECT_EQ(last.finish_reason(), ref.finish_reason);
+  EXPECT_EQ(last.usage().prompt_tokens(), ref.prompt_tokens);
+  EXPECT_EQ(last.usage().completion_tokens(), int64_t(ref.tokens.size()));
+  EXPECT_EQ(last.usage().session_position(), ref.prompt_tokens + int64_t(ref.tokens.size()));
+}
+
+TEST_F(ServiceTest, StreamedSampledOutputWithStopEqualsTheReference) {
+  v1::GenerateRequest r = Request("", "The", 40);
+  r.set_temperature(1.0f);
+  r.set_top_k(50);
+  r.set_top_p(0.9f);
+  r.set_repetition_penalty(1.1f);
+  r.set_seed(1234);
+  // A stop string taken from the reference's own output, so it is certain to trigger.
+  SamplingParams sampling{1.0f, 50, 0.9f, 1.1f, 1234};
+  const GenerateResult free_run = Reference(*model_, *tokenizer_, "The", 40, sampling);
+  // Two ASCII bytes from the second half (a stop string must be valid UTF-8).
+  std::string stop;
+  for (size_t i = free_run.text.size() / 2; i + 1 < free_run.text.size() && stop.empty(); ++i) {
+    const unsigned char a = free_run.text[i], b = free_run.text[i + 1];
+    if (a > 0x20 && a < 0x7f && b > 0x20 && b < 0x7f) stop = free_run.text.substr(i, 2);
+  }
+  ASSERT_FALSE(stop.empty()) << free_run.text;
+  r.add_stop(stop);
+  const Streamed s = Generate(r);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  const GenerateResult ref = Reference(*model_, *tokenizer_, "The", 40, sampling, {stop});
+  EXPECT_EQ(s.text, ref.text);
+  EXPECT_EQ(s.messages.back().finish_reason(), "stop");
+  EXPECT_EQ(s.text.find(stop), std::string::npos);
+  // Zero values mean "off": top_p 0 and repetition_penalty 0 are top_p 1 and penalty 1.
+  v1::GenerateRequest zero = Request("", "The", 12);
+  zero.set_temperature(0.8f);
+  zero.set_seed(5);
+  v1::GenerateRequest ones = zero;
+  ones.set_top_p(1.0f);
+  ones.set_repetition_penalty(1.0f);
+  EXPECT_EQ(Generate(zero).ids, Generate(ones).ids);
+}
+
+TEST_F(ServiceTest, SessionsContinueForkAndDelete) {
+  const v1::Session created = CreateSession("alpha");
+  EXPECT_EQ(created.session_id(), "alpha");
+  EXPECT_EQ(created.position(), 0);
+  // Prefill only, then continue: the same as one call with the whole text.
+  const Streamed prefill = Generate(Request("alpha", "This License applies", 0));
+  ASSERT_TRUE(prefill.status.ok()) << prefill.status.error_message();
+  EXPECT_TRUE(prefill.ids.empty());
+  const int64_t position = prefill.messages.back().usage().session_position();
+  EXPECT_GT(position, 0);
+  v1::Session got;
+  ASSERT_TRUE(GetSession("alpha", &got).ok());
+  EXPECT_EQ(got.position(), position);
+  EXPECT_GT(got.state_bytes(), 0);
+
+  grpc::ClientContext fork_context;
+  v1::ForkSessionRequest fork;
+  fork.set_session_id("alpha");
+  v1::Session forked;
+  ASSERT_TRUE(stub_->ForkSession(&fork_context, fork, &forked).ok());
+  EXPECT_FALSE(forked.session_id().empty());
+  EXPECT_NE(forked.session_id(), "alpha");
+  EXPECT_EQ(forked.position(), position);
+
+  const Streamed a = Generate(Request("alpha", " to", 16));
+  const Streamed b = Generate(Request(forked.session_id(), " to", 16));
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.messages.back().usage().session_position(), position + a.messages.back().usage().prompt_tokens() +
+                                                              int64_t(a.ids.size()));
+
+  grpc::ClientContext list_context;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&list_context, {}, &list).ok());
+  ASSERT_EQ(list.sessions_size(), 2);
+  EXPECT_LT(list.sessions(0).session_id(), list.sessions(1).session_id());  // ordered by id
+
+  grpc::ClientContext delete_context;
+  v1::DeleteSessionRequest del;
+  del.set_session_id("alpha");
+  v1::DeleteSessionResponse deleted;
+  ASSERT_TRUE(stub_->DeleteSession(&delete_context, del, &deleted).ok());
+  const grpc::Status gone = GetSession("alpha", &got);
+  EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND) << gone.error_message();
+  const Streamed after = Generate(Request("alpha", "x", 1));
+  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::NOT_FOUND) << after.status.error_message();
+}
+
+TEST_F(ServiceTest, ExportThenImportContinuesIdentically) {
+  CreateSession("src");
+  ASSERT_TRUE(Generate(Request("src", "Everyone is permitted to copy", 4)).status.ok());
+  std::string blob;
+  {
+    grpc::ClientContext context;
+    v1::ExportSessionRequest request;
+    request.set_session_id("src");
+    auto reader = stub_->ExportSession(&context, request);
+    v1::SessionChunk chunk;
+    int chunks = 0;
+    while (reader->Read(&chunk)) {
+      EXPECT_LE(chunk.data().size(), 1000u);
+      blob += chunk.data();
+      ++chunks;
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_GT(chunks, 1);
+  }
+  v1::Session imported;
+  {
+    grpc::ClientContext context;
+    auto writer = stub_->ImportSession(&context, &imported);
+    for (size_t offset = 0; offset < blob.size(); offset += 777) {
+      v1::ImportSessionRequest request;
+      if (offset == 0) request.set_session_id("copy");
+      request.set_data(blob.substr(offset, 777));
+      ASSERT_TRUE(writer->Write(request));
+    }
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(imported.session_id(), "copy");
+  v1::Session src;
+  ASSERT_TRUE(GetSession("src", &src).ok());
+  EXPECT_EQ(imported.position(), src.position());
+  const Streamed a = Generate(Request("src", " and distribute", 12));
+  const Streamed b = Generate(Request("copy", " and distribute", 12));
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.ids, b.ids);
+
+  // A corrupted snapshot is refused (the engine's snapshot checks name the problem), never imported.
+  std::string bad = blob;
+  bad[bad.size() / 2] ^= 0x5a;
+  grpc::ClientContext context;
+  v1::Session none;
+  auto writer = stub_->ImportSession(&context, &none);
+  v1::ImportSessionRequest request;
+  request.set_session_id("bad");
+  request.set_data(bad);
+  writer->Write(request);
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_code(), grpc::StatusCode::UNKNOWN) << s.error_message();
+  EXPECT_EQ(GetSession("bad", &none).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+struct BadGenerate {
+  const char* name;
+  void (*mutate)(v1::GenerateRequest*);
+  grpc::StatusCode code;
+  const char* field;
+};
+
+TEST_F(ServiceTest, BadGenerateRequestsMapToCodesNamingTheField) {
+  CreateSession("ok");
+  const BadGenerate cases[] = {
+      {"negative max_tokens", [](v1::GenerateRequest* r) { r->set_max_tokens(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
+      {"huge max_tokens", [](v1::GenerateRequest* r) { r->set_max_tokens(int64_t(1) << 50); },
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
+      {"negative temperature", [](v1::GenerateRequest* r) { r->set_temperature(-0.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {"NaN temperature", [](v1::GenerateRequest* r) { r->set_temperature(std::nanf("")); },
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {"negative top_k", [](v1::GenerateRequest* r) { r->set_top_k(-3); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "top_k"},
+      {"top_p above 1", [](v1::GenerateRequest* r) { r->set_top_p(1.5f); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "top_p"},
+      {"negative repetition_penalty", [](v1::GenerateRequest* r) { r->set_repetition_penalty(-1.0f); },
+       grpc::StatusCode::INVALID_ARGUMENT, "repetition_penalty"},
+      {"infinite repetition_penalty",
+       [](v1::GenerateRequest* r) { r->set_repetition_penalty(std::numeric_limits<float>::infinity()); },
+       grpc::StatusCode::INVALID_ARGUMENT, "repetition_penalty"},
+      {"empty stop string", [](v1::GenerateRequest* r) { r->add_stop(""); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "stop[0]"},
+      {"too many stop strings",
+       [](v1::GenerateRequest* r) {
+         for (int i = 0; i < 100; ++i) r->add_stop("x" + std::to_string(i));
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "stop"},
+      {"session_id with a slash", [](v1::GenerateRequest* r) { r->set_session_id("../etc"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "session_id"},
+      {"unknown session", [](v1::GenerateRequest* r) { r->set_session_id("nobody"); }, grpc::StatusCode::NOT_FOUND,
+       "nobody"},
+  };
+  for (const BadGenerate& c : cases) {
+    v1::GenerateRequest r = Request("ok", "hello", 4);
+    c.mutate(&r);
+    const Streamed s = Generate(r);
+    EXPECT_EQ(s.status.error_code(), c.code) << c.name << ": " << s.status.error_message();
+    EXPECT_NE(s.status.error_message().find(c.field), std::string::npos)
+        << c.name << ": message \"" << s.status.error_message() << "\" does not name " << c.field;
+    EXPECT_TRUE(s.messages.empty()) << c.name;
+  }
+  // The session is untouched by the refused calls.
+  v1::Session ok;
+  ASSERT_TRUE(GetSession("ok", &ok).ok());
+  EXPECT_EQ(ok.position(), 0);
+}
+
+TEST_F(ServiceTest, BadSessionRequestsMapToCodesNamingTheField) {
+  CreateSession("taken");
+  {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest r;
+    r.set_session_id("has space");
+    v1::Session s;
+    const grpc::Status status = stub_->CreateSession(&context, r, &s);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("session_id"), std::string::npos) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest r;
+    r.set_session_id(std::string(200, 'a'));
+    v1::Session s;
+    const grpc::Status status = stub_->CreateSession(&context, r, &s);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("session_id"), std::string::npos) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest r;
+    r.set_session_id("taken");
+    v1::Session s;
+    const grpc::Status status = stub_->CreateSession(&context, r, &s);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << status.error_message();
+  }
+  {
+    v1::Session s;
+    const grpc::Status status = GetSession("", &s);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("session_id"), std::string::npos) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest r;
+    r.set_session_id("taken");
+    r.set_new_session_id(".hidden");
+    v1::Session s;
+    const grpc::Status status = stub_->ForkSession(&context, r, &s);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("new_session_id"), std::string::npos) << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest r;
+    r.set_session_id("missing");
+    v1::Session s;
+    EXPECT_EQ(stub_->ForkSession(&context, r, &s).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest r;
+    r.set_session_id("taken");
+    r.set_new_session_id("taken");
+    v1::Session s;
+    EXPECT_EQ(stub_->ForkSession(&context, r, &s).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  {
+    grpc::ClientContext context;
+    v1::DeleteSessionRequest r;
+    r.set_session_id("missing");
+    v1::DeleteSessionResponse d;
+    EXPECT_EQ(stub_->DeleteSession(&context, r, &d).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    v1::ExportSessionRequest r;
+    r.set_session_id("missing");
+    auto reader = stub_->ExportSession(&context, r);
+    v1::SessionChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext context;
+    v1::Session s;
+    auto writer = stub_->ImportSession(&context, &s);
+    v1::ImportSessionRequest r;
+    r.set_session_id("fresh");
+    r.set_data("not a snapshot");
+    writer->Write(r);
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.error_code(), grpc::StatusCode::UNKNOWN) << status.error_message();
+  }
+}
+
+TEST_F(ServiceTest, CancelAndDeadlineEndTheJobAndKeepTheSessionUsable) {
+  CreateSession("long");
+  {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, Request("long", "The", 60000));
+    v1::GenerateResponse m;
+    ASSERT_TRUE(reader->Read(&m));
+    context.TryCancel();
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  const int64_t after_cancel = WaitIdle("long").position();
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto reader = stub_->Generate(&context, Request("long", "The", 60000));
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // The engine ends the job within one step; the session is then free again and consistent.
+  const v1::Session s = WaitIdle("long");
+  EXPECT_GE(s.position(), after_cancel);
+  EXPECT_GT(after_cancel, 1);  // the first call streamed a token before its cancel: it is in the state
+  const Streamed next = Generate(Request("long", " again", 3));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  const v1::Usage& usage = next.messages.back().usage();
+  EXPECT_EQ(usage.session_position(), s.position() + usage.prompt_tokens() + usage.completion_tokens());
+}
+
+TEST_F(ServiceTest, ConcurrentStreamsEachEqualTheirReference) {
+  const std::vector<std::string> prompts = {"This", "You may", "The licenses for most software", "Copyright"};
+  std::vector<std::future<Streamed>> running;
+  for (const std::string& p : prompts) {
+    running.push_back(std::async(std::launch::async, [this, p] { return Generate(Request("", p, 20)); }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Streamed s = running[i].get();
+    ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+    EXPECT_EQ(s.ids, Reference(*model_, *tokenizer_, prompts[i], 20, {}).tokens) << prompts[i];
+  }
+}
+
+TEST_F(ServiceTest, ModelInfoDescribesTheServedModel) {
+  grpc::ClientContext context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.model_name(), "tiny-taylor");
+  EXPECT_EQ(info.mechanism(), "taylor");
+  ASSERT_EQ(info.layers_size(), 2);
+  EXPECT_NE(info.layers(0).params_json().find("\"order\":2"), std::string::npos) << info.layers(0).params_json();
+  EXPECT_EQ(info.vocab_size(), 512);
+  EXPECT_EQ(info.state_bytes_per_session(), int64_t(model_->StateFloats() * sizeof(float)));
+  EXPECT_EQ(info.kv_cache_bytes_per_token(), 0);
+  EXPECT_EQ(info.limits().max_new_tokens(), EngineOptions{}.max_new_tokens);
+  EXPECT_GT(info.limits().max_stop_strings(), 0);
+}
+
+TEST_F(ServiceTest, HealthCheckServes) {
+  // grpc.health.v1.Health/Check with an empty request; the response's field 1 is the status.
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext context;
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  const grpc::Status status = done.get_future().get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+TEST_F(ServiceTest, DrainRefusesNewCallsWithUnavailable) {
+  service_->BeginDrain();
+  v1::Session s;
+  EXPECT_EQ(GetSession("any", &s).error_code(), grpc::StatusCode::UNAVAILABLE);
+  const Streamed g = Generate(Request("", "x", 2));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// A blocking HTTP GET against the metrics endpoint; returns the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, size_t(n));
+  close(fd);
+  return response;
+}
+
+TEST_F(ServiceTest, MetricsCountRequestsTokensAndLatencies) {
+  ASSERT_TRUE(Generate(Request("", "The", 5)).status.ok());
+  Generate(Request("", "The", -1));
+  Engine* engine = engine_.get();
+  Metrics* metrics = metrics_.get();
+  auto http = MetricsHttpServer::Start("127.0.0.1", 0, [engine, metrics] { return metrics->Render(engine->stats()); });
+  ASSERT_TRUE(http.ok()) << http.status();
+  // The engine adds a step's token counts after the step's callbacks: poll briefly for them.
+  std::string page;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    page = HttpGet((*http)->port(), "/metrics");
+    if (page.find("steady_generated_tokens_total 5\n") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < give_up);
+  EXPECT_EQ(page.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << page;
+  for (const char* needle :
+       {"steady_requests_total{rpc=\"Generate\",code=\"OK\"} 1\n",
+        "steady_requests_total{rpc=\"Generate\",code=\"INVALID_ARGUMENT\"} 1\n",
+        "steady_time_to_first_token_seconds_count 1\n", "steady_inter_token_latency_seconds_count 4\n",
+        "steady_inter_token_latency_seconds_bucket{le=\"+Inf\"} 4\n", "# TYPE steady_queue_depth gauge\n",
+        "steady_sessions{state=\"resident\"}", "steady_sessions{state=\"offloaded\"}", "steady_state_bytes ",
+        "steady_engine_step_seconds ", "steady_generated_tokens_total 5\n"}) {
+    EXPECT_NE(page.find(needle), std::string::npos) << "missing " << needle << " in\n" << page;
+  }
+  EXPECT_EQ(HttpGet((*http)->port(), "/other").rfind("HTTP/1.1 404", 0), 0u);
+}
+
+TEST(StatusMapping, EveryCodeMapsOneToOneKeepingTheMessage) {
+  for (int code = 1; code <= 16; ++code) {
+    const grpc::Status g = ToGrpcStatus(absl::Status(absl::StatusCode(code), "field: reason"));
+    EXPECT_EQ(int(g.error_code()), code);
+    EXPECT_EQ(g.error_message(), "field: reason");
+  }
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace steady
