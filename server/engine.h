@@ -57,7 +57,8 @@ struct GenerateJob {
   int64_t max_tokens = 0;  // 0: prefill only
   SamplingParams sampling;
   std::vector<std::string> stop;
-  // New text (never part of a stop string) and the ids sampled since the last call.
+  // New text (never part of a stop string) and the ids sampled since the last call. Called once per
+  // sampled token (text may be empty while held back) and once more for a released tail (ids empty).
   std::function<void(const std::string& text, const std::vector<int32_t>& token_ids)> on_output;
   // Exactly once, last: OK with finish_reason "stop" | "length" | "cancelled", or an error status.
   std::function<void(const absl::Status& status, const std::string& finish_reason, const Usage& usage)> on_done;
@@ -71,8 +72,10 @@ class Engine {
   // Restores sessions persisted in options.session_dir, then starts the engine thread.
   static absl::StatusOr<std::unique_ptr<Engine>> Start(const Model& model, const Tokenizer& tokenizer,
                                                        EngineOptions options);
-  // Drains: finishes running jobs' current step, fails queued ones with UNAVAILABLE, writes every
-  // session to session_dir (when set), joins the thread.
+  // Drains: finishes running jobs' current step, fails queued ones with UNAVAILABLE, ends running
+  // ones with UNAVAILABLE at the step boundary (generated tokens stay in the session, a prompt cut
+  // midway is rolled back), writes every session to session_dir (when set), joins the thread.
+  // No method may be called once the destructor has begun.
   ~Engine();
 
   // Thread-safe. `done` runs on the engine thread.
@@ -85,7 +88,8 @@ class Engine {
   // The session's state as a versioned, checksummed snapshot blob (server/snapshot.h).
   void ExportSession(std::string session_id, std::function<void(absl::StatusOr<std::string>)> done);
   void ImportSession(std::string blob, std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
-  // RESOURCE_EXHAUSTED at once (through on_done) when the queue is full; FAILED_PRECONDITION when
+  // RESOURCE_EXHAUSTED at once (through on_done, on the engine thread, before its next step) when
+  // options.max_queue jobs are accepted and not yet done; FAILED_PRECONDITION when
   // the session already runs a Generate; NOT_FOUND for an unknown session; INVALID_ARGUMENT naming
   // the field for bad parameters.
   void Submit(GenerateJob job);

@@ -226,7 +226,7 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
     std::string_view bytes;
     if (n > r.left() / sizeof(float) || !r.ReadBytes(n * sizeof(float), &bytes)) return false;
     out->resize(n);
-    std::memcpy(out->data(), bytes.data(), bytes.size());
+    if (n > 0) std::memcpy(out->data(), bytes.data(), bytes.size());
     for (float x : *out) {
       if (!std::isfinite(x)) return false;
     }

@@ -140,6 +140,7 @@ struct BatchCase {
   std::string mechanism;
   int max_batch;
 };
+void PrintTo(const BatchCase& c, std::ostream* os) { *os << c.mechanism << "_" << c.max_batch; }
 
 class EngineBatchTest : public ::testing::TestWithParam<BatchCase> {};
 
