@@ -67,6 +67,9 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
+  const std::vector<float>& embed() const { return embed_; }            // [vocab, hidden]
+  const std::vector<float>& final_norm() const { return final_norm_; }  // [hidden]
+  const std::vector<float>& lm_head() const { return lm_head_; }        // [vocab, hidden]; empty if tied
   int vocab_size() const { return config_.vocab_size; }
   // Fixed state floats per session and per layer (the slot size of a StatePool).
   size_t StateFloats() const;

@@ -110,6 +110,7 @@ int64_t SessionSnapshot::StateBytes() const {
 
 uint64_t ModelFingerprint(const Model& model) {
   uint64_t h = Hash64(model.config().ToJson().dump());
+  for (const std::vector<float>* t : {&model.embed(), &model.final_norm(), &model.lm_head()}) h = Hash64(AsBytes(*t), h);
   for (int l = 0; l < int(model.layers().size()); ++l) {
     const LayerWeights& w = model.layers()[l];
     for (const std::vector<float>* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.q_norm, &w.k_norm, &w.mlp_norm,
