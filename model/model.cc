@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/check.h"
 #include "kernels/cpu/ops.h"
+#include "model/file_io.h"
 #include "model/state_pool.h"
 
 namespace steady {
@@ -51,35 +52,6 @@ void ForEachWeight(const ModelConfig& c, ModelT& embed, ModelT& final_norm, Mode
 
 std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, ".self_attn."); }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ss.str();
-}
-
-absl::Status WriteTextFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      return absl::InternalError(absl::StrCat(path, ": write failed"));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    return absl::InternalError(absl::StrCat(path, ": rename failed: ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Model> Model::FromConfig(ModelConfig config) {
@@ -105,7 +77,7 @@ absl::StatusOr<Model> Model::FromConfig(ModelConfig config) {
 
 absl::StatusOr<Model> Model::Load(const std::string& dir, const std::optional<MechanismOverride>& override) {
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
-  auto text = ReadTextFile(config_path);
+  auto text = ReadWholeFile(config_path);
   if (!text.ok()) return text.status();
   auto config = ParseModelConfig(*text, config_path);
   if (!config.ok()) return config.status();
@@ -197,7 +169,7 @@ absl::Status Model::Save(const std::string& dir, DType dtype) const {
       !s.ok()) {
     return s;
   }
-  return WriteTextFileAtomic((std::filesystem::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
+  return WriteFileAtomic((std::filesystem::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
 absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config) {

@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "model/file_io.h"
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -375,18 +377,6 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
 }
 
-// Writes all of `data` to `fd`, retrying short writes and EINTR.
-bool WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= size_t(n);
-  }
-  return true;
-}
-
 // The bytes of one tensor in its dtype, little-endian. Refuses finite values the dtype cannot hold.
 absl::StatusOr<std::string> EncodeTensor(const TensorToWrite& t) {
   const size_t size = DTypeSize(t.dtype);
@@ -666,34 +656,11 @@ absl::Status WriteSafeTensors(const std::string& path, const std::vector<TensorT
     data.push_back(*std::move(bytes));
   }
 
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  auto fail = [&](const std::string& what, bool close_fd) {
-    absl::Status s = ErrnoError(what, tmp);
-    if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  };
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = char(uint64_t(header->size()) >> (8 * i));
-  if (!WriteAll(fd, length, 8) || !WriteAll(fd, header->data(), header->size())) return fail("write failed", true);
-  for (const std::string& d : data) {
-    if (!WriteAll(fd, d.data(), d.size())) return fail("write failed", true);
-  }
-  if (::fsync(fd) != 0) return fail("fsync failed", true);
-  if (::close(fd) != 0) return fail("close failed", false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(absl::StrCat("rename to ", path, " failed"), false);
-
-  // Make the rename itself durable.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("written, but cannot open its directory to fsync it", path);
-  const bool synced = ::fsync(dir_fd) == 0;
-  ::close(dir_fd);
-  if (!synced) return ErrnoError("written, but fsync of its directory failed", path);
-  return absl::OkStatus();
+  std::vector<std::string_view> pieces = {std::string_view(length, 8), *header};
+  for (const std::string& d : data) pieces.push_back(d);
+  return WriteFileAtomic(path, pieces);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,8 +8,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
@@ -62,21 +60,6 @@ class Reader {
 };
 
 absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what)); }
-
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
-
-bool WriteAll(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data += w;
-    n -= size_t(w);
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -240,40 +223,6 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
   }
   if (r.left() != 0) return Invalid(absl::StrCat(r.left(), " unexpected bytes after the state"));
   return s;
-}
-
-absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  auto fail = [&](const std::string& what, bool close_fd) {
-    absl::Status s = ErrnoError(what, tmp);
-    if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  };
-  if (!WriteAll(fd, data.data(), data.size())) return fail("write failed", true);
-  if (::fsync(fd) != 0) return fail("fsync failed", true);
-  if (::close(fd) != 0) return fail("close failed", false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(absl::StrCat("rename to ", path, " failed"), false);
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("written, but cannot open its directory to fsync it", path);
-  const bool synced = ::fsync(dir_fd) == 0;
-  ::close(dir_fd);
-  if (!synced) return ErrnoError("written, but fsync of its directory failed", path);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return ss.str();
 }
 
 }  // namespace steady

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/file_io.h"  // WriteFileAtomic, ReadWholeFile for snapshot files
 #include "model/model.h"
 #include "model/state_pool.h"
 
@@ -58,11 +59,6 @@ std::string EncodeSnapshot(const SessionSnapshot& snapshot, uint64_t fingerprint
 // lengths, non-finite state), DATA_LOSS (checksum mismatch: corrupted), FAILED_PRECONDITION
 // ("model fingerprint": made with other weights, or a state that does not fit this model).
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const SnapshotShape& shape);
-
-// Temp file in the same directory, fsync, rename, fsync the directory: `path` holds either the old
-// contents or the new, never a partial file; on failure no temp file is left behind.
-absl::Status WriteFileAtomic(const std::string& path, std::string_view data);
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace steady
 
