@@ -28,19 +28,8 @@ const Tokenizer& TestTokenizer() {
 
 // eos -1: generation runs to max_tokens (for tests that need a job to keep running).
 Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed, int eos = 2) {
-  nlohmann::json j = {{"vocab_size", 512},      {"hidden_size", 32},       {"intermediate_size", 64},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"head_dim", 8},          {"rope_theta", 10000.0},   {"qk_norm", true},
-                      {"bos_token_id", 1},      {"eos_token_id", eos}};
-  if (eos < 0) j.erase("eos_token_id");
-  nlohmann::json a = params;
-  a["mechanism"] = mechanism;
-  j["attention"] = a;
-  auto c = ParseModelConfig(j.dump(), "test");
-  EXPECT_TRUE(c.ok()) << c.status();
-  auto m = Model::Random(*c, seed);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *std::move(m);
+  return testing::TinyModel(mechanism, params, seed,
+                            eos < 0 ? nlohmann::json{{"eos_token_id", nullptr}} : nlohmann::json{{"eos_token_id", eos}});
 }
 
 Model Taylor(int eos = 2) { return TinyModel("taylor", {{"order", 2}}, 1234, eos); }

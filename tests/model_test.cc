@@ -15,16 +15,7 @@ namespace steady {
 namespace {
 
 ModelConfig TinyConfig(const std::string& mechanism, const nlohmann::json& params) {
-  nlohmann::json j = {{"vocab_size", 97},       {"hidden_size", 32},  {"intermediate_size", 64},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"head_dim", 8},          {"rope_theta", 10000.0}, {"qk_norm", true},
-                      {"bos_token_id", 1},      {"eos_token_id", 2}};
-  nlohmann::json a = params;
-  a["mechanism"] = mechanism;
-  j["attention"] = a;
-  auto c = ParseModelConfig(j.dump(), "test");
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
+  return testing::TinyConfig(mechanism, params, {{"vocab_size", 97}});
 }
 
 struct ModelCase {

@@ -31,16 +31,7 @@
 namespace steady {
 namespace {
 
-ModelConfig TinyTaylorConfig() {
-  nlohmann::json j = {{"vocab_size", 512},      {"hidden_size", 32},         {"intermediate_size", 64},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4},  {"num_key_value_heads", 2},
-                      {"head_dim", 8},          {"rope_theta", 10000.0},     {"qk_norm", true},
-                      {"bos_token_id", 1},      {"eos_token_id", 2},
-                      {"attention", {{"mechanism", "taylor"}, {"order", 2}}}};
-  auto c = ParseModelConfig(j.dump(), "test");
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *c;
-}
+ModelConfig TinyTaylorConfig() { return testing::TinyConfig("taylor", {{"order", 2}}); }
 
 // Everything one server needs, torn down in the order main.cc uses: drain, shut down, stop the engine.
 class ServiceTest : public ::testing::Test {

@@ -16,18 +16,7 @@ namespace steady {
 namespace {
 
 Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed) {
-  nlohmann::json j = {{"vocab_size", 97},       {"hidden_size", 32},       {"intermediate_size", 64},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"head_dim", 8},          {"rope_theta", 10000.0},   {"bos_token_id", 1},
-                      {"eos_token_id", 2}};
-  nlohmann::json a = params;
-  a["mechanism"] = mechanism;
-  j["attention"] = a;
-  auto c = ParseModelConfig(j.dump(), "test");
-  EXPECT_TRUE(c.ok()) << c.status();
-  auto m = Model::Random(*c, seed);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *std::move(m);
+  return testing::TinyModel(mechanism, params, seed, {{"vocab_size", 97}, {"qk_norm", false}});
 }
 
 void Feed(const Model& m, StatePool& pool, int slot, int n, std::vector<float>* logits) {

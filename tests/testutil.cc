@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 namespace steady::testing {
 
 std::string SourcePath(const std::string& relative) { return std::string(STEADY_SOURCE_DIR) + "/" + relative; }
@@ -21,6 +23,27 @@ std::string MakeTempDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
+}
+
+ModelConfig TinyConfig(const std::string& mechanism, const nlohmann::json& params, const nlohmann::json& patch) {
+  nlohmann::json j = {{"vocab_size", 512},      {"hidden_size", 32},        {"intermediate_size", 64},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"head_dim", 8},          {"rope_theta", 10000.0},    {"qk_norm", true},
+                      {"bos_token_id", 1},      {"eos_token_id", 2}};
+  nlohmann::json a = params;
+  a["mechanism"] = mechanism;
+  j["attention"] = a;
+  j.merge_patch(patch);
+  auto c = ParseModelConfig(j.dump(), "tiny test config");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed, const nlohmann::json& patch) {
+  auto m = Model::Random(TinyConfig(mechanism, params, patch), seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) std::abort();  // nothing sensible to return
+  return *std::move(m);
 }
 
 uint64_t TestSeed() {

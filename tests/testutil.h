@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/model.h"
+
 namespace steady::testing {
 
 // Path of a file in the source tree / build tree.
@@ -14,6 +19,15 @@ std::string SourcePath(const std::string& relative);
 std::string BinaryPath(const std::string& relative);
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
+
+// The tests' small model shape: vocab 512, hidden 32, 2 layers, 4 heads / 2 kv heads, head_dim 8,
+// RoPE, QK-norm, BOS 1, EOS 2, attention {mechanism, params}. `patch` is merged into config.json
+// (JSON merge patch: {"eos_token_id": null} removes the key).
+ModelConfig TinyConfig(const std::string& mechanism, const nlohmann::json& params,
+                       const nlohmann::json& patch = nlohmann::json::object());
+// Random weights of that shape (fails the calling test on a bad config).
+Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed,
+                const nlohmann::json& patch = nlohmann::json::object());
 
 // Seed for random test inputs: fresh per run (printed by the test so a failure can be replayed),
 // unless STEADY_TEST_SEED is set.
