@@ -25,7 +25,7 @@ fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
 wait_for_line() {
   local value=""
   for _ in $(seq 300); do
-    value=$(sed -n "$3" "$1")
+    value=$(sed -n "$3" "$1" 2> /dev/null)  # the log may not exist yet
     [ -n "$value" ] && break
     kill -0 "$2" 2> /dev/null || break
     sleep 0.1
