@@ -13,6 +13,9 @@ packages=(
   # gRPC API: google/api/{annotations,http}.proto ship only with the grpc-gateway sources;
   # tests/python drives the server from Debian's python3 with grpcio and protobuf.
   golang-github-grpc-ecosystem-grpc-gateway-dev python3-grpcio python3-protobuf
+  # HTTP/JSON gateway (clients/gateway, steady-gateway): Go, the gateway's protoc plugins
+  # (protoc-gen-grpc-gateway, protoc-gen-swagger), protoc-gen-go 1.3.5 and the Go sources it builds from.
+  golang-go golang-grpc-gateway golang-goprotobuf-dev golang-google-grpc-dev golang-google-genproto-dev
 )
 missing=()
 for p in "${packages[@]}"; do

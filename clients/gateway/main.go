@@ -1,0 +1,149 @@
+// steady-gateway serves Steady's gRPC API (steady.v1.Inference) as HTTP/JSON. The routes come from
+// the google.api.http annotations in proto/steady/v1/inference.proto through grpc-gateway v1
+// (docs/api.md, "HTTP/JSON gateway"). It speaks the API only: it knows nothing of the server's
+// internals.
+//
+// Usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	_ "embed"
+
+	"github.com/grpc-ecosystem/grpc-gateway/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	steadyv1 "steady/v1"
+)
+
+// The OpenAPI 2.0 document protoc-gen-swagger writes from the same proto; the build places it
+// next to this file.
+//
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// healthTimeout bounds one /healthz check against the server's grpc.health.v1 service.
+const healthTimeout = 2 * time.Second
+
+func main() {
+	grpcAddr := flag.String("grpc-addr", "127.0.0.1:50051", "steady-server's gRPC address, HOST:PORT")
+	httpHost := flag.String("http-host", "127.0.0.1", "address to serve HTTP on")
+	httpPort := flag.Int("http-port", 8080, "port to serve HTTP on (0: pick a free one)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	// Dialing is lazy: the gateway starts before the server is up and reconnects when it restarts.
+	conn, err := grpc.Dial(*grpcAddr, grpc.WithInsecure())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(1)
+	}
+	defer conn.Close()
+
+	listener, err := net.Listen("tcp", net.JoinHostPort(*httpHost, strconv.Itoa(*httpPort)))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(1)
+	}
+	server := &http.Server{Handler: newHandler(conn)}
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-stop
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		server.Shutdown(ctx)
+	}()
+
+	// Tests and scripts read the port from this line.
+	fmt.Fprintf(os.Stderr, "steady-gateway: listening on http://%s (gRPC %s)\n", listener.Addr(), *grpcAddr)
+	if err := server.Serve(listener); err != nil && err != http.ErrServerClosed {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// newHandler routes /openapi.json and /healthz itself and everything else to the generated gateway.
+func newHandler(conn *grpc.ClientConn) http.Handler {
+	// Field names as in the proto (session_id, not sessionId) and every field present, zeros
+	// included, like steady-cli's JSON.
+	marshaler := strictJSON{&runtime.JSONPb{OrigName: true, EmitDefaults: true}}
+	gateway := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler))
+	// Unknown paths and methods: JSON like every other error instead of the default plain text.
+	runtime.OtherErrorHandler = writeJSONError
+	if err := steadyv1.RegisterInferenceHandlerClient(context.Background(), gateway,
+		steadyv1.NewInferenceClient(conn)); err != nil {
+		panic(err) // only fails on a programming error in the generated code
+	}
+
+	health := healthpb.NewHealthClient(conn)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openAPIDocument)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		serveHealth(w, r, health)
+	})
+	mux.Handle("/", gateway)
+	return mux
+}
+
+// serveHealth answers 200 when steady-server's overall health status is SERVING, 503 otherwise
+// (server unreachable, starting, or draining).
+func serveHealth(w http.ResponseWriter, r *http.Request, health healthpb.HealthClient) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+	status := "UNREACHABLE"
+	if err == nil {
+		status = resp.GetStatus().String()
+	}
+	code := http.StatusServiceUnavailable
+	if status == healthpb.HealthCheckResponse_SERVING.String() {
+		code = http.StatusOK
+	}
+	body, _ := json.Marshal(map[string]string{"status": status})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}
+
+// writeJSONError answers the gateway's own routing errors (no such path, wrong method) in the shape
+// of its gRPC error bodies: {"error", "message", "code" (a gRPC code)}.
+func writeJSONError(w http.ResponseWriter, _ *http.Request, msg string, httpCode int) {
+	grpcCode := codes.Unknown
+	switch httpCode {
+	case http.StatusBadRequest:
+		grpcCode = codes.InvalidArgument
+	case http.StatusNotFound:
+		grpcCode = codes.NotFound
+	case http.StatusMethodNotAllowed:
+		grpcCode = codes.Unimplemented
+	}
+	body, _ := json.Marshal(map[string]interface{}{"error": msg, "message": msg, "code": int32(grpcCode)})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	w.Write(append(body, '\n'))
+}
