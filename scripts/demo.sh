@@ -16,7 +16,8 @@ sessions=$(mktemp -d)
 ./build/bin/steady-server --model "$model" --mechanism taylor --order 2 --port "$port" \
   --state-memory 67108864 --session-dir "$sessions" --metrics-port $((port + 1)) &
 server=$!
-trap 'kill $server 2> /dev/null; wait $server 2> /dev/null; rm -rf "$sessions"' EXIT
+gateway=
+trap 'kill $server $gateway 2> /dev/null; wait $server $gateway 2> /dev/null; rm -rf "$sessions"' EXIT
 cli() { ./build/bin/steady-cli --addr "127.0.0.1:$port" "$@"; }
 for _ in $(seq 50); do cli health > /dev/null 2>&1 && break; sleep 0.2; done
 echo "== $model served with constant-size Taylor state (steady-server on :$port)"
@@ -30,5 +31,12 @@ cli generate --session demo --prompt " Each licensee" --max-tokens 32 --temperat
 cli sessions fork demo --new-id demo-fork > /dev/null
 echo "== sessions (the state costs the same bytes at any length)"
 cli sessions list | grep -E '"(session_id|position|state_bytes)"'
+if [ -x build/bin/steady-gateway ]; then
+  ./build/bin/steady-gateway --grpc-addr "127.0.0.1:$port" --http-port $((port + 2)) &
+  gateway=$!
+  for _ in $(seq 50); do curl -sf "127.0.0.1:$((port + 2))/healthz" > /dev/null && break; sleep 0.2; done
+  echo "== HTTP/JSON through steady-gateway: curl -N -d '{...}' 127.0.0.1:$((port + 2))/v1/generate"
+  curl -sN -d '{"session_id": "demo", "prompt": " Third turn", "max_tokens": 4}' "127.0.0.1:$((port + 2))/v1/generate"
+fi
 echo "== metrics: curl 127.0.0.1:$((port + 1))/metrics"
 curl -s "127.0.0.1:$((port + 1))/metrics" | grep -E '^steady_(generated_tokens_total|sessions)' || true
