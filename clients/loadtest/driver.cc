@@ -1,0 +1,221 @@
+#include "clients/loadtest/driver.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace steady::loadtest {
+namespace {
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+void SetDeadline(grpc::ClientContext* context, double timeout_s) {
+  if (timeout_s > 0) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(int64_t(timeout_s * 1e6)));
+  }
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Records collected from many threads, then ordered by index.
+class RecordSink {
+ public:
+  void Add(RequestRecord r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.push_back(std::move(r));
+  }
+  std::vector<RequestRecord> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::sort(records_.begin(), records_.end(),
+              [](const RequestRecord& a, const RequestRecord& b) { return a.index < b.index; });
+    return std::move(records_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<RequestRecord> records_;  // guarded by mu_
+};
+
+}  // namespace
+
+RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
+                            const std::string& session_id, Clock::time_point run_start) {
+  v1::GenerateRequest request;
+  request.set_session_id(session_id);
+  request.set_prompt(spec.prompt);
+  request.set_max_tokens(spec.output_tokens_target);
+  request.set_temperature(float(w.sampling.temperature));
+  request.set_top_k(int32_t(w.sampling.top_k));
+  request.set_top_p(float(w.sampling.top_p));
+  request.set_repetition_penalty(float(w.sampling.repetition_penalty));
+  request.set_seed(w.seed + uint64_t(spec.index));
+  // No stop strings: generation runs to max_tokens unless the model samples end-of-sequence.
+
+  RequestRecord r;
+  r.index = spec.index;
+  r.prompt_tokens_target = spec.prompt_tokens_target;
+  r.output_tokens_target = spec.output_tokens_target;
+  r.prompt_words = spec.prompt_words;
+
+  grpc::ClientContext context;
+  SetDeadline(&context, w.timeout_s);
+  const Clock::time_point sent = Clock::now();
+  r.start_s = SecondsBetween(run_start, sent);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = target.stub->Generate(&context, request);
+  v1::GenerateResponse message;
+  Clock::time_point previous;
+  while (reader->Read(&message)) {
+    const Clock::time_point now = Clock::now();
+    const int k = message.token_ids_size();
+    if (k > 0) {
+      if (r.output_tokens == 0) {
+        r.ttft_s = SecondsBetween(sent, now);  // the message's other k - 1 tokens arrived with the first
+      } else {
+        // k tokens in one message: the gap since the previous message is split evenly among them.
+        const double gap = SecondsBetween(previous, now) / double(k);
+        r.itl_s.insert(r.itl_s.end(), size_t(k), gap);
+      }
+      previous = now;
+      r.output_tokens += k;
+    }
+    if (!message.finish_reason().empty()) {
+      r.finish_reason = message.finish_reason();
+      r.prompt_tokens = message.usage().prompt_tokens();
+      r.session_position = message.usage().session_position();
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  r.e2e_s = SecondsBetween(sent, Clock::now());
+  if (!status.ok()) {
+    r.code = CodeName(status.error_code());
+    r.error = status.error_message();
+  }
+  return r;
+}
+
+absl::StatusOr<double> CalibrateTokensPerWord(const Target& target, uint64_t seed, int64_t words) {
+  std::mt19937_64 rng = RngFor(seed, /*stream=*/3, 0);
+  v1::GenerateRequest request;
+  request.set_prompt(MakePromptText(words, /*leading_space=*/false, rng));
+  request.set_max_tokens(0);  // prefill only: the server tokenizes and reports the count
+  grpc::ClientContext context;
+  SetDeadline(&context, 60);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = target.stub->Generate(&context, request);
+  v1::GenerateResponse message;
+  int64_t tokens = 0;
+  while (reader->Read(&message)) {
+    if (message.has_usage()) tokens = message.usage().prompt_tokens();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("calibration request: ", status.error_message()));
+  }
+  if (tokens <= 0) return absl::InternalError("calibration request: the server reported no prompt tokens");
+  return double(tokens) / double(words);
+}
+
+RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency, int64_t requests, double duration_s) {
+  RecordSink sink;
+  std::atomic<int64_t> next{0};
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> callers;
+  for (int c = 0; c < concurrency; ++c) {
+    callers.emplace_back([&] {
+      while (true) {
+        const int64_t i = next.fetch_add(1);
+        if (requests > 0 && i >= requests) break;
+        if (requests <= 0 && SecondsBetween(start, Clock::now()) >= duration_s) break;
+        const RequestSpec spec = MakeRequestSpec(w.seed, i, w.prompt_tokens, w.output_tokens, w.tokens_per_word,
+                                                 /*leading_space=*/false);
+        sink.Add(TimedGenerate(target, w, spec, "", start));
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  RunResult result;
+  result.duration_s = SecondsBetween(start, Clock::now());
+  result.records = sink.Take();
+  return result;
+}
+
+RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector<double>& arrivals) {
+  RecordSink sink;
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> calls;
+  calls.reserve(arrivals.size());
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    // The prompt is built before the arrival time so that building it does not delay the send.
+    RequestSpec spec = MakeRequestSpec(w.seed, int64_t(i), w.prompt_tokens, w.output_tokens, w.tokens_per_word,
+                                       /*leading_space=*/false);
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(arrivals[i])));
+    calls.emplace_back([&, spec = std::move(spec)] { sink.Add(TimedGenerate(target, w, spec, "", start)); });
+  }
+  for (std::thread& t : calls) t.join();
+  RunResult result;
+  result.duration_s = SecondsBetween(start, Clock::now());
+  result.records = sink.Take();
+  return result;
+}
+
+RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, int turns, const std::string& prefix) {
+  RecordSink sink;
+  std::mutex errors_mu;
+  std::map<std::string, int64_t> session_errors;  // guarded by errors_mu
+  const auto session_error = [&](const char* rpc, const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(errors_mu);
+    ++session_errors[absl::StrCat(rpc, " ", CodeName(s.error_code()))];
+  };
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> clients;
+  for (int s = 0; s < sessions; ++s) {
+    clients.emplace_back([&, s] {
+      const std::string id = absl::StrCat(prefix, "-", s);
+      {
+        grpc::ClientContext context;
+        SetDeadline(&context, w.timeout_s);
+        v1::CreateSessionRequest request;
+        request.set_session_id(id);
+        v1::Session session;
+        const grpc::Status status = target.stub->CreateSession(&context, request, &session);
+        if (!status.ok()) {
+          session_error("CreateSession", status);
+          return;
+        }
+      }
+      for (int t = 1; t <= turns; ++t) {
+        const int64_t index = int64_t(s) * turns + (t - 1);
+        const RequestSpec spec = MakeRequestSpec(w.seed, index, w.prompt_tokens, w.output_tokens, w.tokens_per_word,
+                                                 /*leading_space=*/t > 1);
+        RequestRecord r = TimedGenerate(target, w, spec, id, start);
+        r.session = s;
+        r.turn = t;
+        sink.Add(std::move(r));
+      }
+      grpc::ClientContext context;
+      SetDeadline(&context, w.timeout_s);
+      v1::DeleteSessionRequest request;
+      request.set_session_id(id);
+      v1::DeleteSessionResponse response;
+      const grpc::Status status = target.stub->DeleteSession(&context, request, &response);
+      if (!status.ok()) session_error("DeleteSession", status);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  RunResult result;
+  result.duration_s = SecondsBetween(start, Clock::now());
+  result.records = sink.Take();
+  result.session_errors = std::move(session_errors);
+  return result;
+}
+
+}  // namespace steady::loadtest

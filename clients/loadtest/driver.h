@@ -1,0 +1,68 @@
+// How steady-loadtest drives the server: one timed Generate call, and the three load shapes
+// (closed loop, open loop, multi-turn sessions). Each call runs on its own thread with gRPC's
+// synchronous streaming API, so a slow stream never delays another call's timestamps.
+#ifndef STEADY_CLIENTS_LOADTEST_DRIVER_H_
+#define STEADY_CLIENTS_LOADTEST_DRIVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "clients/loadtest/stats.h"
+#include "clients/loadtest/workload.h"
+#include "steady/v1/inference.grpc.pb.h"
+
+namespace steady::loadtest {
+
+using Clock = std::chrono::steady_clock;
+
+// Sampling fields copied into every GenerateRequest, unchecked: the server validates them, and a
+// refused value shows up as INVALID_ARGUMENT in the report.
+struct Sampling {
+  double temperature = 0, top_p = 0, repetition_penalty = 0;
+  int64_t top_k = 0;
+};
+
+struct Workload {
+  uint64_t seed = 0;
+  LengthDistribution prompt_tokens, output_tokens;
+  double tokens_per_word = 1;
+  Sampling sampling;
+  double timeout_s = 0;  // deadline of each call; 0: none
+};
+
+struct Target {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Inference::Stub> stub;
+};
+
+// Sends `spec` on `session_id` (empty: ephemeral) and times the stream.
+RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
+                            const std::string& session_id, Clock::time_point run_start);
+
+// One ephemeral prefill-only call with `words` words; returns usage.prompt_tokens / words.
+absl::StatusOr<double> CalibrateTokensPerWord(const Target& target, uint64_t seed, int64_t words);
+
+struct RunResult {
+  std::vector<RequestRecord> records;  // ordered by index
+  double duration_s = 0;               // run start -> last call finished
+  std::map<std::string, int64_t> session_errors;  // "CreateSession NOT_FOUND" -> count (multi-turn)
+};
+
+// `concurrency` callers, each sending its next request as soon as the previous one ends, until
+// `requests` were sent (if > 0) or `duration_s` passed.
+RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency, int64_t requests, double duration_s);
+
+// Requests sent at `arrivals` offsets whatever the server's state.
+RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector<double>& arrivals);
+
+// `sessions` sessions at once; each CreateSession, then `turns` Generate calls with new text each
+// turn, then DeleteSession. Session ids are `prefix` + "-" + number.
+RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, int turns, const std::string& prefix);
+
+}  // namespace steady::loadtest
+
+#endif  // STEADY_CLIENTS_LOADTEST_DRIVER_H_
