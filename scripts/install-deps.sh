@@ -16,6 +16,7 @@ packages=(
   # HTTP/JSON gateway (clients/gateway, steady-gateway): Go, the gateway's protoc plugins
   # (protoc-gen-grpc-gateway, protoc-gen-swagger), protoc-gen-go 1.3.5 and the Go sources it builds from.
   golang-go golang-grpc-gateway golang-goprotobuf-dev golang-google-grpc-dev golang-google-genproto-dev
+  python3-matplotlib  # load-test charts: tools/plot/plot_reports.py (tests/cli/loadtest_smoke.sh)
 )
 missing=()
 for p in "${packages[@]}"; do
