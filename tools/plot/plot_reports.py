@@ -58,7 +58,8 @@ def load_chart(reports, x_key, x_label, path):
     for ax in axes[:2]:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[2].set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
