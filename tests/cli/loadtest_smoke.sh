@@ -100,6 +100,24 @@ else
   fail "sessions list"
 fi
 
+# Open-loop arrivals: 100 requests/s on average; gamma shape 4 is more regular than shape 0.25.
+for b in 0.25 1 4; do
+  loadtest --request-rate 100 --burstiness "$b" --requests 60 --prompt-tokens fixed:4 --output-tokens fixed:1 \
+    --json "$tmp/burst_$b.json" > /dev/null || fail "burstiness $b: run"
+done
+/usr/bin/python3 - "$tmp" <<'PY' && pass "open loop: mean gap ~1/rate, burstiness orders the gaps' spread" \
+  || fail "open-loop arrivals"
+import json, statistics, sys
+def gaps(b):
+    r = json.load(open(f"{sys.argv[1]}/burst_{b}.json"))
+    assert r["summary"]["completed"] == 60 and r["config"]["burstiness"] == float(b), r["summary"]
+    t = [x["start_s"] for x in r["requests"]]
+    return [y - x for x, y in zip(t, t[1:])]
+cv = {b: statistics.pstdev(gaps(b)) / statistics.mean(gaps(b)) for b in ("0.25", "1", "4")}
+assert 0.005 <= statistics.mean(gaps("1")) <= 0.02, statistics.mean(gaps("1"))
+assert cv["4"] < cv["1"] < cv["0.25"], cv
+PY
+
 # An invalid parameter: every call fails with INVALID_ARGUMENT and the run still reports (exit 0).
 loadtest --requests 3 --top-p 2 --json "$tmp/invalid.json" > "$tmp/invalid.txt" \
   && /usr/bin/python3 - "$tmp/invalid.json" <<'PY' && grep -q "INVALID_ARGUMENT: 3" "$tmp/invalid.txt" \
