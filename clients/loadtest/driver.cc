@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -149,18 +150,32 @@ RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency
 
 RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector<double>& arrivals) {
   RecordSink sink;
+  // Calls run on detached threads (a long open-loop run would otherwise keep one finished thread per
+  // request until the end); the run waits until the last one has counted itself out.
+  std::mutex mu;
+  std::condition_variable idle;
+  int64_t in_flight = 0;  // guarded by mu
   const Clock::time_point start = Clock::now();
-  std::vector<std::thread> calls;
-  calls.reserve(arrivals.size());
   for (size_t i = 0; i < arrivals.size(); ++i) {
     // The prompt is built before the arrival time so that building it does not delay the send.
     RequestSpec spec = MakeRequestSpec(w.seed, int64_t(i), w.prompt_tokens, w.output_tokens, w.tokens_per_word,
                                        /*leading_space=*/false);
     std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(arrivals[i])));
-    calls.emplace_back([&, spec = std::move(spec)] { sink.Add(TimedGenerate(target, w, spec, "", start)); });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++in_flight;
+    }
+    std::thread([&, spec = std::move(spec)] {
+      sink.Add(TimedGenerate(target, w, spec, "", start));
+      std::lock_guard<std::mutex> lock(mu);
+      if (--in_flight == 0) idle.notify_all();  // under the lock: the waiter cannot return before we unlock
+    }).detach();
   }
-  for (std::thread& t : calls) t.join();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [&] { return in_flight == 0; });
+  }
   RunResult result;
   result.duration_s = SecondsBetween(start, Clock::now());
   result.records = sink.Take();
