@@ -6,32 +6,9 @@
 set -euo pipefail
 bin=$1
 src=$2
-tmp=$(mktemp -d)
+source "$(dirname "$0")/lib.bash"
 server_pid=""
 gateway_pid=""
-stop() {  # PID: kills a process this script started, if it still runs
-  if [ -n "$1" ] && kill -0 "$1" 2> /dev/null; then
-    kill -KILL "$1" 2> /dev/null || true
-    wait "$1" 2> /dev/null || true
-  fi
-}
-trap 'stop "$gateway_pid"; stop "$server_pid"; rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
-
-# wait_for_line LOG PID SED_EXPR: prints what SED_EXPR extracts from LOG once it appears (at most 30 s,
-# or until PID exits).
-wait_for_line() {
-  local value=""
-  for _ in $(seq 300); do
-    value=$(sed -n "$3" "$1" 2> /dev/null)  # the log may not exist yet
-    [ -n "$value" ] && break
-    kill -0 "$2" 2> /dev/null || break
-    sleep 0.1
-  done
-  echo "$value"
-}
 
 "$bin/steady" init --out "$tmp/model" --preset tiny --tokenizer "$src/tests/data/tokenizer/tokenizer.model" \
   --mechanism taylor --order 2 > /dev/null
@@ -39,10 +16,12 @@ mkdir -p "$tmp/sessions"
 "$bin/steady-server" --model "$tmp/model" --port 0 --state-memory 16M --session-dir "$tmp/sessions" \
   2> "$tmp/server.log" &
 server_pid=$!
+started_pids+=("$server_pid")
 port=$(wait_for_line "$tmp/server.log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
 [ -n "$port" ] || { echo "steady-server did not start:"; cat "$tmp/server.log"; exit 1; }
 "$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 2> "$tmp/gateway.log" &
 gateway_pid=$!
+started_pids+=("$gateway_pid")
 http_port=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p')
 [ -n "$http_port" ] || { echo "steady-gateway did not start:"; cat "$tmp/gateway.log"; exit 1; }
 url="http://127.0.0.1:$http_port"
@@ -185,5 +164,4 @@ server_pid=""
 check "server down: /healthz 503" 503 GET /healthz -- 'b["status"] != "SERVING"'
 check "server down: GET /v1/model 503 UNAVAILABLE" 503 GET /v1/model -- 'b["code"] == 14'
 
-[ $fails -eq 0 ] || { echo "$fails gateway checks failed"; exit 1; }
-echo "all gateway checks passed"
+finish gateway

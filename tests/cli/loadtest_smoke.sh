@@ -6,31 +6,14 @@
 set -euo pipefail
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-server_pid=""
-stop_server() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2> /dev/null; then
-    kill -KILL "$server_pid" 2> /dev/null || true
-    wait "$server_pid" 2> /dev/null || true
-  fi
-  server_pid=""
-}
-trap 'stop_server; rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib.bash"
 
 "$bin/steady" init --out "$tmp/model" --preset tiny --tokenizer "$src/tests/data/tokenizer/tokenizer.model" > /dev/null
 "$bin/steady-server" --model "$tmp/model" --mechanism taylor --order 2 --port 0 --state-memory 16M \
   2> "$tmp/server.log" &
 server_pid=$!
-port=""
-for _ in $(seq 300); do  # at most 30 s
-  port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/server.log")
-  [ -n "$port" ] && break
-  kill -0 "$server_pid" 2> /dev/null || break
-  sleep 0.1
-done
+started_pids+=("$server_pid")
+port=$(wait_for_line "$tmp/server.log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
 if [ -z "$port" ]; then
   echo "steady-server did not start:"; cat "$tmp/server.log"; exit 1
 fi
@@ -136,7 +119,7 @@ rc=0; "$bin/steady-loadtest" --addr "127.0.0.1:$port" --concurrency 2 --request-
 rc=0; "$bin/steady-loadtest" --addr "127.0.0.1:$port" --prompt-tokens normal:5 > /dev/null 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && pass "bad length distribution: exit 2" || fail "bad length distribution: exit $rc"
 
-stop_server
+stop "$server_pid"
 
 timeout 60 /usr/bin/python3 "$src/tools/plot/plot_reports.py" "$tmp/closed.json" "$tmp/open.json" "$tmp/multi.json" \
   --out-dir "$tmp/img" --prefix smoke > "$tmp/plot.txt" 2>&1 || fail "plot_reports: $(cat "$tmp/plot.txt")"
@@ -149,5 +132,4 @@ for chart in concurrency rate turns; do
   fi
 done
 
-[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
-echo "all loadtest checks passed"
+finish loadtest

@@ -5,19 +5,12 @@
 set -euo pipefail
 bin=$1
 src=$2
-tmp=$(mktemp -d)
+source "$(dirname "$0")/lib.bash"
 server_pid=""
 stop_server() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2> /dev/null; then
-    kill -KILL "$server_pid" 2> /dev/null || true
-    wait "$server_pid" 2> /dev/null || true
-  fi
+  stop "$server_pid"
   server_pid=""
 }
-trap 'stop_server; rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
 
 cli() { timeout 60 "$bin/steady-cli" --addr "127.0.0.1:$port" "$@"; }
 # json_field FIELD: reads one JSON object on stdin, prints the field.
@@ -30,13 +23,8 @@ start_server() {
   "$bin/steady-server" --model "$tmp/model" --port 0 --metrics-port 0 --state-memory 16M \
     --session-dir "$tmp/sessions" 2> "$log" &
   server_pid=$!
-  port=""
-  for _ in $(seq 300); do
-    port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && break
-    kill -0 "$server_pid" 2> /dev/null || break
-    sleep 0.1
-  done
+  started_pids+=("$server_pid")
+  port=$(wait_for_line "$log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
   metrics_port=$(sed -n 's|.*metrics on http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' "$log")
   if [ -z "$port" ]; then
     echo "steady-server did not start:"; cat "$log"; exit 1
@@ -180,5 +168,4 @@ pos_after=$(cli sessions get beta | json_field position)
   || fail "after cancelled stream: $pos_after vs $beta_pos"
 sigterm_server
 
-[ $fails -eq 0 ] || { echo "$fails server/CLI checks failed"; exit 1; }
-echo "all server/CLI checks passed"
+finish server_cli

@@ -4,11 +4,7 @@
 set -euo pipefail
 bin=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib.bash"
 # expect_error NAME NEEDLE CMD...: the command must fail (non-zero) and say NEEDLE on stderr.
 expect_error() {
   local name=$1 needle=$2
@@ -164,6 +160,4 @@ PY
 expect_error "attn: NaN input" "q" "$steady" attn --mechanism softmax --in "$tmp/nan.safetensors" --out "$tmp/never.safetensors"
 [ ! -e "$tmp/never.safetensors" ] && pass "failed attn wrote no output" || fail "failed attn left a file"
 
-echo "$((fails == 0 ? 1 : 0)) passed, $fails failed" > /dev/null
-[ $fails -eq 0 ] || { echo "$fails command-line checks failed"; exit 1; }
-echo "all command-line checks passed"
+finish steady_tool
