@@ -286,7 +286,7 @@ TEST(DarkGuardTest, ActsOnlyWhereTheCanonicalDenominatorIsBelowDelta) {
   }
 }
 
-// --- Loading. Needs model/safetensors.cc; skipped (not failed) while that is still a placeholder.
+// --- Loading through model/safetensors.cc.
 
 TEST(DarkLoadTest, RoundTripsDerivesWAndRefusesWrongShapesNamingTheTensor) {
   auto a = MakeDark({{"features", 12}, {"rank", 5}});
@@ -311,7 +311,6 @@ TEST(DarkLoadTest, RoundTripsDerivesWAndRefusesWrongShapesNamingTheTensor) {
   };
   DarkParams loaded;
   absl::Status s = load(tensors, &loaded);
-  if (s.code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << "safetensors placeholder: " << s;
   ASSERT_TRUE(s.ok()) << s;
   const DarkParams& orig = std::get<DarkParams>(a->params);
   EXPECT_EQ(loaded.M, orig.M);

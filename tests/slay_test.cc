@@ -272,7 +272,7 @@ TEST(SlayStateTest, PlainAccumulationAgreesWithParallel) {
   EXPECT_LT(testing::MaxRelError(chunk, ref), 1e-12);
 }
 
-// --- Loading. Needs model/safetensors.cc; skipped (not failed) while that is still a placeholder.
+// --- Loading through model/safetensors.cc.
 
 class SlayLoadTest : public ::testing::Test {
  protected:
@@ -305,7 +305,6 @@ TEST_F(SlayLoadTest, RoundTripsAndRenormalizesAnchors) {
   for (double& x : scaled[0].values) x *= 3.0;  // anchors stored unnormalized
   SlayParams loaded;
   absl::Status s = WriteAndLoad(scaled, &loaded);
-  if (s.code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << "safetensors placeholder: " << s;
   ASSERT_TRUE(s.ok()) << s;
   const SlayParams& orig = std::get<SlayParams>(layer_.params);
   ASSERT_EQ(loaded.anchor_dirs.size(), orig.anchor_dirs.size());
@@ -319,7 +318,6 @@ TEST_F(SlayLoadTest, RefusesWrongShapeMissingTensorAndZeroAnchorNamingTheTensor)
   bad_shape[1].shape = {2, 2, 4, 2};  // features 2, config says 4
   bad_shape[1].values.resize(2 * 2 * 4 * 2);
   absl::Status s = WriteAndLoad(bad_shape, &loaded);
-  if (s.code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << "safetensors placeholder: " << s;
   ASSERT_FALSE(s.ok());
   EXPECT_NE(std::string(s.message()).find("model.layers.0.self_attn.slay.omega"), std::string::npos) << s;
 
