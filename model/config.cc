@@ -95,7 +95,20 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   check(ReadBool(j, file, "tie_word_embeddings", &c.tie_word_embeddings));
   check(ReadBool(j, file, "qk_norm", &c.qk_norm));
   check(ReadInt(j, file, "bos_token_id", false, 0, kMax, &c.bos_token_id));
-  check(ReadInt(j, file, "eos_token_id", false, 0, kMax, &c.eos_token_id));
+  if (j.contains("eos_token_id") && j.at("eos_token_id").is_array()) {
+    // Llama 3 style: several ids end generation; the first is the canonical one.
+    for (const nlohmann::json& id : j.at("eos_token_id")) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMax) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(file, ": \"eos_token_id\" list entries must be non-negative integers, got ", id.dump()));
+      }
+      c.eos_token_ids.push_back(int(id.get<int64_t>()));
+    }
+    if (!c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
+  } else {
+    check(ReadInt(j, file, "eos_token_id", false, 0, kMax, &c.eos_token_id));
+    if (c.eos_token_id >= 0) c.eos_token_ids = {c.eos_token_id};
+  }
   if (!s.ok()) return s;
   if (c.head_dim == 0) {
     return absl::InvalidArgumentError(
@@ -110,7 +123,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   if (c.rope_theta > 0 && c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": RoPE needs an even head_dim, got ", c.head_dim));
   }
-  for (int id : {c.bos_token_id, c.eos_token_id}) {
+  std::vector<int> special = c.eos_token_ids;
+  special.push_back(c.bos_token_id);
+  for (int id : special) {
     if (id >= c.vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": special token id ", id, " is not below vocab_size ", c.vocab_size));
@@ -159,7 +174,11 @@ nlohmann::json ModelConfig::ToJson() const {
                       {"qk_norm", qk_norm}};
   if (rope_theta > 0) j["rope_theta"] = rope_theta;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
-  if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;
+  if (eos_token_ids.size() > 1) {
+    j["eos_token_id"] = eos_token_ids;
+  } else if (eos_token_id >= 0) {
+    j["eos_token_id"] = eos_token_id;
+  }
   if (!layer_attention.empty()) {
     nlohmann::json a = layer_attention[0].params;
     a["mechanism"] = layer_attention[0].mechanism;

@@ -33,8 +33,16 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qk_norm = false;  // per-head RMSNorm of q and k (self_attn.q_norm / k_norm weights)
   int bos_token_id = -1;
-  int eos_token_id = -1;
+  int eos_token_id = -1;           // the first end-of-sequence id (-1: none)
+  std::vector<int> eos_token_ids;  // every id that ends generation (config.json may give a list)
   std::vector<AttentionConfig> layer_attention;  // num_layers entries, overrides applied
+
+  bool IsEos(int token) const {
+    for (int id : eos_token_ids) {
+      if (token == id) return true;
+    }
+    return false;
+  }
 
   nlohmann::json ToJson() const;  // config.json contents that ParseModelConfig reads back
 };

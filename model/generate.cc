@@ -50,10 +50,9 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
     if (on_text) on_text(text);
   };
   result.finish_reason = "length";
-  const int eos = model.config().eos_token_id;
   for (int i = 0; i < request.max_tokens; ++i) {
     const int token = sampler.Sample(logits.data(), model.vocab_size(), context);
-    if (token == eos) {
+    if (model.config().IsEos(token)) {
       result.finish_reason = "stop";
       break;
     }

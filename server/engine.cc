@@ -276,13 +276,12 @@ bool Engine::Impl::Step() {
   };
   std::vector<Segment> segments;
   std::vector<Row> rows;
-  const int eos = model.config().eos_token_id;
   int64_t tokens_in = 0, tokens_out = 0;
   for (int64_t id : plan.decode) {
     EngineJob& job = *jobs.at(id);
     job.last_advanced = step;
     const int token = job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
-    if (token == eos) {
+    if (model.config().IsEos(token)) {
       Finish(job, absl::OkStatus(), "stop");
       continue;
     }

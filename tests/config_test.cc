@@ -61,6 +61,26 @@ TEST(ConfigTest, RefusalsNameFileAndKey) {
   EXPECT_FALSE(ParseModelConfig("{not json", "x").ok());
 }
 
+TEST(ConfigTest, EosTokenIdMayBeAList) {
+  nlohmann::json j = nlohmann::json::parse(kLlama);
+  j["eos_token_id"] = {2, 7};
+  auto c = ParseModelConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_id, 2);
+  EXPECT_TRUE(c->IsEos(2));
+  EXPECT_TRUE(c->IsEos(7));
+  EXPECT_FALSE(c->IsEos(3));
+  auto again = ParseModelConfig(c->ToJson().dump(), "again.json");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->eos_token_ids, (std::vector<int>{2, 7}));
+  j["eos_token_id"] = {2, 100};
+  auto bad = ParseModelConfig(j.dump(), "config.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("100"), std::string::npos);
+  j["eos_token_id"] = {2, "x"};
+  EXPECT_FALSE(ParseModelConfig(j.dump(), "config.json").ok());
+}
+
 TEST(ConfigTest, OverrideKeepsScale) {
   nlohmann::json j = nlohmann::json::parse(kLlama);
   j["attention"] = {{"mechanism", "softmax"}, {"scale", 0.5}};
