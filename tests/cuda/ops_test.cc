@@ -16,9 +16,11 @@
 //   GEMM bf16      |d| <= 5e-5 * sum_k |x_k w_k| + 1e-6: bf16 inputs (rounded the same on both
 //                  sides, so products are exact in fp32), tensor-core fp32 accumulation.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -29,10 +31,26 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
-#include "tests/testutil.h"
 
 namespace steady::cuda {
 namespace {
+
+// Fresh per run unless STEADY_TEST_SEED is set (as tests/testutil.h; not linked here, so that this
+// binary needs only the CUDA libraries, OpenBLAS and libstdc++ and can be carried to a GPU machine).
+uint64_t TestSeed() {
+  static const uint64_t seed = []() -> uint64_t {
+    if (const char* s = std::getenv("STEADY_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  return seed;
+}
+
+std::vector<float> RandomNormal(size_t n, std::mt19937_64& rng, double stddev) {
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<float> out(n);
+  for (float& x : out) x = float(dist(rng));
+  return out;
+}
 
 uint16_t ToBf16(float f) {  // round to nearest even (inputs are finite)
   uint32_t u;
@@ -91,8 +109,8 @@ class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device (or driver) on this machine";
-    const uint64_t seed = testing::TestSeed();
-    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+    const uint64_t seed = TestSeed();
+    std::printf("random test inputs: STEADY_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
     rng_.seed(seed);
     stream_ = CreateStream();
   }
@@ -100,7 +118,7 @@ class CudaOpsTest : public ::testing::Test {
     if (stream_ != nullptr) DestroyStream(stream_);
   }
   std::vector<float> Randn(size_t n, double stddev = 1.0) {
-    return testing::RandomNormal<float>(n, rng_, stddev);
+    return RandomNormal(n, rng_, stddev);
   }
   void Sync() { SynchronizeStream(stream_); }
 
