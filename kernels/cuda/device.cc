@@ -1,0 +1,70 @@
+#include "kernels/cuda/device.h"
+
+#include <utility>
+
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace steady::cuda {
+
+bool CudaDeviceAvailable() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return false;
+  }
+  return count > 0;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    Release();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Release() {
+  if (ptr_ != nullptr) STEADY_CUDA_CHECK(cudaFree(ptr_));
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+void DeviceBuffer::CopyFromHost(const void* src, size_t bytes) {
+  STEADY_CHECK(bytes <= bytes_);
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void DeviceBuffer::CopyToHost(void* dst, size_t bytes) const {
+  STEADY_CHECK(bytes <= bytes_);
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost));
+}
+
+void DeviceBuffer::Fill(int value) {
+  if (bytes_ > 0) STEADY_CUDA_CHECK(cudaMemset(ptr_, value, bytes_));
+}
+
+cudaStream_t CreateStream() {
+  cudaStream_t s = nullptr;
+  STEADY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void DestroyStream(cudaStream_t s) {
+  if (s != nullptr) STEADY_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+void SynchronizeStream(cudaStream_t s) { STEADY_CUDA_CHECK(cudaStreamSynchronize(s)); }
+
+}  // namespace steady::cuda

@@ -1,0 +1,52 @@
+// CUDA device discovery and a RAII device buffer. Plain C++: no CUDA headers needed by callers.
+#ifndef STEADY_KERNELS_CUDA_DEVICE_H_
+#define STEADY_KERNELS_CUDA_DEVICE_H_
+
+#include <cstddef>
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;  // the same declaration as cuda_runtime_api.h
+
+namespace steady::cuda {
+
+// True when a CUDA driver is present and reports at least one device. Never aborts: no driver, no
+// device or an insufficient driver all read as false (the error is cleared).
+bool CudaDeviceAvailable();
+
+// Owns `bytes` of device memory (cudaMalloc / cudaFree). Move-only. Copies are synchronous and
+// checked (abort with file:line on failure).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+  // Host <-> device copies of `bytes` (at most bytes()), starting at the buffer's start.
+  void CopyFromHost(const void* src, size_t bytes);
+  void CopyToHost(void* dst, size_t bytes) const;
+  // Sets every byte to `value` (e.g. 0xFF poisons fp32 and bf16 with NaN).
+  void Fill(int value);
+
+ private:
+  void Release();
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Stream helpers for callers without CUDA headers.
+cudaStream_t CreateStream();
+void DestroyStream(cudaStream_t s);
+void SynchronizeStream(cudaStream_t s);
+
+}  // namespace steady::cuda
+
+#endif  // STEADY_KERNELS_CUDA_DEVICE_H_

@@ -1,0 +1,63 @@
+// GEMMs through cuBLAS: y[rows, out] = x[rows, in] * w[out, in]^T, row-major. cuBLAS is
+// column-major, so the row-major product is computed as its transpose: y^T[out, rows] =
+// op_T(w as [in, out] col-major) * (x as [in, rows] col-major).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
+
+namespace steady::cuda {
+namespace {
+
+cublasHandle_t H(const Blas& b) { return static_cast<cublasHandle_t>(b.handle()); }
+
+}  // namespace
+
+Blas::Blas(cudaStream_t stream) : stream_(stream) {
+  cublasHandle_t h = nullptr;
+  STEADY_CUBLAS_CHECK(cublasCreate(&h));
+  STEADY_CUBLAS_CHECK(cublasSetStream(h, stream));
+  // fp32 GEMMs stay fp32 (no TF32): the CPU reference and the tolerance tests assume it.
+  STEADY_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  handle_ = h;
+}
+
+Blas::~Blas() {
+  if (handle_ != nullptr) STEADY_CUBLAS_CHECK(cublasDestroy(static_cast<cublasHandle_t>(handle_)));
+}
+
+Blas::Blas(Blas&& o) noexcept
+    : handle_(std::exchange(o.handle_, nullptr)), stream_(std::exchange(o.stream_, nullptr)) {}
+
+Blas& Blas::operator=(Blas&& o) noexcept {
+  if (this != &o) {
+    if (handle_ != nullptr) STEADY_CUBLAS_CHECK(cublasDestroy(static_cast<cublasHandle_t>(handle_)));
+    handle_ = std::exchange(o.handle_, nullptr);
+    stream_ = std::exchange(o.stream_, nullptr);
+  }
+  return *this;
+}
+
+void MatMulNT(Blas& blas, const float* x, int rows, int in, const float* w, int out, float* y) {
+  STEADY_CHECK(rows >= 0 && in > 0 && out > 0);
+  if (rows == 0) return;
+  const float alpha = 1.0f, beta = 0.0f;
+  STEADY_CUBLAS_CHECK(cublasSgemm(H(blas), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, in, x, in,
+                                  &beta, y, out));
+}
+
+void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_bits* w, int out,
+                  float* y) {
+  STEADY_CHECK(rows >= 0 && in > 0 && out > 0);
+  if (rows == 0) return;
+  const float alpha = 1.0f, beta = 0.0f;
+  STEADY_CUBLAS_CHECK(cublasGemmEx(H(blas), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF,
+                                   in, x, CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace steady::cuda

@@ -1,0 +1,294 @@
+// kernels/cuda against kernels/cpu on fresh random inputs (seed printed; STEADY_TEST_SEED replays).
+// Every output buffer is poisoned with NaN (all bytes 0xFF) before the op, and every element is
+// checked, so an element the kernel never wrote fails. Without a CUDA device every GPU test is
+// SKIPPED with the reason, never passed.
+//
+// Tolerances (per op and dtype; the reason is beside each constant):
+//   RmsNorm fp32   |d| <= 2e-5 * max(1, |ref|): fp32 block reduction vs the CPU's fp64 sum.
+//   RmsNorm bf16   |d| <= 2^-7 * |ref| + 1e-6: output rounded to bf16 (2^-9 relative) plus the
+//                  inverse rms in fp32; inputs are the same bf16 values on both sides.
+//   RoPE fp32      |d| <= 1e-5 * (1 + |ref|): fp32 angle after fp64 reduction (<= 5e-7 rad) and
+//                  fp32 sincosf vs the CPU's fp64 cos/sin rounded to fp32.
+//   SwiGLU fp32    |d| <= 2e-6 * |ref| + 1e-7: expf and the division, a few ulps.
+//   Add, Gather, bf16 conversions: exact (correctly rounded on both sides, or copies).
+//   GEMM fp32      |d| <= 1e-5 * sum_k |x_k w_k| + 1e-6: fp32 accumulation in a different order
+//                  (no TF32: the handle uses CUBLAS_DEFAULT_MATH).
+//   GEMM bf16      |d| <= 5e-5 * sum_k |x_k w_k| + 1e-6: bf16 inputs (rounded the same on both
+//                  sides, so products are exact in fp32), tensor-core fp32 accumulation.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+
+namespace steady::cuda {
+namespace {
+
+// Fresh per run unless STEADY_TEST_SEED is set (as tests/testutil.h; not linked here, so that this
+// binary needs only the CUDA libraries, OpenBLAS and libstdc++ and can be carried to a GPU machine).
+uint64_t TestSeed() {
+  static const uint64_t seed = []() -> uint64_t {
+    if (const char* s = std::getenv("STEADY_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  return seed;
+}
+
+std::vector<float> RandomNormal(size_t n, std::mt19937_64& rng, double stddev) {
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<float> out(n);
+  for (float& x : out) x = float(dist(rng));
+  return out;
+}
+
+uint16_t ToBf16(float f) {  // round to nearest even (inputs are finite)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+float FromBf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  b.CopyFromHost(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+// An output buffer of n elements, every byte 0xFF (NaN for fp32 and bf16).
+template <typename T>
+DeviceBuffer Poisoned(size_t n) {
+  DeviceBuffer b(n * sizeof(T));
+  b.Fill(0xFF);
+  return b;
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  b.CopyToHost(v.data(), n * sizeof(T));
+  return v;
+}
+
+// Every element finite and within tol(i, ref[i]); reports the count and the first few misses.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref,
+                 const std::function<double(size_t, float)>& tol, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (!std::isfinite(got[i]) || !(d <= tol(i, ref[i]))) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << ref[i] << " (tol "
+                      << tol(i, ref[i]) << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off or unwritten";
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device (or driver) on this machine";
+    const uint64_t seed = TestSeed();
+    std::printf("random test inputs: STEADY_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+    rng_.seed(seed);
+    stream_ = CreateStream();
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) DestroyStream(stream_);
+  }
+  std::vector<float> Randn(size_t n, double stddev = 1.0) {
+    return RandomNormal(n, rng_, stddev);
+  }
+  void Sync() { SynchronizeStream(stream_); }
+
+  std::mt19937_64 rng_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Runs everywhere: the device query must answer (false here) without aborting.
+TEST(CudaDeviceTest, DeviceQueryDoesNotAbort) {
+  const bool available = CudaDeviceAvailable();
+  std::printf("CUDA device available: %s\n", available ? "yes" : "no");
+  EXPECT_EQ(available, CudaDeviceAvailable());  // stable across calls (no sticky error)
+}
+
+TEST_F(CudaOpsTest, RmsNormFp32) {
+  for (const int dim : {8, 96, 1000, 4099}) {
+    const int rows = 5;
+    const auto x = Randn(size_t(rows) * dim, 3.0), w = Randn(dim);
+    std::vector<float> ref(x.size());
+    cpu::RmsNorm(x.data(), w.data(), rows, dim, 1e-6f, ref.data());
+    DeviceBuffer dx = Upload(x), dw = Upload(w), dout = Poisoned<float>(x.size());
+    RmsNorm(dx.as<float>(), dw.as<float>(), rows, dim, 1e-6f, dout.as<float>(), stream_);
+    Sync();
+    ExpectClose(Download<float>(dout, x.size()), ref,
+                [](size_t, float r) { return 2e-5 * std::max(1.0, std::fabs(double(r))); }, "rmsnorm");
+    // In place (out aliases x).
+    RmsNorm(dx.as<float>(), dw.as<float>(), rows, dim, 1e-6f, dx.as<float>(), stream_);
+    Sync();
+    ExpectClose(Download<float>(dx, x.size()), ref,
+                [](size_t, float r) { return 2e-5 * std::max(1.0, std::fabs(double(r))); }, "rmsnorm in place");
+  }
+}
+
+TEST_F(CudaOpsTest, RmsNormBf16) {
+  const int rows = 6, dim = 2050;
+  auto x = Randn(size_t(rows) * dim, 2.0);
+  const auto w = Randn(dim);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    xb[i] = ToBf16(x[i]);
+    x[i] = FromBf16(xb[i]);  // the reference sees the same bf16 values
+  }
+  std::vector<float> ref(x.size());
+  cpu::RmsNorm(x.data(), w.data(), rows, dim, 1e-6f, ref.data());
+  DeviceBuffer dx = Upload(xb), dw = Upload(w), dout = Poisoned<uint16_t>(x.size());
+  RmsNormBf16(dx.as<uint16_t>(), dw.as<float>(), rows, dim, 1e-6f, dout.as<uint16_t>(), stream_);
+  Sync();
+  const auto outb = Download<uint16_t>(dout, x.size());
+  std::vector<float> got(outb.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = FromBf16(outb[i]);
+  ExpectClose(got, ref, [](size_t, float r) { return std::ldexp(std::fabs(double(r)), -7) + 1e-6; },
+              "rmsnorm bf16");
+}
+
+TEST_F(CudaOpsTest, Rope) {
+  for (const double theta : {10000.0, 1000000.0}) {
+    const int rows = 9, heads = 3, dim = 64;
+    std::vector<float> inv_freq(dim / 2);
+    for (int i = 0; i < dim / 2; ++i) inv_freq[i] = float(std::pow(theta, -2.0 * i / dim));
+    std::vector<int64_t> pos(rows);
+    std::uniform_int_distribution<int64_t> small(0, 4096), large(0, 2000000);
+    for (int r = 0; r < rows; ++r) pos[r] = r % 2 ? large(rng_) : small(rng_);
+    const auto x = Randn(size_t(rows) * heads * dim);
+    auto ref = x;
+    cpu::Rope(ref.data(), rows, heads, dim, pos.data(), inv_freq.data());
+    DeviceBuffer dx = Upload(x), dpos = Upload(pos), dfreq = Upload(inv_freq);
+    Rope(dx.as<float>(), rows, heads, dim, dpos.as<int64_t>(), dfreq.as<float>(), stream_);
+    Sync();
+    // In place, so it cannot be poisoned: an element left untouched keeps its input value, which
+    // misses the rotated reference unless its angle is 0 mod 2*pi (random positions make that rare).
+    ExpectClose(Download<float>(dx, x.size()), ref,
+                [](size_t, float r) { return 1e-5 * (1.0 + std::fabs(double(r))); }, "rope");
+  }
+}
+
+TEST_F(CudaOpsTest, SwiGlu) {
+  const int64_t n = 100003;
+  const auto gate = Randn(n, 4.0), up = Randn(n);
+  std::vector<float> ref(n);
+  cpu::SwiGlu(gate.data(), up.data(), n, ref.data());
+  DeviceBuffer dg = Upload(gate), du = Upload(up), dout = Poisoned<float>(n);
+  SwiGlu(dg.as<float>(), du.as<float>(), n, dout.as<float>(), stream_);
+  Sync();
+  ExpectClose(Download<float>(dout, n), ref,
+              [](size_t, float r) { return 2e-6 * std::fabs(double(r)) + 1e-7; }, "swiglu");
+}
+
+TEST_F(CudaOpsTest, AddInPlace) {
+  const int64_t n = 70001;
+  const auto x = Randn(n), y = Randn(n);
+  auto ref = x;
+  cpu::AddInPlace(ref.data(), y.data(), n);
+  DeviceBuffer dx = Upload(x), dy = Upload(y);
+  AddInPlace(dx.as<float>(), dy.as<float>(), n, stream_);
+  Sync();
+  ExpectClose(Download<float>(dx, n), ref, [](size_t, float) { return 0.0; }, "add");
+}
+
+TEST_F(CudaOpsTest, GatherRows) {
+  const int vocab = 301, dim = 129, rows = 37;
+  const auto table = Randn(size_t(vocab) * dim);
+  std::vector<int32_t> ids(rows);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  for (auto& id : ids) id = pick(rng_);
+  std::vector<float> ref(size_t(rows) * dim);
+  cpu::GatherRows(table.data(), dim, ids.data(), rows, ref.data());
+  DeviceBuffer dt = Upload(table), di = Upload(ids), dout = Poisoned<float>(ref.size());
+  GatherRows(dt.as<float>(), dim, di.as<int32_t>(), rows, dout.as<float>(), stream_);
+  Sync();
+  ExpectClose(Download<float>(dout, ref.size()), ref, [](size_t, float) { return 0.0; }, "gather");
+}
+
+TEST_F(CudaOpsTest, Bf16Conversions) {
+  const int64_t n = 4099;
+  const auto x = Randn(n, 100.0);
+  DeviceBuffer dx = Upload(x), db = Poisoned<uint16_t>(n), dback = Poisoned<float>(n);
+  FloatToBf16(dx.as<float>(), n, db.as<uint16_t>(), stream_);
+  Bf16ToFloat(db.as<uint16_t>(), n, dback.as<float>(), stream_);
+  Sync();
+  const auto bits = Download<uint16_t>(db, n);
+  std::vector<float> got(n), ref(n);
+  for (int64_t i = 0; i < n; ++i) {
+    got[i] = FromBf16(bits[i]);
+    ref[i] = FromBf16(ToBf16(x[i]));
+  }
+  ExpectClose(got, ref, [](size_t, float) { return 0.0; }, "float->bf16");
+  ExpectClose(Download<float>(dback, n), ref, [](size_t, float) { return 0.0; }, "bf16->float");
+}
+
+// |d| <= rel * sum_k |x_k w_k| + 1e-6 for every y[r, o].
+std::function<double(size_t, float)> GemmTol(const std::vector<float>& x, const std::vector<float>& w,
+                                             int in, int out, double rel) {
+  return [&x, &w, in, out, rel](size_t i, float) {
+    const size_t r = i / out, o = i % out;
+    double s = 0;
+    for (int k = 0; k < in; ++k) s += std::fabs(double(x[r * in + k]) * w[o * size_t(in) + k]);
+    return rel * s + 1e-6;
+  };
+}
+
+TEST_F(CudaOpsTest, MatMulNTFp32) {
+  Blas blas(stream_);
+  for (const int rows : {1, 3, 17}) {
+    const int in = 257, out = 129;
+    const auto x = Randn(size_t(rows) * in), w = Randn(size_t(out) * in);
+    std::vector<float> ref(size_t(rows) * out);
+    cpu::MatMulNT(x.data(), rows, in, w.data(), out, ref.data());
+    DeviceBuffer dx = Upload(x), dw = Upload(w), dy = Poisoned<float>(ref.size());
+    MatMulNT(blas, dx.as<float>(), rows, in, dw.as<float>(), out, dy.as<float>());
+    Sync();
+    ExpectClose(Download<float>(dy, ref.size()), ref, GemmTol(x, w, in, out, 1e-5), "gemm fp32");
+  }
+}
+
+TEST_F(CudaOpsTest, MatMulNTBf16) {
+  Blas blas(stream_);
+  for (const int rows : {1, 5, 64}) {
+    const int in = 512, out = 200;
+    auto x = Randn(size_t(rows) * in), w = Randn(size_t(out) * in);
+    std::vector<uint16_t> xb(x.size()), wb(w.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = FromBf16(xb[i] = ToBf16(x[i]));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = FromBf16(wb[i] = ToBf16(w[i]));
+    std::vector<float> ref(size_t(rows) * out);
+    cpu::MatMulNT(x.data(), rows, in, w.data(), out, ref.data());
+    DeviceBuffer dx = Upload(xb), dw = Upload(wb), dy = Poisoned<float>(ref.size());
+    MatMulNTBf16(blas, dx.as<uint16_t>(), rows, in, dw.as<uint16_t>(), out, dy.as<float>());
+    Sync();
+    ExpectClose(Download<float>(dy, ref.size()), ref, GemmTol(x, w, in, out, 5e-5), "gemm bf16");
+  }
+}
+
+}  // namespace
+}  // namespace steady::cuda
