@@ -129,6 +129,17 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(info.vocab_size, 512)
         self.assertGreater(info.state_bytes_per_session, 0)
 
+    def test_server_reflection_lists_the_services(self):
+        # grpc.reflection.v1alpha by hand (Debian has no Python reflection package): a
+        # ServerReflectionRequest with list_services = "" (field 7, length 0), raw bytes both ways.
+        info = self.channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        responses = list(info(iter([b"\x3a\x00"]), timeout=30))
+        self.assertEqual(len(responses), 1)
+        self.assertIn(b"steady.v1.Inference", responses[0])
+        self.assertIn(b"grpc.health.v1.Health", responses[0])
+
     def test_create_generate_fork_export_import_delete(self):
         session = self.stub.CreateSession(pb.CreateSessionRequest(), timeout=10)
         sid = session.session_id
