@@ -104,13 +104,6 @@ void GuardedRatio(int dv, T den, double log_shift, double delta, T* num_to_y) {
   for (int d = 0; d < dv; ++d) num_to_y[d] = num_to_y[d] / den * factor;
 }
 
-template <typename T>
-T Dot(int m, const T* a, const T* b) {
-  T acc = 0;
-  for (int f = 0; f < m; ++f) acc += a[f] * b[f];
-  return acc;
-}
-
 }  // namespace
 
 void DeriveDarkW(const AttnShape& s, DarkParams* p) {

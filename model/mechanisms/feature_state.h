@@ -69,6 +69,14 @@ T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) 
   return den;
 }
 
+// a . b over m features (the chunked forms' intra-chunk kernel values).
+template <typename T>
+T Dot(int m, const T* a, const T* b) {
+  T acc = 0;
+  for (int f = 0; f < m; ++f) acc += a[f] * b[f];
+  return acc;
+}
+
 // Multiplies the sums and their compensations by `factor` (S and z are contiguous, and so are the
 // compensations).
 template <typename T>

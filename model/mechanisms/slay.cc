@@ -89,13 +89,6 @@ FeatureState<T> HeadAt(const LayerAttention& a, const SlayParams& p, T* fixed, i
   return FeatureStateAt(fixed + g * HeadFloats(a, p), p.num_features(), a.shape.value_dim, a.accumulation);
 }
 
-template <typename T>
-T Dot(int m, const T* a, const T* b) {
-  T acc = 0;
-  for (int f = 0; f < m; ++f) acc += a[f] * b[f];
-  return acc;
-}
-
 }  // namespace
 
 void GaussLaguerre(int n, std::vector<double>* t, std::vector<double>* a) {
