@@ -116,3 +116,30 @@ def dark(q, k, v, M, G, scale, delta=1e-6):
                     den = den + 2 * delta
                 y[h, i] = (S.t() @ fq) / den
     return y
+
+
+def sliced_relu(zq, zk, v):
+    """zq [H, T], zk [Hkv, T] (the projected scores), v [Hkv, T, d]. Per query the ReLU prefix identity of
+    MECHANISMS.md over the keys so far sorted by z: sum_{z_j < x} (x - z_j) v_j = x A(x) - B(x), A = sum v,
+    B = sum z v; the denominator sum |x - z_j| = 2 r1(x) - (x t - sum z); centered by the prefix mean."""
+    heads, t = zq.shape
+    kv_heads = zk.shape[0]
+    group = heads // kv_heads
+    y = torch.zeros(heads, t, v.shape[-1], dtype=torch.float64)
+    for g in range(kv_heads):
+        keys = []
+        for i in range(t):
+            keys.append((zk[g, i].item(), v[g, i]))
+            keys.sort(key=lambda kv: kv[0])
+            vsum = sum(kv[1] for kv in keys)
+            zsum = sum(kv[0] for kv in keys)
+            for h in range(g * group, (g + 1) * group):
+                x = zq[h, i].item()
+                below = [kv for kv in keys if kv[0] < x]
+                a = sum((kv[1] for kv in below), torch.zeros_like(vsum))
+                b = sum((kv[0] * kv[1] for kv in below), torch.zeros_like(vsum))
+                r1 = sum(x - kv[0] for kv in below)
+                rv = x * a - b
+                den = 2 * r1 - (x * (i + 1) - zsum)
+                y[h, i] = (rv - vsum / (i + 1) * r1) / den if den > 0 else 0.0
+    return y

@@ -7,7 +7,7 @@
   (tests/train/reference.py), in fp64, with GQA;
 - where a `steady` binary is found ($STEADY_BIN, else build/bin/steady), they also equal the engine's
   recurrent form (`steady attn --form recurrent`) on the same q, k, v and mechanism tensors;
-- a tiny model per mechanism (softmax, slay, dark) trains for --seconds on CPU on
+- a tiny model per mechanism (softmax, slay, dark, sliced_relu) trains for --seconds on CPU on
   /usr/share/common-licenses/GPL-3 with tests/data/tokenizer/tokenizer.model, and its loss falls;
 - the export holds exactly the tensors and shapes the engine expects (listed independently of the
   PyTorch modules), contiguous and 8-byte aligned, config.json, tokenizer.model and a golden file;
@@ -126,6 +126,27 @@ def test_dark(performer=False):
     return "max diff %.1e" % err
 
 
+def test_sliced():
+    q, k, v = qkv(4, 2, 13, 8, 8)
+    mech = mechanisms.make_mechanism("sliced_relu", 8, 2, {}, 9, heads=4)
+    mech.tensors.double()
+    mech.record_scores = True
+    y = run_parallel(mech, q, k, v)
+    zq, zk = (z[0] for z in mech.last_scores)
+    assert zq.shape == (4, 13) and zk.shape == (2, 13)
+    err = max_diff(y, reference.sliced_relu(zq, zk, v))
+    assert err < 1e-10, "max diff %.3g" % err
+    # All keys equal to the query score: 0/0 is defined as 0 (and the gradient stays finite).
+    z = torch.zeros(1, 2, 5, dtype=torch.float64, requires_grad=True)
+    mech2 = mechanisms.make_mechanism("sliced_relu", 8, 2, {}, 9, heads=2)
+    mech2.tensors.double()
+    mech2.tensors.scores = lambda side, x: z.expand(1, 2, 5)
+    out = mech2(q[None, :2, :5], k[None, :, :5], v[None, :, :5])
+    out.sum().backward()
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isfinite(z.grad).all()
+    return "max diff %.1e" % err
+
+
 def test_dark_stable():
     """Large logits: the stabilized parallel form stays finite and equals itself on shifted keys."""
     q, k, v = qkv(2, 2, 16, 8, 6, magnitude=12.0)
@@ -215,6 +236,10 @@ def train_and_check(mechanism, tmp, seconds):
                 "bos_token_id", "eos_token_id", "qk_norm", "attention"):
         assert key in cfg, "config.json lacks %s" % key
     assert cfg["attention"]["mechanism"] == ("dark" if mechanism == "performer" else mechanism)
+    if mechanism == "sliced_relu":  # a measured bucketed range per layer
+        ranges = cfg["attention"]["layers"]
+        assert sorted(ranges) == [str(i) for i in range(cfg["num_hidden_layers"])], ranges
+        assert all(r["z_min"] < r["z_max"] for r in ranges.values()), ranges
 
     # model.safetensors: exactly the expected names and shapes, F32, contiguous, header 8-aligned.
     header, n, size = read_header(os.path.join(out, "model.safetensors"))
@@ -333,12 +358,13 @@ def main():
         check("dark parallel == recurrent", test_dark)
         check("performer parallel == recurrent, M = I frozen", lambda: test_dark(performer=True))
         check("dark stabilization at large logits", test_dark_stable)
+        check("sliced_relu parallel == sorted prefix sums, 0/0 -> 0", test_sliced)
         check("trainer mechanisms == engine recurrent form", lambda: test_engine(tmp))
         check("safetensors dtypes round-trip", lambda: test_safetensors_dtypes(tmp))
         check("QK-norm clamp bounds the logits", test_logit_bound)
         check("corpus sentence splitter and split", test_corpus_helpers)
         check("spm_encode fallback matches the Python module", test_cli_tokenizer)
-        for mechanism in ("softmax", "slay", "dark"):
+        for mechanism in ("softmax", "slay", "dark", "sliced_relu"):
             check("train + export + golden: %s" % mechanism, lambda m=mechanism: train_and_check(m, tmp, args.seconds))
     finally:
         if not args.keep:

@@ -7,7 +7,7 @@ Query head h reads kv head h // (H / Hkv), as in the engine.
 
 A mechanism is a plain object (not an nn.Module) called as mech(q, k, v); its checkpoint tensors, if
 any, live in an nn.Module `mech.tensors` that the attention layer registers under `mech.tensor_name`
-("slay" or "dark"), so they are named self_attn.slay.anchors etc. in state_dict().
+("slay", "dark" or "sliced"), so they are named self_attn.slay.anchors etc. in state_dict().
 
 Runs on torch 1.13 (no scaled_dot_product_attention, no vmap) and 2.x. Feature maps run in fp32 even
 under bf16 autocast: exp() of logits is not something to do in 8 bits of mantissa.
@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 _TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-MECHANISMS = ("softmax", "taylor", "slay", "dark", "performer")
+MECHANISMS = ("softmax", "taylor", "slay", "dark", "performer", "sliced_relu")
 
 
 def expand_kv(x, heads):
@@ -277,6 +277,75 @@ class Dark(Mechanism):
             return (guarded_ratio(num, den, cq + c[..., None], self.delta)).to(q.dtype)
 
 
+class SlicedTensors(nn.Module):
+    """The score projections Pi_q, Pi_k ("mlp": Linear(HD, HD) + GELU(erf) + Linear(HD, H), with biases),
+    named self_attn.sliced.q_fc1.weight etc. Initialized as the engine's random init: weights
+    N(0, gain / fan_in), gain 1 before the GELU and 2 after it, biases N(0, 0.1^2), so unit-variance
+    inputs give scores of about unit variance."""
+
+    def __init__(self, head_dim, heads, kv_heads, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        for side, groups in (("q", heads), ("k", kv_heads)):
+            width = groups * head_dim
+            fc1, fc2 = nn.Linear(width, width), nn.Linear(width, groups)
+            with torch.no_grad():
+                fc1.weight.copy_(torch.randn(width, width, generator=g) / math.sqrt(width))
+                fc1.bias.copy_(0.1 * torch.randn(width, generator=g))
+                fc2.weight.copy_(torch.randn(groups, width, generator=g) * math.sqrt(2.0 / width))
+                fc2.bias.copy_(0.1 * torch.randn(groups, generator=g))
+            self.add_module(side + "_fc1", fc1)
+            self.add_module(side + "_fc2", fc2)
+
+    def scores(self, side, x):
+        """x [B, G, T, d] -> z [B, G, T]: one score per group from the token's concatenated heads."""
+        b, groups, t, d = x.shape
+        fc1, fc2 = getattr(self, side + "_fc1"), getattr(self, side + "_fc2")
+        flat = x.transpose(1, 2).reshape(b, t, groups * d)
+        hidden = F.gelu(F.linear(flat, fc1.weight.to(x.dtype), fc1.bias.to(x.dtype)))
+        return F.linear(hidden, fc2.weight.to(x.dtype), fc2.bias.to(x.dtype)).transpose(1, 2)
+
+
+class SlicedRelu(Mechanism):
+    """Causal sliced ReLU attention with the "mlp" projection (engine: model/mechanisms/sliced_relu.cc):
+    y_t = sum_{j<=t} ReLU(x - z_j)(v_j - vbar_t) / sum_{j<=t} |x - z_j|, x = z^q_t of the query head,
+    z_j = z^k_j of its kv head, vbar_t = mean(v_1..v_t); 0 where the denominator is 0 (all keys = x).
+    The engine serves it with the bucketed decoder over [z_min, z_max) (an approximation of this exact
+    form) or the exact tree decoder; `record_scores` keeps the last scores so the trainer can choose
+    the bucketed range from data."""
+
+    def __init__(self, head_dim, heads, kv_heads, params, seed):
+        self.params = {k: params[k] for k in ("decoder", "bins", "z_min", "z_max") if k in params}
+        self.tensor_name = "sliced"
+        self.tensors = SlicedTensors(head_dim, heads, kv_heads, seed)
+        self.record_scores = False
+        self.last_scores = None
+
+    def config(self):
+        return dict({"mechanism": "sliced_relu", "projection": "mlp"}, **self.params)
+
+    def forward(self, q, k, v):
+        heads, t = q.shape[1], q.shape[2]
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            zq = self.tensors.scores("q", q.to(dtype))  # [B, H, T]
+            zk = self.tensors.scores("k", k.to(dtype))  # [B, Hkv, T]
+            if self.record_scores:
+                self.last_scores = (zq.detach(), zk.detach())
+            zk = expand_kv(zk, heads)
+            vv = expand_kv(v.to(dtype), heads)
+            mask = causal_mask(t, q.device)
+            diff = zq[..., :, None] - zk[..., None, :]  # [B, H, T(query), T(key)]
+            relu = diff.clamp_min(0) * mask
+            den = (diff.abs() * mask).sum(-1, keepdim=True)
+            count = torch.arange(1, t + 1, device=q.device, dtype=dtype)[:, None]
+            vbar = torch.cumsum(vv, dim=2) / count
+            num = torch.matmul(relu, vv) - vbar * relu.sum(-1, keepdim=True)
+            positive = den > 0
+            y = torch.where(positive, num / torch.where(positive, den, torch.ones_like(den)), torch.zeros_like(num))
+            return y.to(q.dtype)
+
+
 def guarded_ratio(num, den, log_shift, delta):
     """num / den with the Performer's guard (den += 2 delta where |den| < delta) applied to the canonical
     denominator den * exp(log_shift), tested in logs as the engine does; elsewhere exactly num / den."""
@@ -290,7 +359,7 @@ def guarded_ratio(num, den, log_shift, delta):
     return torch.where(guard, ratio * factor, ratio)
 
 
-def make_mechanism(name, head_dim, kv_heads, params, seed):
+def make_mechanism(name, head_dim, kv_heads, params, seed, heads=None):
     if name == "softmax":
         return Softmax(head_dim, kv_heads, params, seed)
     if name == "taylor":
@@ -299,5 +368,8 @@ def make_mechanism(name, head_dim, kv_heads, params, seed):
         return Slay(head_dim, kv_heads, params, seed)
     if name in ("dark", "performer"):
         return Dark(head_dim, kv_heads, params, seed, performer=(name == "performer"))
-    raise ValueError("unknown mechanism %r (trainer supports %s; sliced_relu is not implemented yet)"
-                     % (name, ", ".join(MECHANISMS)))
+    if name == "sliced_relu":
+        if params.get("projection", "mlp") != "mlp":
+            raise ValueError("sliced_relu: the trainer implements the \"mlp\" projection only")
+        return SlicedRelu(head_dim, heads or kv_heads, kv_heads, params, seed)
+    raise ValueError("unknown mechanism %r (trainer supports %s)" % (name, ", ".join(MECHANISMS)))

@@ -63,11 +63,14 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         attention = dict(cfg.get("attention", {"mechanism": "softmax"}))
+        # Per-layer overrides ("layers": {"N": {...}}) with the same mechanism add or replace keys.
+        attention.update(attention.pop("layers", {}).get(str(layer), {}))
         name = attention.pop("mechanism", "softmax")
         if performer and name == "dark":
             name = "performer"
         # Per-layer seed for the fixed random tensors: layers draw different features.
-        self.mechanism = make_mechanism(name, self.head_dim, self.kv_heads, attention, seed * 1000003 + layer)
+        self.mechanism = make_mechanism(name, self.head_dim, self.kv_heads, attention, seed * 1000003 + layer,
+                                        heads=self.heads)
         if self.mechanism.tensors is not None:
             self.add_module(self.mechanism.tensor_name, self.mechanism.tensors)
 
@@ -137,7 +140,7 @@ class SteadyLM(nn.Module):
         std = 0.02
         out_std = std / math.sqrt(2 * self.cfg["num_hidden_layers"])
         for name, p in self.named_parameters():
-            if name.endswith("norm.weight") or ".dark." in name:
+            if name.endswith("norm.weight") or ".dark." in name or ".sliced." in name:  # own init
                 continue
             s = out_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std
             with torch.no_grad():
@@ -186,4 +189,10 @@ def expected_tensors(cfg):
             r = att.get("rank", d)
             out[p + "self_attn.dark.M"] = [nkv, r, d]
             out[p + "self_attn.dark.G"] = [nkv, att.get("features", 256), r]
+        if att.get("mechanism") == "sliced_relu":
+            for side, groups in (("q", nh), ("k", nkv)):
+                out[p + "self_attn.sliced.%s_fc1.weight" % side] = [groups * d, groups * d]
+                out[p + "self_attn.sliced.%s_fc1.bias" % side] = [groups * d]
+                out[p + "self_attn.sliced.%s_fc2.weight" % side] = [groups, groups * d]
+                out[p + "self_attn.sliced.%s_fc2.bias" % side] = [groups]
     return out

@@ -36,7 +36,7 @@ def parse_args(argv=None):
     ap.add_argument("--valid", help="validation text (never trained on)")
     ap.add_argument("--tokenizer", required=True, help="sentencepiece tokenizer.model")
     ap.add_argument("--out", required=True, help="checkpoint directory to write")
-    ap.add_argument("--mechanism", default="softmax", choices=["softmax", "slay", "dark", "performer"])
+    ap.add_argument("--mechanism", default="softmax", choices=["softmax", "slay", "dark", "performer", "sliced_relu"])
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
     for flag in ("--hidden", "--intermediate", "--layers", "--heads", "--kv-heads", "--head-dim"):
         ap.add_argument(flag, type=int, help="override the preset's value")
@@ -51,6 +51,10 @@ def parse_args(argv=None):
     ap.add_argument("--slay-anchors", type=int, default=8, help="P, anchor directions")
     ap.add_argument("--slay-features", type=int, default=16, help="M, random features per node")
     ap.add_argument("--dark-features", type=int, default=256, help="m")
+    ap.add_argument("--sliced-bins", type=int, default=64, help="bins of the bucketed sliced_relu decoder")
+    ap.add_argument("--sliced-coverage", type=float, default=0.999,
+                    help="the bucketed range [z_min, z_max) of each layer covers this central fraction of the "
+                         "scores measured on validation text")
     ap.add_argument("--dark-rank", type=int, help="r (default head_dim)")
     # Optimization.
     ap.add_argument("--seq-len", type=int, default=256)
@@ -89,6 +93,8 @@ def build_config(args, tok):
     elif args.mechanism == "slay":
         attention = {"mechanism": "slay", "nodes": args.slay_nodes, "anchors": args.slay_anchors,
                      "features": args.slay_features, "eps": 1e-3, "delta": 1e-6}
+    elif args.mechanism == "sliced_relu":  # z_min / z_max per layer are measured after training
+        attention = {"mechanism": "sliced_relu", "projection": "mlp", "decoder": "bucketed", "bins": args.sliced_bins}
     else:  # dark, performer (dark with M = I)
         attention = {"mechanism": "dark", "scale": scale, "features": args.dark_features,
                      "rank": args.dark_rank or head_dim, "delta": 1e-6}
@@ -160,6 +166,35 @@ def autocast(device):
     if device.type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return torch.autocast(device_type="cpu", enabled=False)
+
+
+def sliced_score_ranges(model, stream, args, bos, device):
+    """Per layer, the range [z_min, z_max) of the bucketed sliced_relu decoder: the central
+    --sliced-coverage fraction of all query and key scores over validation windows, widened by 5% on
+    each side (keys outside it land in the tail bins, approximately). Returns {"N": {"z_min", "z_max"}}."""
+    mechs = [layer.self_attn.mechanism for layer in model.model.layers]
+    scores = [[] for _ in mechs]
+    for m in mechs:
+        m.record_scores = True
+    model.eval()
+    seq_len = min(args.seq_len, len(stream) - 1)
+    with torch.no_grad():
+        for x, _ in eval_batches(stream, args.batch_size, seq_len, bos, min(args.eval_tokens, 32768)):
+            model(x.to(device))
+            for i, m in enumerate(mechs):
+                scores[i].extend(z.reshape(-1).float().cpu() for z in m.last_scores)
+    model.train()
+    tail = (1.0 - args.sliced_coverage) / 2
+    ranges = {}
+    for i, m in enumerate(mechs):
+        m.record_scores, m.last_scores = False, None
+        z = torch.cat(scores[i])
+        if z.numel() > 1 << 24:  # torch.quantile's input limit
+            z = z[torch.randperm(z.numel(), generator=torch.Generator().manual_seed(0))[:1 << 24]]
+        lo, hi = torch.quantile(z, tail).item(), torch.quantile(z, 1.0 - tail).item()
+        pad = 0.05 * max(hi - lo, 1e-3)
+        ranges[str(i)] = {"z_min": round(lo - pad, 4), "z_max": round(hi + pad, 4)}
+    return ranges
 
 
 def golden_sequences(stream, bos, lengths):
@@ -261,6 +296,9 @@ def train(args):
     print("train: %d steps, %d tokens in %.0f s (%.0f tok/s)" % (step, tokens, seconds, info["tokens_per_second"]))
 
     golden_source = valid_stream if valid_stream is not None else train_stream
+    if args.mechanism == "sliced_relu":
+        cfg["attention"]["layers"] = sliced_score_ranges(model, golden_source, args, tok.bos_id, device)
+        print("train: sliced_relu bucketed ranges %s" % json.dumps(cfg["attention"]["layers"]))
     lengths = [int(x) for x in args.golden_lengths.split(",") if x]
     export_checkpoint(model.cpu().float(), cfg, args.tokenizer, args.out, args.export_dtype,
                       golden_sequences(golden_source, tok.bos_id, lengths), info)
