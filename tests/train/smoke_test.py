@@ -126,6 +126,29 @@ def test_dark(performer=False):
     return "max diff %.1e" % err
 
 
+def test_chunked_forms():
+    """slay, dark, performer: the chunked training form (T > CHUNK) computes the quadratic form's function,
+    also at logits large enough that dark's running-max references change within and across chunks."""
+    worst = 0.0
+    for name, params in (("slay", {"nodes": 2, "anchors": 4, "features": 5}),
+                         ("dark", {"scale": 0.35, "features": 24}), ("performer", {"scale": 0.35, "features": 24})):
+        for t, magnitude in ((mechanisms.CHUNK * 3 + 5, 1.0), (mechanisms.CHUNK * 2 + 1, 6.0)):
+            mech = mechanisms.make_mechanism(name, 8, 2, params, 5)
+            mech.tensors.double()
+            if name == "dark":
+                with torch.no_grad():
+                    mech.tensors.M.add_(0.2 * torch.randn(mech.tensors.M.shape, dtype=torch.float64,
+                                                          generator=torch.Generator().manual_seed(2)))
+            q, k, v = qkv(4, 2, t, 8, 12, magnitude)
+            chunked = run_parallel(mech, q, k, v)
+            mech.quadratic = True
+            quadratic = run_parallel(mech, q, k, v)
+            err = max_diff(chunked, quadratic)
+            assert err < 1e-10, "%s T=%d |x|~%.0f: max diff %.3g" % (name, t, magnitude, err)
+            worst = max(worst, err)
+    return "max diff %.1e" % worst
+
+
 def test_sliced():
     q, k, v = qkv(4, 2, 13, 8, 8)
     mech = mechanisms.make_mechanism("sliced_relu", 8, 2, {}, 9, heads=4)
@@ -358,6 +381,7 @@ def main():
         check("dark parallel == recurrent", test_dark)
         check("performer parallel == recurrent, M = I frozen", lambda: test_dark(performer=True))
         check("dark stabilization at large logits", test_dark_stable)
+        check("slay/dark/performer chunked form == quadratic form", test_chunked_forms)
         check("sliced_relu parallel == sorted prefix sums, 0/0 -> 0", test_sliced)
         check("trainer mechanisms == engine recurrent form", lambda: test_engine(tmp))
         check("safetensors dtypes round-trip", lambda: test_safetensors_dtypes(tmp))

@@ -81,9 +81,62 @@ def gauss_laguerre(n):
     return t, a
 
 
+# Chunk length of the linear-time training forms of slay and dark (T > CHUNK). Their quadratic forms
+# cost T x T x m per head; the chunked form C x m plus 2 m d per token (about 2.6x less at T = 256,
+# C = 64, m = 256) and computes the same function (tests/train/smoke_test.py checks it in fp64).
+CHUNK = 64
+
+
+def chunked_causal_sums(phi_q, phi_k, v, chunk=CHUNK, key_ref=None):
+    """num_t = sum_{j<=t} (phi_q_t . phi_k_j) r_jt v_j and den_t = sum_{j<=t} (phi_q_t . phi_k_j) r_jt,
+    chunk by chunk: within a chunk the masked [C, C] form, across chunks a carried state S = sum phi_k v^T,
+    z = sum phi_k (the engine's recurrent state). r_jt = 1, or with `key_ref` (keys already divided by
+    exp(key_ref_j), key_ref nondecreasing in t: dark's running max) r_jt = exp(key_ref_j - key_ref_t) <= 1,
+    the state kept at the reference of its chunk's last key, so no factor exceeds 1.
+    phi_q, phi_k [B, H, T, m], v [B, H, T, d], key_ref [B, H, T] -> num [B, H, T, d], den [B, H, T, 1]."""
+    b, h, t, m = phi_q.shape
+    S = phi_q.new_zeros(b, h, m, v.shape[-1])
+    z = phi_q.new_zeros(b, h, m, 1)
+    ref = None
+    nums, dens = [], []
+    # split, not slicing: a slice's backward writes a zero-filled gradient of the whole tensor per chunk.
+    pieces = [x.split(chunk, dim=2) for x in (phi_q, phi_k, v)]
+    refs = key_ref.split(chunk, dim=2) if key_ref is not None else None
+    for i, (q, k, vc) in enumerate(zip(*pieces)):
+        s, e = i * chunk, i * chunk + q.shape[2]
+        mask = causal_mask(e - s, q.device)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        if key_ref is not None:
+            r = refs[i]
+            w = w * torch.exp(torch.where(mask, r[..., None, :] - r[..., :, None], torch.zeros((), dtype=w.dtype,
+                                                                                                device=w.device)))
+        w = w * mask
+        num, den = torch.matmul(w, vc), w.sum(-1, keepdim=True)
+        if s > 0:
+            carried_num, carried_den = torch.matmul(q, S), torch.matmul(q, z)
+            if key_ref is not None:
+                bring = torch.exp(ref[..., None] - r)[..., None]  # state reference -> query reference
+                carried_num, carried_den = carried_num * bring, carried_den * bring
+            num, den = num + carried_num, den + carried_den
+        nums.append(num)
+        dens.append(den)
+        if e < t:  # carry the chunk into the state
+            if key_ref is not None:
+                end = r[..., -1]
+                k = k * torch.exp(r - end[..., None])[..., None]
+                if ref is not None:
+                    decay = torch.exp(ref - end)[..., None, None]
+                    S, z = S * decay, z * decay
+                ref = end
+            S = S + torch.matmul(k.transpose(-1, -2), vc)
+            z = z + k.sum(2)[..., None]
+    return torch.cat(nums, dim=2), torch.cat(dens, dim=2)
+
+
 class Mechanism:
     tensor_name = None
     tensors = None  # an nn.Module holding the checkpoint tensors, or None
+    quadratic = False  # slay, dark: True forces the masked quadratic form (the reference) at any T
 
     def __call__(self, q, k, v):
         return self.forward(q, k, v)
@@ -190,12 +243,15 @@ class Slay(Mechanism):
         with no_autocast(q.device):
             dtype = compute_dtype(q)
             omega = self.tensors.omega
-            psi_k = self.features_of(k.to(dtype), omega)
+            psi_k = expand_kv(self.features_of(k.to(dtype), omega), heads)
             psi_q = self.features_of(q.to(dtype), expand_kv(omega, heads))  # omega's dim 1 is the kv head
-            w = torch.matmul(psi_q, expand_kv(psi_k, heads).transpose(-1, -2))
-            w = w * causal_mask(q.shape[2], q.device)
-            den = w.sum(-1, keepdim=True) + self.delta
-            return (torch.matmul(w, expand_kv(v.to(dtype), heads)) / den).to(q.dtype)
+            v = expand_kv(v.to(dtype), heads)
+            if self.quadratic or q.shape[2] <= CHUNK:
+                w = torch.matmul(psi_q, psi_k.transpose(-1, -2)) * causal_mask(q.shape[2], q.device)
+                num, den = torch.matmul(w, v), w.sum(-1, keepdim=True)
+            else:
+                num, den = chunked_causal_sums(psi_q, psi_k, v)
+            return (num / (den + self.delta)).to(q.dtype)
 
 
 def orthogonal_gaussian(rows, r, g):
@@ -268,12 +324,15 @@ class Dark(Mechanism):
             phi_q = torch.exp(lq - cq) * inv_sqrt_m
             phi_k = torch.exp(lk - c[..., None]) * inv_sqrt_m
             c = expand_kv(c, heads)
-            mask = causal_mask(t, q.device)
-            shift = torch.exp(torch.where(mask, c[..., None, :] - c[..., :, None], torch.zeros((), dtype=dtype,
-                                                                                                  device=q.device)))
-            w = torch.matmul(phi_q, expand_kv(phi_k, heads).transpose(-1, -2)) * shift * mask
-            num = torch.matmul(w, expand_kv(v.to(dtype), heads))
-            den = w.sum(-1, keepdim=True)
+            phi_k, v = expand_kv(phi_k, heads), expand_kv(v.to(dtype), heads)
+            if self.quadratic or t <= CHUNK:
+                mask = causal_mask(t, q.device)
+                shift = torch.exp(torch.where(mask, c[..., None, :] - c[..., :, None],
+                                              torch.zeros((), dtype=dtype, device=q.device)))
+                w = torch.matmul(phi_q, phi_k.transpose(-1, -2)) * shift * mask
+                num, den = torch.matmul(w, v), w.sum(-1, keepdim=True)
+            else:
+                num, den = chunked_causal_sums(phi_q, phi_k, v, key_ref=c)
             return (guarded_ratio(num, den, cq + c[..., None], self.delta)).to(q.dtype)
 
 
