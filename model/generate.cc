@@ -41,7 +41,7 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   std::vector<float> logits = Prefill(model, pool, slot, prompt, std::max(1, request.prefill_chunk), ws);
 
   Sampler sampler(request.sampling);
-  TextStreamer streamer(tokenizer);
+  TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);  // after the prompt
   StopMatcher stops(request.stop);
   std::vector<int32_t> context = prompt;
   auto emit = [&](const std::string& text) {

@@ -146,11 +146,34 @@ bool EndsIncomplete(const std::string& s) {
 
 }  // namespace
 
+TextStreamer::TextStreamer(const Tokenizer& tokenizer, Mode mode) : tokenizer_(tokenizer) {
+  if (mode != Mode::kContinuation) return;
+  // A piece that is a word of its own: its decoded text ends where the continuation's begins.
+  auto ids = tokenizer.Encode("a");
+  if (!ids.ok() || ids->size() != 1) return;
+  auto text = tokenizer.Decode(*ids);
+  if (!text.ok() || text->empty()) return;
+  sentinel_ = *std::move(ids);
+  sentinel_text_ = *std::move(text);
+}
+
+absl::StatusOr<std::string> TextStreamer::DecodeWindow(size_t begin, size_t end) const {
+  std::vector<int32_t> window(sentinel_);
+  window.insert(window.end(), ids_.begin() + begin, ids_.begin() + end);
+  auto text = tokenizer_.Decode(window);
+  if (!text.ok() || sentinel_.empty()) return text;
+  // The sentinel decodes to the same text in front of anything (pieces only append).
+  if (text->compare(0, sentinel_text_.size(), sentinel_text_) != 0) {
+    return absl::InternalError("tokenizer: the stream's sentinel piece did not decode as a prefix");
+  }
+  return text->substr(sentinel_text_.size());
+}
+
 absl::StatusOr<std::string> TextStreamer::Add(int32_t id) {
   ids_.push_back(id);
-  auto before = tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + prefix_, ids_.begin() + read_));
+  auto before = DecodeWindow(prefix_, read_);
   if (!before.ok()) return before.status();
-  auto after = tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + prefix_, ids_.end()));
+  auto after = DecodeWindow(prefix_, ids_.size());
   if (!after.ok()) return after.status();
   if (after->size() <= before->size() || EndsIncomplete(*after)) return std::string();
   std::string delta = after->substr(before->size());
@@ -160,9 +183,9 @@ absl::StatusOr<std::string> TextStreamer::Add(int32_t id) {
 }
 
 absl::StatusOr<std::string> TextStreamer::Flush() {
-  auto before = tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + prefix_, ids_.begin() + read_));
+  auto before = DecodeWindow(prefix_, read_);
   if (!before.ok()) return before.status();
-  auto after = tokenizer_.Decode(std::vector<int32_t>(ids_.begin() + prefix_, ids_.end()));
+  auto after = DecodeWindow(prefix_, ids_.size());
   if (!after.ok()) return after.status();
   read_ = prefix_ = ids_.size();
   return after->size() > before->size() ? after->substr(before->size()) : std::string();

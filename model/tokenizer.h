@@ -39,15 +39,25 @@ class Tokenizer {
 // Turns a stream of token ids into a stream of text: each Add returns the new complete UTF-8 text
 // (pieces that end in a partial character wait for the next token). Decodes a short window, so a
 // long generation costs O(1) per token.
+//
+// kStart decodes the ids as a text of their own (sentencepiece drops the space marker of the first
+// piece: "▁The" -> "The"). kContinuation decodes them as the continuation of earlier text, a prompt
+// (the generated "▁of" after "The whale" is " of"): every window is decoded behind a one-piece
+// sentinel whose text is then cut off.
 class TextStreamer {
  public:
-  explicit TextStreamer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  enum class Mode { kStart, kContinuation };
+  explicit TextStreamer(const Tokenizer& tokenizer, Mode mode = Mode::kStart);
   absl::StatusOr<std::string> Add(int32_t id);
   // Text still held back (an incomplete character at the end).
   absl::StatusOr<std::string> Flush();
 
  private:
+  absl::StatusOr<std::string> DecodeWindow(size_t begin, size_t end) const;
+
   const Tokenizer& tokenizer_;
+  std::vector<int32_t> sentinel_;    // empty in kStart mode (or when no one-piece sentinel exists)
+  std::string sentinel_text_;
   std::vector<int32_t> ids_;
   size_t prefix_ = 0;  // ids_[prefix_, read_) were emitted; decoding from prefix_ keeps spacing right
   size_t read_ = 0;

@@ -26,7 +26,7 @@ int SlotCount(const Model& model, const EngineOptions& options);
 // One accepted Generate, owned by the engine thread.
 struct EngineJob {
   EngineJob(int64_t id, GenerateJob request, const Tokenizer& tokenizer)
-      : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer),
+      : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer, TextStreamer::Mode::kContinuation),
         stops(this->request.stop) {}
   int64_t id;
   int64_t arrival = 0;

@@ -53,6 +53,31 @@ TEST(TokenizerTest, StreamedTextEqualsWholeDecode) {
   EXPECT_EQ(streamed, text);
 }
 
+TEST(TokenizerTest, ContinuationStreamKeepsTheSpaceAfterThePrompt) {
+  auto t = Load();
+  ASSERT_TRUE(t);
+  const std::string text = "Copyright holders may distribute copies of the Program, verbatim.";
+  auto ids = t->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GT(ids->size(), 6u);
+  // The generated part begins at a word ("▁..."), mid-text: a start-mode stream would drop its space.
+  for (size_t split = 1; split < ids->size(); ++split) {
+    auto head = t->Decode(std::vector<int32_t>(ids->begin(), ids->begin() + split));
+    ASSERT_TRUE(head.ok());
+    TextStreamer streamer(*t, TextStreamer::Mode::kContinuation);
+    std::string streamed;
+    for (size_t i = split; i < ids->size(); ++i) {
+      auto piece = streamer.Add((*ids)[i]);
+      ASSERT_TRUE(piece.ok()) << piece.status();
+      streamed += *piece;
+    }
+    auto tail = streamer.Flush();
+    ASSERT_TRUE(tail.ok());
+    streamed += *tail;
+    EXPECT_EQ(*head + streamed, text) << "split at token " << split;
+  }
+}
+
 TEST(TokenizerTest, ErrorsAreClear) {
   auto missing = Tokenizer::Load("/nonexistent/tokenizer.model");
   ASSERT_FALSE(missing.ok());
