@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, serves the default model with steady-server and streams
 # a generation through steady-cli (one session, two turns, then a fork).
-# Until the trained checkpoints land in models/, the default model is a randomly initialised tiny
-# checkpoint: the text is noise, but every stage of the engine and server runs.
+# The default model is models/tiny-softmax (trained on the public-domain corpus, docs/models.md) served
+# with constant-size Taylor state; without models/ (STEADY_DEMO_MODEL pointing nowhere) it falls back
+# to a randomly initialised tiny checkpoint: the text is noise, but every stage still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -13,7 +14,7 @@ if [ ! -f "$model/model.safetensors" ]; then
 fi
 port=${STEADY_DEMO_PORT:-50051}
 sessions=$(mktemp -d)
-./build/bin/steady-server --model "$model" --mechanism taylor --order 2 --port "$port" \
+./build/bin/steady-server --model "$model" --mechanism taylor --order 3 --port "$port" \
   --state-memory 67108864 --session-dir "$sessions" --metrics-port $((port + 1)) &
 server=$!
 gateway=
@@ -25,9 +26,9 @@ cli info > "$sessions/info.json"
 grep -m1 '"mechanism"' "$sessions/info.json"; grep -m1 '"state_bytes_per_session"' "$sessions/info.json"
 cli sessions create --id demo > /dev/null
 echo "== turn 1"
-cli generate --session demo --prompt "This License applies to" --max-tokens 32 --temperature 0.8 --top-p 0.95 --seed 1
+cli generate --session demo --prompt "Call me Ishmael. Some years ago" --max-tokens 40 --temperature 0.8 --top-p 0.95 --seed 1
 echo "== turn 2 (appended to the same session state)"
-cli generate --session demo --prompt " Each licensee" --max-tokens 32 --temperature 0.8 --top-p 0.95 --seed 2
+cli generate --session demo --prompt " And the whale" --max-tokens 40 --temperature 0.8 --top-p 0.95 --seed 2
 cli sessions fork demo --new-id demo-fork > /dev/null
 echo "== sessions (the state costs the same bytes at any length)"
 cli sessions list | grep -E '"(session_id|position|state_bytes)"'
@@ -36,7 +37,7 @@ if [ -x build/bin/steady-gateway ]; then
   gateway=$!
   for _ in $(seq 50); do curl -sf "127.0.0.1:$((port + 2))/healthz" > /dev/null && break; sleep 0.2; done
   echo "== HTTP/JSON through steady-gateway: curl -N -d '{...}' 127.0.0.1:$((port + 2))/v1/generate"
-  curl -sN -d '{"session_id": "demo", "prompt": " Third turn", "max_tokens": 4}' "127.0.0.1:$((port + 2))/v1/generate"
+  curl -sN -d '{"session_id": "demo", "prompt": " Then he said", "max_tokens": 12, "temperature": 0.8, "top_p": 0.95, "seed": 3}' "127.0.0.1:$((port + 2))/v1/generate"
 fi
 echo "== metrics: curl 127.0.0.1:$((port + 1))/metrics"
 curl -s "127.0.0.1:$((port + 1))/metrics" | grep -E '^steady_(generated_tokens_total|sessions)' || true
