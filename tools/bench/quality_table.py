@@ -14,6 +14,7 @@ machine with the other --jobs). Prints a markdown table, then the samples.
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import subprocess
 import sys
@@ -86,6 +87,17 @@ def main():
         results[0]["report"]["tokens"], args.data, args.context))
     for r in results:
         print("- %s, %s: %s" % (r["model"], r["served_as"], json.dumps(r["sample"])))
+    print("\n| model | parameters | steps | tokens | training time | tokens/s | trainer's valid loss (ppl) |")
+    print("|---|---|---|---|---|---|---|")
+    for model in sorted({r[0] for r in rows}):
+        path = os.path.join(args.models, model, "training.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            t = json.load(f)
+        print("| %s | %s | %d | %s | %.0f min | %d | %.3f (%.1f) |" % (
+            model, "{:,}".format(t["parameters"]), t["steps"], "{:,}".format(t["tokens"]), t["seconds"] / 60,
+            t["tokens_per_second"], t["valid_loss"], math.exp(t["valid_loss"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
