@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/tokenizer/tokenizer.model: a small sentencepiece BPE model used by tests and
-# by `steady init` checkpoints until the trained models of models/ exist. Trained on the license
+# by `steady init` checkpoints (the demo falls back to one when models/ is absent). Trained on the license
 # texts every Debian system ships (text only the tests need to tokenize something real).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
