@@ -148,9 +148,6 @@ class Softmax(Mechanism):
     def __init__(self, head_dim, kv_heads, params, seed):
         self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
 
-    def config(self):
-        return {"mechanism": "softmax", "scale": self.scale}
-
     def forward(self, q, k, v):
         k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
         sdpa = getattr(F, "scaled_dot_product_attention", None)
@@ -170,9 +167,6 @@ class Taylor(Mechanism):
     def __init__(self, head_dim, kv_heads, params, seed):
         self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
         self.order = int(params.get("order", 4))
-
-    def config(self):
-        return {"mechanism": "taylor", "scale": self.scale, "order": self.order}
 
     def forward(self, q, k, v):
         k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
@@ -217,10 +211,6 @@ class Slay(Mechanism):
         self.node_w = [x / c for x in a]
         self.tensor_name = "slay"
         self.tensors = SlayTensors(head_dim, kv_heads, self.nodes, self.num_anchors, self.features, seed)
-
-    def config(self):
-        return {"mechanism": "slay", "nodes": self.nodes, "anchors": self.num_anchors, "features": self.features,
-                "eps": self.eps, "delta": self.delta}
 
     def features_of(self, u, omega):
         """u [B, Hu, T, d] with omega [R, Hu, d, M] (already expanded to u's heads) -> psi [B, Hu, T, R*P*M]."""
@@ -297,10 +287,6 @@ class Dark(Mechanism):
         self.tensor_name = "dark"
         self.tensors = DarkTensors(head_dim, kv_heads, self.features, self.rank, not performer, seed)
 
-    def config(self):
-        return {"mechanism": "dark", "scale": self.scale, "features": self.features, "rank": self.rank,
-                "delta": self.delta}
-
     def logits(self, x, W, M):
         """x [B, Hx, T, d], W [Hx, m, d], M [Hx, r, d] -> l [B, Hx, T, m]."""
         x = math.sqrt(self.scale) * x
@@ -374,14 +360,10 @@ class SlicedRelu(Mechanism):
     the bucketed range from data."""
 
     def __init__(self, head_dim, heads, kv_heads, params, seed):
-        self.params = {k: params[k] for k in ("decoder", "bins", "z_min", "z_max") if k in params}
         self.tensor_name = "sliced"
         self.tensors = SlicedTensors(head_dim, heads, kv_heads, seed)
         self.record_scores = False
         self.last_scores = None
-
-    def config(self):
-        return dict({"mechanism": "sliced_relu", "projection": "mlp"}, **self.params)
 
     def forward(self, q, k, v):
         heads, t = q.shape[1], q.shape[2]
