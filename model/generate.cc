@@ -6,18 +6,17 @@
 
 namespace steady {
 
-std::vector<float> Prefill(const Model& model, StatePool& pool, int slot, const std::vector<int32_t>& tokens,
-                           int chunk, ForwardWorkspace& ws) {
+std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t>& tokens, int chunk) {
   std::vector<float> logits;
   for (size_t begin = 0; begin < tokens.size(); begin += chunk) {
     const size_t end = std::min(tokens.size(), begin + size_t(chunk));
     Segment seg{slot, std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end), false};
-    model.Forward({seg}, pool, ws, &logits);
+    backend.Forward({seg}, &logits);
   }
   return logits;
 }
 
-absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, StatePool& pool,
+absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
                                             int slot, const GenerateRequest& request,
                                             const std::function<void(std::string_view)>& on_text) {
   if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
@@ -29,7 +28,7 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   auto encoded = tokenizer.Encode(request.prompt);
   if (!encoded.ok()) return encoded.status();
   std::vector<int32_t> prompt;
-  if (request.add_bos && pool.position(slot) == 0 && model.config().bos_token_id >= 0) {
+  if (request.add_bos && backend.position(slot) == 0 && model.config().bos_token_id >= 0) {
     prompt.push_back(model.config().bos_token_id);
   }
   prompt.insert(prompt.end(), encoded->begin(), encoded->end());
@@ -37,8 +36,7 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
 
   GenerateResult result;
   result.prompt_tokens = int(prompt.size());
-  ForwardWorkspace ws;
-  std::vector<float> logits = Prefill(model, pool, slot, prompt, std::max(1, request.prefill_chunk), ws);
+  std::vector<float> logits = Prefill(backend, slot, prompt, std::max(1, request.prefill_chunk));
 
   Sampler sampler(request.sampling);
   TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);  // after the prompt
@@ -65,7 +63,7 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
     }
     // The sampled token enters the state even when it ends generation, so the session continues
     // exactly after the last token the client saw.
-    model.Forward({Segment{slot, {token}, false}}, pool, ws, &logits);
+    backend.Forward({Segment{slot, {token}, false}}, &logits);
     if (stops.stopped()) {
       result.finish_reason = "stop";
       break;

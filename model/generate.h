@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/backend.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "model/state_pool.h"
@@ -35,13 +36,12 @@ struct GenerateResult {
 
 // Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes
 // final (never part of a stop string).
-absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, StatePool& pool,
+absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
                                             int slot, const GenerateRequest& request,
                                             const std::function<void(std::string_view)>& on_text = nullptr);
 
 // Feeds `tokens` into the session in chunks; returns the logits after the last token.
-std::vector<float> Prefill(const Model& model, StatePool& pool, int slot, const std::vector<int32_t>& tokens,
-                           int chunk, ForwardWorkspace& ws);
+std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t>& tokens, int chunk);
 
 }  // namespace steady
 

@@ -116,11 +116,11 @@ EngineOptions Options(int max_batch = 64, int64_t state_memory = int64_t(1) << 2
 }
 
 GenerateResult Reference(const Model& m, const std::string& prompt, int max_tokens) {
-  StatePool pool(m, 1);
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {});
   GenerateRequest r;
   r.prompt = prompt;
   r.max_tokens = max_tokens;
-  auto out = GenerateText(m, TestTokenizer(), pool, 0, r);
+  auto out = GenerateText(m, TestTokenizer(), *cpu, 0, r);
   EXPECT_TRUE(out.ok()) << out.status();
   return *out;
 }
@@ -175,17 +175,17 @@ TEST(EngineTest, StopStringsAndSeededSamplingMatchGenerateText) {
     j.sampling.seed = 7 + i;
     j.stop = {"e"};
     const Outcome got = SubmitAsync(*engine, j).get();
-    StatePool pool(m, 1);
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {});
     GenerateRequest r;
     r.prompt = j.prompt;
     r.max_tokens = 24;
     r.sampling = j.sampling;
     r.stop = j.stop;
-    auto ref = GenerateText(m, TestTokenizer(), pool, 0, r);
+    auto ref = GenerateText(m, TestTokenizer(), *cpu, 0, r);
     ASSERT_TRUE(ref.ok());
     EXPECT_EQ(got.text, ref->text);
     EXPECT_EQ(got.finish_reason, ref->finish_reason);
-    EXPECT_EQ(got.usage.session_position, pool.position(0));
+    EXPECT_EQ(got.usage.session_position, cpu->position(0));
   }
 }
 

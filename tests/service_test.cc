@@ -154,13 +154,13 @@ Tokenizer* ServiceTest::tokenizer_ = nullptr;
 // The single-session reference: model/generate.h on a fresh slot.
 GenerateResult Reference(const Model& model, const Tokenizer& tokenizer, const std::string& prompt, int max_tokens,
                          const SamplingParams& sampling, std::vector<std::string> stop = {}) {
-  StatePool pool(model, 1);
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(model, {});
   GenerateRequest request;
   request.prompt = prompt;
   request.max_tokens = max_tokens;
   request.sampling = sampling;
   request.stop = std::move(stop);
-  auto result = GenerateText(model, tokenizer, pool, 0, request);
+  auto result = GenerateText(model, tokenizer, *cpu, 0, request);
   EXPECT_TRUE(result.ok()) << result.status();
   return *result;
 }

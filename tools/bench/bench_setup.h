@@ -73,7 +73,12 @@ inline void FillContext(const Model& m, StatePool& pool, int64_t context, int pr
     std::vector<int32_t> tokens(prefill_tokens);
     for (int32_t& t : tokens) t = tok(rng);
     ForwardWorkspace ws;
-    Prefill(m, pool, 0, tokens, 256, ws);
+    std::vector<float> logits;
+    for (int begin = 0; begin < prefill_tokens; begin += 256) {
+      const int end = std::min(prefill_tokens, begin + 256);
+      m.Forward({Segment{0, std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end), false}}, pool, ws,
+                &logits);
+    }
   }
   pool.set_position(0, context);
 }

@@ -14,6 +14,7 @@ namespace steady {
 absl::Status RunEval(int argc, char** argv) {
   std::set<std::string> known = {"model", "data", "max-tokens", "context"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
   auto flags = Flags::Parse(argc, argv, known, {"json"});
   if (!flags.ok()) return flags.status();
   auto data = flags->Require("data");
@@ -38,8 +39,11 @@ absl::Status RunEval(int argc, char** argv) {
 
   // Token by token through the decode path (Forward with one-token segments = the recurrent step).
   // With --context N the session restarts every N tokens (a fresh state, BOS first).
-  StatePool pool(*model, 1);
-  ForwardWorkspace ws;
+  BackendOptions options;
+  options.max_context = *context > 0 ? *context + 1 : int64_t(ids->size()) + 1;
+  auto backend = BackendFromFlags(*flags, *model, options);
+  if (!backend.ok()) return backend.status();
+  Backend& b = **backend;
   std::vector<float> logits;
   const int vocab = model->vocab_size();
   const int bos = model->config().bos_token_id;
@@ -48,18 +52,18 @@ absl::Status RunEval(int argc, char** argv) {
   size_t peak_bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   for (size_t t = 0; t + 1 < ids->size(); ++t) {
-    if (t == 0 || (*context > 0 && pool.position(0) >= *context)) {
-      pool.Reset(0);
-      if (bos >= 0) model->Forward({Segment{0, {bos}, false}}, pool, ws, &logits);
+    if (t == 0 || (*context > 0 && b.position(0) >= *context)) {
+      b.Reset(0);
+      if (bos >= 0) b.Forward({Segment{0, {bos}, false}}, &logits);
     }
-    model->Forward({Segment{0, {(*ids)[t]}, false}}, pool, ws, &logits);
+    b.Forward({Segment{0, {(*ids)[t]}, false}}, &logits);
     double max_logit = logits[0];
     for (int i = 1; i < vocab; ++i) max_logit = std::max<double>(max_logit, logits[i]);
     double sum = 0;
     for (int i = 0; i < vocab; ++i) sum += std::exp(logits[i] - max_logit);
     nll += std::log(sum) + max_logit - logits[(*ids)[t + 1]];
     ++scored;
-    peak_bytes = std::max(peak_bytes, pool.BytesInUse(0));
+    peak_bytes = std::max(peak_bytes, size_t(b.BytesInUse(0)));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double ppl = std::exp(nll / scored);
@@ -72,7 +76,8 @@ absl::Status RunEval(int argc, char** argv) {
                            {"perplexity", ppl},
                            {"state_bytes_per_session", model->StateFloats() * sizeof(float)},
                            {"peak_session_bytes", peak_bytes},
-                           {"decode_tokens_per_second", scored / seconds}};
+                           {"decode_tokens_per_second", scored / seconds},
+                           {"device", b.Name()}};
   if (flags->Has("json")) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {

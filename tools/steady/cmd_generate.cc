@@ -20,6 +20,7 @@ absl::Status RunGenerate(int argc, char** argv) {
   std::set<std::string> known = {"model", "prompt", "max-tokens", "stop"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   known.insert(kSamplingFlags.begin(), kSamplingFlags.end());
+  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
   auto flags = Flags::Parse(argc, argv, known, {});
   if (!flags.ok()) return flags.status();
   GenerateRequest request;
@@ -38,18 +39,20 @@ absl::Status RunGenerate(int argc, char** argv) {
   if (!model.ok()) return model.status();
   auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
-  StatePool pool(*model, 1);
+  auto backend = BackendFromFlags(*flags, *model);
+  if (!backend.ok()) return backend.status();
   const auto start = std::chrono::steady_clock::now();
-  auto result = GenerateText(*model, **tokenizer, pool, 0, request, [](std::string_view text) {
+  auto result = GenerateText(*model, **tokenizer, **backend, 0, request, [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
   if (!result.ok()) return result.status();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n");
-  std::fprintf(stderr, "[%d prompt tokens, %zu generated, finish: %s, %.1f tokens/s, state %zu bytes/session]\n",
+  std::fprintf(stderr, "[%d prompt tokens, %zu generated, finish: %s, %.1f tokens/s, state %lld bytes/session, %s]\n",
                result->prompt_tokens, result->tokens.size(), result->finish_reason.c_str(),
-               (result->prompt_tokens + result->tokens.size()) / seconds, pool.BytesInUse(0));
+               (result->prompt_tokens + result->tokens.size()) / seconds,
+               static_cast<long long>((*backend)->BytesInUse(0)), (*backend)->Name().c_str());
   return absl::OkStatus();
 }
 

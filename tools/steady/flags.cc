@@ -9,6 +9,7 @@ namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
+const std::set<std::string> kDeviceFlags = {"device"};
 
 absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::set<std::string>& known,
                                    const std::set<std::string>& switches) {
@@ -124,6 +125,11 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {
   p.seed = uint64_t(*seed);
   if (absl::Status s = ValidateSamplingParams(p); !s.ok()) return s;
   return p;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
+                                                          const BackendOptions& options) {
+  return MakeBackend(model, flags.Get("device", "auto"), options);
 }
 
 }  // namespace steady

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/backend.h"
 #include "model/model.h"
 #include "model/sampling.h"
 
@@ -37,6 +38,10 @@ extern const std::set<std::string> kMechanismFlags;  // --mechanism --order --pa
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags);
 extern const std::set<std::string> kSamplingFlags;  // --temperature --top-k --top-p --repetition-penalty --seed
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
+extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto)
+// The backend --device names for `model` (model/backend.h).
+absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
+                                                          const BackendOptions& options = {});
 
 }  // namespace steady
 

@@ -13,9 +13,10 @@ constexpr char kUsage[] = R"(usage: steady COMMAND [flags]
 commands:
   generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
            [--repetition-penalty R] [--seed S] [--stop STR ...] [--mechanism NAME [--order P]
-           [--scale S] [--param key=value ...]]
-      Streams generated text to stdout; usage figures to stderr.
-  eval --model DIR --data FILE [--max-tokens N] [--json] [mechanism flags]
+           [--scale S] [--param key=value ...]] [--device cpu|cuda|auto]
+      Streams generated text to stdout; usage figures to stderr. --device: where the forward pass
+      runs (default auto: a CUDA GPU when this build has the backend and one is visible, else CPU).
+  eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D] [mechanism flags]
       Perplexity of a text file through the recurrent (decode) path, and state bytes per session.
   attn --mechanism NAME --in IN.safetensors --out OUT.safetensors [--form recurrent|parallel|chunked]
        [--order P] [--scale S] [--chunk-size C] [--param key=value ...]

@@ -1,0 +1,125 @@
+#include "model/backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "model/state_pool.h"
+
+#ifdef STEADY_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
+
+namespace steady {
+namespace {
+
+int64_t WeightFloats(const Model& m) {
+  // Everything Forward reads per step except the embedding table, of which it gathers rows only
+  // (with tied embeddings the table is the LM head and is read whole).
+  int64_t n = m.ParameterCount();
+  if (!m.config().tie_word_embeddings) n -= int64_t(m.embed().size());
+  return n;
+}
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(const Model& model, const BackendOptions& options) : model_(model), pool_(model, options.slots) {}
+
+  std::string Name() const override { return "cpu"; }
+  int slots() const override { return pool_.slots(); }
+  int64_t position(int slot) const override { return pool_.position(slot); }
+  void Reset(int slot) override { pool_.Reset(slot); }
+  void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override {
+    model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_);
+  }
+  std::vector<float> ReadSlot(int slot) override {
+    const float* p = pool_.SlotData(slot);
+    return std::vector<float>(p, p + pool_.fixed_floats_per_slot());
+  }
+  void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) override {
+    STEADY_CHECK(fixed.size() == pool_.fixed_floats_per_slot());
+    pool_.Reset(slot);
+    std::copy(fixed.begin(), fixed.end(), pool_.SlotData(slot));
+    pool_.set_position(slot, position);
+  }
+  int64_t WeightBytes() const override { return WeightFloats(model_) * int64_t(sizeof(float)); }
+  int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
+  int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
+  double CopyBandwidth(int64_t bytes) override {
+    std::vector<char> a(bytes, 1), b(bytes, 0);
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(b.data(), a.data(), a.size());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // Read once and written once: 2 * bytes move per copy, the same accounting as decode steps.
+      best = std::max(best, 2.0 * double(bytes) / std::max(s, 1e-9));
+      a[rep] = b[rep + 1];  // keep the copies observable
+    }
+    return best;
+  }
+
+ private:
+  const Model& model_;
+  StatePool pool_;
+  ForwardWorkspace ws_;
+  std::vector<float> scratch_logits_;
+};
+
+}  // namespace
+
+bool CudaBackendBuilt() {
+#ifdef STEADY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool CudaDevicePresent() {
+#ifdef STEADY_HAVE_CUDA
+  return cuda::CudaDeviceAvailable();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> MakeCpuBackend(const Model& model, const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(model, options);
+}
+
+#ifndef STEADY_HAVE_CUDA
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model&, const BackendOptions&) {
+  return absl::FailedPreconditionError(
+      "--device cuda: this build has no CUDA backend (nvcc was not found when CMake configured it; "
+      "reconfigure with -DENABLE_CUDA=ON on a machine with the CUDA toolkit)");
+}
+#endif
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
+                                                     const BackendOptions& options) {
+  if (options.slots < 1) return absl::InvalidArgumentError("backend: slots must be >= 1");
+  if (device == "cpu") return MakeCpuBackend(model, options);
+  if (device == "cuda") {
+    if (CudaBackendBuilt() && !CudaDevicePresent()) {
+      return absl::FailedPreconditionError(
+          "--device cuda: no CUDA device is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides "
+          "it); use --device cpu or auto");
+    }
+    return MakeCudaBackend(model, options);
+  }
+  if (device == "auto") {
+    if (CudaDevicePresent()) {
+      auto cuda = MakeCudaBackend(model, options);
+      // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
+      if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;
+    }
+    return MakeCpuBackend(model, options);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device: expected cpu, cuda or auto, got \"", std::string(device), "\""));
+}
+
+}  // namespace steady

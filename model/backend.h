@@ -1,0 +1,75 @@
+// Where a model's forward steps run. The CPU backend is Model::Forward over a host StatePool (the
+// reference); the CUDA backend (model/backend_cuda.cc, built when nvcc is found) holds the weights
+// in bf16 and every slot's state in device memory, in the same per-slot layout as StatePool's fixed
+// part, so a slot's floats can move between the two unchanged (ReadSlot / WriteSlot).
+// Tools pick one with --device cpu|cuda|auto (MakeBackend).
+#ifndef STEADY_MODEL_BACKEND_H_
+#define STEADY_MODEL_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+
+namespace steady {
+
+struct BackendOptions {
+  int slots = 1;
+  // Tokens of context a slot can hold where the state grows (softmax's KV cache): the CUDA backend
+  // preallocates this much per slot and layer; the CPU backend grows without a bound.
+  int64_t max_context = 4096;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda (device name)".
+  virtual std::string Name() const = 0;
+  virtual int slots() const = 0;
+  // Tokens absorbed into the slot's state.
+  virtual int64_t position(int slot) const = 0;
+  // Empties a slot (every layer's InitState, position 0).
+  virtual void Reset(int slot) = 0;
+  // Model::Forward's contract: every segment's tokens in one step, logits [rows_out, vocab] in
+  // segment order. `logits` may be null (benchmarks: compute without copying logits back).
+  virtual void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) = 0;
+  // Waits for queued work (for timing). A no-op on the CPU.
+  virtual void Synchronize() {}
+
+  // The slot's fixed state, StatePool layout (Model::StateFloats() floats), and its position.
+  virtual std::vector<float> ReadSlot(int slot) = 0;
+  virtual void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) = 0;
+
+  // Bytes of weights one forward step reads (each weight once, in the backend's storage type).
+  virtual int64_t WeightBytes() const = 0;
+  // Bytes of one slot's fixed state in the backend's storage.
+  virtual int64_t StateBytesPerSlot() const = 0;
+  // Bytes the slot's state holds now: the fixed part plus what grows with its context (KV cache).
+  virtual int64_t BytesInUse(int slot) const = 0;
+  // Bytes/s of a plain copy between two buffers of `bytes` each in the backend's memory (best of a
+  // few repetitions): the bandwidth baseline decode figures are compared against.
+  virtual double CopyBandwidth(int64_t bytes) = 0;
+};
+
+// Whether this build has the CUDA backend, and whether a CUDA device is visible now.
+bool CudaBackendBuilt();
+bool CudaDevicePresent();
+
+// "cpu", "cuda" or "auto" (cuda when built and a device is visible, else cpu). "cuda" without a
+// build or a device, or for a model with a mechanism the CUDA backend lacks, is an error naming why.
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
+                                                     const BackendOptions& options = {});
+
+// Per backend (model/backend.cc, model/backend_cuda.cc).
+std::unique_ptr<Backend> MakeCpuBackend(const Model& model, const BackendOptions& options);
+// INVALID_ARGUMENT naming the layer and mechanism when a layer has no CUDA kernels.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model, const BackendOptions& options);
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_BACKEND_H_
