@@ -22,6 +22,9 @@ struct BackendOptions {
   // Tokens of context a slot can hold where the state grows (softmax's KV cache): the CUDA backend
   // preallocates this much per slot and layer; the CPU backend grows without a bound.
   int64_t max_context = 4096;
+  // CUDA: weights in bf16 and GEMM inputs rounded to bf16 (fp32 accumulation), or everything fp32
+  // (cublasSgemm, no TF32): the plain reference the bf16 path and the kernels are tested against.
+  bool cuda_bf16 = true;
 };
 
 class Backend {
@@ -33,6 +36,9 @@ class Backend {
   virtual int slots() const = 0;
   // Tokens absorbed into the slot's state.
   virtual int64_t position(int slot) const = 0;
+  // Most tokens a slot can hold (BackendOptions::max_context where a layer keeps a KV cache in
+  // preallocated memory), or -1: no bound. Callers check before Forward, which aborts past it.
+  virtual int64_t max_context() const { return -1; }
   // Empties a slot (every layer's InitState, position 0).
   virtual void Reset(int slot) = 0;
   // Model::Forward's contract: every segment's tokens in one step, logits [rows_out, vocab] in

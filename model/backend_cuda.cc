@@ -1,11 +1,481 @@
-// The CUDA backend (model/backend.h): being written; until then --device cuda reports that it is
-// missing rather than running anything.
+// The CUDA backend (model/backend.h): Model::Forward's computation on one device through the
+// launchers of kernels/cuda/ops.h. Weights are converted to bf16 once at construction (norms and the
+// embedding table stay fp32: the table is gathered, not multiplied); activations are fp32 between
+// ops and bf16 at GEMM inputs, with fp32 accumulation (cuBLAS). BackendOptions::cuda_bf16 = false
+// keeps everything fp32: the reference that pins the kernels to the CPU path at fp32 tolerances. Every slot's fixed state lives in one
+// device slab in StatePool's layout; softmax layers keep a KV cache preallocated to max_context
+// tokens per slot. Built only when nvcc is found (CMakeLists.txt); checked against the CPU backend by
+// tests/backend_test.cc on a machine with a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
 #include "model/backend.h"
+#include "model/state_pool.h"
 
 namespace steady {
+namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model&, const BackendOptions&) {
-  return absl::UnimplementedError("--device cuda: the CUDA backend's forward pass is not written yet");
+using cuda::bf16_bits;
+using cuda::DeviceBuffer;
+
+// A device copy of host floats, as fp32 or converted to bf16.
+DeviceBuffer UploadFloats(const std::vector<float>& host, cudaStream_t stream) {
+  DeviceBuffer d(host.size() * sizeof(float));
+  cuda::CopyToDevice(d.data(), host.data(), d.bytes(), stream);
+  return d;
+}
+
+DeviceBuffer UploadBf16(const std::vector<float>& host, cudaStream_t stream) {
+  DeviceBuffer staging = UploadFloats(host, stream);
+  DeviceBuffer d(host.size() * sizeof(bf16_bits));
+  cuda::FloatToBf16(staging.as<float>(), int64_t(host.size()), d.as<bf16_bits>(), stream);
+  cuda::SynchronizeStream(stream);
+  return d;
+}
+
+template <typename T>
+DeviceBuffer UploadVector(const std::vector<T>& host, cudaStream_t stream) {
+  DeviceBuffer d(host.size() * sizeof(T));
+  cuda::CopyToDevice(d.data(), host.data(), d.bytes(), stream);
+  return d;
+}
+
+std::vector<float> ToFloats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+struct DeviceLayer {
+  DeviceBuffer attn_norm, mlp_norm, q_norm, k_norm;              // fp32
+  DeviceBuffer wq, wk, wv, wo, w_gate, w_up, w_down;             // bf16 (fp32 with cuda_bf16 off)
+  // Mechanism tables (device arrays behind the pointers in the structs below).
+  std::vector<DeviceBuffer> tables;
+  cuda::LinearStateLayout state;  // pool pointer filled per step
+  cuda::TaylorTables taylor;
+  cuda::SlayTables slay;
+  cuda::DarkTables dark;
+  int softmax_index = -1;  // index among softmax layers (KV cache), or -1
+  float softmax_scale = 0;
+};
+
+// Grows a device buffer to at least `bytes` (contents are not kept).
+void Reserve(DeviceBuffer& b, size_t bytes) {
+  if (b.bytes() < bytes) b = DeviceBuffer(bytes);
+}
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const Model& model, const BackendOptions& options) : model_(model), options_(options) {}
+  ~CudaBackend() override {
+    blas_.reset();
+    cuda::DestroyStream(stream_);
+  }
+
+  // Uploads weights and tables and allocates the pools; INVALID_ARGUMENT for what the kernels lack.
+  absl::Status Init();
+
+  std::string Name() const override { return absl::StrCat("cuda (", device_name_, ")"); }
+  int slots() const override { return options_.slots; }
+  int64_t position(int slot) const override { return positions_[slot]; }
+  int64_t max_context() const override { return softmax_layers_ > 0 ? options_.max_context : -1; }
+  void Reset(int slot) override {
+    cuda::CopyToDevice(SlotPtr(slot), empty_slot_.data(), empty_slot_.size() * sizeof(float), stream_);
+    positions_[slot] = 0;
+  }
+  void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override;
+  void Synchronize() override { cuda::SynchronizeStream(stream_); }
+  std::vector<float> ReadSlot(int slot) override {
+    std::vector<float> out(slot_floats_);
+    cuda::CopyToHost(out.data(), SlotPtr(slot), out.size() * sizeof(float), stream_);
+    return out;
+  }
+  void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) override {
+    STEADY_CHECK(fixed.size() == slot_floats_);
+    STEADY_CHECK(softmax_layers_ == 0 || position <= options_.max_context);
+    cuda::CopyToDevice(SlotPtr(slot), fixed.data(), fixed.size() * sizeof(float), stream_);
+    positions_[slot] = position;
+  }
+  int64_t WeightBytes() const override { return weight_bytes_; }
+  int64_t StateBytesPerSlot() const override { return int64_t(slot_floats_ * sizeof(float)); }
+  int64_t BytesInUse(int slot) const override {
+    return StateBytesPerSlot() + positions_[slot] * kv_row_floats_ * softmax_layers_ * int64_t(sizeof(float));
+  }
+  double CopyBandwidth(int64_t bytes) override {
+    DeviceBuffer a(bytes), b(bytes);
+    a.Fill(1);
+    return 2.0 * double(bytes) / cuda::BestCopySeconds(b.data(), a.data(), size_t(bytes), 5, stream_);
+  }
+
+ private:
+  float* SlotPtr(int slot) const { return pool_.as<float>() + size_t(slot) * slot_floats_; }
+  absl::Status InitLayer(int l, const LayerWeights& w, DeviceLayer* d);
+  void Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,
+                 const float* q, const float* k, const float* v, float* y);
+  // A GEMM's input: x itself (fp32 mode) or x rounded to bf16 into hb_.
+  const void* GemmInput(const float* x, int64_t n) {
+    if (!options_.cuda_bf16) return x;
+    cuda::FloatToBf16(x, n, hb_.as<bf16_bits>(), stream_);
+    return hb_.data();
+  }
+  void Linear(const void* x, int rows, int in, const DeviceBuffer& w, int out, float* y) {
+    if (options_.cuda_bf16) {
+      cuda::MatMulNTBf16(*blas_, static_cast<const bf16_bits*>(x), rows, in, w.as<bf16_bits>(), out, y);
+    } else {
+      cuda::MatMulNT(*blas_, static_cast<const float*>(x), rows, in, w.as<float>(), out, y);
+    }
+  }
+  DeviceBuffer UploadWeight(const std::vector<float>& host) {
+    return options_.cuda_bf16 ? UploadBf16(host, stream_) : UploadFloats(host, stream_);
+  }
+
+  const Model& model_;
+  const BackendOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Blas> blas_;
+  std::string device_name_;
+
+  DeviceBuffer embed_;       // fp32 [vocab, hidden] (gathered)
+  DeviceBuffer lm_head_;     // bf16 (or fp32) [vocab, hidden] (the embedding when tied)
+  DeviceBuffer final_norm_;  // fp32
+  DeviceBuffer inv_freq_;    // fp32 [head_dim / 2]
+  std::vector<DeviceLayer> layers_;
+  int64_t weight_bytes_ = 0;
+
+  size_t slot_floats_ = 0;
+  std::vector<size_t> layer_offset_;
+  std::vector<float> empty_slot_;  // a fresh slot (InitState of every layer), StatePool layout
+  DeviceBuffer pool_;              // [slots, slot_floats_]
+  int softmax_layers_ = 0;
+  int64_t kv_row_floats_ = 0;  // kv_heads * (head_dim + value_dim)
+  DeviceBuffer kv_cache_;      // [slots, softmax layers, max_context, kv_row_floats_]
+  std::vector<int64_t> positions_;
+
+  // Per-step buffers, grown as needed.
+  DeviceBuffer meta_;  // ids [rows] i32, positions [rows] i64, slot/row_begin/count [segs] i32, seg pos [segs] i64, out rows [out] i32
+  DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
+};
+
+absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d) {
+  const ModelConfig& c = model_.config();
+  const LayerAttention& a = w.attention;
+  const AttnShape& s = a.shape;
+  auto unsupported = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--device cuda: layer ", l, " (", a.mechanism, "): ", why,
+                                                   "; use --device cpu"));
+  };
+  if (s.group() > cuda::kLinearMaxGroup) {
+    return unsupported(absl::StrCat(s.group(), " query heads per kv head; the kernels take at most ",
+                                    cuda::kLinearMaxGroup));
+  }
+  if (s.value_dim > cuda::kLinearMaxValueDim) {
+    return unsupported(absl::StrCat("head_dim ", s.value_dim, " is above the kernels' ", cuda::kLinearMaxValueDim));
+  }
+  d->attn_norm = UploadFloats(w.attn_norm, stream_);
+  d->mlp_norm = UploadFloats(w.mlp_norm, stream_);
+  if (c.qk_norm) {
+    d->q_norm = UploadFloats(w.q_norm, stream_);
+    d->k_norm = UploadFloats(w.k_norm, stream_);
+  }
+  for (auto [src, dst] : {std::pair{&w.wq, &d->wq}, {&w.wk, &d->wk}, {&w.wv, &d->wv}, {&w.wo, &d->wo},
+                          {&w.w_gate, &d->w_gate}, {&w.w_up, &d->w_up}, {&w.w_down, &d->w_down}}) {
+    *dst = UploadWeight(*src);
+    weight_bytes_ += int64_t(dst->bytes());
+  }
+  weight_bytes_ += int64_t(d->attn_norm.bytes() + d->mlp_norm.bytes() + d->q_norm.bytes() + d->k_norm.bytes());
+
+  cuda::LinearStateLayout& st = d->state;
+  st.slot_floats = int64_t(slot_floats_);
+  st.layer_offset = int64_t(layer_offset_[l]);
+  const bool kahan = a.accumulation == Accumulation::kKahan;
+  const int dv = s.value_dim;
+  // The CPU layouts: taylor.h (rows [features, dv + 1], compensations after every head) and
+  // feature_state.h ([S, z] then [S_comp, z_comp] per head; dark adds its running max after them).
+  auto feature_state = [&](int m, bool extra) {
+    const int64_t sums = int64_t(m) * (dv + 1);
+    st.features = m;
+    st.head_stride = (kahan ? 2 * sums : sums) + (extra ? 1 : 0);
+    st.s_row = dv;
+    st.z_off = int64_t(m) * dv;
+    st.z_stride = 1;
+    st.comp_off = kahan ? sums : -1;
+    st.extra_off = extra ? st.head_stride - 1 : -1;
+  };
+  cuda::AttnBatch shape;
+  shape.heads = s.heads;
+  shape.kv_heads = s.kv_heads;
+  shape.head_dim = s.head_dim;
+  shape.value_dim = dv;
+  int scratch = 0;
+  if (a.mechanism == "softmax") {
+    d->softmax_index = softmax_layers_++;
+    d->softmax_scale = float(std::get<SoftmaxParams>(a.params).scale);
+    return absl::OkStatus();
+  } else if (const auto* p = std::get_if<TaylorParams>(&a.params)) {
+    if (p->order > cuda::kTaylorMaxOrder) return unsupported("order above 8");
+    st.features = p->features;
+    st.head_stride = int64_t(p->features) * (dv + 1);
+    st.s_row = dv + 1;
+    st.z_off = dv;
+    st.z_stride = dv + 1;
+    st.comp_off = kahan ? int64_t(s.kv_heads) * st.head_stride : -1;
+    std::vector<int32_t> parent(p->features, 0), last(p->features, 0);
+    std::vector<float> key_scale(p->features), query_scale(p->features);
+    for (int deg = 0; deg < p->order; ++deg) {
+      const TaylorMonomials& m = p->degrees[deg];
+      d->taylor.degree_offset[deg] = m.offset;
+      for (int r = 0; r < m.rows; ++r) {
+        if (deg > 0) {
+          parent[m.offset + r] = p->degrees[deg - 1].offset + m.parent[r];
+          last[m.offset + r] = m.index[size_t(r) * deg + deg - 1];
+        }
+        key_scale[m.offset + r] = float(p->alpha[deg]);
+        query_scale[m.offset + r] = float(m.multiplicity[r]);
+      }
+    }
+    d->taylor.order = p->order;
+    d->taylor.degree_offset[p->order] = p->features;
+    d->tables.push_back(UploadVector(parent, stream_));
+    d->taylor.parent = d->tables.back().as<int32_t>();
+    d->tables.push_back(UploadVector(last, stream_));
+    d->taylor.last_index = d->tables.back().as<int32_t>();
+    d->tables.push_back(UploadFloats(key_scale, stream_));
+    d->taylor.key_scale = d->tables.back().as<float>();
+    d->tables.push_back(UploadFloats(query_scale, stream_));
+    d->taylor.query_scale = d->tables.back().as<float>();
+    scratch = (s.group() + 1) * s.head_dim;
+  } else if (const auto* p = std::get_if<SlayParams>(&a.params)) {
+    feature_state(p->num_features(), false);
+    cuda::SlayTables& t = d->slay;
+    t.nodes = p->nodes;
+    t.anchors = p->anchors;
+    t.features = p->features;
+    t.delta = float(p->delta);
+    d->tables.push_back(UploadFloats(p->anchor_dirs, stream_));
+    t.anchor_dirs = d->tables.back().as<float>();
+    d->tables.push_back(UploadFloats(p->omega, stream_));
+    t.omega = d->tables.back().as<float>();
+    d->tables.push_back(UploadFloats(ToFloats(p->node_s), stream_));
+    t.node_s = d->tables.back().as<float>();
+    d->tables.push_back(UploadFloats(ToFloats(p->node_w), stream_));
+    t.node_w = d->tables.back().as<float>();
+    scratch = cuda::SlayScratchFloats(shape, t);
+  } else if (const auto* p = std::get_if<DarkParams>(&a.params)) {
+    feature_state(p->features, true);
+    cuda::DarkTables& t = d->dark;
+    t.features = p->features;
+    t.rank = p->rank;
+    t.scale = float(p->scale);
+    t.delta = float(p->delta);
+    d->tables.push_back(UploadFloats(p->M, stream_));
+    t.M = d->tables.back().as<float>();
+    d->tables.push_back(UploadFloats(p->W, stream_));
+    t.W = d->tables.back().as<float>();
+    scratch = cuda::DarkScratchFloats(shape, t);
+  } else {
+    return unsupported("no CUDA kernels for this mechanism yet");
+  }
+  for (const DeviceBuffer& t : d->tables) weight_bytes_ += int64_t(t.bytes());
+  const size_t smem = cuda::LinearAttentionSharedBytes(shape, st.features, scratch);
+  if (smem > cuda::MaxSharedBytesPerBlock()) {
+    return unsupported(absl::StrCat(st.features, " feature rows per kv head need ", smem / 1024,
+                                    " KiB of shared memory per block (the device allows ",
+                                    cuda::MaxSharedBytesPerBlock() / 1024, " KiB); fewer features or a lower order fit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Init() {
+  const ModelConfig& c = model_.config();
+  stream_ = cuda::CreateStream();
+  blas_ = std::make_unique<cuda::Blas>(stream_);
+  device_name_ = cuda::DeviceName();
+  // The fixed-state layout and a fresh slot, exactly as StatePool has them.
+  {
+    StatePool host(model_, 1);
+    slot_floats_ = host.fixed_floats_per_slot();
+    empty_slot_.assign(host.SlotData(0), host.SlotData(0) + slot_floats_);
+    size_t offset = 0;
+    for (int l = 0; l < c.num_layers; ++l) {
+      layer_offset_.push_back(offset);
+      offset += model_.LayerStateFloats(l);
+    }
+    STEADY_CHECK(offset == slot_floats_);
+  }
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (absl::Status s = InitLayer(l, model_.layers()[l], &layers_[l]); !s.ok()) return s;
+  }
+  embed_ = UploadFloats(model_.embed(), stream_);
+  lm_head_ = UploadWeight(c.tie_word_embeddings ? model_.embed() : model_.lm_head());
+  final_norm_ = UploadFloats(model_.final_norm(), stream_);
+  weight_bytes_ += int64_t(lm_head_.bytes() + final_norm_.bytes());
+  if (c.rope_theta > 0) {
+    std::vector<float> inv_freq;
+    for (int i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(float(std::pow(c.rope_theta, -2.0 * i / c.head_dim)));
+    inv_freq_ = UploadFloats(inv_freq, stream_);
+  }
+  pool_ = DeviceBuffer(size_t(options_.slots) * std::max<size_t>(slot_floats_, 1) * sizeof(float));
+  kv_row_floats_ = int64_t(c.num_kv_heads) * 2 * c.head_dim;
+  if (softmax_layers_ > 0) {
+    kv_cache_ = DeviceBuffer(size_t(options_.slots) * softmax_layers_ * size_t(options_.max_context) *
+                             size_t(kv_row_floats_) * sizeof(float));
+  }
+  positions_.assign(options_.slots, 0);
+  for (int s = 0; s < options_.slots; ++s) Reset(s);
+  return absl::OkStatus();
+}
+
+void CudaBackend::Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,
+                            const float* q, const float* k, const float* v, float* y) {
+  if (d.softmax_index >= 0) {
+    cuda::KvCacheLayout kv;
+    kv.cache = kv_cache_.as<float>();
+    kv.capacity = options_.max_context;
+    kv.slot_stride = int64_t(softmax_layers_) * kv.capacity * kv_row_floats_;
+    kv.layer_offset = int64_t(d.softmax_index) * kv.capacity * kv_row_floats_;
+    cuda::SoftmaxAttention(batch, kv, seg_positions, d.softmax_scale, q, k, v, y, stream_);
+    return;
+  }
+  cuda::LinearStateLayout st = d.state;
+  st.pool = pool_.as<float>();
+  if (d.taylor.order > 0) {
+    cuda::TaylorAttention(batch, st, d.taylor, q, k, v, y, stream_);
+  } else if (d.slay.nodes > 0) {
+    cuda::SlayAttention(batch, st, d.slay, q, k, v, y, stream_);
+  } else {
+    cuda::DarkAttention(batch, st, d.dark, q, k, v, y, stream_);
+  }
+}
+
+void CudaBackend::Forward(const std::vector<Segment>& segments, std::vector<float>* logits) {
+  const ModelConfig& c = model_.config();
+  const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
+            inter = c.intermediate_size, nseg = int(segments.size());
+  // Host-side layout of the step: token ids and positions per row, the segment table, and the rows
+  // whose logits are wanted. Packed into one upload: ids i32 [rows], then (8-aligned) positions i64
+  // [rows], slot/row_begin/count i32 [segs] each, segment start positions i64 [segs], out rows i32.
+  int rows = 0, out_rows = 0, max_count = 0;
+  for (const Segment& s : segments) {
+    STEADY_CHECK(!s.tokens.empty() && s.slot >= 0 && s.slot < options_.slots);
+    STEADY_CHECK(softmax_layers_ == 0 || positions_[s.slot] + int64_t(s.tokens.size()) <= options_.max_context);
+    rows += int(s.tokens.size());
+    out_rows += s.all_logits ? int(s.tokens.size()) : 1;
+    max_count = std::max(max_count, int(s.tokens.size()));
+  }
+  auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
+  const size_t ids_at = 0, pos_at = align8(rows * 4), seg_at = pos_at + size_t(rows) * 8,
+               segpos_at = align8(seg_at + size_t(3) * nseg * 4), out_at = segpos_at + size_t(nseg) * 8,
+               meta_bytes = out_at + size_t(out_rows) * 4;
+  std::vector<char> meta(meta_bytes, 0);
+  auto* ids = reinterpret_cast<int32_t*>(meta.data() + ids_at);
+  auto* pos = reinterpret_cast<int64_t*>(meta.data() + pos_at);
+  auto* seg_slot = reinterpret_cast<int32_t*>(meta.data() + seg_at);
+  auto* seg_begin = seg_slot + nseg;
+  auto* seg_count = seg_begin + nseg;
+  auto* seg_pos = reinterpret_cast<int64_t*>(meta.data() + segpos_at);
+  auto* out_idx = reinterpret_cast<int32_t*>(meta.data() + out_at);
+  int row = 0, out = 0;
+  for (int i = 0; i < nseg; ++i) {
+    const Segment& s = segments[i];
+    const int n = int(s.tokens.size());
+    seg_slot[i] = s.slot;
+    seg_begin[i] = row;
+    seg_count[i] = n;
+    seg_pos[i] = positions_[s.slot];
+    for (int t = 0; t < n; ++t) {
+      STEADY_CHECK(s.tokens[t] >= 0 && s.tokens[t] < c.vocab_size);
+      ids[row + t] = s.tokens[t];
+      pos[row + t] = positions_[s.slot] + t;
+      if (s.all_logits || t == n - 1) out_idx[out++] = row + t;
+    }
+    row += n;
+  }
+  Reserve(meta_, meta_bytes);
+  cuda::CopyToDevice(meta_.data(), meta.data(), meta_bytes, stream_);
+  const char* dmeta = meta_.as<char>();
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dmeta + ids_at);
+  const auto* d_pos = reinterpret_cast<const int64_t*>(dmeta + pos_at);
+  const auto* d_out = reinterpret_cast<const int32_t*>(dmeta + out_at);
+  cuda::AttnBatch batch;
+  batch.slot = reinterpret_cast<const int32_t*>(dmeta + seg_at);
+  batch.row_begin = batch.slot + nseg;
+  batch.count = batch.row_begin + nseg;
+  batch.segments = nseg;
+  batch.max_count = max_count;
+  batch.heads = c.num_heads;
+  batch.kv_heads = c.num_kv_heads;
+  batch.head_dim = hd;
+  batch.value_dim = hd;
+  const auto* d_seg_pos = reinterpret_cast<const int64_t*>(dmeta + segpos_at);
+
+  const size_t f = sizeof(float);
+  Reserve(x_, size_t(rows) * hidden * f);
+  Reserve(h_, size_t(rows) * hidden * f);
+  Reserve(hb_, size_t(rows) * std::max(std::max(hidden, q_dim), inter) * sizeof(bf16_bits));
+  Reserve(q_, size_t(rows) * q_dim * f);
+  Reserve(k_, size_t(rows) * kv_dim * f);
+  Reserve(v_, size_t(rows) * kv_dim * f);
+  Reserve(att_, size_t(rows) * q_dim * f);
+  Reserve(proj_, size_t(rows) * hidden * f);
+  Reserve(gate_, size_t(rows) * inter * f);
+  Reserve(up_, size_t(rows) * inter * f);
+  float *x = x_.as<float>(), *h = h_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>(),
+        *att = att_.as<float>(), *proj = proj_.as<float>(), *gate = gate_.as<float>(), *up = up_.as<float>();
+  const float eps = float(c.rms_norm_eps);
+
+  cuda::GatherRows(embed_.as<float>(), hidden, d_ids, rows, x, stream_);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer& d = layers_[l];
+    cuda::RmsNorm(x, d.attn_norm.as<float>(), rows, hidden, eps, h, stream_);
+    const void* in = GemmInput(h, int64_t(rows) * hidden);
+    Linear(in, rows, hidden, d.wq, q_dim, q);
+    Linear(in, rows, hidden, d.wk, kv_dim, k);
+    Linear(in, rows, hidden, d.wv, kv_dim, v);
+    if (c.qk_norm) {
+      cuda::RmsNorm(q, d.q_norm.as<float>(), rows * c.num_heads, hd, eps, q, stream_);
+      cuda::RmsNorm(k, d.k_norm.as<float>(), rows * c.num_kv_heads, hd, eps, k, stream_);
+    }
+    if (inv_freq_.bytes() > 0) {
+      cuda::Rope(q, rows, c.num_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
+      cuda::Rope(k, rows, c.num_kv_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
+    }
+    Attention(d, batch, d_seg_pos, q, k, v, att);
+    Linear(GemmInput(att, int64_t(rows) * q_dim), rows, q_dim, d.wo, hidden, proj);
+    cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
+    cuda::RmsNorm(x, d.mlp_norm.as<float>(), rows, hidden, eps, h, stream_);
+    in = GemmInput(h, int64_t(rows) * hidden);
+    Linear(in, rows, hidden, d.w_gate, inter, gate);
+    Linear(in, rows, hidden, d.w_up, inter, up);
+    cuda::SwiGlu(gate, up, int64_t(rows) * inter, gate, stream_);
+    Linear(GemmInput(gate, int64_t(rows) * inter), rows, inter, d.w_down, hidden, proj);
+    cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
+  }
+  // Final norm and LM head on the rows whose logits are wanted.
+  Reserve(logits_in_, size_t(out_rows) * hidden * f);
+  Reserve(logits_, size_t(out_rows) * c.vocab_size * f);
+  float* sel = logits_in_.as<float>();
+  cuda::GatherRows(x, hidden, d_out, out_rows, sel, stream_);
+  cuda::RmsNorm(sel, final_norm_.as<float>(), out_rows, hidden, eps, sel, stream_);
+  Linear(GemmInput(sel, int64_t(out_rows) * hidden), out_rows, hidden, lm_head_, c.vocab_size,
+         logits_.as<float>());
+  for (const Segment& s : segments) positions_[s.slot] += int64_t(s.tokens.size());
+  if (logits != nullptr) {
+    logits->resize(size_t(out_rows) * c.vocab_size);
+    cuda::CopyToHost(logits->data(), logits_.data(), logits->size() * f, stream_);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model& model, const BackendOptions& options) {
+  if (!cuda::CudaDeviceAvailable()) {
+    return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
+  }
+  auto backend = std::make_unique<CudaBackend>(model, options);
+  if (absl::Status s = backend->Init(); !s.ok()) return s;
+  return backend;
 }
 
 }  // namespace steady

@@ -1,5 +1,6 @@
 #include "kernels/cuda/device.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/check.h"
@@ -66,5 +67,49 @@ void DestroyStream(cudaStream_t s) {
 }
 
 void SynchronizeStream(cudaStream_t s) { STEADY_CUDA_CHECK(cudaStreamSynchronize(s)); }
+
+void CopyToDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  STEADY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  STEADY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CopyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  STEADY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  STEADY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CopyOnDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  STEADY_CUDA_CHECK(cudaEventCreate(&start));
+  STEADY_CUDA_CHECK(cudaEventCreate(&stop));
+  CopyOnDevice(dst, src, bytes, stream);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    STEADY_CUDA_CHECK(cudaEventRecord(start, stream));
+    CopyOnDevice(dst, src, bytes, stream);
+    STEADY_CUDA_CHECK(cudaEventRecord(stop, stream));
+    STEADY_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    STEADY_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, double(ms) / 1e3);
+  }
+  STEADY_CUDA_CHECK(cudaEventDestroy(start));
+  STEADY_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+std::string DeviceName() {
+  int device = 0;
+  STEADY_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  STEADY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
 
 }  // namespace steady::cuda

@@ -3,6 +3,7 @@
 #define STEADY_KERNELS_CUDA_DEVICE_H_
 
 #include <cstddef>
+#include <string>
 
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;  // the same declaration as cuda_runtime_api.h
@@ -46,6 +47,19 @@ class DeviceBuffer {
 cudaStream_t CreateStream();
 void DestroyStream(cudaStream_t s);
 void SynchronizeStream(cudaStream_t s);
+
+// Copies ordered on `stream` after the work queued there; they return when the copy is done (the
+// stream is synchronized), so `src`/`dst` host memory may be reused at once. (DeviceBuffer's own
+// copies use the legacy default stream, which does not order with the non-blocking streams of
+// CreateStream.)
+void CopyToDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+void CopyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+// Device-to-device, queued on `stream` (asynchronous).
+void CopyOnDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+// Best time in seconds of `reps` device-to-device copies of `bytes`, timed with CUDA events.
+double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaStream_t stream);
+// The current device's name ("NVIDIA H100 80GB HBM3").
+std::string DeviceName();
 
 }  // namespace steady::cuda
 

@@ -76,6 +76,98 @@ void MatMulNT(Blas& blas, const float* x, int rows, int in, const float* w, int 
 void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_bits* w, int out,
                   float* y);
 
+// --- attention.cu -----------------------------------------------------------------------------
+// Attention over a batch of segments against per-slot state in device memory. Segment s covers
+// rows [row_begin[s], row_begin[s] + count[s]) of q [rows, heads, head_dim], k and v [rows,
+// kv_heads, dim] and y [rows, heads, value_dim], and continues the state of slot slot[s]. A decode
+// step is B one-row segments in any mix of slots: one launch per layer. Segments of several rows
+// (prefill) are scanned token by token through the same per-token update (exact, not the chunked
+// tensor-core form).
+
+struct AttnBatch {
+  const int32_t* slot;       // [segments], device
+  const int32_t* row_begin;  // [segments], device
+  const int32_t* count;      // [segments], device
+  int segments = 0;
+  int max_count = 0;         // max over count[] (host-side copy, for the launch grid)
+  int heads = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
+};
+
+// Where one layer's fixed linear-attention state lies in the pool, in model/state_pool.h's layout:
+// kv head g of slot s starts at pool + s * slot_floats + layer_offset + g * head_stride, its
+// feature sums S[r][d] at + r * s_row + d, z[r] at + z_off + r * z_stride, the Kahan compensations
+// (same sub-layout) at + comp_off (comp_off < 0: plain sums), and one extra float at + extra_off
+// (dark's running max of key logits; extra_off < 0: none).
+struct LinearStateLayout {
+  float* pool = nullptr;
+  int64_t slot_floats = 0, layer_offset = 0;
+  int features = 0;
+  int64_t head_stride = 0, s_row = 0, z_off = 0, z_stride = 0, comp_off = -1, extra_off = -1;
+};
+
+// taylor: the monomial tables of model/mechanisms/taylor.h flattened over every degree. Row r of
+// degree p >= 1 is parent[r] (a row of degree p - 1, global index) times x[last_index[r]]; row 0
+// is the constant 1. Keys are weighted by key_scale[r] = alpha_p, queries by query_scale[r] (the
+// monomial's multiplicity). Device arrays of `features` entries.
+constexpr int kTaylorMaxOrder = 8;
+struct TaylorTables {
+  int order = 0;
+  int degree_offset[kTaylorMaxOrder + 1] = {};  // rows of degree p: [degree_offset[p], degree_offset[p+1])
+  const int32_t* parent = nullptr;
+  const int32_t* last_index = nullptr;
+  const float* key_scale = nullptr;
+  const float* query_scale = nullptr;
+};
+
+// slay (model/mechanisms/slay.h): psi[r, a, i] = poly_a(u) * prf_{r,i}(u). Device arrays.
+struct SlayTables {
+  int nodes = 0, anchors = 0, features = 0;  // R, P, M
+  float delta = 0;
+  const float* anchor_dirs = nullptr;  // [P, head_dim]
+  const float* omega = nullptr;        // [R, kv_heads, head_dim, M]
+  const float* node_s = nullptr;       // [R]
+  const float* node_w = nullptr;       // [R]
+};
+
+// dark / performer (model/mechanisms/dark.h): logits l_f = sqrt(scale) w_f.x - scale |M x|^2 / 2.
+struct DarkTables {
+  int features = 0, rank = 0;
+  float scale = 0, delta = 0;
+  const float* M = nullptr;  // [kv_heads, rank, head_dim]
+  const float* W = nullptr;  // [kv_heads, features, head_dim]
+};
+
+// Largest group (heads / kv_heads) and value_dim the linear-state kernels take.
+constexpr int kLinearMaxGroup = 8;
+constexpr int kLinearMaxValueDim = 159;
+// Dynamic shared memory one block of the linear-state kernels needs (features of the key and of
+// the group's queries, plus the reduction buffer); compare with MaxSharedBytesPerBlock().
+size_t LinearAttentionSharedBytes(const AttnBatch& b, int features, int scratch_floats);
+// The per-block opt-in shared memory limit of the current device.
+size_t MaxSharedBytesPerBlock();
+
+void TaylorAttention(const AttnBatch& b, const LinearStateLayout& st, const TaylorTables& t,
+                     const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
+void SlayAttention(const AttnBatch& b, const LinearStateLayout& st, const SlayTables& t,
+                   const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
+void DarkAttention(const AttnBatch& b, const LinearStateLayout& st, const DarkTables& t,
+                   const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
+// Scratch floats per block the slay and dark kernels need beside the features (for
+// LinearAttentionSharedBytes).
+int SlayScratchFloats(const AttnBatch& b, const SlayTables& t);
+int DarkScratchFloats(const AttnBatch& b, const DarkTables& t);
+
+// softmax with a KV cache preallocated per slot: rows [capacity, kv_heads, head_dim + value_dim]
+// for slot s and this layer at cache + s * slot_stride + layer_offset (the CPU cache's row layout).
+// positions[s] is the slot's length before the segment; the caller keeps position + count <=
+// capacity. Appends the segment's keys and values, then attends causally.
+struct KvCacheLayout {
+  float* cache = nullptr;
+  int64_t slot_stride = 0, layer_offset = 0, capacity = 0;
+};
+void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
+                      const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
+
 }  // namespace steady::cuda
 
 #endif  // STEADY_KERNELS_CUDA_OPS_H_

@@ -1,0 +1,530 @@
+// Attention against per-slot state in device memory (declarations and layouts in kernels/cuda/ops.h).
+//
+// Linear-state mechanisms (taylor, slay, dark/performer): one block per (segment, kv head). For
+// each token of the segment the block (1) builds the key's features and those of the group's
+// query heads in shared memory (mechanism-specific), (2) makes one pass over the head's state
+// [m, dv + 1] in which every element is read once, scaled (dark's running-max shift), updated with
+// the key (Kahan-compensated where the layout has compensations) and written once, while each
+// query head's readout phi(q)^T S accumulates from the updated values in registers, and (3) divides
+// numerator by denominator with the mechanism's guard. This is the CPU Step of each mechanism
+// (model/mechanisms/*.cc) fused; tests/cuda/attention_test.cc checks it against them.
+//
+// softmax: the segment's keys and values are appended to the slot's preallocated cache, then one
+// block per (segment, kv head, token) attends with an online softmax: each warp walks a strided
+// subset of the cached rows, and the warps' partial (max, sum, weighted values) are merged at the end.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
+
+namespace steady::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kColIters = (kLinearMaxValueDim + 1 + 31) / 32;  // columns per lane of a state row
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The CPU's KahanAdd (model/mechanisms/common.h): Neumaier step, then the fold into sum.
+__device__ __forceinline__ void KahanAdd(float& sum, float& comp, float x) {
+  const float t = sum + x;
+  if (fabsf(sum) >= fabsf(x)) {
+    comp += (sum - t) + x;
+  } else {
+    comp += (x - t) + sum;
+  }
+  const float s = t + comp;
+  comp -= s - t;
+  sum = s;
+}
+
+// Shared memory of a linear-state block: features of the key [m] and of the group's queries
+// [group, m], the warps' readout partials [warps, group, dv + 1], then the mechanism's scratch.
+struct LinearSmem {
+  float* fk;
+  float* fq;
+  float* red;
+  float* scratch;
+};
+
+__device__ LinearSmem CarveLinearSmem(float* smem, int m, int group, int width) {
+  LinearSmem s;
+  s.fk = smem;
+  s.fq = s.fk + m;
+  s.red = s.fq + size_t(group) * m;
+  s.scratch = s.red + size_t(kWarps) * group * width;
+  return s;
+}
+
+// Copies the key and the group's query rows into x [(group + 1), dk]: vector 0 is the key.
+__device__ void LoadVectors(const float* kt, const float* qt, int group, int dk, float* x) {
+  for (int i = threadIdx.x; i < (group + 1) * dk; i += blockDim.x) {
+    x[i] = i < dk ? kt[i] : qt[i - dk];
+  }
+}
+
+// The output of feature vector `vi` (0: the key, 1 + i: query head i of the group).
+__device__ __forceinline__ float* FeatureOut(const LinearSmem& s, int vi, int m) {
+  return vi == 0 ? s.fk : s.fq + size_t(vi - 1) * m;
+}
+
+// --- taylor -----------------------------------------------------------------------------------
+
+struct TaylorMech {
+  using Tables = TaylorTables;
+  // Scratch: x [(group+1), dk].
+
+  // Degree by degree: row r of degree p is its parent row (degree p - 1) times one coordinate.
+  static __device__ void Features(const Tables& t, int, int dk, int group, int m, const float* kt,
+                                  const float* qt, const float*, const LinearSmem& s, float* state_scale,
+                                  float*) {
+    float* x = s.scratch;
+    LoadVectors(kt, qt, group, dk, x);
+    for (int vi = threadIdx.x; vi <= group; vi += blockDim.x) FeatureOut(s, vi, m)[0] = 1.0f;
+    __syncthreads();
+    for (int p = 1; p < t.order; ++p) {
+      const int first = t.degree_offset[p], rows = t.degree_offset[p + 1] - first;
+      for (int i = threadIdx.x; i < (group + 1) * rows; i += blockDim.x) {
+        const int vi = i / rows, r = first + i % rows;
+        float* out = FeatureOut(s, vi, m);
+        out[r] = out[t.parent[r]] * x[vi * dk + t.last_index[r]];
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < (group + 1) * m; i += blockDim.x) {
+      const int vi = i / m, r = i % m;
+      FeatureOut(s, vi, m)[r] *= vi == 0 ? t.key_scale[r] : t.query_scale[r];
+    }
+    if (threadIdx.x == 0) *state_scale = 1.0f;
+    __syncthreads();
+  }
+
+  // GuardDenominator of taylor.cc: |den| < 1e-30 becomes +-1e-30 (sign kept, +0 -> +).
+  static __device__ float Ratio(const Tables&, float num, float den, int, int, const float*) {
+    const double d = double(den);
+    const double guarded = fabs(d) >= 1e-30 ? d : (d < 0 ? -1e-30 : 1e-30);
+    return float(double(num) / guarded);
+  }
+  static __device__ void AfterToken(const Tables&, float*, const float*) {}
+};
+
+// --- slay -------------------------------------------------------------------------------------
+
+struct SlayMech {
+  using Tables = SlayTables;
+  // Scratch: x [(group+1), dk], inv_norm [group+1], poly [(group+1), P], prf [(group+1), R, M].
+
+  static __device__ void Features(const Tables& t, int g, int dk, int group, int m, const float* kt,
+                                  const float* qt, const float*, const LinearSmem& s, float* state_scale,
+                                  float*) {
+    const int vectors = group + 1, P = t.anchors, R = t.nodes, M = t.features;
+    float* x = s.scratch;
+    float* inv_norm = x + vectors * dk;
+    float* poly = inv_norm + vectors;
+    float* prf = poly + vectors * P;
+    LoadVectors(kt, qt, group, dk, x);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
+      float n2 = 0;
+      for (int d = lane; d < dk; d += 32) n2 += x[vi * dk + d] * x[vi * dk + d];
+      n2 = WarpSum(n2);
+      if (lane == 0) inv_norm[vi] = 1.0f / fmaxf(sqrtf(n2), 1e-12f);
+    }
+    __syncthreads();
+    const float inv_sqrt_p = rsqrtf(float(P)), inv_sqrt_m = rsqrtf(float(M));
+    for (int i = threadIdx.x; i < vectors * P; i += blockDim.x) {
+      const int vi = i / P, a = i % P;
+      float dot = 0;
+      for (int d = 0; d < dk; ++d) dot += t.anchor_dirs[a * dk + d] * x[vi * dk + d];
+      dot *= inv_norm[vi];
+      poly[i] = dot * dot * inv_sqrt_p;
+    }
+    for (int i = threadIdx.x; i < vectors * R * M; i += blockDim.x) {
+      const int vi = i / (R * M), r = (i / M) % R, f = i % M;
+      const float* om = t.omega + (size_t(r) * gridDim.y + g) * dk * M;
+      float dot = 0;
+      for (int d = 0; d < dk; ++d) dot += om[size_t(d) * M + f] * x[vi * dk + d];
+      const float sr = t.node_s[r];
+      const float gain = sqrtf(2.0f * sr) * inv_norm[vi];
+      const float amp = sqrtf(t.node_w[r]) * inv_sqrt_m;
+      prf[i] = amp * expf(fminf(fmaxf(gain * dot - sr, -20.0f), 20.0f));
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < vectors * m; i += blockDim.x) {
+      const int vi = i / m, c = i % m;
+      const int r = c / (P * M), a = (c / M) % P, f = c % M;
+      FeatureOut(s, vi, m)[c] = poly[vi * P + a] * prf[(vi * R + r) * M + f];
+    }
+    if (threadIdx.x == 0) *state_scale = 1.0f;
+    __syncthreads();
+  }
+
+  static __device__ float Ratio(const Tables& t, float num, float den, int, int, const float*) {
+    return num / (den + t.delta);
+  }
+  static __device__ void AfterToken(const Tables&, float*, const float*) {}
+};
+
+// --- dark / performer -------------------------------------------------------------------------
+
+struct DarkMech {
+  using Tables = DarkTables;
+  // Scratch: x [(group+1), dk], Mx [(group+1), rank], half_norm [group+1], top [group+1].
+
+  // aux[i] = query i's own max logit; aux[group] = the key running max after this key.
+  static __device__ void Features(const Tables& t, int g, int dk, int group, int m, const float* kt,
+                                  const float* qt, const float* head_extra, const LinearSmem& s,
+                                  float* state_scale, float* aux) {
+    const int vectors = group + 1, rank = t.rank;
+    float* x = s.scratch;
+    float* mx = x + vectors * dk;
+    float* half_norm = mx + vectors * rank;
+    float* top = half_norm + vectors;
+    LoadVectors(kt, qt, group, dk, x);
+    __syncthreads();
+    for (int i = threadIdx.x; i < vectors * rank; i += blockDim.x) {
+      const int vi = i / rank, r = i % rank;
+      const float* row = t.M + (size_t(g) * rank + r) * dk;
+      float acc = 0;
+      for (int d = 0; d < dk; ++d) acc += row[d] * x[vi * dk + d];
+      mx[i] = acc;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
+      float n2 = 0;
+      for (int r = lane; r < rank; r += 32) n2 += mx[vi * rank + r] * mx[vi * rank + r];
+      n2 = WarpSum(n2);
+      if (lane == 0) half_norm[vi] = t.scale * n2 / 2;
+    }
+    __syncthreads();
+    const float root_scale = sqrtf(t.scale);
+    for (int i = threadIdx.x; i < vectors * m; i += blockDim.x) {
+      const int vi = i / m, f = i % m;
+      const float* w = t.W + (size_t(g) * m + f) * dk;
+      float dot = 0;
+      for (int d = 0; d < dk; ++d) dot += w[d] * x[vi * dk + d];
+      FeatureOut(s, vi, m)[f] = root_scale * dot - half_norm[vi];
+    }
+    __syncthreads();
+    for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
+      const float* l = FeatureOut(s, vi, m);
+      float mval = -INFINITY;
+      for (int f = lane; f < m; f += 32) mval = fmaxf(mval, l[f]);
+      mval = WarpMax(mval);
+      if (lane == 0) top[vi] = mval;
+    }
+    __syncthreads();
+    // The key's reference moves to c' = max(c, max_f l_f); the carried sums are rescaled by
+    // exp(c - c') in the state pass (0 from an empty state, whose c is -inf).
+    const float c_old = *head_extra;
+    const float c_new = fmaxf(c_old, top[0]);
+    const float inv_sqrt_m = rsqrtf(float(m));
+    for (int i = threadIdx.x; i < vectors * m; i += blockDim.x) {
+      const int vi = i / m, f = i % m;
+      float* out = FeatureOut(s, vi, m);
+      out[f] = expf(out[f] - (vi == 0 ? c_new : top[vi])) * inv_sqrt_m;
+    }
+    if (threadIdx.x == 0) {
+      *state_scale = c_new > c_old ? (isinf(c_old) ? 0.0f : expf(c_old - c_new)) : 1.0f;
+      for (int i = 0; i < group; ++i) aux[i] = top[1 + i];
+      aux[group] = c_new;
+    }
+    __syncthreads();
+  }
+
+  // dark.cc's GuardedRatio: the guard acts on the canonical denominator exp(log_shift) * den, with
+  // log_shift = the query's own max logit + the key running max.
+  static __device__ float Ratio(const Tables& t, float num, float den, int i, int group, const float* aux) {
+    const double log_shift = double(aux[i]) + double(aux[group]);
+    const double abs_den = fabs(double(den));
+    const double log_delta = log(double(t.delta));
+    const double log_den = abs_den > 0 ? log(abs_den) + log_shift : -INFINITY;
+    if (!(log_den < log_delta)) return num / den;
+    if (abs_den == 0) return 0.0f;
+    const double rho = exp(log_den - log_delta);
+    return num / den * float(rho / (rho + 2));
+  }
+  static __device__ void AfterToken(const Tables&, float* head_extra, const float* aux_c) { *head_extra = *aux_c; }
+};
+
+// --- the fused linear-state kernel --------------------------------------------------------------
+
+template <class Mech>
+__global__ void __launch_bounds__(kThreads) LinearAttentionKernel(AttnBatch b, LinearStateLayout st,
+                                                                  typename Mech::Tables t, const float* q,
+                                                                  const float* k, const float* v, float* y) {
+  extern __shared__ float smem[];
+  __shared__ float value[kLinearMaxValueDim + 1];  // the token's v, with value[dv] = 1 (for z)
+  __shared__ float state_scale;
+  __shared__ float aux[kLinearMaxGroup + 1];
+  const int seg = blockIdx.x, g = blockIdx.y;
+  const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim, width = dv + 1;
+  const int m = st.features;
+  const LinearSmem s = CarveLinearSmem(smem, m, group, width);
+  const int slot = b.slot[seg], row0 = b.row_begin[seg], n = b.count[seg];
+  float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
+  float* extra = st.extra_off >= 0 ? head + st.extra_off : nullptr;
+  const bool kahan = st.comp_off >= 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  for (int tok = 0; tok < n; ++tok) {
+    const int64_t row = row0 + tok;
+    const float* kt = k + (row * b.kv_heads + g) * dk;
+    const float* qt = q + (row * b.heads + int64_t(g) * group) * dk;
+    const float* vt = v + (row * b.kv_heads + g) * dv;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) value[c] = c < dv ? vt[c] : 1.0f;
+    Mech::Features(t, g, dk, group, m, kt, qt, extra, s, &state_scale, aux);  // ends with a barrier
+
+    // One pass over the state: read, scale, add the key, write; accumulate the readout.
+    float acc[kLinearMaxGroup][kColIters];
+#pragma unroll
+    for (int i = 0; i < kLinearMaxGroup; ++i) {
+#pragma unroll
+      for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
+    }
+    const float scale = state_scale;
+    for (int r = warp; r < m; r += kWarps) {
+      const float kr = s.fk[r];
+#pragma unroll
+      for (int j = 0; j < kColIters; ++j) {
+        const int c = lane + 32 * j;
+        if (c < width) {
+          const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
+          float sum = head[off] * scale;
+          float read;
+          if (kahan) {
+            float comp = head[st.comp_off + off] * scale;
+            KahanAdd(sum, comp, kr * value[c]);
+            head[st.comp_off + off] = comp;
+            read = sum + comp;
+          } else {
+            sum += kr * value[c];
+            read = sum;
+          }
+          head[off] = sum;
+#pragma unroll
+          for (int i = 0; i < kLinearMaxGroup; ++i) {
+            if (i < group) acc[i][j] += s.fq[size_t(i) * m + r] * read;
+          }
+        }
+      }
+    }
+    // Merge the warps' partial readouts: red [warps, group, width] -> red [group, width].
+#pragma unroll
+    for (int i = 0; i < kLinearMaxGroup; ++i) {
+#pragma unroll
+      for (int j = 0; j < kColIters; ++j) {
+        const int c = lane + 32 * j;
+        if (i < group && c < width) s.red[(size_t(warp) * group + i) * width + c] = acc[i][j];
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * width; idx += blockDim.x) {
+      float total = 0;
+      for (int w = 0; w < kWarps; ++w) total += s.red[size_t(w) * group * width + idx];
+      s.red[idx] = total;
+    }
+    __syncthreads();
+    float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
+    for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+      const int i = idx / dv, d = idx % dv;
+      const float num = s.red[i * width + d], den = s.red[i * width + dv];
+      yt[idx] = Mech::Ratio(t, num, den, i, group, aux);
+    }
+    if (threadIdx.x == 0 && extra != nullptr) Mech::AfterToken(t, extra, &aux[group]);
+    __syncthreads();
+  }
+}
+
+// --- softmax ------------------------------------------------------------------------------------
+
+// Grid (segments, max_count): row `tok` of segment `seg` goes to cache row position + tok.
+__global__ void AppendKvKernel(AttnBatch b, KvCacheLayout kv, const int64_t* positions, const float* k,
+                               const float* v) {
+  const int seg = blockIdx.x, tok = blockIdx.y;
+  if (tok >= b.count[seg]) return;
+  const int dk = b.head_dim, dv = b.value_dim, width = dk + dv;
+  const int64_t row = b.row_begin[seg] + tok;
+  float* dst = kv.cache + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset +
+               (positions[seg] + tok) * int64_t(b.kv_heads) * width;
+  for (int i = threadIdx.x; i < b.kv_heads * width; i += blockDim.x) {
+    const int g = i / width, c = i % width;
+    dst[i] = c < dk ? k[(row * b.kv_heads + g) * dk + c] : v[(row * b.kv_heads + g) * dv + c - dk];
+  }
+}
+
+// Grid (segments, kv_heads, max_count). Shared: q [group, dk], then per warp max [group], sum
+// [group] and weighted values [group, dv].
+__global__ void __launch_bounds__(kThreads) SoftmaxAttendKernel(AttnBatch b, KvCacheLayout kv,
+                                                                const int64_t* positions, float scale,
+                                                                const float* q, float* y) {
+  extern __shared__ float smem[];
+  const int seg = blockIdx.x, g = blockIdx.y, tok = blockIdx.z;
+  if (tok >= b.count[seg]) return;
+  const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim, width = dk + dv;
+  const int64_t row = b.row_begin[seg] + tok;
+  const int64_t len = positions[seg] + tok + 1;
+  float* qs = smem;
+  float* wmax = qs + group * dk;
+  float* wsum = wmax + kWarps * group;
+  float* wacc = wsum + kWarps * group;
+  for (int i = threadIdx.x; i < group * dk; i += blockDim.x) qs[i] = q[(row * b.heads + int64_t(g) * group) * dk + i];
+  __syncthreads();
+  const float* cache = kv.cache + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset + int64_t(g) * width;
+  const int64_t row_stride = int64_t(b.kv_heads) * width;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float mx[kLinearMaxGroup], sum[kLinearMaxGroup], acc[kLinearMaxGroup][kColIters];
+#pragma unroll
+  for (int i = 0; i < kLinearMaxGroup; ++i) {
+    mx[i] = -INFINITY;
+    sum[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
+  }
+  for (int64_t j = warp; j < len; j += kWarps) {
+    const float* kj = cache + j * row_stride;
+    const float* vj = kj + dk;
+#pragma unroll
+    for (int i = 0; i < kLinearMaxGroup; ++i) {
+      if (i >= group) break;
+      float dot = 0;
+      for (int d = lane; d < dk; d += 32) dot += qs[i * dk + d] * kj[d];
+      const float x = scale * WarpSum(dot);
+      const float m_new = fmaxf(mx[i], x);
+      const float corr = expf(mx[i] - m_new), p = expf(x - m_new);
+      sum[i] = sum[i] * corr + p;
+#pragma unroll
+      for (int jj = 0; jj < kColIters; ++jj) {
+        const int d = lane + 32 * jj;
+        if (d < dv) acc[i][jj] = acc[i][jj] * corr + p * vj[d];
+      }
+      mx[i] = m_new;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kLinearMaxGroup; ++i) {
+    if (i >= group) break;
+    if (lane == 0) {
+      wmax[warp * group + i] = mx[i];
+      wsum[warp * group + i] = sum[i];
+    }
+#pragma unroll
+    for (int jj = 0; jj < kColIters; ++jj) {
+      const int d = lane + 32 * jj;
+      if (d < dv) wacc[(size_t(warp) * group + i) * dv + d] = acc[i][jj];
+    }
+  }
+  __syncthreads();
+  float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
+  for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+    const int i = idx / dv, d = idx % dv;
+    float top = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, wmax[w * group + i]);
+    float den = 0, num = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = wsum[w * group + i] > 0 ? expf(wmax[w * group + i] - top) : 0.0f;
+      den += wsum[w * group + i] * f;
+      num += wacc[(size_t(w) * group + i) * dv + d] * f;
+    }
+    yt[idx] = num / den;
+  }
+}
+
+void CheckBatch(const AttnBatch& b) {
+  STEADY_CHECK(b.segments >= 1 && b.max_count >= 1 && b.max_count <= 65535);
+  STEADY_CHECK(b.kv_heads >= 1 && b.heads % b.kv_heads == 0 && b.heads / b.kv_heads <= kLinearMaxGroup);
+  STEADY_CHECK(b.value_dim >= 1 && b.value_dim <= kLinearMaxValueDim && b.head_dim >= 1);
+}
+
+template <class Mech>
+void LaunchLinear(const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t,
+                  int scratch_floats, const float* q, const float* k, const float* v, float* y,
+                  cudaStream_t stream) {
+  CheckBatch(b);
+  const size_t smem = LinearAttentionSharedBytes(b, st.features, scratch_floats);
+  STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
+  if (smem > 48 * 1024) {
+    STEADY_CUDA_CHECK(cudaFuncSetAttribute(LinearAttentionKernel<Mech>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem)));
+  }
+  LinearAttentionKernel<Mech><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k, v, y);
+  STEADY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t LinearAttentionSharedBytes(const AttnBatch& b, int features, int scratch_floats) {
+  const int group = b.heads / b.kv_heads;
+  const size_t floats = size_t(group + 1) * features + size_t(kWarps) * group * (b.value_dim + 1) + scratch_floats;
+  return floats * sizeof(float);
+}
+
+size_t MaxSharedBytesPerBlock() {
+  int device = 0, bytes = 0;
+  STEADY_CUDA_CHECK(cudaGetDevice(&device));
+  STEADY_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Static shared memory of the kernels (value row, scale, aux) comes out of the same budget.
+  return size_t(bytes) - (kLinearMaxValueDim + 1 + 1 + kLinearMaxGroup + 1) * sizeof(float);
+}
+
+int SlayScratchFloats(const AttnBatch& b, const SlayTables& t) {
+  const int group = b.heads / b.kv_heads;
+  return (group + 1) * (b.head_dim + 1 + t.anchors + t.nodes * t.features);
+}
+
+int DarkScratchFloats(const AttnBatch& b, const DarkTables& t) {
+  const int group = b.heads / b.kv_heads;
+  return (group + 1) * (b.head_dim + t.rank + 2);
+}
+
+void TaylorAttention(const AttnBatch& b, const LinearStateLayout& st, const TaylorTables& t, const float* q,
+                     const float* k, const float* v, float* y, cudaStream_t stream) {
+  STEADY_CHECK(t.order >= 1 && t.order <= kTaylorMaxOrder && t.degree_offset[t.order] == st.features);
+  const int group = b.heads / b.kv_heads;
+  LaunchLinear<TaylorMech>(b, st, t, (group + 1) * b.head_dim, q, k, v, y, stream);
+}
+
+void SlayAttention(const AttnBatch& b, const LinearStateLayout& st, const SlayTables& t, const float* q,
+                   const float* k, const float* v, float* y, cudaStream_t stream) {
+  STEADY_CHECK(t.nodes * t.anchors * t.features == st.features);
+  LaunchLinear<SlayMech>(b, st, t, SlayScratchFloats(b, t), q, k, v, y, stream);
+}
+
+void DarkAttention(const AttnBatch& b, const LinearStateLayout& st, const DarkTables& t, const float* q,
+                   const float* k, const float* v, float* y, cudaStream_t stream) {
+  STEADY_CHECK(t.features == st.features && st.extra_off >= 0);
+  LaunchLinear<DarkMech>(b, st, t, DarkScratchFloats(b, t), q, k, v, y, stream);
+}
+
+void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
+                      const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
+  CheckBatch(b);
+  AppendKvKernel<<<dim3(b.segments, b.max_count), kThreads, 0, stream>>>(b, kv, positions, k, v);
+  STEADY_CUDA_CHECK_LAUNCH();
+  const int group = b.heads / b.kv_heads;
+  const size_t smem = (size_t(group) * b.head_dim + 2 * kWarps * group + size_t(kWarps) * group * b.value_dim) *
+                      sizeof(float);
+  if (smem > 48 * 1024) {
+    STEADY_CUDA_CHECK(
+        cudaFuncSetAttribute(SoftmaxAttendKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  SoftmaxAttendKernel<<<dim3(b.segments, b.kv_heads, b.max_count), kThreads, smem, stream>>>(b, kv, positions,
+                                                                                            scale, q, y);
+  STEADY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace steady::cuda
