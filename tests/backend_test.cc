@@ -1,0 +1,239 @@
+// The backends of model/backend.h: --device parsing, the CPU backend (Model::Forward over a
+// StatePool), and the CUDA backend against the CPU one. The CUDA cases need a GPU: without one they
+// report SKIPPED (scripts/gpu_check.sh treats a skip as a failure on a GPU machine).
+#include "model/backend.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "model/state_pool.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+using testing::MaxRelError;
+using testing::RelL2Error;
+using testing::TestSeed;
+using testing::TinyModel;
+
+std::vector<double> D(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+std::vector<int32_t> RandomTokens(int n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> tok(3, 511);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = tok(rng);
+  return out;
+}
+
+TEST(BackendTest, DeviceNamesAreCheckedAndAutoRunsWhereItCan) {
+  const Model m = TinyModel("taylor", {{"order", 3}}, 1);
+  auto bad = MakeBackend(m, "gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("expected cpu, cuda or auto"), std::string::npos) << bad.status();
+
+  BackendOptions none;
+  none.slots = 0;
+  EXPECT_EQ(MakeBackend(m, "cpu", none).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto cpu = MakeBackend(m, "cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->Name(), "cpu");
+
+  auto automatic = MakeBackend(m, "auto");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->Name().rfind("cuda", 0) == 0, CudaDevicePresent()) << (*automatic)->Name();
+
+  auto cuda = MakeBackend(m, "cuda");
+  EXPECT_EQ(cuda.ok(), CudaDevicePresent()) << cuda.status();
+  if (!cuda.ok()) {
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.status().message().find("--device cuda"), std::string::npos) << cuda.status();
+  }
+}
+
+TEST(BackendTest, CpuBackendIsModelForward) {
+  const Model m = TinyModel("slay", {}, TestSeed());
+  std::mt19937_64 rng(TestSeed());
+  StatePool pool(m, 2);
+  ForwardWorkspace ws;
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {.slots = 2});
+  const std::vector<Segment> step = {{0, RandomTokens(9, rng), true}, {1, RandomTokens(1, rng), false}};
+  std::vector<float> want, got;
+  m.Forward(step, pool, ws, &want);
+  cpu->Forward(step, &got);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(cpu->position(0), 9);
+  EXPECT_EQ(cpu->ReadSlot(1), std::vector<float>(pool.SlotData(1), pool.SlotData(1) + pool.fixed_floats_per_slot()));
+  EXPECT_EQ(cpu->StateBytesPerSlot(), int64_t(pool.FixedBytesPerSlot()));
+}
+
+// A constant-state slot moved with ReadSlot / WriteSlot continues exactly as the original.
+TEST(BackendTest, WriteSlotContinuesTheSession) {
+  const Model m = TinyModel("dark", {}, TestSeed());
+  std::mt19937_64 rng(TestSeed() + 1);
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {.slots = 2});
+  cpu->Forward({{0, RandomTokens(20, rng), false}}, nullptr);
+  cpu->WriteSlot(1, cpu->ReadSlot(0), cpu->position(0));
+  EXPECT_EQ(cpu->position(1), 20);
+  std::vector<float> a, b;
+  const int32_t next = RandomTokens(1, rng)[0];
+  cpu->Forward({{0, {next}, false}}, &a);
+  cpu->Forward({{1, {next}, false}}, &b);
+  EXPECT_EQ(a, b);
+}
+
+// --- CUDA against CPU --------------------------------------------------------------------------
+
+struct CudaCase {
+  std::string name;
+  std::string mechanism;
+  nlohmann::json params;
+  nlohmann::json patch;  // shape changes (config.json keys)
+};
+
+// A wider shape than TinyConfig's: group 4, head_dim 32 (the state rows span two warps' columns).
+const nlohmann::json kWide = {{"hidden_size", 128}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+                              {"head_dim", 32}, {"intermediate_size", 192}};
+
+class CudaBackendTest : public ::testing::TestWithParam<CudaCase> {
+ protected:
+  void SetUp() override {
+    if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device (CudaBackendBuilt=" << CudaBackendBuilt() << ")";
+  }
+};
+
+// Runs the same steps through both backends: a mixed step (a 37-token prompt, a 5-token segment
+// with logits for every row, a one-token segment), then 6 decode steps of the three slots together.
+// Returns the worst logit error relative to the CPU's largest |logit| per step, and the state's
+// relative L2 error at the end.
+struct Divergence {
+  double logits = 0;
+  double state = 0;
+};
+
+Divergence Compare(const Model& m, bool bf16, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  BackendOptions o;
+  o.slots = 3;
+  o.max_context = 64;
+  o.cuda_bf16 = bf16;
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, o);
+  auto gpu = MakeCudaBackend(m, o);
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  if (!gpu.ok()) return {INFINITY, INFINITY};
+  Divergence worst;
+  std::vector<std::vector<Segment>> steps = {
+      {{0, RandomTokens(37, rng), false}, {1, RandomTokens(5, rng), true}, {2, RandomTokens(1, rng), false}}};
+  for (int s = 0; s < 6; ++s) {
+    steps.push_back({{2, RandomTokens(1, rng), false}, {0, RandomTokens(1, rng), false}, {1, RandomTokens(1, rng), false}});
+  }
+  for (const std::vector<Segment>& step : steps) {
+    std::vector<float> want, got;
+    cpu->Forward(step, &want);
+    (*gpu)->Forward(step, &got);
+    EXPECT_EQ(got.size(), want.size());
+    if (got.size() != want.size()) return {INFINITY, INFINITY};
+    worst.logits = std::max(worst.logits, MaxRelError(D(got), D(want)));
+  }
+  for (int slot = 0; slot < 3; ++slot) {
+    EXPECT_EQ((*gpu)->position(slot), cpu->position(slot));
+    const std::vector<float> want = cpu->ReadSlot(slot), got = (*gpu)->ReadSlot(slot);
+    if (!want.empty()) worst.state = std::max(worst.state, RelL2Error(D(got), D(want)));
+  }
+  return worst;
+}
+
+// fp32 weights and GEMMs: the kernels must reproduce the CPU path to fp32 rounding (summation
+// order differs: cuBLAS vs OpenBLAS, warp-parallel readouts vs sequential loops).
+TEST_P(CudaBackendTest, Fp32MatchesTheCpuBackend) {
+  const CudaCase& c = GetParam();
+  const Model m = TinyModel(c.mechanism, c.params, TestSeed(), c.patch);
+  const Divergence d = Compare(m, /*bf16=*/false, TestSeed() + 7);
+  EXPECT_LT(d.logits, 1e-4);
+  EXPECT_LT(d.state, 1e-4);
+}
+
+// bf16 weights and GEMM inputs: the serving configuration, within bf16 rounding of the CPU path.
+TEST_P(CudaBackendTest, Bf16StaysCloseToTheCpuBackend) {
+  const CudaCase& c = GetParam();
+  const Model m = TinyModel(c.mechanism, c.params, TestSeed(), c.patch);
+  const Divergence d = Compare(m, /*bf16=*/true, TestSeed() + 7);
+  EXPECT_LT(d.logits, 3e-2);
+  EXPECT_LT(d.state, 3e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mechanisms, CudaBackendTest,
+    ::testing::Values(CudaCase{"softmax", "softmax", nlohmann::json::object(), nlohmann::json::object()},
+                      CudaCase{"softmax_wide", "softmax", nlohmann::json::object(), kWide},
+                      CudaCase{"taylor2", "taylor", {{"order", 2}}, nlohmann::json::object()},
+                      CudaCase{"taylor3", "taylor", {{"order", 3}}, nlohmann::json::object()},
+                      CudaCase{"taylor3_plain", "taylor", {{"order", 3}, {"accumulation", "plain"}}, nlohmann::json::object()},
+                      CudaCase{"taylor3_wide", "taylor", {{"order", 3}}, kWide},
+                      CudaCase{"taylor4", "taylor", {{"order", 4}}, nlohmann::json::object()},
+                      CudaCase{"slay", "slay", nlohmann::json::object(), nlohmann::json::object()},
+                      CudaCase{"slay_wide_plain", "slay", {{"accumulation", "plain"}}, kWide},
+                      CudaCase{"dark", "dark", nlohmann::json::object(), nlohmann::json::object()},
+                      CudaCase{"dark_wide", "dark", {{"features", 128}}, kWide}),
+    [](const ::testing::TestParamInfo<CudaCase>& i) { return i.param.name; });
+
+TEST(CudaBackendErrors, MechanismsWithoutKernelsAreRefusedAndAutoUsesTheCpu) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  const Model m = TinyModel("sliced_relu", {}, 3);
+  auto gpu = MakeBackend(m, "cuda");
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu.status().message().find("layer 0 (sliced_relu)"), std::string::npos) << gpu.status();
+  auto automatic = MakeBackend(m, "auto");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->Name(), "cpu");
+}
+
+// Greedy continuations of 8 prompts: each alone in the backend == all 8 decoded in one batch.
+TEST(CudaBackendBatching, GreedyOutputDoesNotDependOnTheBatch) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  const Model m = TinyModel("taylor", {{"order", 3}}, TestSeed(), kWide);
+  std::mt19937_64 rng(TestSeed() + 3);
+  constexpr int kPrompts = 8, kNew = 16;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kPrompts; ++i) prompts.push_back(RandomTokens(5 + 3 * i, rng));
+  auto argmax = [&](const float* row) {
+    return int32_t(std::max_element(row, row + m.vocab_size()) - row);
+  };
+  BackendOptions o;
+  o.slots = kPrompts;
+  auto gpu = MakeCudaBackend(m, o);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Backend& b = **gpu;
+  std::vector<std::vector<int32_t>> alone(kPrompts), batched(kPrompts);
+  std::vector<float> logits;
+  for (int i = 0; i < kPrompts; ++i) {
+    b.Reset(i);
+    b.Forward({{i, prompts[i], false}}, &logits);
+    for (int t = 0; t < kNew; ++t) {
+      alone[i].push_back(argmax(logits.data()));
+      b.Forward({{i, {alone[i].back()}, false}}, &logits);
+    }
+  }
+  std::vector<Segment> step;
+  for (int i = 0; i < kPrompts; ++i) {
+    b.Reset(i);
+    step.push_back({i, prompts[i], false});
+  }
+  b.Forward(step, &logits);
+  for (int t = 0; t < kNew; ++t) {
+    step.clear();
+    for (int i = 0; i < kPrompts; ++i) {
+      batched[i].push_back(argmax(logits.data() + size_t(i) * m.vocab_size()));
+      step.push_back({i, {batched[i].back()}, false});
+    }
+    b.Forward(step, &logits);
+  }
+  EXPECT_EQ(batched, alone);
+}
+
+}  // namespace
+}  // namespace steady
