@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # First thing to run on a machine with an NVIDIA GPU (docs/cuda.md): build with the CUDA backend
-# forced on, run the CUDA op tests (which must PASS here, not skip), run them again under
-# compute-sanitizer memcheck, and print a short table.
+# forced on, run the GPU tests (cuda_ops_test: every op against kernels/cpu; backend_test's CUDA
+# cases: the whole model on the CUDA backend against the CPU backend), which must PASS here, not
+# skip, then the same under compute-sanitizer memcheck, then the full suite, and print a table.
 #
 #   scripts/gpu_check.sh [build-dir]      (default: build-gpu)
 #
 # The full configure needs Debian's absl, gRPC, GTest, OpenBLAS and sentencepiece packages, which a
-# lent GPU machine's image may lack. Then build cuda_ops_test on a machine that has them (it links
-# only the CUDA libraries, OpenBLAS and libstdc++), carry it, and point this script at it:
-#   CUDA_OPS_TEST=path/to/cuda_ops_test scripts/gpu_check.sh
-# (with LD_LIBRARY_PATH naming a folder holding the carried libopenblas.so.0, libgfortran.so.5 and
-# libquadmath.so.0 when the image has none); the build and full-suite steps are then skipped.
+# lent GPU machine's image lacks. Then build on a project machine and carry the binaries with their
+# libraries: scripts/gpu_bundle.sh writes gpu-bundle/ (bin/ and lib/), and
+#   BUNDLE=gpu-bundle scripts/gpu_check.sh
+# runs the tests from there (LD_LIBRARY_PATH=gpu-bundle/lib); the build and full-suite steps are
+# then skipped.
 #
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
@@ -35,48 +36,60 @@ else
 fi
 
 # 1. Configure and build with CUDA required (fails loudly when nvcc is missing).
-PREBUILT=${CUDA_OPS_TEST:-}
+PREBUILT=${BUNDLE:-}
 if [[ -n $PREBUILT ]]; then
-  record "build" SKIP "prebuilt $PREBUILT"
+  record "build" SKIP "prebuilt binaries in $PREBUILT"
+  BINDIR=$PREBUILT/bin
+  export LD_LIBRARY_PATH=$PREBUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 elif cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DENABLE_CUDA=ON -DSTEADY_BUILD_BENCHMARKS=OFF \
      >"$LOG/configure.txt" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target cuda_ops_test >"$LOG/build.txt" 2>&1; then
-  record "build (ENABLE_CUDA=ON)" PASS "$BUILD/bin/cuda_ops_test"
+   cmake --build "$BUILD" -j"$JOBS" --target cuda_ops_test backend_test steady >"$LOG/build.txt" 2>&1; then
+  record "build (ENABLE_CUDA=ON)" PASS "$BUILD/bin"
+  BINDIR=$BUILD/bin
 else
   record "build (ENABLE_CUDA=ON)" FAIL "see $LOG/configure.txt, $LOG/build.txt"
+  BINDIR=$BUILD/bin
 fi
 
-BIN=${PREBUILT:-$BUILD/bin/cuda_ops_test}
-# 2. The CUDA op tests: on a GPU machine a SKIPPED test is a failure of this check.
-if [[ -x $BIN ]]; then
-  "$BIN" >"$LOG/tests.txt" 2>&1
-  rc=$?
-  passed=$(grep -c '^\[       OK \]' "$LOG/tests.txt")
-  skipped=$(grep -c '^\[  SKIPPED \]' "$LOG/tests.txt")
-  failed=$(grep -c '^\[  FAILED  \]' "$LOG/tests.txt")
-  if [[ $rc -eq 0 && $skipped -eq 0 && $passed -gt 0 ]]; then
-    record "cuda_ops_test" PASS "$passed passed"
-  else
-    record "cuda_ops_test" FAIL "rc $rc, $passed passed, $skipped skipped, $failed failed lines (see $LOG/tests.txt)"
+# The GPU tests: a binary and its gtest filter (backend_test's CUDA cases only).
+declare -a TESTS=("cuda_ops_test:*" "backend_test:*Cuda*")
+
+# 2. The GPU tests: on a GPU machine a SKIPPED test is a failure of this check.
+for entry in "${TESTS[@]}"; do
+  name=${entry%%:*} filter=${entry#*:} bin=$BINDIR/${entry%%:*}
+  if [[ ! -x $bin ]]; then
+    record "$name" FAIL "not built"
+    continue
   fi
-else
-  record "cuda_ops_test" FAIL "not built"
-fi
+  "$bin" --gtest_filter="$filter" >"$LOG/$name.txt" 2>&1
+  rc=$?
+  passed=$(grep -c '^\[       OK \]' "$LOG/$name.txt")
+  skipped=$(grep -c '^\[  SKIPPED \]' "$LOG/$name.txt")
+  failed=$(grep -c '^\[  FAILED  \]' "$LOG/$name.txt")
+  if [[ $rc -eq 0 && $skipped -eq 0 && $passed -gt 0 ]]; then
+    record "$name" PASS "$passed passed"
+  else
+    record "$name" FAIL "rc $rc, $passed passed, $skipped skipped, $failed failed lines (see $LOG/$name.txt)"
+  fi
+done
 
 # 3. The same under compute-sanitizer memcheck (out-of-bounds and misaligned accesses, leaks).
-if [[ -x $BIN ]] && command -v compute-sanitizer >/dev/null; then
-  if compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 "$BIN" \
-       >"$LOG/memcheck.txt" 2>&1; then
-    record "memcheck" PASS "$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck.txt")"
+for entry in "${TESTS[@]}"; do
+  name=${entry%%:*} filter=${entry#*:} bin=$BINDIR/${entry%%:*}
+  if [[ -x $bin ]] && command -v compute-sanitizer >/dev/null; then
+    if compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 "$bin" --gtest_filter="$filter" \
+         >"$LOG/memcheck-$name.txt" 2>&1; then
+      record "memcheck $name" PASS "$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck-$name.txt")"
+    else
+      record "memcheck $name" FAIL "$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck-$name.txt") (see $LOG/memcheck-$name.txt)"
+    fi
   else
-    record "memcheck" FAIL "$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck.txt") (see $LOG/memcheck.txt)"
+    record "memcheck $name" FAIL "no binary or no compute-sanitizer on PATH"
   fi
-else
-  record "memcheck" FAIL "no binary or no compute-sanitizer on PATH"
-fi
+done
 
 # 4. The rest of the suite still passes with CUDA built in.
-if [[ -z $PREBUILT && -x $BIN ]]; then
+if [[ -z $PREBUILT && -x $BINDIR/backend_test ]]; then
   if cmake --build "$BUILD" -j"$JOBS" >>"$LOG/build.txt" 2>&1 &&
      ctest --test-dir "$BUILD" -j"$JOBS" --output-on-failure >"$LOG/ctest.txt" 2>&1; then
     record "ctest (full suite)" PASS "$(grep -m1 'tests passed' "$LOG/ctest.txt")"
