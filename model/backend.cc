@@ -30,19 +30,26 @@ class CpuBackend : public Backend {
   std::string Name() const override { return "cpu"; }
   int slots() const override { return pool_.slots(); }
   int64_t position(int slot) const override { return pool_.position(slot); }
-  void Reset(int slot) override { pool_.Reset(slot); }
+  void Reset(int slot) override {
+    pool_.Reset(slot);
+    for (int l = 0; l < model_.config().num_layers; ++l) std::vector<float>().swap(pool_.Growing(slot, l));
+  }
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override {
     model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_);
   }
-  std::vector<float> ReadSlot(int slot) override {
-    const float* p = pool_.SlotData(slot);
-    return std::vector<float>(p, p + pool_.fixed_floats_per_slot());
+  SlotState ReadSlot(int slot) override {
+    SlotState s;
+    s.position = pool_.position(slot);
+    s.fixed.assign(pool_.SlotData(slot), pool_.SlotData(slot) + pool_.fixed_floats_per_slot());
+    for (int l = 0; l < model_.config().num_layers; ++l) s.growing.push_back(pool_.Growing(slot, l));
+    return s;
   }
-  void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) override {
-    STEADY_CHECK(fixed.size() == pool_.fixed_floats_per_slot());
-    pool_.Reset(slot);
-    std::copy(fixed.begin(), fixed.end(), pool_.SlotData(slot));
-    pool_.set_position(slot, position);
+  void WriteSlot(int slot, const SlotState& s) override {
+    STEADY_CHECK(s.fixed.size() == pool_.fixed_floats_per_slot());
+    STEADY_CHECK(int(s.growing.size()) == model_.config().num_layers);
+    std::copy(s.fixed.begin(), s.fixed.end(), pool_.SlotData(slot));
+    for (int l = 0; l < model_.config().num_layers; ++l) pool_.Growing(slot, l) = s.growing[l];
+    pool_.set_position(slot, s.position);
   }
   int64_t WeightBytes() const override { return WeightFloats(model_) * int64_t(sizeof(float)); }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }

@@ -27,6 +27,15 @@ struct BackendOptions {
   bool cuda_bf16 = true;
 };
 
+// A slot's whole state outside a backend: every layer's fixed state (StatePool's layout), each
+// layer's growing state (softmax: the KV cache rows [position, kv_heads, head_dim + value_dim], as
+// StatePool::Growing holds them; empty for constant-state layers) and the position.
+struct SlotState {
+  int64_t position = 0;
+  std::vector<float> fixed;
+  std::vector<std::vector<float>> growing;  // [layers]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,9 +56,10 @@ class Backend {
   // Waits for queued work (for timing). A no-op on the CPU.
   virtual void Synchronize() {}
 
-  // The slot's fixed state, StatePool layout (Model::StateFloats() floats), and its position.
-  virtual std::vector<float> ReadSlot(int slot) = 0;
-  virtual void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) = 0;
+  // Copies a slot's state out / in (snapshots, fork, offload). WriteSlot takes a state of this
+  // model's shape whose growing part fits max_context (the caller checks).
+  virtual SlotState ReadSlot(int slot) = 0;
+  virtual void WriteSlot(int slot, const SlotState& state) = 0;
 
   // Bytes of weights one forward step reads (each weight once, in the backend's storage type).
   virtual int64_t WeightBytes() const = 0;

@@ -86,17 +86,8 @@ class CudaBackend : public Backend {
   }
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override;
   void Synchronize() override { cuda::SynchronizeStream(stream_); }
-  std::vector<float> ReadSlot(int slot) override {
-    std::vector<float> out(slot_floats_);
-    cuda::CopyToHost(out.data(), SlotPtr(slot), out.size() * sizeof(float), stream_);
-    return out;
-  }
-  void WriteSlot(int slot, const std::vector<float>& fixed, int64_t position) override {
-    STEADY_CHECK(fixed.size() == slot_floats_);
-    STEADY_CHECK(softmax_layers_ == 0 || position <= options_.max_context);
-    cuda::CopyToDevice(SlotPtr(slot), fixed.data(), fixed.size() * sizeof(float), stream_);
-    positions_[slot] = position;
-  }
+  SlotState ReadSlot(int slot) override;
+  void WriteSlot(int slot, const SlotState& state) override;
   int64_t WeightBytes() const override { return weight_bytes_; }
   int64_t StateBytesPerSlot() const override { return int64_t(slot_floats_ * sizeof(float)); }
   int64_t BytesInUse(int slot) const override {
@@ -110,6 +101,10 @@ class CudaBackend : public Backend {
 
  private:
   float* SlotPtr(int slot) const { return pool_.as<float>() + size_t(slot) * slot_floats_; }
+  // The KV cache rows of `slot` in softmax layer `index` (CPU row layout, max_context rows).
+  float* KvPtr(int slot, int index) const {
+    return kv_cache_.as<float>() + (int64_t(slot) * softmax_layers_ + index) * options_.max_context * kv_row_floats_;
+  }
   absl::Status InitLayer(int l, const LayerWeights& w, DeviceLayer* d);
   void Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,
                  const float* q, const float* k, const float* v, float* y);
@@ -325,6 +320,34 @@ absl::Status CudaBackend::Init() {
   positions_.assign(options_.slots, 0);
   for (int s = 0; s < options_.slots; ++s) Reset(s);
   return absl::OkStatus();
+}
+
+SlotState CudaBackend::ReadSlot(int slot) {
+  SlotState s;
+  s.position = positions_[slot];
+  s.fixed.resize(slot_floats_);
+  cuda::CopyToHost(s.fixed.data(), SlotPtr(slot), s.fixed.size() * sizeof(float), stream_);
+  for (const DeviceLayer& d : layers_) {
+    s.growing.emplace_back();
+    if (d.softmax_index < 0) continue;
+    s.growing.back().resize(size_t(s.position * kv_row_floats_));
+    cuda::CopyToHost(s.growing.back().data(), KvPtr(slot, d.softmax_index), s.growing.back().size() * sizeof(float),
+                     stream_);
+  }
+  return s;
+}
+
+void CudaBackend::WriteSlot(int slot, const SlotState& s) {
+  STEADY_CHECK(s.fixed.size() == slot_floats_ && s.growing.size() == layers_.size());
+  STEADY_CHECK(softmax_layers_ == 0 || s.position <= options_.max_context);
+  cuda::CopyToDevice(SlotPtr(slot), s.fixed.data(), s.fixed.size() * sizeof(float), stream_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l].softmax_index < 0) continue;
+    STEADY_CHECK(int64_t(s.growing[l].size()) == s.position * kv_row_floats_);
+    cuda::CopyToDevice(KvPtr(slot, layers_[l].softmax_index), s.growing[l].data(), s.growing[l].size() * sizeof(float),
+                       stream_);
+  }
+  positions_[slot] = s.position;
 }
 
 void CudaBackend::Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,

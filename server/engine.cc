@@ -26,7 +26,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const Model& model, const 
     std::filesystem::create_directories(options.session_dir, ec);
     if (ec) return absl::InternalError(absl::StrCat("session_dir: cannot create ", options.session_dir, ": ", ec.message()));
   }
-  auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options));
+  auto backend = MakeEngineBackend(model, options);
+  if (!backend.ok()) return backend.status();
+  auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options), *std::move(backend));
   if (!impl->options.session_dir.empty()) impl->RestoreSessionDir();
   Impl* raw = impl.get();
   raw->UpdateStats(0, 0, 0);
@@ -47,6 +49,7 @@ Engine::~Engine() {
 
 const Model& Engine::model() const { return impl_->model; }
 const EngineOptions& Engine::options() const { return impl_->options; }
+const std::string& Engine::device() const { return impl_->device; }
 
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
@@ -177,9 +180,9 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   std::string key = request.session_id;
   if (key.empty()) {
     // An ephemeral session needs a slot that no named session can hold forever.
-    if (options.session_dir.empty() && sessions.named_sessions() >= pool.slots()) {
+    if (options.session_dir.empty() && sessions.named_sessions() >= pool->slots()) {
       return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "all ", pool.slots(), " state slots hold sessions and there is no session_dir to offload to")));
+          "all ", pool->slots(), " state slots hold sessions and there is no session_dir to offload to")));
     }
     key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
   } else {
@@ -194,6 +197,12 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   if (position == 0 && model.config().bos_token_id >= 0) prompt.push_back(model.config().bos_token_id);
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  if (const int64_t cap = pool->max_context(); cap >= 0 && position + int64_t(prompt.size()) + request.max_tokens > cap) {
+    return fail(absl::OutOfRangeError(absl::StrCat(
+        "the session would reach ", position + int64_t(prompt.size()) + request.max_tokens,
+        " tokens (position ", position, " + prompt ", prompt.size(), " + max_tokens ", request.max_tokens,
+        "), past the ", cap, " tokens of KV cache a session has on this server (--max-context)")));
+  }
 
   if (!s) {
     s = &sessions.Add(key, true);
@@ -214,7 +223,7 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   Session& s = *sessions.Find(job.session_id);
   const bool mid_prompt = job.prompt_done > 0 && job.prompt_done < job.prompt.size();
   if (mid_prompt && job.before_prompt) {
-    RestoreSlot(model, *job.before_prompt, pool, s.slot);
+    RestoreSlot(*job.before_prompt, *pool, s.slot);
     job.prompt_done = 0;
   }
   // As GenerateText: text held back for a possible stop string or an incomplete character is
@@ -306,7 +315,7 @@ bool Engine::Impl::Step() {
     if (it == jobs.end() || it->second->phase != JobPhase::kPrefill) continue;  // admission failed
     EngineJob& job = *it->second;
     const int slot = sessions.Find(job.session_id)->slot;
-    if (job.prompt_done == 0 && size_t(chunk.tokens) < job.prompt.size()) job.before_prompt = CaptureSlot(model, pool, slot);
+    if (job.prompt_done == 0 && size_t(chunk.tokens) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
     segments.push_back({slot,
                         std::vector<int32_t>(job.prompt.begin() + job.prompt_done,
                                              job.prompt.begin() + job.prompt_done + chunk.tokens),
@@ -315,7 +324,7 @@ bool Engine::Impl::Step() {
   }
   if (!segments.empty()) {
     std::vector<float> logits;
-    model.Forward(segments, pool, ws, &logits);
+    pool->Forward(segments, &logits);
     const int vocab = model.vocab_size();
     for (size_t r = 0; r < rows.size(); ++r) {
       EngineJob& job = *rows[r].job;
@@ -376,10 +385,10 @@ void Engine::Impl::Shutdown() {
 }
 
 void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out) {
-  int64_t state_bytes = int64_t(sessions.resident_sessions()) * int64_t(pool.FixedBytesPerSlot());
+  int64_t state_bytes = int64_t(sessions.resident_sessions()) * int64_t(pool->StateBytesPerSlot());
   const bool grows = std::any_of(shape.growth_per_token.begin(), shape.growth_per_token.end(), [](uint64_t g) { return g > 0; });
   if (grows) {
-    for (int slot = 0; slot < pool.slots(); ++slot) state_bytes += int64_t(pool.BytesInUse(slot) - pool.FixedBytesPerSlot());
+    for (int slot = 0; slot < pool->slots(); ++slot) state_bytes += int64_t(pool->BytesInUse(slot) - pool->StateBytesPerSlot());
   }
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.sessions_resident = sessions.resident_sessions();

@@ -32,6 +32,9 @@ struct EngineOptions {
   int64_t max_prompt_tokens = 1 << 20;
   int64_t max_new_tokens = 1 << 16;
   int64_t max_sessions = 1 << 20;                 // resident + offloaded
+  std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend.h)
+  int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
+                                                  // the backend preallocates it (CUDA, softmax layers)
 };
 
 struct SessionInfo {
@@ -103,6 +106,8 @@ class Engine {
   Stats stats() const;
   const Model& model() const;
   const EngineOptions& options() const;
+  // The backend the steps run on: "cpu" or "cuda (device name)".
+  const std::string& device() const;
 
  private:
   struct Impl;

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "model/state_pool.h"
+#include "model/backend.h"
 #include "server/engine.h"
 #include "server/scheduler.h"
 #include "server/session_table.h"
@@ -22,6 +22,8 @@ namespace steady {
 int64_t NowUnixMs();
 // Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
 int SlotCount(const Model& model, const EngineOptions& options);
+// The backend options.device names, with SlotCount slots.
+absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, const EngineOptions& options);
 
 // One accepted Generate, owned by the engine thread.
 struct EngineJob {
@@ -47,11 +49,11 @@ struct EngineJob {
 };
 
 struct Engine::Impl {
-  Impl(const Model& m, const Tokenizer& t, EngineOptions o)
-      : model(m), tokenizer(t), options(std::move(o)), shape(MeasureSnapshotShape(m)),
-        pool(m, SlotCount(m, options)), sessions(pool.slots()), id_rng(std::random_device{}()) {
-    StatePool scratch(m, 1);
-    empty_state = CaptureSlot(m, scratch, 0);
+  Impl(const Model& m, const Tokenizer& t, EngineOptions o, std::unique_ptr<Backend> b)
+      : model(m), tokenizer(t), options(std::move(o)), shape(MeasureSnapshotShape(m)), pool(std::move(b)),
+        sessions(pool->slots()), id_rng(std::random_device{}()) {
+    empty_state = CaptureSlot(*MakeCpuBackend(m, {}), 0);
+    device = pool->Name();
   }
 
   // --- Constant after Start ---
@@ -60,11 +62,11 @@ struct Engine::Impl {
   const EngineOptions options;
   const SnapshotShape shape;
   SessionSnapshot empty_state;  // a fresh session's state (InitState of every layer)
+  std::string device;           // the backend's Name()
 
   // --- Engine thread only ---
-  StatePool pool;
+  std::unique_ptr<Backend> pool;  // every resident session's state, in slots; runs the steps
   SessionTable sessions;
-  ForwardWorkspace ws;
   std::map<int64_t, std::unique_ptr<EngineJob>> jobs;  // by id
   int64_t next_job_id = 1, next_ephemeral = 1, step = 0;
   std::mt19937_64 id_rng;
@@ -100,7 +102,7 @@ struct Engine::Impl {
 
   // Sessions and state.
   std::string SnapshotPath(const std::string& id) const { return options.session_dir + "/" + id + ".snap"; }
-  int64_t Position(const Session& s) const { return s.slot >= 0 ? pool.position(s.slot) : s.position; }
+  int64_t Position(const Session& s) const { return s.slot >= 0 ? pool->position(s.slot) : s.position; }
   SessionInfo Info(const Session& s) const;
   std::string NewSessionId();
   absl::Status CheckCapacity() const;
@@ -110,6 +112,8 @@ struct Engine::Impl {
   void FreeSlot(Session& s);
   absl::StatusOr<SessionSnapshot> Snapshot(Session& s);
   absl::Status Place(Session& s, const SessionSnapshot& state);
+  // FAILED_PRECONDITION when the state's KV cache exceeds the backend's max_context.
+  absl::Status CheckFits(const SessionSnapshot& state) const;
   void RestoreSessionDir();
 
   // Jobs.

@@ -22,10 +22,21 @@ int64_t NowUnixMs() {
 // State memory over a slot's fixed bytes, at least one, at most max_sessions. A softmax-only model
 // has no fixed state (its KV cache grows instead): 4 * max_batch slots.
 int SlotCount(const Model& model, const EngineOptions& o) {
-  const int64_t fixed_bytes = int64_t(model.StateFloats() * sizeof(float));
+  int64_t fixed_bytes = int64_t(model.StateFloats() * sizeof(float));
+  // On a GPU a KV cache is preallocated for max_context tokens: it counts like fixed state.
+  if (o.device != "cpu" && CudaDevicePresent()) {
+    fixed_bytes += KvCacheFloatsPerToken(model.config()) * o.max_context * int64_t(sizeof(float));
+  }
   int64_t slots = fixed_bytes == 0 ? int64_t(o.max_batch) * 4 : o.state_memory_bytes / fixed_bytes;
   slots = std::clamp<int64_t>(slots, 1, std::min<int64_t>(o.max_sessions, 1 << 24));
   return int(slots);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, const EngineOptions& o) {
+  BackendOptions b;
+  b.slots = SlotCount(model, o);
+  b.max_context = o.max_context;
+  return MakeBackend(model, o.device, b);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -36,7 +47,7 @@ SessionInfo Engine::Impl::Info(const Session& s) const {
   SessionInfo info;
   info.session_id = s.id;
   info.position = Position(s);
-  info.state_bytes = s.slot >= 0 ? int64_t(pool.BytesInUse(s.slot))
+  info.state_bytes = s.slot >= 0 ? int64_t(pool->BytesInUse(s.slot))
                      : s.on_disk ? s.state_bytes
                                  : empty_state.StateBytes();
   info.resident = !s.on_disk;
@@ -57,8 +68,8 @@ absl::Status Engine::Impl::CheckCapacity() const {
   if (sessions.named_sessions() >= options.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat("max_sessions (", options.max_sessions, ") reached"));
   }
-  if (options.session_dir.empty() && sessions.named_sessions() >= pool.slots()) {
-    return absl::ResourceExhaustedError(absl::StrCat("all ", pool.slots(),
+  if (options.session_dir.empty() && sessions.named_sessions() >= pool->slots()) {
+    return absl::ResourceExhaustedError(absl::StrCat("all ", pool->slots(),
                                                      " state slots hold sessions and there is no session_dir to offload to"));
   }
   return absl::OkStatus();
@@ -67,14 +78,13 @@ absl::Status Engine::Impl::CheckCapacity() const {
 void Engine::Impl::FreeSlot(Session& s) {
   const int slot = s.slot;
   sessions.ReleaseSlot(s);
-  pool.Reset(slot);
-  for (int l = 0; l < model.config().num_layers; ++l) std::vector<float>().swap(pool.Growing(slot, l));
+  pool->Reset(slot);  // frees a KV cache's memory too
 }
 
 absl::Status Engine::Impl::Offload(Session& s) {
   STEADY_CHECK(s.slot >= 0 && s.job == 0 && !s.ephemeral && !options.session_dir.empty());
   const int slot = s.slot;
-  if (absl::Status st = WriteToDisk(s, CaptureSlot(model, pool, slot)); !st.ok()) return st;
+  if (absl::Status st = WriteToDisk(s, CaptureSlot(*pool, slot)); !st.ok()) return st;
   FreeSlot(s);
   return absl::OkStatus();
 }
@@ -88,13 +98,16 @@ absl::Status Engine::Impl::MakeResident(Session& s) {
     STEADY_CHECK(sessions.AssignFreeSlot(s));
   }
   if (!s.on_disk) {
-    pool.Reset(s.slot);
+    pool->Reset(s.slot);
     return absl::OkStatus();
   }
   absl::StatusOr<SessionSnapshot> snap = [&]() -> absl::StatusOr<SessionSnapshot> {
     auto blob = ReadWholeFile(SnapshotPath(s.id));
     if (!blob.ok()) return blob.status();
-    return DecodeSnapshot(*blob, shape);
+    auto decoded = DecodeSnapshot(*blob, shape);
+    if (!decoded.ok()) return decoded.status();
+    if (absl::Status st = CheckFits(*decoded); !st.ok()) return st;
+    return decoded;
   }();
   if (!snap.ok()) {
     FreeSlot(s);
@@ -102,7 +115,7 @@ absl::Status Engine::Impl::MakeResident(Session& s) {
                         absl::StrCat("session ", s.id, ": cannot restore it from ", SnapshotPath(s.id), ": ",
                                      snap.status().message()));
   }
-  RestoreSlot(model, *snap, pool, s.slot);
+  RestoreSlot(*snap, *pool, s.slot);
   // The file goes once the state is back in a slot: a file exists only for offloaded sessions (and
   // for every session after a shutdown).
   ::unlink(SnapshotPath(s.id).c_str());
@@ -113,7 +126,7 @@ absl::Status Engine::Impl::MakeResident(Session& s) {
 absl::StatusOr<SessionSnapshot> Engine::Impl::Snapshot(Session& s) {
   SessionSnapshot snap;
   if (s.slot >= 0) {
-    snap = CaptureSlot(model, pool, s.slot);
+    snap = CaptureSlot(*pool, s.slot);
   } else if (s.on_disk) {
     auto blob = ReadWholeFile(SnapshotPath(s.id));
     if (!blob.ok()) return blob.status();
@@ -145,9 +158,17 @@ absl::Status Engine::Impl::WriteToDisk(Session& s, const SessionSnapshot& state)
 
 // Gives a new session `state`: a free slot when there is one, else a file in session_dir (no slot
 // is taken from another session for it).
+absl::Status Engine::Impl::CheckFits(const SessionSnapshot& state) const {
+  const int64_t cap = pool->max_context();
+  if (cap < 0 || state.position <= cap) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("the session holds ", state.position, " tokens, more than the ",
+                                                    cap, " tokens of KV cache a session has on this server (--max-context)"));
+}
+
 absl::Status Engine::Impl::Place(Session& s, const SessionSnapshot& state) {
+  if (absl::Status st = CheckFits(state); !st.ok()) return st;
   if (sessions.AssignFreeSlot(s)) {
-    RestoreSlot(model, state, pool, s.slot);
+    RestoreSlot(state, *pool, s.slot);
     return absl::OkStatus();
   }
   if (options.session_dir.empty()) return absl::ResourceExhaustedError("no state slot is free; retry later");

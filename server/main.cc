@@ -32,13 +32,18 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--session-dir DIR] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
-                    [--drain-timeout SECONDS]
+                    [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--max-context N]
 
   --port N            gRPC port (default 50051; 0 picks a free one, printed on stderr)
   --host ADDR         listen address (default 127.0.0.1)
   --state-memory B    memory for resident session states: bytes, or with a K/M/G suffix (default 1G)
   --session-dir DIR   where sessions are offloaded and persisted across restarts (default: none)
   --metrics-port N    serve Prometheus metrics at http://HOST:N/metrics (default: off)
+  --device D          where the engine's steps run: cpu, cuda, or auto (default: cuda when this
+                      build has the CUDA backend and a GPU is visible and the model's mechanisms
+                      have CUDA kernels, else cpu)
+  --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
+                      default 8192); a request that would pass it is refused
 )";
 
 // "1073741824", "64K", "512M", "1G" (powers of 1024).
@@ -71,6 +76,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (!memory.ok()) return memory.status();
   o.state_memory_bytes = *memory;
   o.session_dir = flags.Get("session-dir");
+  o.device = flags.Get("device", "auto");
+  auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
+  if (!max_context.ok()) return max_context.status();
+  o.max_context = *max_context;
   int64_t max_queue = o.max_queue, max_batch = o.max_batch, prefill = o.prefill_budget;
   const std::pair<const char*, int64_t*> ints[] = {
       {"max-queue", &max_queue},           {"max-batch", &max_batch},
@@ -98,7 +107,7 @@ absl::Status Run(int argc, char** argv) {
   std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
-                                 "drain-timeout"};
+                                 "drain-timeout", "device",       "max-context"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, known, {});
   if (!flags.ok()) return flags.status();
@@ -145,8 +154,9 @@ absl::Status Run(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  std::fprintf(stderr, "steady-server: model %s (%s), listening on %s:%d\n", service_options.model_name.c_str(),
-               model->DescribeAttention()[0].value("mechanism", "").c_str(), host.c_str(), bound_port);
+  std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d\n", service_options.model_name.c_str(),
+               model->DescribeAttention()[0].value("mechanism", "").c_str(), (*engine)->device().c_str(), host.c_str(),
+               bound_port);
 
   // Signals are blocked in every thread (see main), so this is the only place they arrive.
   sigset_t signals;

@@ -119,22 +119,17 @@ SnapshotShape MeasureSnapshotShape(const Model& model) {
   return shape;
 }
 
-SessionSnapshot CaptureSlot(const Model& model, const StatePool& pool, int slot) {
+SessionSnapshot CaptureSlot(Backend& backend, int slot) {
+  SlotState state = backend.ReadSlot(slot);
   SessionSnapshot s;
-  s.position = pool.position(slot);
-  s.fixed.assign(pool.SlotData(slot), pool.SlotData(slot) + pool.fixed_floats_per_slot());
-  const int layers = model.config().num_layers;
-  for (int l = 0; l < layers; ++l) s.growing.push_back(pool.Growing(slot, l));
+  s.position = state.position;
+  s.fixed = std::move(state.fixed);
+  s.growing = std::move(state.growing);
   return s;
 }
 
-void RestoreSlot(const Model& model, const SessionSnapshot& snapshot, StatePool& pool, int slot) {
-  const int layers = model.config().num_layers;
-  STEADY_CHECK(snapshot.fixed.size() == pool.fixed_floats_per_slot());
-  STEADY_CHECK(int(snapshot.growing.size()) == layers);
-  std::copy(snapshot.fixed.begin(), snapshot.fixed.end(), pool.SlotData(slot));
-  for (int l = 0; l < layers; ++l) pool.Growing(slot, l) = snapshot.growing[l];
-  pool.set_position(slot, snapshot.position);
+void RestoreSlot(const SessionSnapshot& snapshot, Backend& backend, int slot) {
+  backend.WriteSlot(slot, SlotState{snapshot.position, snapshot.fixed, snapshot.growing});
 }
 
 std::string EncodeSnapshot(const SessionSnapshot& s, uint64_t fingerprint) {

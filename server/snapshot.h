@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "model/file_io.h"  // WriteFileAtomic, ReadWholeFile for snapshot files
 #include "model/model.h"
+#include "model/backend.h"
 #include "model/state_pool.h"
 
 namespace steady {
@@ -50,9 +51,9 @@ SnapshotShape MeasureSnapshotShape(const Model& model);
 // the result). Used for the fingerprint and the blob checksum.
 uint64_t Hash64(std::string_view bytes, uint64_t seed = 0);
 
-SessionSnapshot CaptureSlot(const Model& model, const StatePool& pool, int slot);
+SessionSnapshot CaptureSlot(Backend& backend, int slot);
 // Writes the snapshot's state and position into `slot` (shape already checked by DecodeSnapshot).
-void RestoreSlot(const Model& model, const SessionSnapshot& snapshot, StatePool& pool, int slot);
+void RestoreSlot(const SessionSnapshot& snapshot, Backend& backend, int slot);
 
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, uint64_t fingerprint);
 // Refuses, never crashes: INVALID_ARGUMENT (not a snapshot, unsupported version, inconsistent

@@ -66,23 +66,39 @@ TEST(BackendTest, CpuBackendIsModelForward) {
   cpu->Forward(step, &got);
   EXPECT_EQ(got, want);
   EXPECT_EQ(cpu->position(0), 9);
-  EXPECT_EQ(cpu->ReadSlot(1), std::vector<float>(pool.SlotData(1), pool.SlotData(1) + pool.fixed_floats_per_slot()));
+  EXPECT_EQ(cpu->ReadSlot(1).fixed,
+            std::vector<float>(pool.SlotData(1), pool.SlotData(1) + pool.fixed_floats_per_slot()));
   EXPECT_EQ(cpu->StateBytesPerSlot(), int64_t(pool.FixedBytesPerSlot()));
 }
 
-// A constant-state slot moved with ReadSlot / WriteSlot continues exactly as the original.
-TEST(BackendTest, WriteSlotContinuesTheSession) {
-  const Model m = TinyModel("dark", {}, TestSeed());
-  std::mt19937_64 rng(TestSeed() + 1);
-  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {.slots = 2});
-  cpu->Forward({{0, RandomTokens(20, rng), false}}, nullptr);
-  cpu->WriteSlot(1, cpu->ReadSlot(0), cpu->position(0));
-  EXPECT_EQ(cpu->position(1), 20);
-  std::vector<float> a, b;
+// A slot copied with ReadSlot / WriteSlot (fixed state and KV cache) continues exactly as the
+// original, on every backend this machine has.
+void ExpectWriteSlotContinuesTheSession(Backend& b, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  b.Forward({{0, RandomTokens(20, rng), false}}, nullptr);
+  b.WriteSlot(1, b.ReadSlot(0));
+  EXPECT_EQ(b.position(1), 20);
+  std::vector<float> x, y;
   const int32_t next = RandomTokens(1, rng)[0];
-  cpu->Forward({{0, {next}, false}}, &a);
-  cpu->Forward({{1, {next}, false}}, &b);
-  EXPECT_EQ(a, b);
+  b.Forward({{0, {next}, false}}, &x);
+  b.Forward({{1, {next}, false}}, &y);
+  EXPECT_EQ(x, y);
+  b.Reset(1);
+  EXPECT_EQ(b.position(1), 0);
+  EXPECT_EQ(b.BytesInUse(1), b.StateBytesPerSlot());
+}
+
+TEST(BackendTest, WriteSlotContinuesTheSession) {
+  for (const char* mechanism : {"dark", "softmax"}) {
+    SCOPED_TRACE(mechanism);
+    const Model m = TinyModel(mechanism, {}, TestSeed());
+    for (const char* device : {"cpu", "cuda"}) {
+      if (std::string(device) == "cuda" && !CudaDevicePresent()) continue;
+      auto b = MakeBackend(m, device, {.slots = 2, .max_context = 64});
+      ASSERT_TRUE(b.ok()) << b.status();
+      ExpectWriteSlotContinuesTheSession(**b, TestSeed() + 1);
+    }
+  }
 }
 
 // --- CUDA against CPU --------------------------------------------------------------------------
@@ -93,6 +109,8 @@ struct CudaCase {
   nlohmann::json params;
   nlohmann::json patch;  // shape changes (config.json keys)
 };
+
+void PrintTo(const CudaCase& c, std::ostream* os) { *os << c.name; }
 
 // A wider shape than TinyConfig's: group 4, head_dim 32 (the state rows span two warps' columns).
 const nlohmann::json kWide = {{"hidden_size", 128}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
@@ -140,8 +158,11 @@ Divergence Compare(const Model& m, bool bf16, uint64_t seed) {
   }
   for (int slot = 0; slot < 3; ++slot) {
     EXPECT_EQ((*gpu)->position(slot), cpu->position(slot));
-    const std::vector<float> want = cpu->ReadSlot(slot), got = (*gpu)->ReadSlot(slot);
-    if (!want.empty()) worst.state = std::max(worst.state, RelL2Error(D(got), D(want)));
+    const SlotState want = cpu->ReadSlot(slot), got = (*gpu)->ReadSlot(slot);
+    if (!want.fixed.empty()) worst.state = std::max(worst.state, RelL2Error(D(got.fixed), D(want.fixed)));
+    for (size_t l = 0; l < want.growing.size(); ++l) {
+      if (!want.growing[l].empty()) worst.state = std::max(worst.state, RelL2Error(D(got.growing[l]), D(want.growing[l])));
+    }
   }
   return worst;
 }

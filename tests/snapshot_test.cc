@@ -19,11 +19,10 @@ Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint
   return testing::TinyModel(mechanism, params, seed, {{"vocab_size", 97}, {"qk_norm", false}});
 }
 
-void Feed(const Model& m, StatePool& pool, int slot, int n, std::vector<float>* logits) {
-  ForwardWorkspace ws;
+void Feed(Backend& pool, int slot, int n, std::vector<float>* logits) {
   std::vector<int32_t> tokens;
   for (int i = 0; i < n; ++i) tokens.push_back(3 + (i * 7) % 90);
-  m.Forward({Segment{slot, tokens, false}}, pool, ws, logits);
+  pool.Forward({Segment{slot, tokens, false}}, logits);
 }
 
 struct Fixture {
@@ -35,10 +34,10 @@ struct Fixture {
 Fixture MakeBlob(const std::string& mechanism, const nlohmann::json& params) {
   Fixture f{TinyModel(mechanism, params, 11), {}, {}};
   f.shape = MeasureSnapshotShape(f.model);
-  StatePool pool(f.model, 1);
+  std::unique_ptr<Backend> pool = MakeCpuBackend(f.model, {});
   std::vector<float> logits;
-  Feed(f.model, pool, 0, 23, &logits);
-  SessionSnapshot s = CaptureSlot(f.model, pool, 0);
+  Feed(*pool, 0, 23, &logits);
+  SessionSnapshot s = CaptureSlot(*pool, 0);
   s.session_id = "chat-1";
   s.created_unix_ms = 1000;
   s.last_used_unix_ms = 2000;
@@ -62,22 +61,22 @@ class SnapshotTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(SnapshotTest, RoundTripIsBitExactAndContinuesIdentically) {
   Fixture f = Make();
-  StatePool pool(f.model, 2);
+  std::unique_ptr<Backend> pool = MakeCpuBackend(f.model, {.slots = 2});
   std::vector<float> a, b;
-  Feed(f.model, pool, 0, 23, &a);
+  Feed(*pool, 0, 23, &a);
   auto decoded = DecodeSnapshot(f.blob, f.shape);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->session_id, "chat-1");
   EXPECT_EQ(decoded->position, 23);
   EXPECT_EQ(decoded->created_unix_ms, 1000);
   EXPECT_EQ(decoded->last_used_unix_ms, 2000);
-  RestoreSlot(f.model, *decoded, pool, 1);
-  const SessionSnapshot original = CaptureSlot(f.model, pool, 0), restored = CaptureSlot(f.model, pool, 1);
+  RestoreSlot(*decoded, *pool, 1);
+  const SessionSnapshot original = CaptureSlot(*pool, 0), restored = CaptureSlot(*pool, 1);
   EXPECT_EQ(original.fixed, restored.fixed);
   EXPECT_EQ(original.growing, restored.growing);
-  EXPECT_EQ(pool.position(1), 23);
-  Feed(f.model, pool, 0, 5, &a);
-  Feed(f.model, pool, 1, 5, &b);
+  EXPECT_EQ(pool->position(1), 23);
+  Feed(*pool, 0, 5, &a);
+  Feed(*pool, 1, 5, &b);
   EXPECT_EQ(a, b);
   // Re-encoding the decoded snapshot gives the same bytes.
   SessionSnapshot again = *decoded;
