@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 OUT=${2:-gpu-bundle}
-BINARIES=(cuda_ops_test backend_test steady)
+BINARIES=(cuda_ops_test backend_test engine_test steady)
 
 if [[ ! -d $BUILD/CMakeFiles/steady_kernels_cuda.dir ]]; then
   echo "gpu_bundle: $BUILD was not configured with the CUDA backend (nvcc not found?)" >&2

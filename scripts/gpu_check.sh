@@ -43,7 +43,7 @@ if [[ -n $PREBUILT ]]; then
   export LD_LIBRARY_PATH=$PREBUILT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 elif cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DENABLE_CUDA=ON -DSTEADY_BUILD_BENCHMARKS=OFF \
      >"$LOG/configure.txt" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target cuda_ops_test backend_test steady >"$LOG/build.txt" 2>&1; then
+   cmake --build "$BUILD" -j"$JOBS" --target cuda_ops_test backend_test engine_test steady >"$LOG/build.txt" 2>&1; then
   record "build (ENABLE_CUDA=ON)" PASS "$BUILD/bin"
   BINDIR=$BUILD/bin
 else
@@ -52,7 +52,7 @@ else
 fi
 
 # The GPU tests: a binary and its gtest filter (backend_test's CUDA cases only).
-declare -a TESTS=("cuda_ops_test:*" "backend_test:*Cuda*")
+declare -a TESTS=("cuda_ops_test:*" "backend_test:*Cuda*" "engine_test:*Cuda*")
 
 # 2. The GPU tests: on a GPU machine a SKIPPED test is a failure of this check.
 for entry in "${TESTS[@]}"; do

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "model/generate.h"
+#include "model/backend.h"
 #include "model/state_pool.h"
 #include "server/snapshot.h"
 #include "tests/testutil.h"
@@ -477,6 +478,39 @@ TEST(EngineTest, StartRefusesBadOptions) {
   auto e = Engine::Start(m, TestTokenizer(), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(std::string(e.status().message()).find("max_batch"), std::string::npos);
+}
+
+TEST(EngineTest, UnknownDeviceIsRefusedAtStart) {
+  EngineOptions o = Options();
+  o.device = "tpu";
+  auto e = Engine::Start(Taylor(), TestTokenizer(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(e.status().message()).find("--device"), std::string::npos) << e.status();
+}
+
+// On a GPU a softmax session's KV cache is preallocated to --max-context tokens: a request that
+// would pass it is refused before it runs, and the session stays usable. Constant-state sessions
+// have no such bound.
+TEST(EngineTest, CudaKvCapacityIsEnforcedPerRequest) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  EngineOptions o = Options();
+  o.device = "cuda";
+  o.max_context = 24;
+  const Model softmax = TinyModel("softmax", nlohmann::json::object(), 5);
+  std::unique_ptr<Engine> e = StartEngine(softmax, o);
+  EXPECT_EQ(e->device().rfind("cuda", 0), 0u) << e->device();
+  ASSERT_TRUE(Create(*e, "s").ok());
+  const Outcome too_long = Generate(*e, "s", "a b c d", 30);
+  EXPECT_EQ(too_long.status.code(), absl::StatusCode::kOutOfRange) << too_long.status;
+  EXPECT_NE(std::string(too_long.status.message()).find("--max-context"), std::string::npos);
+  const Outcome fits = Generate(*e, "s", "a b c d", 8);
+  EXPECT_TRUE(fits.status.ok()) << fits.status;
+  EXPECT_EQ(Get(*e, "s")->position, fits.usage.session_position);
+
+  const Model taylor = Taylor();
+  std::unique_ptr<Engine> constant = StartEngine(taylor, o);
+  EXPECT_TRUE(Generate(*constant, "", "a b c d", 30).status.ok());
 }
 
 }  // namespace
