@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "model/sampling.h"
 #include "model/state_pool.h"
 
 #ifdef STEADY_HAVE_CUDA
@@ -76,6 +77,24 @@ class CpuBackend : public Backend {
 };
 
 }  // namespace
+
+void Backend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
+                            std::vector<int32_t>* ids) {
+  std::vector<float> logits;
+  Forward(segments, &logits);
+  const int vocab = int(logits.size() / std::max<size_t>(draws.size(), 1));
+  STEADY_CHECK(size_t(vocab) * draws.size() == logits.size());
+  ids->resize(draws.size());
+  for (size_t r = 0; r < draws.size(); ++r) {
+    const DrawParams& d = draws[r];
+    // splitmix64 of the counter keys the row's generator.
+    uint64_t z = d.counter + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    Sampler sampler(SamplingParams{d.temperature, d.top_k, d.top_p, 1.0f, d.seed ^ z ^ (z >> 31)});
+    (*ids)[r] = sampler.Sample(logits.data() + r * vocab, vocab, {});
+  }
+}
 
 bool CudaBackendBuilt() {
 #ifdef STEADY_HAVE_CUDA

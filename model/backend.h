@@ -36,6 +36,17 @@ struct SlotState {
   std::vector<std::vector<float>> growing;  // [layers]
 };
 
+// How one output row's token is drawn by Backend::ForwardSample: model/sampling.h's SamplingParams
+// without the repetition penalty, plus a counter (e.g. the session's position) that makes each draw
+// of one seed distinct and reproducible.
+struct DrawParams {
+  float temperature = 0;  // 0: greedy (first maximum)
+  int top_k = 0;          // 0: off
+  float top_p = 1;        // 1: off
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -53,6 +64,12 @@ class Backend {
   // Model::Forward's contract: every segment's tokens in one step, logits [rows_out, vocab] in
   // segment order. `logits` may be null (benchmarks: compute without copying logits back).
   virtual void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) = 0;
+  // Forward, then one token per output row drawn under draws[row] (one entry per logits row).
+  // The CUDA backend draws on the device (kernels/cuda/sampling.cu), so only the ids come back;
+  // the CPU draws with model/sampling.h's Sampler seeded from (seed, counter). Greedy rows agree
+  // between the two; random draws use different generators.
+  virtual void ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
+                             std::vector<int32_t>* ids);
   // Waits for queued work (for timing). A no-op on the CPU.
   virtual void Synchronize() {}
 

@@ -85,6 +85,8 @@ class CudaBackend : public Backend {
     positions_[slot] = 0;
   }
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override;
+  void ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
+                     std::vector<int32_t>* ids) override;
   void Synchronize() override { cuda::SynchronizeStream(stream_); }
   SlotState ReadSlot(int slot) override;
   void WriteSlot(int slot, const SlotState& state) override;
@@ -149,6 +151,7 @@ class CudaBackend : public Backend {
 
   // Per-step buffers, grown as needed.
   DeviceBuffer meta_;  // ids [rows] i32, positions [rows] i64, slot/row_begin/count [segs] i32, seg pos [segs] i64, out rows [out] i32
+  DeviceBuffer draws_, ids_;  // RowSampling [out rows], int32 [out rows]
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
 };
 
@@ -488,6 +491,23 @@ void CudaBackend::Forward(const std::vector<Segment>& segments, std::vector<floa
     logits->resize(size_t(out_rows) * c.vocab_size);
     cuda::CopyToHost(logits->data(), logits_.data(), logits->size() * f, stream_);
   }
+}
+
+void CudaBackend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
+                                std::vector<int32_t>* ids) {
+  Forward(segments, nullptr);  // logits stay in logits_
+  const int rows = int(draws.size());
+  std::vector<cuda::RowSampling> params(rows);
+  for (int r = 0; r < rows; ++r) {
+    params[r] = {draws[r].temperature, draws[r].top_k, draws[r].top_p, draws[r].seed, draws[r].counter};
+  }
+  Reserve(draws_, params.size() * sizeof(cuda::RowSampling));
+  Reserve(ids_, size_t(rows) * sizeof(int32_t));
+  cuda::CopyToDevice(draws_.data(), params.data(), params.size() * sizeof(cuda::RowSampling), stream_);
+  cuda::SampleRows(logits_.as<float>(), rows, model_.vocab_size(), draws_.as<cuda::RowSampling>(),
+                   ids_.as<int32_t>(), stream_);
+  ids->resize(rows);
+  cuda::CopyToHost(ids->data(), ids_.data(), size_t(rows) * sizeof(int32_t), stream_);
 }
 
 }  // namespace

@@ -168,6 +168,20 @@ struct KvCacheLayout {
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
                       const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
 
+// --- sampling.cu ------------------------------------------------------------------------------
+// One row's sampling parameters (model/sampling.h's SamplingParams without the repetition
+// penalty). counter distinguishes the draws of one seed (e.g. the session's position).
+struct RowSampling {
+  float temperature = 0;  // 0: greedy (first maximum)
+  int top_k = 0;          // 0: off
+  float top_p = 1;        // 1: off
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+};
+// ids[r] = a token drawn from logits [rows, vocab] row r under params[r] (device arrays).
+void SampleRows(const float* logits, int rows, int vocab, const RowSampling* params, int32_t* ids,
+                cudaStream_t stream);
+
 }  // namespace steady::cuda
 
 #endif  // STEADY_KERNELS_CUDA_OPS_H_

@@ -290,5 +290,93 @@ TEST_F(CudaOpsTest, MatMulNTBf16) {
   }
 }
 
+// Greedy rows (temperature 0, or top_k 1) pick the first maximum, as the CPU Sampler does; ties are
+// planted so "first" matters.
+TEST_F(CudaOpsTest, SampleRowsGreedyIsTheFirstMaximum) {
+  const int rows = 33, vocab = 5003;
+  auto logits = Randn(size_t(rows) * vocab, 3.0);
+  std::vector<RowSampling> params(rows);
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) {
+    float* x = logits.data() + size_t(r) * vocab;
+    const int i = int(rng_() % vocab), j = int(rng_() % vocab);
+    x[i] = x[j] = 50.0f;  // a tie for the maximum
+    want[r] = std::min(i, j);
+    params[r].temperature = r % 2 ? 0.0f : 1.0f;
+    params[r].top_k = r % 2 ? 0 : 1;
+    params[r].seed = rng_();
+  }
+  DeviceBuffer dl = Upload(logits), dp = Upload(params), di = Poisoned<int32_t>(rows);
+  SampleRows(dl.as<float>(), rows, vocab, dp.as<RowSampling>(), di.as<int32_t>(), stream_);
+  Sync();
+  EXPECT_EQ(Download<int32_t>(di, rows), want);
+}
+
+// The kept set and its probabilities as model/sampling.cc computes them (no ties here).
+std::vector<double> ReferenceDistribution(const std::vector<float>& x, float temperature, int top_k, float top_p) {
+  const int vocab = int(x.size());
+  std::vector<int> order(vocab);
+  for (int i = 0; i < vocab; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return x[a] > x[b]; });
+  const int keep_k = top_k > 0 && top_k < vocab ? top_k : vocab;
+  std::vector<double> w(keep_k);
+  double total = 0;
+  for (int n = 0; n < keep_k; ++n) total += w[n] = std::exp(double(x[order[n]] - x[order[0]]) / temperature);
+  int keep = keep_k;
+  if (top_p < 1.0f) {
+    double mass = 0;
+    int n = 0;
+    while (n < keep_k && mass < top_p * total) mass += w[n++];
+    keep = std::max(n, 1);
+    total = mass;
+  }
+  std::vector<double> p(vocab, 0.0);
+  for (int n = 0; n < keep; ++n) p[order[n]] = w[n] / total;
+  return p;
+}
+
+// 40,000 draws of one row (the same logits, counters 0..N-1): nothing outside the top-k / top-p set
+// is ever drawn, every token's frequency is within 5 binomial standard deviations of its
+// probability, and the same (seed, counter) draws the same token again.
+TEST_F(CudaOpsTest, SampleRowsDrawsFromTheTopKTopPDistribution) {
+  const int vocab = 64, draws = 40000;
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Case c : {Case{1.0f, 0, 1.0f}, Case{0.7f, 10, 1.0f}, Case{1.3f, 0, 0.8f}, Case{0.9f, 20, 0.9f}}) {
+    SCOPED_TRACE(testing::Message() << "T " << c.temperature << " top_k " << c.top_k << " top_p " << c.top_p);
+    const auto x = Randn(vocab, 1.5);
+    std::vector<float> logits;
+    for (int r = 0; r < draws; ++r) logits.insert(logits.end(), x.begin(), x.end());
+    std::vector<RowSampling> params(draws);
+    const uint64_t seed = rng_();
+    for (int r = 0; r < draws; ++r) params[r] = {c.temperature, c.top_k, c.top_p, seed, uint64_t(r)};
+    DeviceBuffer dl = Upload(logits), dp = Upload(params), di = Poisoned<int32_t>(draws);
+    SampleRows(dl.as<float>(), draws, vocab, dp.as<RowSampling>(), di.as<int32_t>(), stream_);
+    Sync();
+    const std::vector<int32_t> ids = Download<int32_t>(di, draws);
+    DeviceBuffer again = Poisoned<int32_t>(draws);
+    SampleRows(dl.as<float>(), draws, vocab, dp.as<RowSampling>(), again.as<int32_t>(), stream_);
+    Sync();
+    EXPECT_EQ(Download<int32_t>(again, draws), ids);
+    const std::vector<double> p = ReferenceDistribution(x, c.temperature, c.top_k, c.top_p);
+    std::vector<int> count(vocab, 0);
+    for (int32_t id : ids) {
+      ASSERT_TRUE(id >= 0 && id < vocab) << id;
+      ++count[id];
+    }
+    for (int i = 0; i < vocab; ++i) {
+      if (p[i] == 0) {
+        EXPECT_EQ(count[i], 0) << "token " << i << " is outside the kept set";
+        continue;
+      }
+      const double sigma = std::sqrt(draws * p[i] * (1 - p[i]));
+      EXPECT_NEAR(count[i], draws * p[i], 5 * sigma + 1) << "token " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace steady::cuda
