@@ -19,6 +19,9 @@ absl::Status RunInfo(int argc, char** argv);
 
 // Loads --model DIR with the mechanism flags applied.
 absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags);
+// The shape --config FILE or --preset tiny|llama1b names (default tiny), with the mechanism flags
+// applied; no weights (tools/steady/cmd_init.cc). NOT_FOUND for a missing file.
+absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags);
 
 }  // namespace steady
 

@@ -23,7 +23,7 @@ commands:
       Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
       [H, T]) plus the mechanism's tensors (slay.anchors, slay.omega, dark.M, dark.G,
       sliced.bandwidth); writes y [H, T, dv] in the input's float type.
-  init --out DIR [--config FILE | --preset tiny|small] [--mechanism NAME ...] [--seed S]
+  init --out DIR [--config FILE | --preset tiny|llama1b] [--mechanism NAME ...] [--seed S]
        [--tokenizer FILE] [--dtype f32|f16|bf16]
       Writes a randomly initialised checkpoint (config.json, model.safetensors, tokenizer.model).
   info --model DIR | --preset tiny|llama1b | --config FILE  [mechanism flags]
