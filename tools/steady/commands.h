@@ -16,6 +16,7 @@ absl::Status RunEval(int argc, char** argv);
 absl::Status RunAttn(int argc, char** argv);
 absl::Status RunInit(int argc, char** argv);
 absl::Status RunInfo(int argc, char** argv);
+absl::Status RunBench(int argc, char** argv);
 
 // Loads --model DIR with the mechanism flags applied.
 absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags);
