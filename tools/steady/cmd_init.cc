@@ -35,8 +35,12 @@ absl::StatusOr<DType> ParseDType(const std::string& s) {
   return absl::InvalidArgumentError(absl::StrCat("--dtype: expected f32, f16 or bf16, got \"", s, "\""));
 }
 
-// --config FILE or --preset NAME (default tiny), with the mechanism flags applied.
+}  // namespace
+
 absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags) {
+  if (flags.Has("config") && flags.Has("preset")) {
+    return absl::InvalidArgumentError("--config and --preset both name a shape; give one");
+  }
   nlohmann::json config_json;
   if (flags.Has("config")) {
     std::ifstream in(flags.Get("config"));
@@ -57,8 +61,6 @@ absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags) {
   if (*override) OverrideMechanism((*override)->mechanism, (*override)->params, &*config);
   return config;
 }
-
-}  // namespace
 
 absl::Status RunInit(int argc, char** argv) {
   std::set<std::string> known = {"out", "config", "preset", "seed", "tokenizer", "dtype"};

@@ -1,5 +1,5 @@
 // build/bin/steady: the engine without a server. Generate text, measure perplexity, run one
-// attention mechanism on raw tensors, create random checkpoints.
+// attention mechanism on raw tensors, create random checkpoints, benchmark a backend.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -23,12 +23,28 @@ commands:
       Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
       [H, T]) plus the mechanism's tensors (slay.anchors, slay.omega, dark.M, dark.G,
       sliced.bandwidth); writes y [H, T, dv] in the input's float type.
-  init --out DIR [--config FILE | --preset tiny|small] [--mechanism NAME ...] [--seed S]
+  init --out DIR [--config FILE | --preset tiny|llama1b] [--mechanism NAME ...] [--seed S]
        [--tokenizer FILE] [--dtype f32|f16|bf16]
       Writes a randomly initialised checkpoint (config.json, model.safetensors, tokenizer.model).
   info --model DIR | --preset tiny|llama1b | --config FILE  [mechanism flags]
       Prints the shape, mechanism, parameters and state bytes per session (and KV-cache bytes per
       token for softmax layers) as JSON; with --preset/--config, sizes only, no weights.
+  bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B --context L [--device D]
+        [--steps N] [--prefill-tokens N] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
+        [mechanism flags]
+      Synthetic decode and prefill through the --device backend on random weights of the shape (or
+      the checkpoint). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256
+      MiB; read + written bytes per second). Decode: B slots at position L (constant state: 256 real
+      tokens, then the position set to L; growing state (KV cache): L real tokens per slot, refused on
+      the cpu backend above 1e12 multiply-adds, B*L*params + B*L^2*layers*heads*head_dim), 3 warm-up
+      steps, then N timed steps (default 32) of one token per slot, each timed through Synchronize();
+      tokens/s = B / median step time.
+        bytes per step = weight bytes + sum over slots of (state read + state written)
+          state read    = the slot's BytesInUse() before the step (fixed state + KV cache)
+          state written = StateBytesPerSlot() + what the step appended (a KV row)
+        so 2 x state bytes per slot for constant state; KV cache + one row for softmax. Bandwidth =
+        bytes per step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot,
+        N tokens (default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
 )";
 
 struct Command {
@@ -38,7 +54,7 @@ struct Command {
 
 constexpr Command kCommands[] = {{"generate", steady::RunGenerate}, {"eval", steady::RunEval},
                                  {"attn", steady::RunAttn},         {"init", steady::RunInit},
-                                 {"info", steady::RunInfo}};
+                                 {"info", steady::RunInfo},         {"bench", steady::RunBench}};
 
 }  // namespace
 

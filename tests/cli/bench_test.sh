@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Command-line tests of `steady bench`: its JSON fields are present and consistent with each other
+# and with the byte accounting (docs/benchmarks.md), the softmax KV cache's bytes grow with the
+# context while Taylor's do not, and bad input is a clear error.
+# Usage: bench_test.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+bin=$1
+source "$(dirname "$0")/lib.bash"
+steady="$bin/steady"
+py=/usr/bin/python3
+
+# expect_error NAME STATUS NEEDLE CMD...: the command must exit with STATUS (a number, or "nonzero")
+# and say NEEDLE on stderr.
+expect_error() {
+  local name=$1 status=$2 needle=$3 rc=0
+  shift 3
+  "$@" > "$tmp/out" 2> "$tmp/err" || rc=$?
+  if [ "$rc" = 0 ] || { [ "$status" != nonzero ] && [ "$rc" != "$status" ]; }; then
+    fail "$name: exit status $rc, expected $status: $(cat "$tmp/err")"
+  elif grep -qF -- "$needle" "$tmp/err"; then
+    pass "$name"
+  else
+    fail "$name: error did not mention '$needle': $(cat "$tmp/err")"
+  fi
+}
+
+run_bench() {  # run_bench OUT.json [flags...]
+  local out=$1
+  shift
+  "$steady" bench --device cpu --preset tiny --batch 2 --steps 3 --prefill-tokens 64 --json "$@" > "$out"
+}
+run_bench "$tmp/softmax64.json" --context 64 && pass "bench: softmax, context 64" || fail "bench softmax 64"
+small=(--copy-bytes 8388608)  # the remaining runs: a smaller copy buffer, for time
+run_bench "$tmp/softmax256.json" --context 256 "${small[@]}" && pass "bench: softmax, context 256" || fail "bench softmax 256"
+run_bench "$tmp/taylor64.json" --context 64 --mechanism taylor --order 2 "${small[@]}" \
+  && pass "bench: taylor, context 64" || fail "bench taylor 64"
+run_bench "$tmp/taylor100k.json" --context 100000 --mechanism taylor --order 2 "${small[@]}" \
+  && pass "bench: taylor, context 100000" || fail "bench taylor 100000"
+
+"$py" - "$tmp" <<'PY' && pass "bench: fields present, positive and consistent" || fail "bench fields"
+import json, math, sys
+close = lambda a, b: math.isclose(a, b, rel_tol=1e-9)
+for name in ("softmax64", "softmax256", "taylor64", "taylor100k"):
+    r = json.load(open("%s/%s.json" % (sys.argv[1], name)))
+    d, p, m = r["decode"], r["prefill"], r["model"]
+    assert r["device"] == "cpu", r
+    for k in ("hidden", "layers", "heads", "kv_heads", "head_dim", "vocab", "parameters"):
+        assert m[k] > 0, (name, k, m)
+    for k in ("weight_bytes", "copy_bytes", "copy_bandwidth_bytes_per_second"):
+        assert r[k] > 0, (name, k, r[k])
+    for k in ("setup_seconds", "step_seconds_median", "step_seconds_min", "tokens_per_second", "bytes_per_step",
+              "state_bytes_read_per_step", "state_bytes_written_per_step", "bandwidth_bytes_per_second",
+              "bandwidth_fraction_of_copy"):
+        assert d[k] > 0, (name, k, d)
+    assert d["batch"] == 2 and d["steps"] == 3 and d["step_seconds_min"] <= d["step_seconds_median"], (name, d)
+    assert close(d["tokens_per_second"], d["batch"] / d["step_seconds_median"]), (name, d)
+    assert d["bytes_per_step"] >= r["weight_bytes"], (name, d)
+    assert close(d["bytes_per_step"],
+                 r["weight_bytes"] + d["state_bytes_read_per_step"] + d["state_bytes_written_per_step"]), (name, d)
+    assert close(d["bandwidth_bytes_per_second"], d["bytes_per_step"] / d["step_seconds_median"]), (name, d)
+    assert close(d["bandwidth_fraction_of_copy"],
+                 d["bandwidth_bytes_per_second"] / r["copy_bandwidth_bytes_per_second"]), (name, d)
+    assert p["tokens"] == 64 and p["seconds"] > 0 and close(p["tokens_per_second"], 64 / p["seconds"]), (name, p)
+    if name.startswith("taylor"):
+        # Constant state: each slot reads and rewrites its fixed state, nothing else.
+        s = 2 * r["state_bytes_per_session"]
+        assert not d["state_grows"] and r["state_bytes_per_session"] > 0, (name, r)
+        assert close(d["state_bytes_read_per_step"], s) and close(d["state_bytes_written_per_step"], s), (name, d)
+    else:
+        # KV cache: read whole (at least `context` rows per slot), one row written per slot.
+        assert d["state_grows"] and r["state_bytes_per_session"] == 0, (name, r)
+        row = r["model"]["layers"] * r["model"]["kv_heads"] * 2 * r["model"]["head_dim"] * 4
+        assert d["state_bytes_read_per_step"] >= 2 * d["context"] * row, (name, d)
+        assert close(d["state_bytes_written_per_step"], 2 * row), (name, d)
+        assert d["setup_tokens"] == 2 * d["context"], (name, d)
+load = lambda n: json.load(open("%s/%s.json" % (sys.argv[1], n)))["decode"]
+assert load("softmax256")["bytes_per_step"] > load("softmax64")["bytes_per_step"]
+assert load("taylor100k")["bytes_per_step"] == load("taylor64")["bytes_per_step"]
+assert load("taylor100k")["setup_tokens"] == 256  # not 100,000: the position is set, the state is kept
+PY
+
+"$steady" bench --device cpu --preset tiny --batch 1 --context 8 --steps 1 --prefill-tokens 8 "${small[@]}" > "$tmp/table" \
+  && grep -q "^decode tokens/s" "$tmp/table" && grep -q "^prefill" "$tmp/table" \
+  && pass "bench: human-readable table" || fail "bench table: $(cat "$tmp/table")"
+
+# Bad input: INVALID_ARGUMENT exits 2 naming the flag; a missing file exits 1 naming it.
+base=(bench --device cpu --steps 1 --prefill-tokens 0)
+expect_error "bench: batch 0" 2 "--batch" "$steady" "${base[@]}" --preset tiny --batch 0 --context 8
+expect_error "bench: negative context" 2 "--context" "$steady" "${base[@]}" --preset tiny --batch 1 --context -1
+expect_error "bench: missing --batch" 2 "--batch" "$steady" "${base[@]}" --preset tiny --context 8
+expect_error "bench: unknown preset" 2 "--preset" "$steady" "${base[@]}" --preset huge --batch 1 --context 8
+expect_error "bench: no shape" 2 "--preset" "$steady" "${base[@]}" --batch 1 --context 8
+expect_error "bench: --model with --config" 2 "--model" "$steady" "${base[@]}" --model "$tmp" --config "$tmp/c.json" \
+  --batch 1 --context 8
+expect_error "bench: --config with --preset" 2 "--config" "$steady" "${base[@]}" --config "$tmp/c.json" --preset tiny \
+  --batch 1 --context 8
+expect_error "bench: missing config file" 1 "$tmp/none.json" "$steady" "${base[@]}" --config "$tmp/none.json" \
+  --batch 1 --context 8
+expect_error "bench: unknown device" 2 "--device" "$steady" "${base[@]}" --preset tiny --batch 1 --context 8 --device tpu
+expect_error "bench: KV cache too large for the cpu" 2 "--context" "$steady" "${base[@]}" --preset tiny --batch 64 \
+  --context 100000 "${small[@]}"
+if nvidia-smi -L > /dev/null 2>&1; then
+  echo "skip - bench --device cuda without a GPU (a GPU is visible)"
+else
+  expect_error "bench: --device cuda without a GPU" nonzero "--device cuda" "$steady" bench --device cuda --preset tiny \
+    --batch 1 --context 8
+fi
+
+finish bench_test

@@ -1,0 +1,282 @@
+// steady bench: synthetic decode and prefill through the Backend interface (model/backend.h), on
+// random weights of a shape (--preset, --config) or on a checkpoint (--model), so that one command
+// measures whichever backend --device picks. What it measures, the byte accounting and figures:
+// docs/benchmarks.md ("steady bench").
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/steady/commands.h"
+
+namespace steady {
+namespace {
+
+constexpr int kWarmupSteps = 3;
+// Real tokens a constant-state slot absorbs before its position is set to the context length: its
+// state is a fixed buffer, as costly to read and write after 256 tokens as after a million.
+constexpr int64_t kFillTokens = 256;
+// State that grows (softmax's KV cache) has to hold the whole context, so every slot prefills it,
+// at a cost quadratic in the context; the cpu backend refuses more multiply-adds than this (about
+// 10 minutes on the 2-core development VM).
+constexpr double kMaxCpuSetupMacs = 1e12;
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct TokenSource {
+  std::mt19937_64 rng;
+  std::uniform_int_distribution<int32_t> id;
+  std::vector<int32_t> Next(int64_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = id(rng);
+    return t;
+  }
+};
+
+// Prefills slots [0, slots) with random tokens up to position `target`, `chunk` tokens per slot
+// per Forward (one segment per slot), then waits for the device.
+void PrefillTo(Backend& b, int slots, int64_t target, int64_t chunk, TokenSource& tokens) {
+  for (;;) {
+    std::vector<Segment> segments;
+    for (int s = 0; s < slots; ++s) {
+      const int64_t n = std::min(chunk, target - b.position(s));
+      if (n > 0) segments.push_back({s, tokens.Next(n), false});
+    }
+    if (segments.empty()) break;
+    b.Forward(segments, nullptr);
+  }
+  b.Synchronize();
+}
+
+int64_t TotalBytesInUse(const Backend& b) {
+  int64_t total = 0;
+  for (int s = 0; s < b.slots(); ++s) total += b.BytesInUse(s);
+  return total;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// --model DIR, or random weights of the --preset / --config shape.
+absl::StatusOr<Model> BenchModel(const Flags& flags, uint64_t seed) {
+  if (!flags.Has("model") && !flags.Has("config") && !flags.Has("preset")) {
+    return absl::InvalidArgumentError("one of --preset tiny|llama1b, --config FILE or --model DIR is required");
+  }
+  if (flags.Has("model")) {
+    if (flags.Has("config") || flags.Has("preset")) {
+      return absl::InvalidArgumentError("--model loads a checkpoint's shape; it conflicts with --config / --preset");
+    }
+    return LoadModelFromFlags(flags);
+  }
+  auto config = ConfigFromFlags(flags);
+  if (!config.ok()) return config.status();
+  return Model::Random(*config, seed);
+}
+
+// Multiply-adds of prefilling `batch` slots to `context` tokens: every weight once per token, and
+// each token's attention over the tokens before it (q.k and p.v, per query head and layer).
+double PrefillMacs(const Model& m, int batch, int64_t context) {
+  const ModelConfig& c = m.config();
+  const double l = double(context);
+  return batch * (l * double(m.ParameterCount()) + l * l * c.num_layers * c.num_heads * c.head_dim);
+}
+
+// Every slot at position `context`, then `steps` timed decode steps (one token per slot each).
+absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int64_t context, int steps, int64_t chunk,
+                                             TokenSource& tokens) {
+  const int batch = b.slots();
+  const auto setup_start = Clock::now();
+  // One real token tells whether the state grows with the context (before any long prefill).
+  PrefillTo(b, 1, std::min<int64_t>(context, 1), chunk, tokens);
+  const bool grows = b.BytesInUse(0) > b.StateBytesPerSlot();
+  int64_t setup_tokens;
+  if (grows) {
+    setup_tokens = int64_t(batch) * context;
+    const double macs = PrefillMacs(model, batch, context);
+    if (b.Name() == "cpu" && macs > kMaxCpuSetupMacs) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--batch %d --context %lld: this state grows with the context (KV cache), so every slot must prefill "
+          "it: %.2g multiply-adds, more than the cpu backend's limit of %.0g (about 10 minutes on 2 cores); "
+          "lower --batch or --context",
+          batch, static_cast<long long>(context), macs, kMaxCpuSetupMacs));
+    }
+    PrefillTo(b, batch, context, chunk, tokens);
+  } else {
+    setup_tokens = std::min(context, kFillTokens);
+    PrefillTo(b, 1, setup_tokens, chunk, tokens);
+    const std::vector<float> state = b.ReadSlot(0);
+    for (int s = 0; s < batch; ++s) b.WriteSlot(s, state, context);
+    b.Synchronize();
+  }
+  const double setup_seconds = SecondsSince(setup_start);
+
+  std::vector<double> times;
+  double state_read = 0, state_written = 0;  // bytes, summed over the timed steps
+  for (int step = 0; step < kWarmupSteps + steps; ++step) {
+    std::vector<Segment> segments(batch);
+    for (int s = 0; s < batch; ++s) segments[s] = {s, tokens.Next(1), false};
+    const int64_t before = TotalBytesInUse(b);
+    const auto start = Clock::now();
+    b.Forward(segments, nullptr);
+    b.Synchronize();
+    const double seconds = SecondsSince(start);
+    if (step < kWarmupSteps) continue;
+    times.push_back(seconds);
+    // Each slot reads all its state; it rewrites its fixed part and appends what grew (a KV row).
+    state_read += double(before);
+    state_written += double(batch) * double(b.StateBytesPerSlot()) + double(TotalBytesInUse(b) - before);
+  }
+  const double median = Median(times);
+  const double bytes = double(b.WeightBytes()) + (state_read + state_written) / steps;
+  return nlohmann::json{{"batch", batch},
+                        {"context", context},
+                        {"steps", steps},
+                        {"warmup_steps", kWarmupSteps},
+                        {"state_grows", grows},
+                        {"setup_tokens", setup_tokens},
+                        {"setup_seconds", setup_seconds},
+                        {"step_seconds_median", median},
+                        {"step_seconds_min", *std::min_element(times.begin(), times.end())},
+                        {"tokens_per_second", batch / median},
+                        {"state_bytes_read_per_step", state_read / steps},
+                        {"state_bytes_written_per_step", state_written / steps},
+                        {"bytes_per_step", bytes},
+                        {"bandwidth_bytes_per_second", bytes / median}};
+}
+
+// One slot, `total` tokens in chunks of `chunk`, after one untimed chunk.
+nlohmann::json MeasurePrefill(Backend& b, int64_t total, int64_t chunk, TokenSource& tokens) {
+  PrefillTo(b, 1, std::min(total, chunk), chunk, tokens);
+  b.Reset(0);
+  const auto start = Clock::now();
+  PrefillTo(b, 1, total, chunk, tokens);
+  const double seconds = SecondsSince(start);
+  return {{"tokens", total}, {"chunk", chunk}, {"seconds", seconds}, {"tokens_per_second", total / seconds}};
+}
+
+std::string Bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  for (; u < 4 && b >= 1000; ++u) b /= 1000;
+  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+}
+
+void PrintTable(const nlohmann::json& r) {
+  const nlohmann::json& m = r["model"];
+  const nlohmann::json& d = r["decode"];
+  const auto row = [](const char* name, const std::string& value) { std::printf("%-28s %s\n", name, value.c_str()); };
+  row("device", r["device"].get<std::string>());
+  row("model", m["source"].get<std::string>());
+  row("shape", absl::StrFormat("hidden %d, layers %d, heads %d, kv heads %d, head_dim %d, vocab %d, %lld parameters",
+                               m["hidden"].get<int>(), m["layers"].get<int>(), m["heads"].get<int>(),
+                               m["kv_heads"].get<int>(), m["head_dim"].get<int>(), m["vocab"].get<int>(),
+                               m["parameters"].get<long long>()));
+  std::vector<std::string> params;
+  for (const auto& [key, value] : r["attention"].items()) {
+    if (key != "mechanism") params.push_back(absl::StrCat(key, " ", value.is_string() ? value.get<std::string>() : value.dump()));
+  }
+  row("mechanism", absl::StrCat(r["mechanism"].get<std::string>(), " (", absl::StrJoin(params, ", "), ")"));
+  row("state bytes per session", Bytes(r["state_bytes_per_session"].get<double>()) +
+                                     (d["state_grows"].get<bool>() ? " fixed, plus what grows (KV cache)" : ""));
+  row("weight bytes per step", Bytes(r["weight_bytes"].get<double>()));
+  row("copy bandwidth", Bytes(r["copy_bandwidth_bytes_per_second"].get<double>()) + "/s (read + written, " +
+                            Bytes(r["copy_bytes"].get<double>()) + " buffers)");
+  row("decode batch x context", absl::StrCat(d["batch"].get<int>(), " x ", d["context"].get<int64_t>()));
+  row("decode setup", absl::StrFormat("%.2f s (%lld tokens prefilled%s)", d["setup_seconds"].get<double>(),
+                                      d["setup_tokens"].get<long long>(),
+                                      d["state_grows"].get<bool>() ? "" : "; state copied to every slot at the context"));
+  row("decode step median / min", absl::StrFormat("%.3f / %.3f ms over %d steps", 1e3 * d["step_seconds_median"].get<double>(),
+                                                  1e3 * d["step_seconds_min"].get<double>(), d["steps"].get<int>()));
+  row("decode tokens/s", absl::StrFormat("%.1f", d["tokens_per_second"].get<double>()));
+  row("decode bytes per step", absl::StrCat(Bytes(d["bytes_per_step"].get<double>()), " (weights ", Bytes(r["weight_bytes"].get<double>()),
+                                            " + state read ", Bytes(d["state_bytes_read_per_step"].get<double>()), " + written ",
+                                            Bytes(d["state_bytes_written_per_step"].get<double>()), ")"));
+  row("decode bandwidth", absl::StrFormat("%s/s = %.1f%% of copy", Bytes(d["bandwidth_bytes_per_second"].get<double>()),
+                                          100 * d["bandwidth_fraction_of_copy"].get<double>()));
+  if (r["prefill"].is_null()) return;
+  const nlohmann::json& p = r["prefill"];
+  row("prefill (one slot)", absl::StrFormat("%lld tokens in chunks of %lld: %.3f s, %.1f tokens/s",
+                                            p["tokens"].get<long long>(), p["chunk"].get<long long>(),
+                                            p["seconds"].get<double>(), p["tokens_per_second"].get<double>()));
+}
+
+}  // namespace
+
+absl::Status RunBench(int argc, char** argv) {
+  std::set<std::string> known = {"model",          "config",        "preset",     "batch", "context", "steps",
+                                 "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"};
+  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
+  auto flags = Flags::Parse(argc, argv, known, {"json"});
+  if (!flags.ok()) return flags.status();
+  auto batch_flag = flags->Require("batch");
+  auto context_flag = flags->Require("context");
+  auto batch = flags->GetInt("batch", 1, 1, 1 << 20);
+  auto context = flags->GetInt("context", 0, 0, int64_t(1) << 40);
+  auto steps = flags->GetInt("steps", 32, 1, 1 << 20);
+  auto prefill_tokens = flags->GetInt("prefill-tokens", 2048, 0, int64_t(1) << 30);
+  auto chunk = flags->GetInt("prefill-chunk", 512, 1, 1 << 20);
+  auto copy_bytes = flags->GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
+  auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
+  for (const absl::Status& s : {batch_flag.status(), context_flag.status(), batch.status(), context.status(),
+                                steps.status(), prefill_tokens.status(), chunk.status(), copy_bytes.status(),
+                                seed.status()}) {
+    if (!s.ok()) return s;
+  }
+  auto model = BenchModel(*flags, uint64_t(*seed));
+  if (!model.ok()) return model.status();
+  const ModelConfig& c = model->config();
+  TokenSource tokens{std::mt19937_64(*seed), std::uniform_int_distribution<int32_t>(0, c.vocab_size - 1)};
+
+  BackendOptions decode_options;
+  decode_options.slots = int(*batch);
+  decode_options.max_context = *context + kWarmupSteps + *steps + 16;
+  auto backend = BackendFromFlags(*flags, *model, decode_options);
+  if (!backend.ok()) return backend.status();
+  Backend& b = **backend;
+  const std::string source =
+      flags->Has("model") ? flags->Get("model")
+                          : absl::StrCat(flags->Has("config") ? flags->Get("config") : "preset " + flags->Get("preset"),
+                                         ", random weights (seed ", *seed, ")");
+  nlohmann::json report = {
+      {"device", b.Name()},
+      {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
+                 {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
+                 {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
+      {"mechanism", c.layer_attention[0].mechanism},
+      {"attention", model->DescribeAttention()[0]},
+      {"state_bytes_per_session", b.StateBytesPerSlot()},
+      {"weight_bytes", b.WeightBytes()},
+      {"copy_bytes", *copy_bytes},
+      {"copy_bandwidth_bytes_per_second", b.CopyBandwidth(*copy_bytes)}};
+  auto decode = MeasureDecode(b, *model, *context, int(*steps), *chunk, tokens);
+  if (!decode.ok()) return decode.status();
+  (*decode)["bandwidth_fraction_of_copy"] =
+      (*decode)["bandwidth_bytes_per_second"].get<double>() / report["copy_bandwidth_bytes_per_second"].get<double>();
+  report["decode"] = *decode;
+  backend->reset();  // the decode slots' memory, before the prefill backend takes its own
+
+  report["prefill"] = nullptr;
+  if (*prefill_tokens > 0) {
+    BackendOptions prefill_options;
+    prefill_options.max_context = *prefill_tokens + 1;
+    auto prefill_backend = BackendFromFlags(*flags, *model, prefill_options);
+    if (!prefill_backend.ok()) return prefill_backend.status();
+    report["prefill"] = MeasurePrefill(**prefill_backend, *prefill_tokens, *chunk, tokens);
+  }
+  if (flags->Has("json")) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    PrintTable(report);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace steady
