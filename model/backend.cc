@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
     for (int l = 0; l < model_.config().num_layers; ++l) pool_.Growing(slot, l) = s.growing[l];
     pool_.set_position(slot, s.position);
   }
+  void CopySlot(int from, int to) override { pool_.Copy(from, to); }
   int64_t WeightBytes() const override { return WeightFloats(model_) * int64_t(sizeof(float)); }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
   int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }

@@ -77,6 +77,8 @@ class Backend {
   // model's shape whose growing part fits max_context (the caller checks).
   virtual SlotState ReadSlot(int slot) = 0;
   virtual void WriteSlot(int slot, const SlotState& state) = 0;
+  // Slot `to` becomes a copy of slot `from` (fork), without leaving the backend's memory.
+  virtual void CopySlot(int from, int to) = 0;
 
   // Bytes of weights one forward step reads (each weight once, in the backend's storage type).
   virtual int64_t WeightBytes() const = 0;
@@ -85,7 +87,8 @@ class Backend {
   // Bytes the slot's state holds now: the fixed part plus what grows with its context (KV cache).
   virtual int64_t BytesInUse(int slot) const = 0;
   // Bytes/s of a plain copy between two buffers of `bytes` each in the backend's memory (best of a
-  // few repetitions): the bandwidth baseline decode figures are compared against.
+  // few repetitions), counting bytes read plus bytes written (2 * bytes per copy), as the decode
+  // figures count state: the bandwidth baseline they are compared against.
   virtual double CopyBandwidth(int64_t bytes) = 0;
 };
 

@@ -90,6 +90,14 @@ class CudaBackend : public Backend {
   void Synchronize() override { cuda::SynchronizeStream(stream_); }
   SlotState ReadSlot(int slot) override;
   void WriteSlot(int slot, const SlotState& state) override;
+  void CopySlot(int from, int to) override {
+    cuda::CopyOnDevice(SlotPtr(to), SlotPtr(from), slot_floats_ * sizeof(float), stream_);
+    for (int i = 0; i < softmax_layers_; ++i) {
+      cuda::CopyOnDevice(KvPtr(to, i), KvPtr(from, i), size_t(positions_[from] * kv_row_floats_) * sizeof(float),
+                         stream_);
+    }
+    positions_[to] = positions_[from];
+  }
   int64_t WeightBytes() const override { return weight_bytes_; }
   int64_t StateBytesPerSlot() const override { return int64_t(slot_floats_ * sizeof(float)); }
   int64_t BytesInUse(int slot) const override {

@@ -19,9 +19,9 @@ constexpr int kWarmupSteps = 3;
 // Real tokens a constant-state slot absorbs before its position is set to the context length: its
 // state is a fixed buffer, as costly to read and write after 256 tokens as after a million.
 constexpr int64_t kFillTokens = 256;
-// State that grows (softmax's KV cache) has to hold the whole context, so every slot prefills it,
-// at a cost quadratic in the context; the cpu backend refuses more multiply-adds than this (about
-// 10 minutes on the 2-core development VM).
+// State that grows (softmax's KV cache) has to hold the whole context, so slot 0 prefills it (a
+// cost quadratic in the context) and the other slots copy it; the cpu backend refuses more
+// multiply-adds than this (about 10 minutes on the 2-core development VM).
 constexpr double kMaxCpuSetupMacs = 1e12;
 
 using Clock = std::chrono::steady_clock;
@@ -80,12 +80,12 @@ absl::StatusOr<Model> BenchModel(const Flags& flags, uint64_t seed) {
   return Model::Random(*config, seed);
 }
 
-// Multiply-adds of prefilling `batch` slots to `context` tokens: every weight once per token, and
+// Multiply-adds of prefilling one slot to `context` tokens: every weight once per token, and
 // each token's attention over the tokens before it (q.k and p.v, per query head and layer).
-double PrefillMacs(const Model& m, int batch, int64_t context) {
+double PrefillMacs(const Model& m, int64_t context) {
   const ModelConfig& c = m.config();
   const double l = double(context);
-  return batch * (l * double(m.ParameterCount()) + l * l * c.num_layers * c.num_heads * c.head_dim);
+  return l * double(m.ParameterCount()) + l * l * c.num_layers * c.num_heads * c.head_dim;
 }
 
 // Every slot at position `context`, then `steps` timed decode steps (one token per slot each).
@@ -98,33 +98,38 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
   const bool grows = b.BytesInUse(0) > b.StateBytesPerSlot();
   int64_t setup_tokens;
   if (grows) {
-    setup_tokens = int64_t(batch) * context;
-    const double macs = PrefillMacs(model, batch, context);
+    setup_tokens = context;
+    const double macs = PrefillMacs(model, context);
     if (b.Name() == "cpu" && macs > kMaxCpuSetupMacs) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--batch %d --context %lld: this state grows with the context (KV cache), so every slot must prefill "
-          "it: %.2g multiply-adds, more than the cpu backend's limit of %.0g (about 10 minutes on 2 cores); "
-          "lower --batch or --context",
-          batch, static_cast<long long>(context), macs, kMaxCpuSetupMacs));
+          "--context %lld: this state grows with the context (KV cache), so a slot must prefill it: %.2g "
+          "multiply-adds, more than the cpu backend's limit of %.0g (about 10 minutes on 2 cores); lower "
+          "--context",
+          static_cast<long long>(context), macs, kMaxCpuSetupMacs));
     }
-    PrefillTo(b, batch, context, chunk, tokens);
+    PrefillTo(b, 1, context, chunk, tokens);
+    for (int s = 1; s < batch; ++s) b.CopySlot(0, s);
+    b.Synchronize();
   } else {
     setup_tokens = std::min(context, kFillTokens);
     PrefillTo(b, 1, setup_tokens, chunk, tokens);
-    const std::vector<float> state = b.ReadSlot(0);
-    for (int s = 0; s < batch; ++s) b.WriteSlot(s, state, context);
+    SlotState state = b.ReadSlot(0);
+    state.position = context;
+    for (int s = 0; s < batch; ++s) b.WriteSlot(s, state);
     b.Synchronize();
   }
   const double setup_seconds = SecondsSince(setup_start);
 
   std::vector<double> times;
   double state_read = 0, state_written = 0;  // bytes, summed over the timed steps
+  const std::vector<DrawParams> greedy(batch);  // each step ends with a greedy draw per slot
+  std::vector<int32_t> ids;
   for (int step = 0; step < kWarmupSteps + steps; ++step) {
     std::vector<Segment> segments(batch);
     for (int s = 0; s < batch; ++s) segments[s] = {s, tokens.Next(1), false};
     const int64_t before = TotalBytesInUse(b);
     const auto start = Clock::now();
-    b.Forward(segments, nullptr);
+    b.ForwardSample(segments, greedy, &ids);
     b.Synchronize();
     const double seconds = SecondsSince(start);
     if (step < kWarmupSteps) continue;
