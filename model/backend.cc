@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
@@ -26,7 +27,7 @@ int64_t WeightFloats(const Model& m) {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(const Model& model, const BackendOptions& options) : model_(model), pool_(model, options.slots) {}
+  CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {}
 
   std::string Name() const override { return "cpu"; }
   int slots() const override { return pool_.slots(); }
@@ -53,6 +54,27 @@ class CpuBackend : public Backend {
     pool_.set_position(slot, s.position);
   }
   void CopySlot(int from, int to) override { pool_.Copy(from, to); }
+  double TimeAttention(int layer, int batch, int reps) override {
+    const LayerAttention& a = model_.layers()[layer].attention;
+    const AttnShape& s = a.shape;
+    std::mt19937_64 rng(layer * 7919 + batch);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> q(size_t(s.heads) * s.head_dim), k(size_t(s.kv_heads) * s.head_dim),
+        v(size_t(s.kv_heads) * s.value_dim), y(size_t(s.heads) * s.value_dim);
+    for (std::vector<float>* x : {&q, &k, &v}) {
+      for (float& e : *x) e = g(rng);
+    }
+    std::vector<double> times;
+    for (int rep = 0; rep <= reps; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int slot = 0; slot < batch; ++slot) {
+        AttentionForward<float>(a, 1, q.data(), k.data(), v.data(), pool_.View(slot, layer), y.data());
+      }
+      if (rep > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
   int64_t WeightBytes() const override { return WeightFloats(model_) * int64_t(sizeof(float)); }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
   int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
@@ -71,13 +93,16 @@ class CpuBackend : public Backend {
   }
 
  private:
-  const Model& model_;
   StatePool pool_;
   ForwardWorkspace ws_;
   std::vector<float> scratch_logits_;
 };
 
 }  // namespace
+
+int64_t Backend::LayerStateBytes(int layer) const {
+  return int64_t(model_.LayerStateFloats(layer) * sizeof(float));
+}
 
 void Backend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                             std::vector<int32_t>* ids) {

@@ -49,6 +49,7 @@ struct DrawParams {
 
 class Backend {
  public:
+  explicit Backend(const Model& model) : model_(model) {}
   virtual ~Backend() = default;
 
   // "cpu" or "cuda (device name)".
@@ -82,14 +83,26 @@ class Backend {
 
   // Bytes of weights one forward step reads (each weight once, in the backend's storage type).
   virtual int64_t WeightBytes() const = 0;
+  const Model& model() const { return model_; }
   // Bytes of one slot's fixed state in the backend's storage.
   virtual int64_t StateBytesPerSlot() const = 0;
   // Bytes the slot's state holds now: the fixed part plus what grows with its context (KV cache).
   virtual int64_t BytesInUse(int slot) const = 0;
+  // Median seconds of layer `layer`'s attention alone for a decode step of slots [0, batch) (one
+  // random query/key/value row each; the slots' states absorb them), over `reps` calls after a
+  // warm-up: the fused state-update kernel's time on the CUDA backend, the mechanism's Step on the
+  // CPU. Bytes it moves: each slot's layer state read and written (LayerStateBytes), plus for a KV
+  // cache the rows read.
+  virtual double TimeAttention(int layer, int batch, int reps) = 0;
+  int64_t LayerStateBytes(int layer) const;
+
   // Bytes/s of a plain copy between two buffers of `bytes` each in the backend's memory (best of a
   // few repetitions), counting bytes read plus bytes written (2 * bytes per copy), as the decode
   // figures count state: the bandwidth baseline they are compared against.
   virtual double CopyBandwidth(int64_t bytes) = 0;
+
+ protected:
+  const Model& model_;
 };
 
 // Whether this build has the CUDA backend, and whether a CUDA device is visible now.

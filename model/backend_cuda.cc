@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
@@ -67,7 +68,7 @@ void Reserve(DeviceBuffer& b, size_t bytes) {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(const Model& model, const BackendOptions& options) : model_(model), options_(options) {}
+  CudaBackend(const Model& model, const BackendOptions& options) : Backend(model), options_(options) {}
   ~CudaBackend() override {
     blas_.reset();
     cuda::DestroyStream(stream_);
@@ -103,6 +104,7 @@ class CudaBackend : public Backend {
   int64_t BytesInUse(int slot) const override {
     return StateBytesPerSlot() + positions_[slot] * kv_row_floats_ * softmax_layers_ * int64_t(sizeof(float));
   }
+  double TimeAttention(int layer, int batch, int reps) override;
   double CopyBandwidth(int64_t bytes) override {
     DeviceBuffer a(bytes), b(bytes);
     a.Fill(1);
@@ -135,7 +137,6 @@ class CudaBackend : public Backend {
     return options_.cuda_bf16 ? UploadBf16(host, stream_) : UploadFloats(host, stream_);
   }
 
-  const Model& model_;
   const BackendOptions options_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Blas> blas_;
@@ -516,6 +517,44 @@ void CudaBackend::ForwardSample(const std::vector<Segment>& segments, const std:
                    ids_.as<int32_t>(), stream_);
   ids->resize(rows);
   cuda::CopyToHost(ids->data(), ids_.data(), size_t(rows) * sizeof(int32_t), stream_);
+}
+
+double CudaBackend::TimeAttention(int layer, int batch, int reps) {
+  const ModelConfig& c = model_.config();
+  STEADY_CHECK(batch >= 1 && batch <= options_.slots && reps >= 1);
+  const int hd = c.head_dim;
+  std::mt19937_64 rng(layer * 7919 + batch);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> x(n);
+    for (float& e : x) e = g(rng);
+    return UploadFloats(x, stream_);
+  };
+  DeviceBuffer q = random(size_t(batch) * c.num_heads * hd), k = random(size_t(batch) * c.num_kv_heads * hd),
+               v = random(size_t(batch) * c.num_kv_heads * hd), y(size_t(batch) * c.num_heads * hd * sizeof(float));
+  // The segment table: slot s, row s, one token, at the slot's position (rows are rewritten in place).
+  std::vector<int32_t> table(3 * size_t(batch));
+  std::vector<int64_t> seg_pos(batch);
+  for (int s = 0; s < batch; ++s) {
+    table[s] = s;
+    table[batch + s] = s;
+    table[2 * batch + s] = 1;
+    seg_pos[s] = std::min<int64_t>(positions_[s], options_.max_context - 1);
+  }
+  DeviceBuffer dtable = UploadVector(table, stream_), dpos = UploadVector(seg_pos, stream_);
+  cuda::AttnBatch b;
+  b.slot = dtable.as<int32_t>();
+  b.row_begin = b.slot + batch;
+  b.count = b.row_begin + batch;
+  b.segments = batch;
+  b.max_count = 1;
+  b.heads = c.num_heads;
+  b.kv_heads = c.num_kv_heads;
+  b.head_dim = hd;
+  b.value_dim = hd;
+  return cuda::MedianSeconds(
+      [&] { Attention(layers_[layer], b, dpos.as<int64_t>(), q.as<float>(), k.as<float>(), v.as<float>(), y.as<float>()); },
+      reps, stream_);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -102,6 +103,27 @@ double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaS
   STEADY_CUDA_CHECK(cudaEventDestroy(start));
   STEADY_CUDA_CHECK(cudaEventDestroy(stop));
   return best;
+}
+
+double MedianSeconds(const std::function<void()>& fn, int reps, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  STEADY_CUDA_CHECK(cudaEventCreate(&start));
+  STEADY_CUDA_CHECK(cudaEventCreate(&stop));
+  fn();  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    STEADY_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    STEADY_CUDA_CHECK(cudaEventRecord(stop, stream));
+    STEADY_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    STEADY_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(double(ms) / 1e3);
+  }
+  STEADY_CUDA_CHECK(cudaEventDestroy(start));
+  STEADY_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 std::string DeviceName() {

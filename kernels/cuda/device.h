@@ -3,6 +3,7 @@
 #define STEADY_KERNELS_CUDA_DEVICE_H_
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 struct CUstream_st;
@@ -58,6 +59,9 @@ void CopyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void CopyOnDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 // Best time in seconds of `reps` device-to-device copies of `bytes`, timed with CUDA events.
 double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaStream_t stream);
+// Median seconds of `fn` (which enqueues work on `stream`) over `reps` runs after one warm-up,
+// each timed with CUDA events.
+double MedianSeconds(const std::function<void()>& fn, int reps, cudaStream_t stream);
 // The current device's name ("NVIDIA H100 80GB HBM3").
 std::string DeviceName();
 

@@ -61,6 +61,12 @@ for name in ("softmax64", "softmax256", "taylor64", "taylor100k"):
     assert close(d["bandwidth_fraction_of_copy"],
                  d["bandwidth_bytes_per_second"] / r["copy_bandwidth_bytes_per_second"]), (name, d)
     assert p["tokens"] == 64 and p["seconds"] > 0 and close(p["tokens_per_second"], 64 / p["seconds"]), (name, p)
+    a = r["attention_alone"]
+    assert a["layer"] == 0 and a["seconds_median"] > 0 and a["bytes"] > 0, (name, a)
+    assert close(a["bandwidth_bytes_per_second"], a["bytes"] / a["seconds_median"]), (name, a)
+    if name.startswith("taylor"):
+        # One layer's share of the state, read and written once per slot.
+        assert close(a["bytes"], 2 * d["batch"] * r["state_bytes_per_session"] / m["layers"]), (name, a)
     if name.startswith("taylor"):
         # Constant state: each slot reads and rewrites its fixed state, nothing else.
         s = 2 * r["state_bytes_per_session"]

@@ -156,6 +156,25 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
                         {"bandwidth_bytes_per_second", bytes / median}};
 }
 
+// Layer 0's attention alone for the decode slots (the fused state-update kernel on the GPU), after
+// the decode steps: each slot reads and writes its layer state once, and a KV cache is read whole.
+nlohmann::json MeasureAttention(Backend& b, int reps, double copy_bandwidth) {
+  const int batch = b.slots();
+  const ModelConfig& c = b.model().config();
+  double bytes = 2.0 * batch * double(b.LayerStateBytes(0));
+  if (c.layer_attention[0].mechanism == "softmax") {
+    const double row = double(c.num_kv_heads) * 2 * c.head_dim * sizeof(float);
+    for (int s = 0; s < batch; ++s) bytes += double(b.position(s)) * row;
+  }
+  const double seconds = b.TimeAttention(0, batch, reps);
+  return {{"layer", 0},
+          {"reps", reps},
+          {"seconds_median", seconds},
+          {"bytes", bytes},
+          {"bandwidth_bytes_per_second", bytes / seconds},
+          {"bandwidth_fraction_of_copy", bytes / seconds / copy_bandwidth}};
+}
+
 // One slot, `total` tokens in chunks of `chunk`, after one untimed chunk.
 nlohmann::json MeasurePrefill(Backend& b, int64_t total, int64_t chunk, TokenSource& tokens) {
   PrefillTo(b, 1, std::min(total, chunk), chunk, tokens);
@@ -205,6 +224,11 @@ void PrintTable(const nlohmann::json& r) {
                                             Bytes(d["state_bytes_written_per_step"].get<double>()), ")"));
   row("decode bandwidth", absl::StrFormat("%s/s = %.1f%% of copy", Bytes(d["bandwidth_bytes_per_second"].get<double>()),
                                           100 * d["bandwidth_fraction_of_copy"].get<double>()));
+  const nlohmann::json& a = r["attention_alone"];
+  row("attention alone (layer 0)",
+      absl::StrFormat("%.3f ms, %s moved, %s/s = %.1f%% of copy", 1e3 * a["seconds_median"].get<double>(),
+                      Bytes(a["bytes"].get<double>()), Bytes(a["bandwidth_bytes_per_second"].get<double>()),
+                      100 * a["bandwidth_fraction_of_copy"].get<double>()));
   if (r["prefill"].is_null()) return;
   const nlohmann::json& p = r["prefill"];
   row("prefill (one slot)", absl::StrFormat("%lld tokens in chunks of %lld: %.3f s, %.1f tokens/s",
@@ -266,6 +290,7 @@ absl::Status RunBench(int argc, char** argv) {
   (*decode)["bandwidth_fraction_of_copy"] =
       (*decode)["bandwidth_bytes_per_second"].get<double>() / report["copy_bandwidth_bytes_per_second"].get<double>();
   report["decode"] = *decode;
+  report["attention_alone"] = MeasureAttention(b, int(*steps), report["copy_bandwidth_bytes_per_second"].get<double>());
   backend->reset();  // the decode slots' memory, before the prefill backend takes its own
 
   report["prefill"] = nullptr;
