@@ -105,6 +105,17 @@ expect_error "bench: missing config file" 1 "$tmp/none.json" "$steady" "${base[@
 expect_error "bench: unknown device" 2 "--device" "$steady" "${base[@]}" --preset tiny --batch 1 --context 8 --device tpu
 expect_error "bench: KV cache too large for the cpu" 2 "--context" "$steady" "${base[@]}" --preset tiny --batch 64 \
   --context 100000 "${small[@]}"
+# The device session's report (tools/bench/gpu_report.py) over these rows, as a GPU run lays them out.
+mkdir -p "$tmp/session/bench"
+cp "$tmp/softmax64.json" "$tmp/taylor64.json" "$tmp/session/bench/"
+printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-smi.csv"
+"$py" "$(dirname "$0")/../../tools/bench/gpu_report.py" "$tmp/session" > "$tmp/report.md" 2> "$tmp/err" &&
+  grep -q '^| taylor64 | taylor P=2 | 2 x 64 |' "$tmp/report.md" &&
+  grep -q '^| softmax64 | softmax | 2 x 64 |' "$tmp/report.md" &&
+  grep -q '^| softmax | 67.1 MB | 15 |' "$tmp/report.md" &&
+  grep -q '^| steady taylor P=2, whole model (taylor64) | 64 |' "$tmp/report.md" &&
+  pass "bench: gpu_report tables" || fail "gpu_report: $(cat "$tmp/report.md" "$tmp/err")"
+
 if nvidia-smi -L > /dev/null 2>&1; then
   echo "skip - bench --device cuda without a GPU (a GPU is visible)"
 else

@@ -19,6 +19,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from units import human  # noqa: E402
+
 # (model directory, label, extra `steady` flags)
 ROWS = [
     ("tiny-softmax", "softmax (KV cache)", []),
@@ -33,13 +36,6 @@ ROWS = [
     ("tiny-sliced", "sliced_relu, exact decoder", ["--mechanism", "sliced_relu", "--param", "decoder=\"exact\""]),
 ]
 PROMPT = "The whale"
-
-
-def human(n):
-    for unit, size in (("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return "%.1f %s" % (n / size, unit)
-    return "%d B" % n
 
 
 def run_row(args, row):

@@ -2,8 +2,12 @@
 """State bytes per session for each mechanism next to the softmax KV cache at 4K, 32K and 1M tokens,
 for a model shape (steady info --preset ...). Usage: state_bytes_report.py BIN_DIR [PRESET ...]"""
 import json
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from units import human  # noqa: E402
 
 MECHANISMS = [
     ("softmax (KV cache)", ["--mechanism", "softmax"]),
@@ -16,13 +20,6 @@ MECHANISMS = [
     ("sliced_relu_bump (64 bins)", ["--mechanism", "sliced_relu_bump"]),
 ]
 CONTEXTS = [("4K", 4096), ("32K", 32768), ("1M", 1 << 20)]
-
-
-def human(n):
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return "%.1f %s" % (n / size, unit)
-    return "%d B" % n
 
 
 def info(bin_dir, preset, args):
