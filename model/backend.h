@@ -25,6 +25,9 @@ struct BackendOptions {
   // CUDA: weights in bf16 and GEMM inputs rounded to bf16 (fp32 accumulation), or everything fp32
   // (cublasSgemm, no TF32): the plain reference the bf16 path and the kernels are tested against.
   bool cuda_bf16 = true;
+  // CUDA: decode steps (one token per segment, up to 512 segments) replayed as CUDA graphs, one per
+  // power-of-two batch bucket, padded with rows in a scratch slot.
+  bool cuda_graphs = true;
 };
 
 // A slot's whole state outside a backend: every layer's fixed state (StatePool's layout), each

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -61,10 +62,7 @@ struct DeviceLayer {
   float softmax_scale = 0;
 };
 
-// Grows a device buffer to at least `bytes` (contents are not kept).
-void Reserve(DeviceBuffer& b, size_t bytes) {
-  if (b.bytes() < bytes) b = DeviceBuffer(bytes);
-}
+struct StepLayout;
 
 class CudaBackend : public Backend {
  public:
@@ -112,6 +110,13 @@ class CudaBackend : public Backend {
   }
 
  private:
+  static constexpr int kMaxGraphBatch = 512;
+  void FillStep(const StepLayout& layout, const std::vector<Segment>& segments, const std::vector<DrawParams>* draws,
+                char* host) const;
+  void ReserveRows(int rows, int out_rows);
+  void EnqueueStep(const StepLayout& layout, const char* dmeta);
+  void Step(const std::vector<Segment>& segments, const std::vector<DrawParams>* draws, std::vector<float>* logits,
+            std::vector<int32_t>* ids);
   float* SlotPtr(int slot) const { return pool_.as<float>() + size_t(slot) * slot_floats_; }
   // The KV cache rows of `slot` in softmax layer `index` (CPU row layout, max_context rows).
   float* KvPtr(int slot, int index) const {
@@ -159,9 +164,16 @@ class CudaBackend : public Backend {
   std::vector<int64_t> positions_;
 
   // Per-step buffers, grown as needed.
-  DeviceBuffer meta_;  // ids [rows] i32, positions [rows] i64, slot/row_begin/count [segs] i32, seg pos [segs] i64, out rows [out] i32
-  DeviceBuffer draws_, ids_;  // RowSampling [out rows], int32 [out rows]
+  DeviceBuffer meta_;           // the step's metadata (StepLayout), uploaded from pinned_
+  cuda::PinnedBuffer pinned_;   // its host copy
+  DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
+  // Captured decode steps by (batch bucket, samples).
+  struct GraphSlot {
+    cuda::Graph graph;
+    int eager_runs = 0;
+  };
+  std::map<std::pair<int, bool>, GraphSlot> graphs_;
 };
 
 absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d) {
@@ -323,14 +335,17 @@ absl::Status CudaBackend::Init() {
     for (int i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(float(std::pow(c.rope_theta, -2.0 * i / c.head_dim)));
     inv_freq_ = UploadFloats(inv_freq, stream_);
   }
-  pool_ = DeviceBuffer(size_t(options_.slots) * std::max<size_t>(slot_floats_, 1) * sizeof(float));
+  // One slot more than asked for: the scratch slot that padding rows of graph-replayed decode
+  // steps write to (slot index options_.slots, never a session's).
+  const size_t slots = size_t(options_.slots) + 1;
+  pool_ = DeviceBuffer(slots * std::max<size_t>(slot_floats_, 1) * sizeof(float));
   kv_row_floats_ = int64_t(c.num_kv_heads) * 2 * c.head_dim;
   if (softmax_layers_ > 0) {
-    kv_cache_ = DeviceBuffer(size_t(options_.slots) * softmax_layers_ * size_t(options_.max_context) *
-                             size_t(kv_row_floats_) * sizeof(float));
+    kv_cache_ = DeviceBuffer(slots * softmax_layers_ * size_t(options_.max_context) * size_t(kv_row_floats_) *
+                             sizeof(float));
   }
-  positions_.assign(options_.slots, 0);
-  for (int s = 0; s < options_.slots; ++s) Reset(s);
+  positions_.assign(slots, 0);
+  for (int s = 0; s < int(slots); ++s) Reset(s);
   return absl::OkStatus();
 }
 
@@ -384,78 +399,116 @@ void CudaBackend::Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, 
   }
 }
 
-void CudaBackend::Forward(const std::vector<Segment>& segments, std::vector<float>* logits) {
-  const ModelConfig& c = model_.config();
-  const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
-            inter = c.intermediate_size, nseg = int(segments.size());
-  // Host-side layout of the step: token ids and positions per row, the segment table, and the rows
-  // whose logits are wanted. Packed into one upload: ids i32 [rows], then (8-aligned) positions i64
-  // [rows], slot/row_begin/count i32 [segs] each, segment start positions i64 [segs], out rows i32.
-  int rows = 0, out_rows = 0, max_count = 0;
-  for (const Segment& s : segments) {
-    STEADY_CHECK(!s.tokens.empty() && s.slot >= 0 && s.slot < options_.slots);
-    STEADY_CHECK(softmax_layers_ == 0 || positions_[s.slot] + int64_t(s.tokens.size()) <= options_.max_context);
-    rows += int(s.tokens.size());
-    out_rows += s.all_logits ? int(s.tokens.size()) : 1;
-    max_count = std::max(max_count, int(s.tokens.size()));
+// Where each part of a step's metadata lies in the one host-to-device upload: token ids i32
+// [rows], then (8-aligned) positions i64 [rows], slot/row_begin/count i32 [segments] each, segment
+// start positions i64 [segments], rows whose logits are wanted i32 [out_rows], and the draws
+// (RowSampling [out_rows]) when the step samples.
+struct StepLayout {
+  int rows = 0, out_rows = 0, segments = 0, max_count = 0;
+  bool sample = false;
+  size_t ids_at = 0, pos_at = 0, seg_at = 0, segpos_at = 0, out_at = 0, draws_at = 0, bytes = 0;
+
+  StepLayout(int rows, int out_rows, int segments, int max_count, bool sample)
+      : rows(rows), out_rows(out_rows), segments(segments), max_count(max_count), sample(sample) {
+    auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
+    pos_at = align8(size_t(rows) * 4);
+    seg_at = pos_at + size_t(rows) * 8;
+    segpos_at = align8(seg_at + size_t(3) * segments * 4);
+    out_at = segpos_at + size_t(segments) * 8;
+    draws_at = align8(out_at + size_t(out_rows) * 4);
+    bytes = draws_at + (sample ? size_t(out_rows) * sizeof(cuda::RowSampling) : 0);
   }
-  auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
-  const size_t ids_at = 0, pos_at = align8(rows * 4), seg_at = pos_at + size_t(rows) * 8,
-               segpos_at = align8(seg_at + size_t(3) * nseg * 4), out_at = segpos_at + size_t(nseg) * 8,
-               meta_bytes = out_at + size_t(out_rows) * 4;
-  std::vector<char> meta(meta_bytes, 0);
-  auto* ids = reinterpret_cast<int32_t*>(meta.data() + ids_at);
-  auto* pos = reinterpret_cast<int64_t*>(meta.data() + pos_at);
-  auto* seg_slot = reinterpret_cast<int32_t*>(meta.data() + seg_at);
-  auto* seg_begin = seg_slot + nseg;
-  auto* seg_count = seg_begin + nseg;
-  auto* seg_pos = reinterpret_cast<int64_t*>(meta.data() + segpos_at);
-  auto* out_idx = reinterpret_cast<int32_t*>(meta.data() + out_at);
+  template <typename T>
+  T* At(char* base, size_t offset) const { return reinterpret_cast<T*>(base + offset); }
+  template <typename T>
+  const T* At(const char* base, size_t offset) const { return reinterpret_cast<const T*>(base + offset); }
+};
+
+// Writes the step's metadata into `host` (layout.bytes). Segments past segments.size() (up to
+// layout.segments) are padding: one token 0 in the scratch slot `pad_slot` at position 0.
+void CudaBackend::FillStep(const StepLayout& layout, const std::vector<Segment>& segments,
+                           const std::vector<DrawParams>* draws, char* host) const {
+  const int nseg = layout.segments;
+  int32_t* ids = layout.At<int32_t>(host, layout.ids_at);
+  int64_t* pos = layout.At<int64_t>(host, layout.pos_at);
+  int32_t* seg_slot = layout.At<int32_t>(host, layout.seg_at);
+  int32_t *seg_begin = seg_slot + nseg, *seg_count = seg_begin + nseg;
+  int64_t* seg_pos = layout.At<int64_t>(host, layout.segpos_at);
+  int32_t* out_idx = layout.At<int32_t>(host, layout.out_at);
   int row = 0, out = 0;
   for (int i = 0; i < nseg; ++i) {
-    const Segment& s = segments[i];
+    const bool pad = i >= int(segments.size());
+    const Segment pad_segment{options_.slots, {0}, false};
+    const Segment& s = pad ? pad_segment : segments[i];
+    const int64_t start = pad ? 0 : positions_[s.slot];
     const int n = int(s.tokens.size());
     seg_slot[i] = s.slot;
     seg_begin[i] = row;
     seg_count[i] = n;
-    seg_pos[i] = positions_[s.slot];
+    seg_pos[i] = start;
     for (int t = 0; t < n; ++t) {
-      STEADY_CHECK(s.tokens[t] >= 0 && s.tokens[t] < c.vocab_size);
       ids[row + t] = s.tokens[t];
-      pos[row + t] = positions_[s.slot] + t;
+      pos[row + t] = start + t;
       if (s.all_logits || t == n - 1) out_idx[out++] = row + t;
     }
     row += n;
   }
-  Reserve(meta_, meta_bytes);
-  cuda::CopyToDevice(meta_.data(), meta.data(), meta_bytes, stream_);
-  const char* dmeta = meta_.as<char>();
-  const auto* d_ids = reinterpret_cast<const int32_t*>(dmeta + ids_at);
-  const auto* d_pos = reinterpret_cast<const int64_t*>(dmeta + pos_at);
-  const auto* d_out = reinterpret_cast<const int32_t*>(dmeta + out_at);
+  STEADY_CHECK(row == layout.rows && out == layout.out_rows);
+  if (layout.sample) {
+    auto* params = layout.At<cuda::RowSampling>(host, layout.draws_at);
+    for (int r = 0; r < layout.out_rows; ++r) {
+      const DrawParams d = r < int(draws->size()) ? (*draws)[r] : DrawParams{};
+      params[r] = {d.temperature, d.top_k, d.top_p, d.seed, d.counter};
+    }
+  }
+}
+
+// Grows the activation buffers for `rows` rows; a reallocation invalidates the captured graphs
+// (they hold the old pointers).
+void CudaBackend::ReserveRows(int rows, int out_rows) {
+  const ModelConfig& c = model_.config();
+  const size_t f = sizeof(float), r = size_t(rows);
+  const int q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
+  bool moved = false;
+  auto grow = [&](DeviceBuffer& b, size_t bytes) {
+    if (b.bytes() >= bytes) return;
+    b = DeviceBuffer(bytes);
+    moved = true;
+  };
+  grow(x_, r * c.hidden_size * f);
+  grow(h_, r * c.hidden_size * f);
+  grow(hb_, r * std::max({c.hidden_size, q_dim, c.intermediate_size}) * sizeof(bf16_bits));
+  grow(q_, r * q_dim * f);
+  grow(k_, r * kv_dim * f);
+  grow(v_, r * kv_dim * f);
+  grow(att_, r * q_dim * f);
+  grow(proj_, r * c.hidden_size * f);
+  grow(gate_, r * c.intermediate_size * f);
+  grow(up_, r * c.intermediate_size * f);
+  grow(logits_in_, size_t(out_rows) * c.hidden_size * f);
+  grow(logits_, size_t(out_rows) * c.vocab_size * f);
+  grow(ids_, size_t(out_rows) * sizeof(int32_t));
+  if (moved) graphs_.clear();
+}
+
+// Queues the whole step on stream_, reading its metadata from device memory at `dmeta`.
+void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
+  const ModelConfig& c = model_.config();
+  const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
+            inter = c.intermediate_size, rows = layout.rows, out_rows = layout.out_rows;
+  const int32_t* d_ids = layout.At<int32_t>(dmeta, layout.ids_at);
+  const int64_t* d_pos = layout.At<int64_t>(dmeta, layout.pos_at);
+  const int64_t* d_seg_pos = layout.At<int64_t>(dmeta, layout.segpos_at);
   cuda::AttnBatch batch;
-  batch.slot = reinterpret_cast<const int32_t*>(dmeta + seg_at);
-  batch.row_begin = batch.slot + nseg;
-  batch.count = batch.row_begin + nseg;
-  batch.segments = nseg;
-  batch.max_count = max_count;
+  batch.slot = layout.At<int32_t>(dmeta, layout.seg_at);
+  batch.row_begin = batch.slot + layout.segments;
+  batch.count = batch.row_begin + layout.segments;
+  batch.segments = layout.segments;
+  batch.max_count = layout.max_count;
   batch.heads = c.num_heads;
   batch.kv_heads = c.num_kv_heads;
   batch.head_dim = hd;
   batch.value_dim = hd;
-  const auto* d_seg_pos = reinterpret_cast<const int64_t*>(dmeta + segpos_at);
-
-  const size_t f = sizeof(float);
-  Reserve(x_, size_t(rows) * hidden * f);
-  Reserve(h_, size_t(rows) * hidden * f);
-  Reserve(hb_, size_t(rows) * std::max(std::max(hidden, q_dim), inter) * sizeof(bf16_bits));
-  Reserve(q_, size_t(rows) * q_dim * f);
-  Reserve(k_, size_t(rows) * kv_dim * f);
-  Reserve(v_, size_t(rows) * kv_dim * f);
-  Reserve(att_, size_t(rows) * q_dim * f);
-  Reserve(proj_, size_t(rows) * hidden * f);
-  Reserve(gate_, size_t(rows) * inter * f);
-  Reserve(up_, size_t(rows) * inter * f);
   float *x = x_.as<float>(), *h = h_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>(),
         *att = att_.as<float>(), *proj = proj_.as<float>(), *gate = gate_.as<float>(), *up = up_.as<float>();
   const float eps = float(c.rms_norm_eps);
@@ -488,35 +541,89 @@ void CudaBackend::Forward(const std::vector<Segment>& segments, std::vector<floa
     cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
   }
   // Final norm and LM head on the rows whose logits are wanted.
-  Reserve(logits_in_, size_t(out_rows) * hidden * f);
-  Reserve(logits_, size_t(out_rows) * c.vocab_size * f);
   float* sel = logits_in_.as<float>();
-  cuda::GatherRows(x, hidden, d_out, out_rows, sel, stream_);
+  cuda::GatherRows(x, hidden, layout.At<int32_t>(dmeta, layout.out_at), out_rows, sel, stream_);
   cuda::RmsNorm(sel, final_norm_.as<float>(), out_rows, hidden, eps, sel, stream_);
-  Linear(GemmInput(sel, int64_t(out_rows) * hidden), out_rows, hidden, lm_head_, c.vocab_size,
-         logits_.as<float>());
+  Linear(GemmInput(sel, int64_t(out_rows) * hidden), out_rows, hidden, lm_head_, c.vocab_size, logits_.as<float>());
+  if (layout.sample) {
+    cuda::SampleRows(logits_.as<float>(), out_rows, c.vocab_size, layout.At<cuda::RowSampling>(dmeta, layout.draws_at),
+                     ids_.as<int32_t>(), stream_);
+  }
+}
+
+void CudaBackend::Step(const std::vector<Segment>& segments, const std::vector<DrawParams>* draws,
+                       std::vector<float>* logits, std::vector<int32_t>* ids) {
+  const ModelConfig& c = model_.config();
+  int rows = 0, out_rows = 0, max_count = 0;
+  for (const Segment& s : segments) {
+    STEADY_CHECK(!s.tokens.empty() && s.slot >= 0 && s.slot < options_.slots);
+    STEADY_CHECK(softmax_layers_ == 0 || positions_[s.slot] + int64_t(s.tokens.size()) <= options_.max_context);
+    for (int32_t t : s.tokens) STEADY_CHECK(t >= 0 && t < c.vocab_size);
+    rows += int(s.tokens.size());
+    out_rows += s.all_logits ? int(s.tokens.size()) : 1;
+    max_count = std::max(max_count, int(s.tokens.size()));
+  }
+  const int nseg = int(segments.size());
+  STEADY_CHECK(draws == nullptr || int(draws->size()) == out_rows);
+  // Decode steps (one token per segment) run as CUDA graphs at power-of-two batch buckets, padded
+  // with one-token segments in the scratch slot; anything else runs as queued launches.
+  const bool graph = options_.cuda_graphs && max_count == 1 && nseg <= kMaxGraphBatch;
+  int bucket = 1;
+  while (graph && bucket < nseg) bucket *= 2;
+  const StepLayout layout = graph ? StepLayout(bucket, bucket, bucket, 1, draws != nullptr)
+                                  : StepLayout(rows, out_rows, nseg, max_count, draws != nullptr);
+  ReserveRows(layout.rows, layout.out_rows);
+  if (meta_.bytes() < layout.bytes) {
+    meta_ = DeviceBuffer(std::max(layout.bytes, meta_.bytes() * 2));
+    graphs_.clear();
+  }
+  if (pinned_.bytes() < layout.bytes) {
+    cuda::SynchronizeStream(stream_);  // a replay may still read the old buffer
+    pinned_ = cuda::PinnedBuffer(std::max(layout.bytes, pinned_.bytes() * 2));
+    graphs_.clear();
+  }
+  FillStep(layout, segments, draws, pinned_.data());
+  if (!graph) {
+    cuda::CopyToDeviceAsync(meta_.data(), pinned_.data(), layout.bytes, stream_);
+    EnqueueStep(layout, meta_.as<char>());
+  } else {
+    GraphSlot& g = graphs_[{bucket, layout.sample}];
+    if (g.graph.empty() && g.eager_runs >= 1) {
+      // Captured on a bucket's second use: the first ran eagerly and set up what capture cannot
+      // (kernel attributes, cuBLAS's first-call work).
+      g.graph = cuda::Graph::Capture(stream_, [&] {
+        cuda::CopyToDeviceAsync(meta_.data(), pinned_.data(), layout.bytes, stream_);
+        EnqueueStep(layout, meta_.as<char>());
+      });
+    }
+    if (g.graph.empty()) {
+      ++g.eager_runs;
+      cuda::CopyToDeviceAsync(meta_.data(), pinned_.data(), layout.bytes, stream_);
+      EnqueueStep(layout, meta_.as<char>());
+    } else {
+      g.graph.Launch(stream_);
+    }
+  }
   for (const Segment& s : segments) positions_[s.slot] += int64_t(s.tokens.size());
   if (logits != nullptr) {
     logits->resize(size_t(out_rows) * c.vocab_size);
-    cuda::CopyToHost(logits->data(), logits_.data(), logits->size() * f, stream_);
+    cuda::CopyToHost(logits->data(), logits_.data(), logits->size() * sizeof(float), stream_);
   }
+  if (ids != nullptr) {
+    ids->resize(out_rows);
+    cuda::CopyToHost(ids->data(), ids_.data(), size_t(out_rows) * sizeof(int32_t), stream_);
+  }
+  // pinned_ is rewritten by the next step: wait until this one has read it.
+  if (logits == nullptr && ids == nullptr) cuda::SynchronizeStream(stream_);
+}
+
+void CudaBackend::Forward(const std::vector<Segment>& segments, std::vector<float>* logits) {
+  Step(segments, nullptr, logits, nullptr);
 }
 
 void CudaBackend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                                 std::vector<int32_t>* ids) {
-  Forward(segments, nullptr);  // logits stay in logits_
-  const int rows = int(draws.size());
-  std::vector<cuda::RowSampling> params(rows);
-  for (int r = 0; r < rows; ++r) {
-    params[r] = {draws[r].temperature, draws[r].top_k, draws[r].top_p, draws[r].seed, draws[r].counter};
-  }
-  Reserve(draws_, params.size() * sizeof(cuda::RowSampling));
-  Reserve(ids_, size_t(rows) * sizeof(int32_t));
-  cuda::CopyToDevice(draws_.data(), params.data(), params.size() * sizeof(cuda::RowSampling), stream_);
-  cuda::SampleRows(logits_.as<float>(), rows, model_.vocab_size(), draws_.as<cuda::RowSampling>(),
-                   ids_.as<int32_t>(), stream_);
-  ids->resize(rows);
-  cuda::CopyToHost(ids->data(), ids_.data(), size_t(rows) * sizeof(int32_t), stream_);
+  Step(segments, &draws, nullptr, ids);
 }
 
 double CudaBackend::TimeAttention(int layer, int batch, int reps) {

@@ -456,10 +456,14 @@ void LaunchLinear(const AttnBatch& b, const LinearStateLayout& st, const typenam
                   cudaStream_t stream) {
   CheckBatch(b);
   const size_t smem = LinearAttentionSharedBytes(b, st.features, scratch_floats);
-  STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
-  if (smem > 48 * 1024) {
+  // Raised once per kernel to the largest size seen (not inside a graph capture: the first step of
+  // a shape runs eagerly, model/backend_cuda.cc).
+  static size_t allowed = 48 * 1024;
+  if (smem > allowed) {
+    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
     STEADY_CUDA_CHECK(cudaFuncSetAttribute(LinearAttentionKernel<Mech>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smem)));
+    allowed = smem;
   }
   LinearAttentionKernel<Mech><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k, v, y);
   STEADY_CUDA_CHECK_LAUNCH();
@@ -518,9 +522,11 @@ void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t
   const int group = b.heads / b.kv_heads;
   const size_t smem = (size_t(group) * b.head_dim + 2 * kWarps * group + size_t(kWarps) * group * b.value_dim) *
                       sizeof(float);
-  if (smem > 48 * 1024) {
+  static size_t allowed = 48 * 1024;  // as in LaunchLinear
+  if (smem > allowed) {
     STEADY_CUDA_CHECK(
         cudaFuncSetAttribute(SoftmaxAttendKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allowed = smem;
   }
   SoftmaxAttendKernel<<<dim3(b.segments, b.kv_heads, b.max_count), kThreads, smem, stream>>>(b, kv, positions,
                                                                                             scale, q, y);

@@ -105,6 +105,61 @@ double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaS
   return best;
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_ != nullptr) STEADY_CUDA_CHECK(cudaFreeHost(ptr_));
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) STEADY_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void CopyToDeviceAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+Graph::~Graph() {
+  if (exec_ != nullptr) STEADY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+}
+
+Graph::Graph(Graph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    if (exec_ != nullptr) STEADY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+
+Graph Graph::Capture(cudaStream_t stream, const std::function<void()>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  STEADY_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  STEADY_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  STEADY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  STEADY_CUDA_CHECK(cudaGraphDestroy(graph));
+  Graph g;
+  g.exec_ = exec;
+  return g;
+}
+
+void Graph::Launch(cudaStream_t stream) const {
+  STEADY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream));
+}
+
 double MedianSeconds(const std::function<void()>& fn, int reps, cudaStream_t stream) {
   cudaEvent_t start, stop;
   STEADY_CUDA_CHECK(cudaEventCreate(&start));

@@ -59,6 +59,48 @@ void CopyToHost(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void CopyOnDevice(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 // Best time in seconds of `reps` device-to-device copies of `bytes`, timed with CUDA events.
 double BestCopySeconds(void* dst, const void* src, size_t bytes, int reps, cudaStream_t stream);
+// Host memory the device copies from asynchronously (cudaHostAlloc): what a memcpy inside a CUDA
+// graph reads. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  char* data() const { return static_cast<char*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Queues a host-to-device copy on `stream` without waiting (src must stay valid until the stream
+// reaches it: pinned memory for graphs).
+void CopyToDeviceAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+// The work `enqueue` queues on a stream, captured once and replayed with one launch (CUDA graphs):
+// no per-kernel launch cost. Replays see the same pointers and launch shapes as the capture.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& o) noexcept;
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Captures (nothing runs) and instantiates.
+  static Graph Capture(cudaStream_t stream, const std::function<void()>& enqueue);
+  void Launch(cudaStream_t stream) const;
+  bool empty() const { return exec_ == nullptr; }
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 // Median seconds of `fn` (which enqueues work on `stream`) over `reps` runs after one warm-up,
 // each timed with CUDA events.
 double MedianSeconds(const std::function<void()>& fn, int reps, cudaStream_t stream);

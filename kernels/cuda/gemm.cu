@@ -23,20 +23,29 @@ Blas::Blas(cudaStream_t stream) : stream_(stream) {
   STEADY_CUBLAS_CHECK(cublasSetStream(h, stream));
   // fp32 GEMMs stay fp32 (no TF32): the CPU reference and the tolerance tests assume it.
   STEADY_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  // A workspace of our own, so that GEMMs captured into a CUDA graph allocate nothing.
+  STEADY_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  STEADY_CUBLAS_CHECK(cublasSetWorkspace(h, workspace_, kWorkspaceBytes));
   handle_ = h;
 }
 
-Blas::~Blas() {
+Blas::~Blas() { Release(); }
+
+void Blas::Release() {
   if (handle_ != nullptr) STEADY_CUBLAS_CHECK(cublasDestroy(static_cast<cublasHandle_t>(handle_)));
+  if (workspace_ != nullptr) STEADY_CUDA_CHECK(cudaFree(workspace_));
+  handle_ = workspace_ = nullptr;
 }
 
 Blas::Blas(Blas&& o) noexcept
-    : handle_(std::exchange(o.handle_, nullptr)), stream_(std::exchange(o.stream_, nullptr)) {}
+    : handle_(std::exchange(o.handle_, nullptr)), workspace_(std::exchange(o.workspace_, nullptr)),
+      stream_(std::exchange(o.stream_, nullptr)) {}
 
 Blas& Blas::operator=(Blas&& o) noexcept {
   if (this != &o) {
-    if (handle_ != nullptr) STEADY_CUBLAS_CHECK(cublasDestroy(static_cast<cublasHandle_t>(handle_)));
+    Release();
     handle_ = std::exchange(o.handle_, nullptr);
+    workspace_ = std::exchange(o.workspace_, nullptr);
     stream_ = std::exchange(o.stream_, nullptr);
   }
   return *this;

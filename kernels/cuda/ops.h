@@ -5,6 +5,7 @@
 #ifndef STEADY_KERNELS_CUDA_OPS_H_
 #define STEADY_KERNELS_CUDA_OPS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 struct CUstream_st;
@@ -65,7 +66,10 @@ class Blas {
   void* handle() const { return handle_; }  // a cublasHandle_t
 
  private:
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  void Release();
   void* handle_ = nullptr;
+  void* workspace_ = nullptr;  // cuBLAS workspace (device memory)
   cudaStream_t stream_ = nullptr;
 };
 
