@@ -27,6 +27,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColIters = (kLinearMaxValueDim + 1 + 31) / 32;  // columns per lane of a state row
+constexpr int kRowUnroll = 4;  // state rows a warp loads before it updates them
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -263,8 +264,10 @@ struct DarkMech {
 
 // --- the fused linear-state kernel --------------------------------------------------------------
 
-template <class Mech>
-__global__ void __launch_bounds__(kThreads) LinearAttentionKernel(AttnBatch b, LinearStateLayout st,
+// MaxGroup bounds the query heads per kv head and Cols the 32-column strips of a state row (dv + 1
+// columns): the accumulators live in registers, sized by both.
+template <class Mech, int MaxGroup, int Cols>
+__global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b, LinearStateLayout st,
                                                                   typename Mech::Tables t, const float* q,
                                                                   const float* k, const float* v, float* y) {
   extern __shared__ float smem[];
@@ -290,34 +293,53 @@ __global__ void __launch_bounds__(kThreads) LinearAttentionKernel(AttnBatch b, L
     Mech::Features(t, g, dk, group, m, kt, qt, extra, s, &state_scale, aux);  // ends with a barrier
 
     // One pass over the state: read, scale, add the key, write; accumulate the readout.
-    float acc[kLinearMaxGroup][kColIters];
+    float acc[MaxGroup][Cols];
 #pragma unroll
-    for (int i = 0; i < kLinearMaxGroup; ++i) {
+    for (int i = 0; i < MaxGroup; ++i) {
 #pragma unroll
-      for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
+      for (int j = 0; j < Cols; ++j) acc[i][j] = 0.0f;
     }
     const float scale = state_scale;
-    for (int r = warp; r < m; r += kWarps) {
-      const float kr = s.fk[r];
+    // Each warp takes kRowUnroll consecutive rows at a time and issues all their loads before any
+    // arithmetic, so enough bytes are in flight to keep the memory system busy.
+    for (int r0 = warp * kRowUnroll; r0 < m; r0 += kWarps * kRowUnroll) {
+      float sum[kRowUnroll][Cols], comp[kRowUnroll][Cols];
 #pragma unroll
-      for (int j = 0; j < kColIters; ++j) {
-        const int c = lane + 32 * j;
-        if (c < width) {
-          const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
-          float sum = head[off] * scale;
-          float read;
-          if (kahan) {
-            float comp = head[st.comp_off + off] * scale;
-            KahanAdd(sum, comp, kr * value[c]);
-            head[st.comp_off + off] = comp;
-            read = sum + comp;
-          } else {
-            sum += kr * value[c];
-            read = sum;
+      for (int u = 0; u < kRowUnroll; ++u) {
+#pragma unroll
+        for (int j = 0; j < Cols; ++j) {
+          const int r = r0 + u, c = lane + 32 * j;
+          sum[u][j] = comp[u][j] = 0.0f;
+          if (r < m && c < width) {
+            const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
+            sum[u][j] = head[off];
+            if (kahan) comp[u][j] = head[st.comp_off + off];
           }
-          head[off] = sum;
+        }
+      }
 #pragma unroll
-          for (int i = 0; i < kLinearMaxGroup; ++i) {
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const int r = r0 + u;
+        if (r >= m) break;
+        const float kr = s.fk[r];
+#pragma unroll
+        for (int j = 0; j < Cols; ++j) {
+          const int c = lane + 32 * j;
+          if (c >= width) continue;
+          const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
+          float total = sum[u][j] * scale, read;
+          if (kahan) {
+            float carry = comp[u][j] * scale;
+            KahanAdd(total, carry, kr * value[c]);
+            head[st.comp_off + off] = carry;
+            read = total + carry;
+          } else {
+            total += kr * value[c];
+            read = total;
+          }
+          head[off] = total;
+#pragma unroll
+          for (int i = 0; i < MaxGroup; ++i) {
             if (i < group) acc[i][j] += s.fq[size_t(i) * m + r] * read;
           }
         }
@@ -325,9 +347,9 @@ __global__ void __launch_bounds__(kThreads) LinearAttentionKernel(AttnBatch b, L
     }
     // Merge the warps' partial readouts: red [warps, group, width] -> red [group, width].
 #pragma unroll
-    for (int i = 0; i < kLinearMaxGroup; ++i) {
+    for (int i = 0; i < MaxGroup; ++i) {
 #pragma unroll
-      for (int j = 0; j < kColIters; ++j) {
+      for (int j = 0; j < Cols; ++j) {
         const int c = lane + 32 * j;
         if (i < group && c < width) s.red[(size_t(warp) * group + i) * width + c] = acc[i][j];
       }
@@ -450,23 +472,39 @@ void CheckBatch(const AttnBatch& b) {
   STEADY_CHECK(b.value_dim >= 1 && b.value_dim <= kLinearMaxValueDim && b.head_dim >= 1);
 }
 
+template <class Mech, int MaxGroup, int Cols>
+void LaunchLinearAs(const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t, size_t smem,
+                    const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
+  // Raised once per kernel to the largest size seen (not inside a graph capture: the first step of
+  // a shape runs eagerly, model/backend_cuda.cc).
+  static size_t allowed = 48 * 1024;
+  if (smem > allowed) {
+    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
+    STEADY_CUDA_CHECK(cudaFuncSetAttribute(LinearAttentionKernel<Mech, MaxGroup, Cols>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allowed = smem;
+  }
+  LinearAttentionKernel<Mech, MaxGroup, Cols><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k,
+                                                                                                     v, y);
+  STEADY_CUDA_CHECK_LAUNCH();
+}
+
 template <class Mech>
 void LaunchLinear(const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t,
                   int scratch_floats, const float* q, const float* k, const float* v, float* y,
                   cudaStream_t stream) {
   CheckBatch(b);
   const size_t smem = LinearAttentionSharedBytes(b, st.features, scratch_floats);
-  // Raised once per kernel to the largest size seen (not inside a graph capture: the first step of
-  // a shape runs eagerly, model/backend_cuda.cc).
-  static size_t allowed = 48 * 1024;
-  if (smem > allowed) {
-    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
-    STEADY_CUDA_CHECK(cudaFuncSetAttribute(LinearAttentionKernel<Mech>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)));
-    allowed = smem;
+  const int group = b.heads / b.kv_heads, strips = (b.value_dim + 1 + 31) / 32;
+  // Instantiations: group <= 4 or <= 8; dv + 1 <= 32, <= 96 (head_dim 64) or <= 160 columns.
+  if (group <= 4) {
+    if (strips <= 1) return LaunchLinearAs<Mech, 4, 1>(b, st, t, smem, q, k, v, y, stream);
+    if (strips <= 3) return LaunchLinearAs<Mech, 4, 3>(b, st, t, smem, q, k, v, y, stream);
+    return LaunchLinearAs<Mech, 4, kColIters>(b, st, t, smem, q, k, v, y, stream);
   }
-  LinearAttentionKernel<Mech><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k, v, y);
-  STEADY_CUDA_CHECK_LAUNCH();
+  if (strips <= 1) return LaunchLinearAs<Mech, kLinearMaxGroup, 1>(b, st, t, smem, q, k, v, y, stream);
+  if (strips <= 3) return LaunchLinearAs<Mech, kLinearMaxGroup, 3>(b, st, t, smem, q, k, v, y, stream);
+  return LaunchLinearAs<Mech, kLinearMaxGroup, kColIters>(b, st, t, smem, q, k, v, y, stream);
 }
 
 }  // namespace
