@@ -150,28 +150,36 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model&, const Bac
 }
 #endif
 
+absl::Status CheckDevice(std::string_view device) {
+  if (device == "cpu" || device == "auto") return absl::OkStatus();
+  if (device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--device: expected cpu, cuda or auto, got \"", std::string(device), "\""));
+  }
+  if (!CudaBackendBuilt()) {
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA backend (nvcc was not found when CMake configured it; "
+        "reconfigure with -DENABLE_CUDA=ON on a machine with the CUDA toolkit)");
+  }
+  if (!CudaDevicePresent()) {
+    return absl::FailedPreconditionError(
+        "--device cuda: no CUDA device is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides "
+        "it); use --device cpu or auto");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
                                                      const BackendOptions& options) {
   if (options.slots < 1) return absl::InvalidArgumentError("backend: slots must be >= 1");
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   if (device == "cpu") return MakeCpuBackend(model, options);
-  if (device == "cuda") {
-    if (CudaBackendBuilt() && !CudaDevicePresent()) {
-      return absl::FailedPreconditionError(
-          "--device cuda: no CUDA device is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides "
-          "it); use --device cpu or auto");
-    }
-    return MakeCudaBackend(model, options);
+  if (device == "cuda") return MakeCudaBackend(model, options);
+  if (CudaDevicePresent()) {
+    auto cuda = MakeCudaBackend(model, options);
+    // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
+    if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;
   }
-  if (device == "auto") {
-    if (CudaDevicePresent()) {
-      auto cuda = MakeCudaBackend(model, options);
-      // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
-      if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;
-    }
-    return MakeCpuBackend(model, options);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--device: expected cpu, cuda or auto, got \"", std::string(device), "\""));
+  return MakeCpuBackend(model, options);
 }
 
 }  // namespace steady

@@ -112,6 +112,10 @@ class Backend {
 bool CudaBackendBuilt();
 bool CudaDevicePresent();
 
+// OK when `device` names a backend this machine can run: "cpu", "auto", or "cuda" with the CUDA
+// backend built and a GPU visible; otherwise the error MakeBackend would give.
+absl::Status CheckDevice(std::string_view device);
+
 // "cpu", "cuda" or "auto" (cuda when built and a device is visible, else cpu). "cuda" without a
 // build or a device, or for a model with a mechanism the CUDA backend lacks, is an error naming why.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,

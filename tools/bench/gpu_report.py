@@ -112,7 +112,10 @@ def main():
         for path in evals:
             g, c = load(path), load(path.replace("-cuda.json", "-cpu.json"))
             if not g or not c:
-                print("| %s | failed | | | |" % os.path.basename(path))
+                # The file holds the error instead (e.g. a mechanism without CUDA kernels).
+                with open(path if not g else path.replace("-cuda.json", "-cpu.json")) as f:
+                    why = f.read().strip().splitlines()[-1:] or ["no output"]
+                print("| %s | failed: %s | | | |" % (os.path.basename(path)[5:-10], why[0].replace("|", "/")[:120]))
                 continue
             print("| %s | %.3f | %.3f | %.0f | %.0f |" % (os.path.basename(path)[5:-10], g["perplexity"], c["perplexity"],
                                                       g["decode_tokens_per_second"], c["decode_tokens_per_second"]))

@@ -259,6 +259,8 @@ absl::Status RunBench(int argc, char** argv) {
                                 seed.status()}) {
     if (!s.ok()) return s;
   }
+  // Refuse an unusable --device before spending seconds on a large random model.
+  if (absl::Status s = CheckDevice(flags->Get("device", "auto")); !s.ok()) return s;
   auto model = BenchModel(*flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
