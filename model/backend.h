@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/ops.h"
 #include "model/model.h"
 
 namespace steady {
@@ -41,14 +42,8 @@ struct SlotState {
 
 // How one output row's token is drawn by Backend::ForwardSample: model/sampling.h's SamplingParams
 // without the repetition penalty, plus a counter (e.g. the session's position) that makes each draw
-// of one seed distinct and reproducible.
-struct DrawParams {
-  float temperature = 0;  // 0: greedy (first maximum)
-  int top_k = 0;          // 0: off
-  float top_p = 1;        // 1: off
-  uint64_t seed = 0;
-  uint64_t counter = 0;
-};
+// of one seed distinct and reproducible. The device kernel's own struct (plain C++).
+using DrawParams = cuda::RowSampling;
 
 class Backend {
  public:

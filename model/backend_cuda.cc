@@ -455,11 +455,8 @@ void CudaBackend::FillStep(const StepLayout& layout, const std::vector<Segment>&
   }
   STEADY_CHECK(row == layout.rows && out == layout.out_rows);
   if (layout.sample) {
-    auto* params = layout.At<cuda::RowSampling>(host, layout.draws_at);
-    for (int r = 0; r < layout.out_rows; ++r) {
-      const DrawParams d = r < int(draws->size()) ? (*draws)[r] : DrawParams{};
-      params[r] = {d.temperature, d.top_k, d.top_p, d.seed, d.counter};
-    }
+    auto* params = layout.At<DrawParams>(host, layout.draws_at);
+    for (int r = 0; r < layout.out_rows; ++r) params[r] = r < int(draws->size()) ? (*draws)[r] : DrawParams{};
   }
 }
 

@@ -38,6 +38,18 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// out[vi] = sum_d x[vi * len + d]^2 for `vectors` rows, one warp per row. Ends with a barrier.
+__device__ void RowSquares(const float* x, int vectors, int len, float* out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
+    float n2 = 0;
+    for (int d = lane; d < len; d += 32) n2 += x[vi * len + d] * x[vi * len + d];
+    n2 = WarpSum(n2);
+    if (lane == 0) out[vi] = n2;
+  }
+  __syncthreads();
+}
+
 // The CPU's KahanAdd (model/mechanisms/common.h): Neumaier step, then the fold into sum.
 __device__ __forceinline__ void KahanAdd(float& sum, float& comp, float x) {
   const float t = sum + x;
@@ -125,32 +137,26 @@ struct TaylorMech {
 
 struct SlayMech {
   using Tables = SlayTables;
-  // Scratch: x [(group+1), dk], inv_norm [group+1], poly [(group+1), P], prf [(group+1), R, M].
+  // Scratch: x [(group+1), dk], |x|^2 [group+1], poly [(group+1), P], prf [(group+1), R, M].
 
   static __device__ void Features(const Tables& t, int g, int dk, int group, int m, const float* kt,
                                   const float* qt, const float*, const LinearSmem& s, float* state_scale,
                                   float*) {
     const int vectors = group + 1, P = t.anchors, R = t.nodes, M = t.features;
     float* x = s.scratch;
-    float* inv_norm = x + vectors * dk;
-    float* poly = inv_norm + vectors;
+    float* norm2 = x + vectors * dk;
+    float* poly = norm2 + vectors;
     float* prf = poly + vectors * P;
     LoadVectors(kt, qt, group, dk, x);
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
-      float n2 = 0;
-      for (int d = lane; d < dk; d += 32) n2 += x[vi * dk + d] * x[vi * dk + d];
-      n2 = WarpSum(n2);
-      if (lane == 0) inv_norm[vi] = 1.0f / fmaxf(sqrtf(n2), 1e-12f);
-    }
-    __syncthreads();
+    RowSquares(x, vectors, dk, norm2);
+    auto inv_norm = [&](int vi) { return 1.0f / fmaxf(sqrtf(norm2[vi]), 1e-12f); };
     const float inv_sqrt_p = rsqrtf(float(P)), inv_sqrt_m = rsqrtf(float(M));
     for (int i = threadIdx.x; i < vectors * P; i += blockDim.x) {
       const int vi = i / P, a = i % P;
       float dot = 0;
       for (int d = 0; d < dk; ++d) dot += t.anchor_dirs[a * dk + d] * x[vi * dk + d];
-      dot *= inv_norm[vi];
+      dot *= inv_norm(vi);
       poly[i] = dot * dot * inv_sqrt_p;
     }
     for (int i = threadIdx.x; i < vectors * R * M; i += blockDim.x) {
@@ -159,7 +165,7 @@ struct SlayMech {
       float dot = 0;
       for (int d = 0; d < dk; ++d) dot += om[size_t(d) * M + f] * x[vi * dk + d];
       const float sr = t.node_s[r];
-      const float gain = sqrtf(2.0f * sr) * inv_norm[vi];
+      const float gain = sqrtf(2.0f * sr) * inv_norm(vi);
       const float amp = sqrtf(t.node_w[r]) * inv_sqrt_m;
       prf[i] = amp * expf(fminf(fmaxf(gain * dot - sr, -20.0f), 20.0f));
     }
@@ -204,23 +210,17 @@ struct DarkMech {
       mx[i] = acc;
     }
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
-      float n2 = 0;
-      for (int r = lane; r < rank; r += 32) n2 += mx[vi * rank + r] * mx[vi * rank + r];
-      n2 = WarpSum(n2);
-      if (lane == 0) half_norm[vi] = t.scale * n2 / 2;
-    }
-    __syncthreads();
+    RowSquares(mx, vectors, rank, half_norm);  // |Mx|^2; the logits subtract scale * |Mx|^2 / 2
     const float root_scale = sqrtf(t.scale);
     for (int i = threadIdx.x; i < vectors * m; i += blockDim.x) {
       const int vi = i / m, f = i % m;
       const float* w = t.W + (size_t(g) * m + f) * dk;
       float dot = 0;
       for (int d = 0; d < dk; ++d) dot += w[d] * x[vi * dk + d];
-      FeatureOut(s, vi, m)[f] = root_scale * dot - half_norm[vi];
+      FeatureOut(s, vi, m)[f] = root_scale * dot - t.scale * half_norm[vi] / 2;
     }
     __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int vi = warp; vi < vectors; vi += blockDim.x / 32) {
       const float* l = FeatureOut(s, vi, m);
       float mval = -INFINITY;

@@ -36,8 +36,8 @@ __device__ float BlockSumF(float v, float* scratch) {
   return v;
 }
 
-// (value, index) maximum with the lowest index on ties.
-__device__ void BlockArgMax(float& v, int& i, float* sv, int* si) {
+// (value, index) maximum over the warp, the lowest index on ties; every lane gets it.
+__device__ void WarpArgMax(float& v, int& i) {
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int oi = __shfl_xor_sync(0xffffffffu, i, o);
@@ -46,6 +46,11 @@ __device__ void BlockArgMax(float& v, int& i, float* sv, int* si) {
       i = oi;
     }
   }
+}
+
+// The same over the block (sv, si: 32 entries of scratch).
+__device__ void BlockArgMax(float& v, int& i, float* sv, int* si) {
+  WarpArgMax(v, i);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads();
   if (lane == 0) {
@@ -55,14 +60,7 @@ __device__ void BlockArgMax(float& v, int& i, float* sv, int* si) {
   __syncthreads();
   v = lane < int(blockDim.x / 32) ? sv[lane] : -FLT_MAX;
   i = lane < int(blockDim.x / 32) ? si[lane] : INT32_MAX;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (ov > v || (ov == v && oi < i)) {
-      v = ov;
-      i = oi;
-    }
-  }
+  WarpArgMax(v, i);
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* logits, int vocab, const RowSampling* params,
