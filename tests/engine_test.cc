@@ -513,5 +513,51 @@ TEST(EngineTest, CudaKvCapacityIsEnforcedPerRequest) {
   EXPECT_TRUE(Generate(*constant, "", "a b c d", 30).status.ok());
 }
 
+// A CPU backend that reports a KV capacity, as the CUDA backend does for softmax layers.
+class BoundedBackend : public Backend {
+ public:
+  BoundedBackend(const Model& m, int64_t cap) : Backend(m), cpu_(MakeCpuBackend(m, {})), cap_(cap) {}
+  std::string Name() const override { return "bounded cpu"; }
+  int slots() const override { return cpu_->slots(); }
+  int64_t position(int slot) const override { return cpu_->position(slot); }
+  int64_t max_context() const override { return cap_; }
+  void Reset(int slot) override { cpu_->Reset(slot); }
+  void Forward(const std::vector<Segment>& s, std::vector<float>* logits) override {
+    for (const Segment& seg : s) EXPECT_LE(position(seg.slot) + int64_t(seg.tokens.size()), cap_);
+    cpu_->Forward(s, logits);
+  }
+  SlotState ReadSlot(int slot) override { return cpu_->ReadSlot(slot); }
+  void WriteSlot(int slot, const SlotState& state) override { cpu_->WriteSlot(slot, state); }
+  void CopySlot(int from, int to) override { cpu_->CopySlot(from, to); }
+  double TimeAttention(int layer, int batch, int reps) override { return cpu_->TimeAttention(layer, batch, reps); }
+  int64_t WeightBytes() const override { return cpu_->WeightBytes(); }
+  int64_t StateBytesPerSlot() const override { return cpu_->StateBytesPerSlot(); }
+  int64_t BytesInUse(int slot) const override { return cpu_->BytesInUse(slot); }
+  double CopyBandwidth(int64_t bytes) override { return cpu_->CopyBandwidth(bytes); }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  int64_t cap_;
+};
+
+// GenerateText refuses, before running anything, a request that would pass the backend's KV
+// capacity; the session is untouched and a request that fits still runs.
+TEST(GenerateTextTest, RefusesToPassTheBackendsKvCapacity) {
+  const Model m = TinyModel("softmax", nlohmann::json::object(), 5);
+  BoundedBackend b(m, 24);
+  GenerateRequest r;
+  r.prompt = "a b c d";
+  r.max_tokens = 30;
+  auto refused = GenerateText(m, TestTokenizer(), b, 0, r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(std::string(refused.status().message()).find("past the 24 tokens"), std::string::npos) << refused.status();
+  EXPECT_EQ(b.position(0), 0);
+  r.max_tokens = 8;
+  auto fits = GenerateText(m, TestTokenizer(), b, 0, r);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(b.position(0), fits->prompt_tokens + int64_t(fits->tokens.size()));
+}
+
 }  // namespace
 }  // namespace steady

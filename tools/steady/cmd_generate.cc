@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -39,7 +40,11 @@ absl::Status RunGenerate(int argc, char** argv) {
   if (!model.ok()) return model.status();
   auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
-  auto backend = BackendFromFlags(*flags, *model);
+  // A KV cache preallocated on a GPU must hold the prompt (at most 2 tokens per byte, plus BOS) and
+  // the generated tokens.
+  BackendOptions options;
+  options.max_context = std::max<int64_t>(4096, 2 * int64_t(request.prompt.size()) + request.max_tokens + 2);
+  auto backend = BackendFromFlags(*flags, *model, options);
   if (!backend.ok()) return backend.status();
   const auto start = std::chrono::steady_clock::now();
   auto result = GenerateText(*model, **tokenizer, **backend, 0, request, [](std::string_view text) {
