@@ -29,6 +29,9 @@ struct BackendOptions {
   // CUDA: decode steps (one token per segment, up to 512 segments) replayed as CUDA graphs, one per
   // power-of-two batch bucket, padded with rows in a scratch slot.
   bool cuda_graphs = true;
+  // CUDA: prefill segments of 16+ tokens of taylor and slay layers in the chunked GEMM form (else
+  // token by token through the decode kernel, the reference it is tested against).
+  bool cuda_chunked_prefill = true;
 };
 
 // A slot's whole state outside a backend: every layer's fixed state (StatePool's layout), each

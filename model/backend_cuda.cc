@@ -111,6 +111,7 @@ class CudaBackend : public Backend {
 
  private:
   static constexpr int kMaxGraphBatch = 512;
+  static constexpr int kChunkedMin = 16;  // prefill segments of at least this many rows go chunked
   void FillStep(const StepLayout& layout, const std::vector<Segment>& segments, const std::vector<DrawParams>* draws,
                 char* host) const;
   void ReserveRows(int rows, int out_rows);
@@ -123,8 +124,13 @@ class CudaBackend : public Backend {
     return kv_cache_.as<float>() + (int64_t(slot) * softmax_layers_ + index) * options_.max_context * kv_row_floats_;
   }
   absl::Status InitLayer(int l, const LayerWeights& w, DeviceLayer* d);
-  void Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,
-                 const float* q, const float* k, const float* v, float* y);
+  // A prefill segment long enough for the chunked path: slot, first row, rows.
+  struct LongSegment {
+    int slot, row0, n;
+  };
+  void Attention(const DeviceLayer& d, cuda::AttnBatch batch, const int64_t* seg_positions,
+                 const std::vector<LongSegment>& long_segments, const float* q, const float* k, const float* v,
+                 float* y);
   // A GEMM's input: x itself (fp32 mode) or x rounded to bf16 into hb_.
   const void* GemmInput(const float* x, int64_t n) {
     if (!options_.cuda_bf16) return x;
@@ -167,6 +173,7 @@ class CudaBackend : public Backend {
   DeviceBuffer meta_;           // the step's metadata (StepLayout), uploaded from pinned_
   cuda::PinnedBuffer pinned_;   // its host copy
   DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
+  DeviceBuffer chunk_scratch_;  // the chunked prefill's features and GEMM operands
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
   // Captured decode steps by (batch bucket, samples).
   struct GraphSlot {
@@ -377,8 +384,9 @@ void CudaBackend::WriteSlot(int slot, const SlotState& s) {
   positions_[slot] = s.position;
 }
 
-void CudaBackend::Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, const int64_t* seg_positions,
-                            const float* q, const float* k, const float* v, float* y) {
+void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, const int64_t* seg_positions,
+                            const std::vector<LongSegment>& long_segments, const float* q, const float* k,
+                            const float* v, float* y) {
   if (d.softmax_index >= 0) {
     cuda::KvCacheLayout kv;
     kv.cache = kv_cache_.as<float>();
@@ -390,6 +398,24 @@ void CudaBackend::Attention(const DeviceLayer& d, const cuda::AttnBatch& batch, 
   }
   cuda::LinearStateLayout st = d.state;
   st.pool = pool_.as<float>();
+  // Long prefill segments of taylor and slay layers go through the chunked GEMM form; the fused
+  // kernel takes the rest (decode rows, short segments) in the same step.
+  const bool chunked = !long_segments.empty() && (d.taylor.order > 0 || d.slay.nodes > 0);
+  if (chunked) {
+    batch.chunked_min = kChunkedMin;
+    const size_t floats = cuda::ChunkedPrefillScratchFloats(batch, st.features);
+    if (chunk_scratch_.bytes() < floats * sizeof(float)) chunk_scratch_ = DeviceBuffer(floats * sizeof(float));
+    const bool tf32 = options_.cuda_bf16;  // the serving precision; fp32 mode stays exact
+    for (const LongSegment& seg : long_segments) {
+      if (d.taylor.order > 0) {
+        cuda::TaylorPrefillChunked(*blas_, batch, st, d.taylor, seg.slot, seg.row0, seg.n, tf32,
+                                   chunk_scratch_.as<float>(), q, k, v, y, stream_);
+      } else {
+        cuda::SlayPrefillChunked(*blas_, batch, st, d.slay, seg.slot, seg.row0, seg.n, tf32,
+                                 chunk_scratch_.as<float>(), q, k, v, y, stream_);
+      }
+    }
+  }
   if (d.taylor.order > 0) {
     cuda::TaylorAttention(batch, st, d.taylor, q, k, v, y, stream_);
   } else if (d.slay.nodes > 0) {
@@ -509,6 +535,16 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
   float *x = x_.as<float>(), *h = h_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>(),
         *att = att_.as<float>(), *proj = proj_.as<float>(), *gate = gate_.as<float>(), *up = up_.as<float>();
   const float eps = float(c.rms_norm_eps);
+  // Prefill segments for the chunked path, read from the host copy of the metadata (never in a
+  // graph: graphs hold one-token segments only).
+  std::vector<LongSegment> long_segments;
+  if (options_.cuda_chunked_prefill && layout.max_count >= kChunkedMin) {
+    const int32_t* slot = layout.At<int32_t>(pinned_.data(), layout.seg_at);
+    for (int i = 0; i < layout.segments; ++i) {
+      const int n = slot[2 * layout.segments + i];
+      if (n >= kChunkedMin) long_segments.push_back({slot[i], slot[layout.segments + i], n});
+    }
+  }
 
   cuda::GatherRows(embed_.as<float>(), hidden, d_ids, rows, x, stream_);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -526,7 +562,7 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
       cuda::Rope(q, rows, c.num_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
       cuda::Rope(k, rows, c.num_kv_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
     }
-    Attention(d, batch, d_seg_pos, q, k, v, att);
+    Attention(d, batch, d_seg_pos, long_segments, q, k, v, att);
     Linear(GemmInput(att, int64_t(rows) * q_dim), rows, q_dim, d.wo, hidden, proj);
     cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
     cuda::RmsNorm(x, d.mlp_norm.as<float>(), rows, hidden, eps, h, stream_);
@@ -657,7 +693,10 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   b.head_dim = hd;
   b.value_dim = hd;
   return cuda::MedianSeconds(
-      [&] { Attention(layers_[layer], b, dpos.as<int64_t>(), q.as<float>(), k.as<float>(), v.as<float>(), y.as<float>()); },
+      [&] {
+        Attention(layers_[layer], b, dpos.as<int64_t>(), {}, q.as<float>(), k.as<float>(), v.as<float>(),
+                  y.as<float>());
+      },
       reps, stream_);
 }
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/check.h"
@@ -279,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
   const int m = st.features;
   const LinearSmem s = CarveLinearSmem(smem, m, group, width);
   const int slot = b.slot[seg], row0 = b.row_begin[seg], n = b.count[seg];
+  if (b.chunked_min > 0 && n >= b.chunked_min) return;  // prefilled by the chunked path
   float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
   float* extra = st.extra_off >= 0 ? head + st.extra_off : nullptr;
   const bool kahan = st.comp_off >= 0;
@@ -369,6 +371,153 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
     }
     if (threadIdx.x == 0 && extra != nullptr) Mech::AfterToken(t, extra, &aux[group]);
     __syncthreads();
+  }
+}
+
+// --- chunked prefill (taylor, slay) ----------------------------------------------------------------
+
+// Scratch of one chunk, per kv head g (dense, row-major): Fq [C * group, m], Fk [C, m], Vx [C, dv + 1],
+// Seff [m, dv + 1], A [C * group, C], Num [C * group, dv + 1], dS [m, dv + 1]; the heads' blocks are
+// consecutive ([kv_heads, ...]) so each GEMM is one strided batch over the heads.
+struct ChunkScratch {
+  int C, group, m, width;
+  int64_t fq, fk, vx, seff, a, num, ds;  // per-head strides (floats)
+  float *Fq, *Fk, *Vx, *Seff, *A, *Num, *dS;
+
+  __host__ __device__ ChunkScratch(float* base, int kv_heads, int C_, int group_, int m_, int width_)
+      : C(C_), group(group_), m(m_), width(width_) {
+    fq = int64_t(C) * group * m;
+    fk = int64_t(C) * m;
+    vx = int64_t(C) * width;
+    seff = int64_t(m) * width;
+    a = int64_t(C) * group * C;
+    num = int64_t(C) * group * width;
+    ds = seff;
+    Fq = base;
+    Fk = Fq + kv_heads * fq;
+    Vx = Fk + kv_heads * fk;
+    Seff = Vx + kv_heads * vx;
+    A = Seff + kv_heads * seff;
+    Num = A + kv_heads * a;
+    dS = Num + kv_heads * num;
+  }
+  int64_t Floats(int kv_heads) const { return int64_t(kv_heads) * (fq + fk + vx + seff + a + num + ds); }
+};
+
+// Grid (tokens, kv_heads): token `tok` of the chunk: its features (Mech::Features, as the fused
+// kernel builds them) copied out to Fq / Fk, and [v 1] to Vx.
+template <class Mech>
+__global__ void __launch_bounds__(kThreads) ChunkFeaturesKernel(AttnBatch b, typename Mech::Tables t, int m, int row0,
+                                                                ChunkScratch cs, const float* q, const float* k,
+                                                                const float* v) {
+  extern __shared__ float smem[];
+  __shared__ float state_scale;
+  __shared__ float aux[kLinearMaxGroup + 1];
+  const int tok = blockIdx.x, g = blockIdx.y;
+  const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim;
+  const LinearSmem s = CarveLinearSmem(smem, m, group, 0);
+  const int64_t row = row0 + tok;
+  Mech::Features(t, g, dk, group, m, k + (row * b.kv_heads + g) * dk, q + (row * b.heads + int64_t(g) * group) * dk,
+                 nullptr, s, &state_scale, aux);
+  float* fk = cs.Fk + g * cs.fk + int64_t(tok) * m;
+  float* fq = cs.Fq + g * cs.fq + int64_t(tok) * group * m;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) fk[i] = s.fk[i];
+  for (int i = threadIdx.x; i < group * m; i += blockDim.x) fq[i] = s.fq[i];
+  float* vx = cs.Vx + g * cs.vx + int64_t(tok) * cs.width;
+  const float* vt = v + (row * b.kv_heads + g) * dv;
+  for (int c = threadIdx.x; c < cs.width; c += blockDim.x) vx[c] = c < dv ? vt[c] : 1.0f;
+}
+
+__device__ __forceinline__ int64_t StateOffset(const LinearStateLayout& st, int r, int c, int dv) {
+  return c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
+}
+
+// Grid (ceil(m * width / threads), kv_heads): Seff = S + compensation, dense.
+__global__ void GatherStateKernel(LinearStateLayout st, int slot, int dv, ChunkScratch cs) {
+  const int g = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(cs.m) * cs.width) return;
+  const int r = int(i / cs.width), c = int(i % cs.width);
+  const float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
+  const int64_t off = StateOffset(st, r, c, dv);
+  cs.Seff[g * cs.seff + i] = head[off] + (st.comp_off >= 0 ? head[st.comp_off + off] : 0.0f);
+}
+
+// The same grid: the state += dS (Kahan where the layout has compensations).
+__global__ void AddToStateKernel(LinearStateLayout st, int slot, int dv, ChunkScratch cs) {
+  const int g = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(cs.m) * cs.width) return;
+  const int r = int(i / cs.width), c = int(i % cs.width);
+  float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
+  const int64_t off = StateOffset(st, r, c, dv);
+  const float delta = cs.dS[g * cs.ds + i];
+  if (st.comp_off >= 0) {
+    float sum = head[off], comp = head[st.comp_off + off];
+    KahanAdd(sum, comp, delta);
+    head[off] = sum;
+    head[st.comp_off + off] = comp;
+  } else {
+    head[off] += delta;
+  }
+}
+
+// Grid (ceil(C * group * C / threads), kv_heads): A[t * group + i][j] = 0 for keys after the query.
+__global__ void CausalMaskKernel(ChunkScratch cs, int tokens) {
+  const int g = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(tokens) * cs.group * tokens) return;
+  const int qrow = int(i / tokens), j = int(i % tokens);
+  if (j > qrow / cs.group) cs.A[g * cs.a + i] = 0.0f;
+}
+
+// Grid (tokens, kv_heads): y = Num[:dv] / Num[dv] per query head, with the mechanism's guard.
+template <class Mech>
+__global__ void ChunkRatioKernel(AttnBatch b, typename Mech::Tables t, int row0, ChunkScratch cs, float* y) {
+  const int tok = blockIdx.x, g = blockIdx.y;
+  const int group = cs.group, dv = b.value_dim;
+  float* yt = y + ((int64_t(row0) + tok) * b.heads + int64_t(g) * group) * dv;
+  const float* num = cs.Num + g * cs.num + int64_t(tok) * group * cs.width;
+  for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+    const int i = idx / dv, d = idx % dv;
+    yt[idx] = Mech::Ratio(t, num[i * cs.width + d], num[i * cs.width + dv], i, group, nullptr);
+  }
+}
+
+template <class Mech>
+void LaunchPrefillChunked(Blas& blas, const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t,
+                          int scratch_floats, int slot, int row0, int n, bool tf32, float* scratch, const float* q,
+                          const float* k, const float* v, float* y, cudaStream_t stream) {
+  const int group = b.heads / b.kv_heads, m = st.features, width = b.value_dim + 1, G = b.kv_heads;
+  const size_t smem = (size_t(group + 1) * m + scratch_floats) * sizeof(float);
+  static size_t allowed = 48 * 1024;  // as in LaunchLinearAs
+  if (smem > allowed) {
+    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
+    STEADY_CUDA_CHECK(cudaFuncSetAttribute(ChunkFeaturesKernel<Mech>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem)));
+    allowed = smem;
+  }
+  for (int c0 = 0; c0 < n; c0 += kPrefillChunk) {
+    const int C = std::min(kPrefillChunk, n - c0), R = C * group;
+    const ChunkScratch cs(scratch, G, C, group, m, width);
+    ChunkFeaturesKernel<Mech><<<dim3(C, G), kThreads, smem, stream>>>(b, t, m, row0 + c0, cs, q, k, v);
+    STEADY_CUDA_CHECK_LAUNCH();
+    const dim3 state_grid(unsigned((int64_t(m) * width + kThreads - 1) / kThreads), G);
+    GatherStateKernel<<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
+    STEADY_CUDA_CHECK_LAUNCH();
+    // Num = phi(Q) Seff: every query against the state carried into the chunk.
+    GemmBatched(blas, false, false, R, width, m, cs.Fq, cs.fq, cs.Seff, cs.seff, 0.0f, cs.Num, cs.num, G, tf32);
+    // A = mask(phi(Q) phi(K)^T); Num += A [V 1]: the chunk's own keys, causally.
+    GemmBatched(blas, false, true, R, C, m, cs.Fq, cs.fq, cs.Fk, cs.fk, 0.0f, cs.A, cs.a, G, tf32);
+    CausalMaskKernel<<<dim3(unsigned((int64_t(R) * C + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(cs, C);
+    STEADY_CUDA_CHECK_LAUNCH();
+    GemmBatched(blas, false, false, R, width, C, cs.A, cs.a, cs.Vx, cs.vx, 1.0f, cs.Num, cs.num, G, tf32);
+    ChunkRatioKernel<Mech><<<dim3(C, G), kThreads, 0, stream>>>(b, t, row0 + c0, cs, y);
+    STEADY_CUDA_CHECK_LAUNCH();
+    // dS = phi(K)^T [V 1], added to the state.
+    GemmBatched(blas, true, false, m, width, C, cs.Fk, cs.fk, cs.Vx, cs.vx, 0.0f, cs.dS, cs.ds, G, tf32);
+    AddToStateKernel<<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
+    STEADY_CUDA_CHECK_LAUNCH();
   }
 }
 
@@ -550,6 +699,27 @@ void DarkAttention(const AttnBatch& b, const LinearStateLayout& st, const DarkTa
                    const float* k, const float* v, float* y, cudaStream_t stream) {
   STEADY_CHECK(t.features == st.features && st.extra_off >= 0);
   LaunchLinear<DarkMech>(b, st, t, DarkScratchFloats(b, t), q, k, v, y, stream);
+}
+
+size_t ChunkedPrefillScratchFloats(const AttnBatch& shape, int features) {
+  const int group = shape.heads / shape.kv_heads;
+  return size_t(ChunkScratch(nullptr, shape.kv_heads, kPrefillChunk, group, features, shape.value_dim + 1)
+                    .Floats(shape.kv_heads));
+}
+
+void TaylorPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const TaylorTables& t,
+                          int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                          const float* v, float* y, cudaStream_t stream) {
+  const int group = shape.heads / shape.kv_heads;
+  LaunchPrefillChunked<TaylorMech>(blas, shape, st, t, (group + 1) * shape.head_dim, slot, row0, n, tf32, scratch, q,
+                                   k, v, y, stream);
+}
+
+void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const SlayTables& t,
+                        int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                        const float* v, float* y, cudaStream_t stream) {
+  LaunchPrefillChunked<SlayMech>(blas, shape, st, t, SlayScratchFloats(shape, t), slot, row0, n, tf32, scratch, q, k,
+                                 v, y, stream);
 }
 
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,

@@ -69,4 +69,17 @@ void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_b
                                    CUBLAS_GEMM_DEFAULT));
 }
 
+void GemmBatched(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, const float* a, int64_t stride_a,
+                 const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c, int batch, bool tf32) {
+  STEADY_CHECK(m > 0 && n > 0 && k > 0 && batch > 0);
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major matrix is its
+  // transpose seen column-major, so each operand keeps its op and the two swap places.
+  const float alpha = 1.0f;
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  STEADY_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      H(blas), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+      CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, n, stride_c, batch,
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace steady::cuda

@@ -80,6 +80,12 @@ void MatMulNT(Blas& blas, const float* x, int rows, int in, const float* w, int 
 void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_bits* w, int out,
                   float* y);
 
+// Row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C, `batch` times (strides in elements between
+// consecutive A, B and C); op transposes when trans_*. fp32 storage; tf32: tensor cores with TF32
+// inputs (about 1e-3 relative), else fp32 arithmetic.
+void GemmBatched(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, const float* a, int64_t stride_a,
+                 const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c, int batch, bool tf32);
+
 // --- attention.cu -----------------------------------------------------------------------------
 // Attention over a batch of segments against per-slot state in device memory. Segment s covers
 // rows [row_begin[s], row_begin[s] + count[s]) of q [rows, heads, head_dim], k and v [rows,
@@ -94,6 +100,8 @@ struct AttnBatch {
   const int32_t* count;      // [segments], device
   int segments = 0;
   int max_count = 0;         // max over count[] (host-side copy, for the launch grid)
+  int chunked_min = 0;       // > 0: the fused linear-state kernel skips segments of at least this
+                             // many rows (they go through the chunked prefill below)
   int heads = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
 };
 
@@ -160,6 +168,21 @@ void DarkAttention(const AttnBatch& b, const LinearStateLayout& st, const DarkTa
 // LinearAttentionSharedBytes).
 int SlayScratchFloats(const AttnBatch& b, const SlayTables& t);
 int DarkScratchFloats(const AttnBatch& b, const DarkTables& t);
+
+// Chunked prefill of one segment (rows [row0, row0 + n) of q/k/v/y, continuing slot `slot`) for
+// taylor or slay, in chunks of kPrefillChunk tokens. Per chunk, batched over the kv heads: the
+// features phi(K), phi(Q) and [V 1] into `scratch`, the carried state S (+ compensation) gathered
+// dense, then as GEMMs Num = phi(Q) S + mask(phi(Q) phi(K)^T) [V 1] (y = Num[:dv] / Num[dv] with the
+// mechanism's guard) and dS = phi(K)^T [V 1], Kahan-added to the state. The same function as the
+// token-by-token scan (the features reproduce the kernel exactly). tf32: the GEMMs on tensor cores.
+constexpr int kPrefillChunk = 128;
+size_t ChunkedPrefillScratchFloats(const AttnBatch& shape, int features);
+void TaylorPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const TaylorTables& t,
+                          int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                          const float* v, float* y, cudaStream_t stream);
+void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const SlayTables& t,
+                        int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                        const float* v, float* y, cudaStream_t stream);
 
 // softmax with a KV cache preallocated per slot: rows [capacity, kv_heads, head_dim + value_dim]
 // for slot s and this layer at cache + s * slot_stride + layer_offset (the CPU cache's row layout).
