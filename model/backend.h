@@ -72,6 +72,9 @@ class Backend {
   // between the two; random draws use different generators.
   virtual void ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                              std::vector<int32_t>* ids);
+  // Whether ForwardSample draws where the logits are (true: only ids cross to the host, so callers
+  // prefer it to Forward + host sampling).
+  virtual bool DrawsOnDevice() const { return false; }
   // Waits for queued work (for timing). A no-op on the CPU.
   virtual void Synchronize() {}
 

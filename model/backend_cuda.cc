@@ -86,6 +86,7 @@ class CudaBackend : public Backend {
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override;
   void ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                      std::vector<int32_t>* ids) override;
+  bool DrawsOnDevice() const override { return true; }
   void Synchronize() override { cuda::SynchronizeStream(stream_); }
   SlotState ReadSlot(int slot) override;
   void WriteSlot(int slot, const SlotState& state) override;

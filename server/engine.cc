@@ -289,7 +289,8 @@ bool Engine::Impl::Step() {
   for (int64_t id : plan.decode) {
     EngineJob& job = *jobs.at(id);
     job.last_advanced = step;
-    const int token = job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
+    const int token = job.drawn ? *job.drawn : job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
+    job.drawn.reset();
     if (model.config().IsEos(token)) {
       Finish(job, absl::OkStatus(), "stop");
       continue;
@@ -323,12 +324,32 @@ bool Engine::Impl::Step() {
     rows.push_back({&job, chunk.tokens});
   }
   if (!segments.empty()) {
+    // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the
+    // repetition penalty, which the host Sampler applies to the logits.
+    bool on_device = options.device_sampling && pool->DrawsOnDevice();
+    for (const Row& row : rows) on_device = on_device && row.job->request.sampling.repetition_penalty == 1.0f;
     std::vector<float> logits;
-    pool->Forward(segments, &logits);
+    std::vector<int32_t> drawn;
+    if (on_device) {
+      std::vector<DrawParams> draws;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const SamplingParams& p = rows[r].job->request.sampling;
+        // The counter is the session's position after this step: one distinct draw per token.
+        draws.push_back({p.temperature, p.top_k, p.top_p, p.seed,
+                         uint64_t(pool->position(segments[r].slot) + int64_t(segments[r].tokens.size()))});
+      }
+      pool->ForwardSample(segments, draws, &drawn);
+    } else {
+      pool->Forward(segments, &logits);
+    }
     const int vocab = model.vocab_size();
     for (size_t r = 0; r < rows.size(); ++r) {
       EngineJob& job = *rows[r].job;
-      job.logits.assign(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+      if (on_device) {
+        job.drawn = drawn[r];
+      } else {
+        job.logits.assign(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+      }
       if (rows[r].prompt_tokens == 0) {
         ++job.generated;
         ++tokens_out;

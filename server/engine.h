@@ -35,6 +35,8 @@ struct EngineOptions {
   std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend.h)
   int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
                                                   // the backend preallocates it (CUDA, softmax layers)
+  bool device_sampling = true;                    // on a GPU, draw tokens there when no row of a step
+                                                  // needs the repetition penalty (only ids come back)
 };
 
 struct SessionInfo {

@@ -38,7 +38,8 @@ struct EngineJob {
   std::vector<int32_t> prompt;   // BOS (when the session is empty) + the encoded prompt
   size_t prompt_done = 0;        // prompt tokens in the state
   std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
-  std::vector<float> logits;     // [vocab] after the last token fed
+  std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
+  std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample)
   int64_t generated = 0;
   int64_t last_advanced = -1;
   // The session before a prompt that takes more than one chunk: a cancel mid-prompt restores it.

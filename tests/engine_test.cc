@@ -559,5 +559,27 @@ TEST(GenerateTextTest, RefusesToPassTheBackendsKvCapacity) {
   EXPECT_EQ(b.position(0), fits->prompt_tokens + int64_t(fits->tokens.size()));
 }
 
+// On a GPU the engine draws tokens on the device (only ids come back); greedy output is the same
+// as with host sampling over the same backend, for several sessions decoding together.
+TEST(EngineTest, CudaDeviceSamplingMatchesHostSamplingWhenGreedy) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  const Model m = Taylor();
+  std::vector<std::string> outputs[2];
+  for (int device_sampling = 0; device_sampling < 2; ++device_sampling) {
+    EngineOptions o = Options();
+    o.device = "cuda";
+    o.device_sampling = device_sampling == 1;
+    std::unique_ptr<Engine> e = StartEngine(m, o);
+    std::vector<std::future<Outcome>> pending;
+    for (int i = 0; i < 6; ++i) pending.push_back(SubmitAsync(*e, Job("", Prompt(i), 20)));
+    for (auto& f : pending) {
+      const Outcome out = f.get();
+      EXPECT_TRUE(out.status.ok()) << out.status;
+      outputs[device_sampling].push_back(out.text);
+    }
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+}
+
 }  // namespace
 }  // namespace steady
