@@ -87,7 +87,7 @@ class CpuBackend : public Backend {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // Read once and written once: 2 * bytes move per copy, the same accounting as decode steps.
       best = std::max(best, 2.0 * double(bytes) / std::max(s, 1e-9));
-      a[rep] = b[rep + 1];  // keep the copies observable
+      if (bytes > rep + 1) a[rep] = b[rep + 1];  // keep the copies observable
     }
     return best;
   }
