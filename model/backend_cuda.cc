@@ -175,6 +175,7 @@ class CudaBackend : public Backend {
   cuda::PinnedBuffer pinned_;   // its host copy
   DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
   DeviceBuffer chunk_scratch_;  // the chunked prefill's features and GEMM operands
+  DeviceBuffer softmax_partial_;  // softmax decode's split-context partials
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
   // Captured decode steps by (batch bucket, samples).
   struct GraphSlot {
@@ -349,6 +350,11 @@ absl::Status CudaBackend::Init() {
   pool_ = DeviceBuffer(slots * std::max<size_t>(slot_floats_, 1) * sizeof(float));
   kv_row_floats_ = int64_t(c.num_kv_heads) * 2 * c.head_dim;
   if (softmax_layers_ > 0) {
+    cuda::AttnBatch shape;
+    shape.heads = c.num_heads;
+    shape.kv_heads = c.num_kv_heads;
+    shape.value_dim = c.head_dim;
+    softmax_partial_ = DeviceBuffer(size_t(cuda::SoftmaxPartialFloats(shape)) * sizeof(float));
     kv_cache_ = DeviceBuffer(slots * softmax_layers_ * size_t(options_.max_context) * size_t(kv_row_floats_) *
                              sizeof(float));
   }
@@ -394,6 +400,8 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, const i
     kv.capacity = options_.max_context;
     kv.slot_stride = int64_t(softmax_layers_) * kv.capacity * kv_row_floats_;
     kv.layer_offset = int64_t(d.softmax_index) * kv.capacity * kv_row_floats_;
+    kv.partial = softmax_partial_.as<float>();
+    kv.partial_floats = int64_t(softmax_partial_.bytes() / sizeof(float));
     cuda::SoftmaxAttention(batch, kv, seg_positions, d.softmax_scale, q, k, v, y, stream_);
     return;
   }

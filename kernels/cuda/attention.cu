@@ -29,6 +29,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColIters = (kLinearMaxValueDim + 1 + 31) / 32;  // columns per lane of a state row
 constexpr int kRowUnroll = 4;  // state rows a warp loads before it updates them
+constexpr int kSplitBlocks = 1024;  // softmax decode: blocks to aim for when splitting the context
+constexpr int kMaxSplits = 64;
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -540,15 +542,21 @@ __global__ void AppendKvKernel(AttnBatch b, KvCacheLayout kv, const int64_t* pos
 
 // Grid (segments, kv_heads, max_count). Shared: q [group, dk], then per warp max [group], sum
 // [group] and weighted values [group, dv].
+// With splits > 1 (decode: one token per segment) blockIdx.z is a split of the cached rows
+// (flash-decoding): the block writes its (max, sum, weighted values) to kv.partial for
+// SoftmaxMergeKernel instead of y.
 __global__ void __launch_bounds__(kThreads) SoftmaxAttendKernel(AttnBatch b, KvCacheLayout kv,
                                                                 const int64_t* positions, float scale,
-                                                                const float* q, float* y) {
+                                                                const float* q, float* y, int splits) {
   extern __shared__ float smem[];
-  const int seg = blockIdx.x, g = blockIdx.y, tok = blockIdx.z;
+  const int seg = blockIdx.x, g = blockIdx.y, tok = splits > 1 ? 0 : int(blockIdx.z);
+  const int split = splits > 1 ? int(blockIdx.z) : 0;
   if (tok >= b.count[seg]) return;
   const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim, width = dk + dv;
   const int64_t row = b.row_begin[seg] + tok;
   const int64_t len = positions[seg] + tok + 1;
+  const int64_t per_split = (len + splits - 1) / splits;
+  const int64_t first = split * per_split, last = len < first + per_split ? len : first + per_split;
   float* qs = smem;
   float* wmax = qs + group * dk;
   float* wsum = wmax + kWarps * group;
@@ -566,7 +574,7 @@ __global__ void __launch_bounds__(kThreads) SoftmaxAttendKernel(AttnBatch b, KvC
 #pragma unroll
     for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
   }
-  for (int64_t j = warp; j < len; j += kWarps) {
+  for (int64_t j = first + warp; j < last; j += kWarps) {
     const float* kj = cache + j * row_stride;
     const float* vj = kj + dk;
 #pragma unroll
@@ -610,6 +618,41 @@ __global__ void __launch_bounds__(kThreads) SoftmaxAttendKernel(AttnBatch b, KvC
       const float f = wsum[w * group + i] > 0 ? expf(wmax[w * group + i] - top) : 0.0f;
       den += wsum[w * group + i] * f;
       num += wacc[(size_t(w) * group + i) * dv + d] * f;
+    }
+    if (splits == 1) {
+      yt[idx] = num / den;
+    } else {
+      // This split's partial, [group, dv + 2]: (max, sum, weighted values relative to max).
+      float* pi = kv.partial + (((int64_t(seg) * b.kv_heads + g) * splits + split) * group + i) * (dv + 2);
+      if (d == 0) {
+        pi[0] = top;
+        pi[1] = den;
+      }
+      pi[2 + d] = num;
+    }
+  }
+}
+
+// Grid (segments, kv_heads): y from the splits' partials (a split with no rows has sum 0).
+__global__ void SoftmaxMergeKernel(AttnBatch b, KvCacheLayout kv, int splits, float* y) {
+  const int seg = blockIdx.x, g = blockIdx.y;
+  const int group = b.heads / b.kv_heads, dv = b.value_dim;
+  const float* part = kv.partial + (int64_t(seg) * b.kv_heads + g) * splits * group * (dv + 2);
+  float* yt = y + (int64_t(b.row_begin[seg]) * b.heads + int64_t(g) * group) * dv;
+  for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+    const int i = idx / dv, d = idx % dv;
+    float top = -INFINITY;
+    for (int s = 0; s < splits; ++s) {
+      const float* ps = part + (int64_t(s) * group + i) * (dv + 2);
+      if (ps[1] > 0) top = fmaxf(top, ps[0]);
+    }
+    float den = 0, num = 0;
+    for (int s = 0; s < splits; ++s) {
+      const float* ps = part + (int64_t(s) * group + i) * (dv + 2);
+      if (!(ps[1] > 0)) continue;
+      const float f = expf(ps[0] - top);
+      den += ps[1] * f;
+      num += ps[2 + d] * f;
     }
     yt[idx] = num / den;
   }
@@ -722,6 +765,11 @@ void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLay
                                  v, y, stream);
 }
 
+int64_t SoftmaxPartialFloats(const AttnBatch& shape) {
+  // Splits stop at kSplitBlocks blocks, so segments * kv_heads * splits <= kSplitBlocks.
+  return int64_t(kSplitBlocks) * (shape.heads / shape.kv_heads) * (shape.value_dim + 2);
+}
+
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
                       const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
   CheckBatch(b);
@@ -736,9 +784,21 @@ void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t
         cudaFuncSetAttribute(SoftmaxAttendKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     allowed = smem;
   }
-  SoftmaxAttendKernel<<<dim3(b.segments, b.kv_heads, b.max_count), kThreads, smem, stream>>>(b, kv, positions,
-                                                                                            scale, q, y);
+  // Decode (one token per segment): split the cached rows over more blocks when the step has few
+  // (segment, kv head) pairs, about kSplitBlocks blocks in all, as far as kv.partial holds them.
+  int splits = 1;
+  if (b.max_count == 1 && kv.partial != nullptr) {
+    splits = std::max(1, std::min(kMaxSplits, kSplitBlocks / (b.segments * b.kv_heads)));
+    const int64_t per_split = int64_t(b.kv_heads) * group * (b.value_dim + 2);
+    while (splits > 1 && int64_t(b.segments) * splits * per_split > kv.partial_floats) --splits;
+  }
+  SoftmaxAttendKernel<<<dim3(b.segments, b.kv_heads, splits > 1 ? splits : b.max_count), kThreads, smem, stream>>>(
+      b, kv, positions, scale, q, y, splits);
   STEADY_CUDA_CHECK_LAUNCH();
+  if (splits > 1) {
+    SoftmaxMergeKernel<<<dim3(b.segments, b.kv_heads), kThreads, 0, stream>>>(b, kv, splits, y);
+    STEADY_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace steady::cuda

@@ -188,10 +188,16 @@ void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLay
 // for slot s and this layer at cache + s * slot_stride + layer_offset (the CPU cache's row layout).
 // positions[s] is the slot's length before the segment; the caller keeps position + count <=
 // capacity. Appends the segment's keys and values, then attends causally.
+// Decode steps split each session's context over several blocks (flash-decoding) when `partial`
+// has room for the split results: segments * kv_heads * splits * group * (value_dim + 2) floats.
 struct KvCacheLayout {
   float* cache = nullptr;
   int64_t slot_stride = 0, layer_offset = 0, capacity = 0;
+  float* partial = nullptr;
+  int64_t partial_floats = 0;
 };
+// Floats of KvCacheLayout::partial that let every decode step split as far as it wants.
+int64_t SoftmaxPartialFloats(const AttnBatch& shape);
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
                       const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
 
