@@ -347,5 +347,28 @@ TEST(CudaBackendPrefill, ChunkedPrefillMatchesTheTokenScan) {
   }
 }
 
+// Softmax decode splits a long context over many blocks and merges their partials: against the
+// CPU at 500 and 200 cached tokens (so each split holds several rows, some none at the start).
+TEST(CudaBackendSoftmax, SplitContextDecodeMatchesTheCpu) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  const Model m = TinyModel("softmax", nlohmann::json::object(), TestSeed(), kWide);
+  BackendOptions o;
+  o.slots = 2;
+  o.max_context = 600;
+  o.cuda_bf16 = false;
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, o);
+  auto gpu = MakeCudaBackend(m, o);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937_64 rng(TestSeed() + 23);
+  std::vector<std::vector<Segment>> steps = {{{0, RandomTokens(500, rng), false}, {1, RandomTokens(200, rng), false}}};
+  for (int t = 0; t < 4; ++t) steps.push_back({{0, RandomTokens(1, rng), false}, {1, RandomTokens(1, rng), false}});
+  for (const std::vector<Segment>& step : steps) {
+    std::vector<float> want, got;
+    cpu->Forward(step, &want);
+    (*gpu)->Forward(step, &got);
+    EXPECT_LT(MaxRelError(D(got), D(want)), 1e-4);
+  }
+}
+
 }  // namespace
 }  // namespace steady
