@@ -106,15 +106,28 @@ expect_error "bench: missing config file" 1 "$tmp/none.json" "$steady" "${base[@
 expect_error "bench: unknown device" 2 "--device" "$steady" "${base[@]}" --preset tiny --batch 1 --context 8 --device tpu
 expect_error "bench: KV cache too large for the cpu" 2 "--context" "$steady" "${base[@]}" --preset tiny --batch 64 \
   --context 100000 "${small[@]}"
+# Lists of batches and contexts: one model, one JSON line per pair, the prefill with the first.
+"$steady" bench --device cpu --preset tiny --batch 1,2 --context 16,32 --steps 2 --prefill-tokens 16 \
+  "${small[@]}" --json > "$tmp/list.jsonl" &&
+  "$py" - "$tmp/list.jsonl" <<'PY' && pass "bench: lists of batches and contexts" || fail "bench lists"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert [(r["decode"]["batch"], r["decode"]["context"]) for r in rows] == [(1, 16), (1, 32), (2, 16), (2, 32)], rows
+assert rows[0]["prefill"]["tokens"] == 16 and all(r["prefill"] is None for r in rows[1:]), rows
+PY
+expect_error "bench: a bad list" 2 "--batch" "$steady" "${base[@]}" --preset tiny --batch 2,x --context 8
+
 # The device session's report (tools/bench/gpu_report.py) over these rows, as a GPU run lays them out.
 mkdir -p "$tmp/session/bench"
 cp "$tmp/softmax64.json" "$tmp/taylor64.json" "$tmp/session/bench/"
+cp "$tmp/list.jsonl" "$tmp/session/bench/list.json"
 printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-smi.csv"
 "$py" "$(dirname "$0")/../../tools/bench/gpu_report.py" "$tmp/session" > "$tmp/report.md" 2> "$tmp/err" &&
   grep -q '^| taylor64 | taylor P=2 | 2 x 64 |' "$tmp/report.md" &&
   grep -q '^| softmax64 | softmax | 2 x 64 |' "$tmp/report.md" &&
   grep -q '^| softmax | 67.1 MB | 15 |' "$tmp/report.md" &&
   grep -q '^| steady taylor P=2, whole model (taylor64) | 64 |' "$tmp/report.md" &&
+  grep -q '^| list b2 L32 | softmax | 2 x 32 |' "$tmp/report.md" &&
   pass "bench: gpu_report tables" || fail "gpu_report: $(cat "$tmp/report.md" "$tmp/err")"
 
 if nvidia-smi -L > /dev/null 2>&1; then

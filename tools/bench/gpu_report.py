@@ -28,6 +28,26 @@ def load(path):
         return None
 
 
+def load_reports(path):
+    """A steady bench --json file: one report, or several as JSON Lines (lists of --batch/--context)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return []
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        pass
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            return out  # the rest is an error message
+    return out
+
+
 def mechanism(r):
     a = r["attention"]
     return r["mechanism"] + (" P=%d" % a["order"] if "order" in a else "")
@@ -76,9 +96,11 @@ def main():
     out = sys.argv[1]
     rows = []
     for path in sorted(glob.glob(os.path.join(out, "bench", "*.json"))):
-        r = load(path)
-        if r and "decode" in r:
-            rows.append((os.path.basename(path)[:-5], r))
+        reports = [r for r in load_reports(path) if isinstance(r, dict) and "decode" in r]
+        name = os.path.basename(path)[:-5]
+        for r in reports:
+            d = r["decode"]
+            rows.append((name if len(reports) == 1 else "%s b%d L%d" % (name, d["batch"], d["context"]), r))
     if rows:
         r0 = rows[0][1]
         print("Device: %s; copy bandwidth %s/s (read + written); weights %s per step.\n" % (

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/steady/commands.h"
@@ -66,6 +68,20 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// --name 1,64,128: comma-separated integers in [lo, hi].
+absl::StatusOr<std::vector<int64_t>> IntList(const Flags& flags, const std::string& name, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(flags.Get(name), ','))) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected integers in [", lo, ", ", hi,
+                                                     "] separated by commas, got \"", flags.Get(name), "\""));
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 // --model DIR, or random weights of the --preset / --config shape.
@@ -284,14 +300,14 @@ absl::Status RunBench(int argc, char** argv) {
   if (!flags.ok()) return flags.status();
   auto batch_flag = flags->Require("batch");
   auto context_flag = flags->Require("context");
-  auto batch = flags->GetInt("batch", 1, 1, 1 << 20);
-  auto context = flags->GetInt("context", 0, 0, int64_t(1) << 40);
+  auto batches = IntList(*flags, "batch", 1, 1 << 20);
+  auto contexts = IntList(*flags, "context", 0, int64_t(1) << 40);
   auto steps = flags->GetInt("steps", 32, 1, 1 << 20);
   auto prefill_tokens = flags->GetInt("prefill-tokens", 2048, 0, int64_t(1) << 30);
   auto chunk = flags->GetInt("prefill-chunk", 512, 1, 1 << 20);
   auto copy_bytes = flags->GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
   auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
-  for (const absl::Status& s : {batch_flag.status(), context_flag.status(), batch.status(), context.status(),
+  for (const absl::Status& s : {batch_flag.status(), context_flag.status(), batches.status(), contexts.status(),
                                 steps.status(), prefill_tokens.status(), chunk.status(), copy_bytes.status(),
                                 seed.status()}) {
     if (!s.ok()) return s;
@@ -303,47 +319,59 @@ absl::Status RunBench(int argc, char** argv) {
   const ModelConfig& c = model->config();
   TokenSource tokens{std::mt19937_64(*seed), std::uniform_int_distribution<int32_t>(0, c.vocab_size - 1)};
 
-  BackendOptions decode_options;
-  decode_options.slots = int(*batch);
-  decode_options.max_context = *context + kWarmupSteps + *steps + 16;
-  auto backend = BackendFromFlags(*flags, *model, decode_options);
-  if (!backend.ok()) return backend.status();
-  Backend& b = **backend;
   const std::string source =
       flags->Has("model") ? flags->Get("model")
                           : absl::StrCat(flags->Has("config") ? flags->Get("config") : "preset " + flags->Get("preset"),
                                          ", random weights (seed ", *seed, ")");
-  nlohmann::json report = {
-      {"device", b.Name()},
-      {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
-                 {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
-                 {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
-      {"mechanism", c.layer_attention[0].mechanism},
-      {"attention", model->DescribeAttention()[0]},
-      {"state_bytes_per_session", b.StateBytesPerSlot()},
-      {"weight_bytes", b.WeightBytes()},
-      {"copy_bytes", *copy_bytes},
-      {"copy_bandwidth_bytes_per_second", b.CopyBandwidth(*copy_bytes)}};
-  auto decode = MeasureDecode(b, *model, *context, int(*steps), *chunk, tokens);
-  if (!decode.ok()) return decode.status();
-  (*decode)["bandwidth_fraction_of_copy"] =
-      (*decode)["bandwidth_bytes_per_second"].get<double>() / report["copy_bandwidth_bytes_per_second"].get<double>();
-  report["decode"] = *decode;
-  report["attention_alone"] = MeasureAttention(b, int(*steps), report["copy_bandwidth_bytes_per_second"].get<double>());
-  backend->reset();  // the decode slots' memory, before the prefill backend takes its own
+  // One report per (batch, context) pair, on one model (random weights are built once); the
+  // prefill figure goes with the first.
+  const bool several = batches->size() * contexts->size() > 1;
+  bool first = true;
+  for (const int64_t batch : *batches) {
+    for (const int64_t context : *contexts) {
+      BackendOptions decode_options;
+      decode_options.slots = int(batch);
+      decode_options.max_context = context + kWarmupSteps + *steps + 16;
+      auto backend = BackendFromFlags(*flags, *model, decode_options);
+      if (!backend.ok()) return backend.status();
+      Backend& b = **backend;
+      nlohmann::json report = {
+          {"device", b.Name()},
+          {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
+                     {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
+                     {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
+          {"mechanism", c.layer_attention[0].mechanism},
+          {"attention", model->DescribeAttention()[0]},
+          {"state_bytes_per_session", b.StateBytesPerSlot()},
+          {"weight_bytes", b.WeightBytes()},
+          {"copy_bytes", *copy_bytes},
+          {"copy_bandwidth_bytes_per_second", b.CopyBandwidth(*copy_bytes)}};
+      auto decode = MeasureDecode(b, *model, context, int(*steps), *chunk, tokens);
+      if (!decode.ok()) return decode.status();
+      const double copy = report["copy_bandwidth_bytes_per_second"].get<double>();
+      (*decode)["bandwidth_fraction_of_copy"] = (*decode)["bandwidth_bytes_per_second"].get<double>() / copy;
+      report["decode"] = *decode;
+      report["attention_alone"] = MeasureAttention(b, int(*steps), copy);
+      backend->reset();  // the decode slots' memory, before the prefill backend takes its own
 
-  report["prefill"] = nullptr;
-  if (*prefill_tokens > 0) {
-    BackendOptions prefill_options;
-    prefill_options.max_context = *prefill_tokens + 1;
-    auto prefill_backend = BackendFromFlags(*flags, *model, prefill_options);
-    if (!prefill_backend.ok()) return prefill_backend.status();
-    report["prefill"] = MeasurePrefill(**prefill_backend, *prefill_tokens, *chunk, tokens);
-  }
-  if (flags->Has("json")) {
-    std::printf("%s\n", report.dump(2).c_str());
-  } else {
-    PrintTable(report);
+      report["prefill"] = nullptr;
+      if (*prefill_tokens > 0 && first) {
+        BackendOptions prefill_options;
+        prefill_options.max_context = *prefill_tokens + 1;
+        auto prefill_backend = BackendFromFlags(*flags, *model, prefill_options);
+        if (!prefill_backend.ok()) return prefill_backend.status();
+        report["prefill"] = MeasurePrefill(**prefill_backend, *prefill_tokens, *chunk, tokens);
+      }
+      first = false;
+      if (flags->Has("json")) {
+        // Several reports: one compact JSON object per line (JSON Lines).
+        std::printf("%s\n", report.dump(several ? -1 : 2).c_str());
+      } else {
+        if (several) std::printf("\n");
+        PrintTable(report);
+      }
+      std::fflush(stdout);
+    }
   }
   return absl::OkStatus();
 }
