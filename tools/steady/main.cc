@@ -35,10 +35,12 @@ commands:
       Synthetic decode and prefill through the --device backend on random weights of the shape (or
       the checkpoint). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256
       MiB; read + written bytes per second). Decode: B slots at position L (constant state: 256 real
-      tokens, then the position set to L; growing state (KV cache): L real tokens per slot, refused on
-      the cpu backend above 1e12 multiply-adds, B*L*params + B*L^2*layers*heads*head_dim), 3 warm-up
-      steps, then N timed steps (default 32) of one token per slot, each timed through Synchronize();
-      tokens/s = B / median step time.
+      tokens, then the position set to L; a KV cache: L random rows in every slot, refused on the cpu
+      backend above 4 GB; other growing state: L real tokens prefilled, refused on the cpu backend
+      above 1e12 multiply-adds), 3 warm-up steps, then N timed steps (default 32) of one token per
+      slot ending in a greedy draw, each timed through Synchronize(); tokens/s = B / median step
+      time. --batch and --context take comma-separated lists: one report per pair on one model
+      (with --json, one JSON object per line); the prefill figure comes with the first.
         bytes per step = weight bytes + sum over slots of (state read + state written)
           state read    = the slot's BytesInUse() before the step (fixed state + KV cache)
           state written = StateBytesPerSlot() + what the step appended (a KV row)
