@@ -166,8 +166,10 @@ RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector
       std::lock_guard<std::mutex> lock(mu);
       ++in_flight;
     }
-    std::thread([&, spec = std::move(spec)] {
-      sink.Add(TimedGenerate(target, w, spec, "", start));
+    std::thread([&, i, spec = std::move(spec)] {
+      RequestRecord record = TimedGenerate(target, w, spec, "", start);
+      record.scheduled_s = arrivals[i];
+      sink.Add(std::move(record));
       std::lock_guard<std::mutex> lock(mu);
       if (--in_flight == 0) idle.notify_all();  // under the lock: the waiter cannot return before we unlock
     }).detach();

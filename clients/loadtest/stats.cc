@@ -139,6 +139,7 @@ nlohmann::ordered_json ToJson(const RequestRecord& r) {
     j["turn"] = r.turn;
   }
   j["start_s"] = r.start_s;
+  if (!std::isnan(r.scheduled_s)) j["scheduled_s"] = r.scheduled_s;
   j["prompt_tokens_target"] = r.prompt_tokens_target;
   j["prompt_words"] = r.prompt_words;
   j["prompt_tokens"] = r.prompt_tokens;

@@ -21,6 +21,7 @@ struct RequestRecord {
   int session = -1;  // multi-turn: the session's number (0-based); -1 otherwise
   int turn = 0;      // multi-turn: 1-based turn within the session; 0 otherwise
   double start_s = 0;  // when the call was sent, seconds since the run began
+  double scheduled_s = kNoValue;  // open loop: its arrival time in the schedule (send lag = start_s - this)
   int64_t prompt_tokens_target = 0;
   int64_t output_tokens_target = 0;
   int64_t prompt_words = 0;
