@@ -144,11 +144,16 @@ std::unique_ptr<Backend> MakeCpuBackend(const Model& model, const BackendOptions
 
 #ifndef STEADY_HAVE_CUDA
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model&, const BackendOptions&) {
-  return absl::FailedPreconditionError(
-      "--device cuda: this build has no CUDA backend (nvcc was not found when CMake configured it; "
-      "reconfigure with -DENABLE_CUDA=ON on a machine with the CUDA toolkit)");
+  return CheckDevice("cuda");  // this build has no CUDA backend: the error that says so
 }
 #endif
+
+absl::Status CheckReach(const Backend& backend, int64_t tokens) {
+  const int64_t cap = backend.max_context();
+  if (cap < 0 || tokens <= cap) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("the session would reach ", tokens, " tokens, past the ", cap,
+                                            " tokens of KV cache this backend holds per session"));
+}
 
 absl::Status CheckDevice(std::string_view device) {
   if (device == "cpu" || device == "auto") return absl::OkStatus();

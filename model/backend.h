@@ -109,6 +109,10 @@ class Backend {
   const Model& model_;
 };
 
+// OUT_OF_RANGE when a session would reach `tokens` tokens, past the KV cache the backend holds per
+// slot (max_context); OK where nothing bounds it.
+absl::Status CheckReach(const Backend& backend, int64_t tokens);
+
 // Whether this build has the CUDA backend, and whether a CUDA device is visible now.
 bool CudaBackendBuilt();
 bool CudaDevicePresent();

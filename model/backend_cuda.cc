@@ -25,26 +25,37 @@ namespace {
 using cuda::bf16_bits;
 using cuda::DeviceBuffer;
 
-// A device copy of host floats, as fp32 or converted to bf16.
-DeviceBuffer UploadFloats(const std::vector<float>& host, cudaStream_t stream) {
-  DeviceBuffer d(host.size() * sizeof(float));
+// A device copy of a host vector.
+template <typename T>
+DeviceBuffer UploadVector(const std::vector<T>& host, cudaStream_t stream) {
+  DeviceBuffer d(host.size() * sizeof(T));
   cuda::CopyToDevice(d.data(), host.data(), d.bytes(), stream);
   return d;
 }
 
+// Host floats converted to bf16 on the device.
 DeviceBuffer UploadBf16(const std::vector<float>& host, cudaStream_t stream) {
-  DeviceBuffer staging = UploadFloats(host, stream);
+  DeviceBuffer staging = UploadVector(host, stream);
   DeviceBuffer d(host.size() * sizeof(bf16_bits));
   cuda::FloatToBf16(staging.as<float>(), int64_t(host.size()), d.as<bf16_bits>(), stream);
   cuda::SynchronizeStream(stream);
   return d;
 }
 
-template <typename T>
-DeviceBuffer UploadVector(const std::vector<T>& host, cudaStream_t stream) {
-  DeviceBuffer d(host.size() * sizeof(T));
-  cuda::CopyToDevice(d.data(), host.data(), d.bytes(), stream);
-  return d;
+// A step's attention batch: the model's geometry and its segment table on the device (`table`:
+// slot, row_begin and count arrays of `segments` entries each; null for sizing only).
+cuda::AttnBatch MakeBatch(const ModelConfig& c, const int32_t* table, int segments, int max_count) {
+  cuda::AttnBatch b;
+  b.slot = table;
+  b.row_begin = table == nullptr ? nullptr : table + segments;
+  b.count = table == nullptr ? nullptr : table + 2 * segments;
+  b.segments = segments;
+  b.max_count = max_count;
+  b.heads = c.num_heads;
+  b.kv_heads = c.num_kv_heads;
+  b.head_dim = c.head_dim;
+  b.value_dim = c.head_dim;
+  return b;
 }
 
 std::vector<float> ToFloats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
@@ -146,7 +157,7 @@ class CudaBackend : public Backend {
     }
   }
   DeviceBuffer UploadWeight(const std::vector<float>& host) {
-    return options_.cuda_bf16 ? UploadBf16(host, stream_) : UploadFloats(host, stream_);
+    return options_.cuda_bf16 ? UploadBf16(host, stream_) : UploadVector(host, stream_);
   }
 
   const BackendOptions options_;
@@ -200,11 +211,11 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
   if (s.value_dim > cuda::kLinearMaxValueDim) {
     return unsupported(absl::StrCat("head_dim ", s.value_dim, " is above the kernels' ", cuda::kLinearMaxValueDim));
   }
-  d->attn_norm = UploadFloats(w.attn_norm, stream_);
-  d->mlp_norm = UploadFloats(w.mlp_norm, stream_);
+  d->attn_norm = UploadVector(w.attn_norm, stream_);
+  d->mlp_norm = UploadVector(w.mlp_norm, stream_);
   if (c.qk_norm) {
-    d->q_norm = UploadFloats(w.q_norm, stream_);
-    d->k_norm = UploadFloats(w.k_norm, stream_);
+    d->q_norm = UploadVector(w.q_norm, stream_);
+    d->k_norm = UploadVector(w.k_norm, stream_);
   }
   for (auto [src, dst] : {std::pair{&w.wq, &d->wq}, {&w.wk, &d->wk}, {&w.wv, &d->wv}, {&w.wo, &d->wo},
                           {&w.w_gate, &d->w_gate}, {&w.w_up, &d->w_up}, {&w.w_down, &d->w_down}}) {
@@ -230,11 +241,7 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     st.comp_off = kahan ? sums : -1;
     st.extra_off = extra ? st.head_stride - 1 : -1;
   };
-  cuda::AttnBatch shape;
-  shape.heads = s.heads;
-  shape.kv_heads = s.kv_heads;
-  shape.head_dim = s.head_dim;
-  shape.value_dim = dv;
+  const cuda::AttnBatch shape = MakeBatch(c, nullptr, 0, 0);
   int scratch = 0;
   if (a.mechanism == "softmax") {
     d->softmax_index = softmax_layers_++;
@@ -268,9 +275,9 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     d->taylor.parent = d->tables.back().as<int32_t>();
     d->tables.push_back(UploadVector(last, stream_));
     d->taylor.last_index = d->tables.back().as<int32_t>();
-    d->tables.push_back(UploadFloats(key_scale, stream_));
+    d->tables.push_back(UploadVector(key_scale, stream_));
     d->taylor.key_scale = d->tables.back().as<float>();
-    d->tables.push_back(UploadFloats(query_scale, stream_));
+    d->tables.push_back(UploadVector(query_scale, stream_));
     d->taylor.query_scale = d->tables.back().as<float>();
     scratch = (s.group() + 1) * s.head_dim;
   } else if (const auto* p = std::get_if<SlayParams>(&a.params)) {
@@ -280,13 +287,13 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     t.anchors = p->anchors;
     t.features = p->features;
     t.delta = float(p->delta);
-    d->tables.push_back(UploadFloats(p->anchor_dirs, stream_));
+    d->tables.push_back(UploadVector(p->anchor_dirs, stream_));
     t.anchor_dirs = d->tables.back().as<float>();
-    d->tables.push_back(UploadFloats(p->omega, stream_));
+    d->tables.push_back(UploadVector(p->omega, stream_));
     t.omega = d->tables.back().as<float>();
-    d->tables.push_back(UploadFloats(ToFloats(p->node_s), stream_));
+    d->tables.push_back(UploadVector(ToFloats(p->node_s), stream_));
     t.node_s = d->tables.back().as<float>();
-    d->tables.push_back(UploadFloats(ToFloats(p->node_w), stream_));
+    d->tables.push_back(UploadVector(ToFloats(p->node_w), stream_));
     t.node_w = d->tables.back().as<float>();
     scratch = cuda::SlayScratchFloats(shape, t);
   } else if (const auto* p = std::get_if<DarkParams>(&a.params)) {
@@ -296,9 +303,9 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     t.rank = p->rank;
     t.scale = float(p->scale);
     t.delta = float(p->delta);
-    d->tables.push_back(UploadFloats(p->M, stream_));
+    d->tables.push_back(UploadVector(p->M, stream_));
     t.M = d->tables.back().as<float>();
-    d->tables.push_back(UploadFloats(p->W, stream_));
+    d->tables.push_back(UploadVector(p->W, stream_));
     t.W = d->tables.back().as<float>();
     scratch = cuda::DarkScratchFloats(shape, t);
   } else {
@@ -335,14 +342,14 @@ absl::Status CudaBackend::Init() {
   for (int l = 0; l < c.num_layers; ++l) {
     if (absl::Status s = InitLayer(l, model_.layers()[l], &layers_[l]); !s.ok()) return s;
   }
-  embed_ = UploadFloats(model_.embed(), stream_);
+  embed_ = UploadVector(model_.embed(), stream_);
   lm_head_ = UploadWeight(c.tie_word_embeddings ? model_.embed() : model_.lm_head());
-  final_norm_ = UploadFloats(model_.final_norm(), stream_);
+  final_norm_ = UploadVector(model_.final_norm(), stream_);
   weight_bytes_ += int64_t(lm_head_.bytes() + final_norm_.bytes());
   if (c.rope_theta > 0) {
     std::vector<float> inv_freq;
     for (int i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(float(std::pow(c.rope_theta, -2.0 * i / c.head_dim)));
-    inv_freq_ = UploadFloats(inv_freq, stream_);
+    inv_freq_ = UploadVector(inv_freq, stream_);
   }
   // One slot more than asked for: the scratch slot that padding rows of graph-replayed decode
   // steps write to (slot index options_.slots, never a session's).
@@ -350,11 +357,8 @@ absl::Status CudaBackend::Init() {
   pool_ = DeviceBuffer(slots * std::max<size_t>(slot_floats_, 1) * sizeof(float));
   kv_row_floats_ = int64_t(c.num_kv_heads) * 2 * c.head_dim;
   if (softmax_layers_ > 0) {
-    cuda::AttnBatch shape;
-    shape.heads = c.num_heads;
-    shape.kv_heads = c.num_kv_heads;
-    shape.value_dim = c.head_dim;
-    softmax_partial_ = DeviceBuffer(size_t(cuda::SoftmaxPartialFloats(shape)) * sizeof(float));
+    softmax_partial_ =
+        DeviceBuffer(size_t(cuda::SoftmaxPartialFloats(MakeBatch(c, nullptr, 0, 0))) * sizeof(float));
     kv_cache_ = DeviceBuffer(slots * softmax_layers_ * size_t(options_.max_context) * size_t(kv_row_floats_) *
                              sizeof(float));
   }
@@ -471,9 +475,9 @@ void CudaBackend::FillStep(const StepLayout& layout, const std::vector<Segment>&
   int64_t* seg_pos = layout.At<int64_t>(host, layout.segpos_at);
   int32_t* out_idx = layout.At<int32_t>(host, layout.out_at);
   int row = 0, out = 0;
+  const Segment pad_segment{options_.slots, {0}, false};
   for (int i = 0; i < nseg; ++i) {
     const bool pad = i >= int(segments.size());
-    const Segment pad_segment{options_.slots, {0}, false};
     const Segment& s = pad ? pad_segment : segments[i];
     const int64_t start = pad ? 0 : positions_[s.slot];
     const int n = int(s.tokens.size());
@@ -531,16 +535,8 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
   const int32_t* d_ids = layout.At<int32_t>(dmeta, layout.ids_at);
   const int64_t* d_pos = layout.At<int64_t>(dmeta, layout.pos_at);
   const int64_t* d_seg_pos = layout.At<int64_t>(dmeta, layout.segpos_at);
-  cuda::AttnBatch batch;
-  batch.slot = layout.At<int32_t>(dmeta, layout.seg_at);
-  batch.row_begin = batch.slot + layout.segments;
-  batch.count = batch.row_begin + layout.segments;
-  batch.segments = layout.segments;
-  batch.max_count = layout.max_count;
-  batch.heads = c.num_heads;
-  batch.kv_heads = c.num_kv_heads;
-  batch.head_dim = hd;
-  batch.value_dim = hd;
+  const cuda::AttnBatch batch =
+      MakeBatch(c, layout.At<int32_t>(dmeta, layout.seg_at), layout.segments, layout.max_count);
   float *x = x_.as<float>(), *h = h_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>(),
         *att = att_.as<float>(), *proj = proj_.as<float>(), *gate = gate_.as<float>(), *up = up_.as<float>();
   const float eps = float(c.rms_norm_eps);
@@ -677,7 +673,7 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   auto random = [&](size_t n) {
     std::vector<float> x(n);
     for (float& e : x) e = g(rng);
-    return UploadFloats(x, stream_);
+    return UploadVector(x, stream_);
   };
   DeviceBuffer q = random(size_t(batch) * c.num_heads * hd), k = random(size_t(batch) * c.num_kv_heads * hd),
                v = random(size_t(batch) * c.num_kv_heads * hd), y(size_t(batch) * c.num_heads * hd * sizeof(float));
@@ -691,16 +687,7 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
     seg_pos[s] = std::min<int64_t>(positions_[s], options_.max_context - 1);
   }
   DeviceBuffer dtable = UploadVector(table, stream_), dpos = UploadVector(seg_pos, stream_);
-  cuda::AttnBatch b;
-  b.slot = dtable.as<int32_t>();
-  b.row_begin = b.slot + batch;
-  b.count = b.row_begin + batch;
-  b.segments = batch;
-  b.max_count = 1;
-  b.heads = c.num_heads;
-  b.kv_heads = c.num_kv_heads;
-  b.head_dim = hd;
-  b.value_dim = hd;
+  const cuda::AttnBatch b = MakeBatch(c, dtable.as<int32_t>(), batch, 1);
   return cuda::MedianSeconds(
       [&] {
         Attention(layers_[layer], b, dpos.as<int64_t>(), {}, q.as<float>(), k.as<float>(), v.as<float>(),

@@ -33,10 +33,9 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   }
   prompt.insert(prompt.end(), encoded->begin(), encoded->end());
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from");
-  const int64_t reach = backend.position(slot) + int64_t(prompt.size()) + request.max_tokens;
-  if (const int64_t cap = backend.max_context(); cap >= 0 && reach > cap) {
-    return absl::OutOfRangeError(absl::StrCat("the session would reach ", reach, " tokens, past the ", cap,
-                                              " tokens of KV cache this backend holds per session"));
+  if (absl::Status s = CheckReach(backend, backend.position(slot) + int64_t(prompt.size()) + request.max_tokens);
+      !s.ok()) {
+    return s;
   }
 
   GenerateResult result;

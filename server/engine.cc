@@ -197,11 +197,10 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   if (position == 0 && model.config().bos_token_id >= 0) prompt.push_back(model.config().bos_token_id);
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
-  if (const int64_t cap = pool->max_context(); cap >= 0 && position + int64_t(prompt.size()) + request.max_tokens > cap) {
-    return fail(absl::OutOfRangeError(absl::StrCat(
-        "the session would reach ", position + int64_t(prompt.size()) + request.max_tokens,
-        " tokens (position ", position, " + prompt ", prompt.size(), " + max_tokens ", request.max_tokens,
-        "), past the ", cap, " tokens of KV cache a session has on this server (--max-context)")));
+  if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
+    return fail(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
+                                                     prompt.size(), " + max_tokens ", request.max_tokens,
+                                                     "; --max-context)")));
   }
 
   if (!s) {

@@ -66,6 +66,17 @@ __device__ __forceinline__ void KahanAdd(float& sum, float& comp, float x) {
   sum = s;
 }
 
+// Raises `kernel`'s dynamic shared-memory limit to `smem` when that is above `allowed` (the caller's
+// static, one per kernel): once per kernel and size, never inside a graph capture (a shape's first
+// step runs eagerly, model/backend_cuda.cc).
+template <typename Kernel>
+void AllowSharedMemory(Kernel kernel, size_t smem, size_t& allowed) {
+  if (smem <= allowed) return;
+  STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
+  STEADY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allowed = smem;
+}
+
 // Shared memory of a linear-state block: features of the key [m] and of the group's queries
 // [group, m], the warps' readout partials [warps, group, dv + 1], then the mechanism's scratch.
 struct LinearSmem {
@@ -492,13 +503,8 @@ void LaunchPrefillChunked(Blas& blas, const AttnBatch& b, const LinearStateLayou
                           const float* k, const float* v, float* y, cudaStream_t stream) {
   const int group = b.heads / b.kv_heads, m = st.features, width = b.value_dim + 1, G = b.kv_heads;
   const size_t smem = (size_t(group + 1) * m + scratch_floats) * sizeof(float);
-  static size_t allowed = 48 * 1024;  // as in LaunchLinearAs
-  if (smem > allowed) {
-    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
-    STEADY_CUDA_CHECK(cudaFuncSetAttribute(ChunkFeaturesKernel<Mech>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)));
-    allowed = smem;
-  }
+  static size_t allowed = 48 * 1024;
+  AllowSharedMemory(ChunkFeaturesKernel<Mech>, smem, allowed);
   for (int c0 = 0; c0 < n; c0 += kPrefillChunk) {
     const int C = std::min(kPrefillChunk, n - c0), R = C * group;
     const ChunkScratch cs(scratch, G, C, group, m, width);
@@ -667,15 +673,8 @@ void CheckBatch(const AttnBatch& b) {
 template <class Mech, int MaxGroup, int Cols>
 void LaunchLinearAs(const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t, size_t smem,
                     const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
-  // Raised once per kernel to the largest size seen (not inside a graph capture: the first step of
-  // a shape runs eagerly, model/backend_cuda.cc).
   static size_t allowed = 48 * 1024;
-  if (smem > allowed) {
-    STEADY_CHECK(smem <= MaxSharedBytesPerBlock());
-    STEADY_CUDA_CHECK(cudaFuncSetAttribute(LinearAttentionKernel<Mech, MaxGroup, Cols>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    allowed = smem;
-  }
+  AllowSharedMemory(LinearAttentionKernel<Mech, MaxGroup, Cols>, smem, allowed);
   LinearAttentionKernel<Mech, MaxGroup, Cols><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k,
                                                                                                      v, y);
   STEADY_CUDA_CHECK_LAUNCH();
@@ -778,12 +777,8 @@ void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t
   const int group = b.heads / b.kv_heads;
   const size_t smem = (size_t(group) * b.head_dim + 2 * kWarps * group + size_t(kWarps) * group * b.value_dim) *
                       sizeof(float);
-  static size_t allowed = 48 * 1024;  // as in LaunchLinear
-  if (smem > allowed) {
-    STEADY_CUDA_CHECK(
-        cudaFuncSetAttribute(SoftmaxAttendKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    allowed = smem;
-  }
+  static size_t allowed = 48 * 1024;
+  AllowSharedMemory(SoftmaxAttendKernel, smem, allowed);
   // Decode (one token per segment): split the cached rows over more blocks when the step has few
   // (segment, kv head) pairs, about kSplitBlocks blocks in all, as far as kv.partial holds them.
   int splits = 1;
