@@ -21,6 +21,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/host_device.h"
 
 namespace steady::cuda {
 namespace {
@@ -51,19 +52,6 @@ __device__ void RowSquares(const float* x, int vectors, int len, float* out) {
     if (lane == 0) out[vi] = n2;
   }
   __syncthreads();
-}
-
-// The CPU's KahanAdd (model/mechanisms/common.h): Neumaier step, then the fold into sum.
-__device__ __forceinline__ void KahanAdd(float& sum, float& comp, float x) {
-  const float t = sum + x;
-  if (fabsf(sum) >= fabsf(x)) {
-    comp += (sum - t) + x;
-  } else {
-    comp += (x - t) + sum;
-  }
-  const float s = t + comp;
-  comp -= s - t;
-  sum = s;
 }
 
 // Raises `kernel`'s dynamic shared-memory limit to `smem` when that is above `allowed` (the caller's

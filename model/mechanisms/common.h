@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/host_device.h"
+
 namespace steady {
 
 struct LayerAttention;  // attention.h
@@ -35,22 +37,7 @@ struct StateView {
   std::vector<T>* growing = nullptr;
 };
 
-// Compensated add: sum + x with the lost low-order part carried in `comp` (Kahan-Babuska/Neumaier),
-// then folded back (fast two-sum) so |comp| stays below half an ulp of |sum|. Without the fold the
-// compensation itself becomes a second fp32 running sum and drifts past ~1e7 tokens (docs/drift.md).
-// The represented value is sum + comp.
-template <typename T>
-inline void KahanAdd(T& sum, T& comp, T x) {
-  const T t = sum + x;
-  if ((sum >= 0 ? sum : -sum) >= (x >= 0 ? x : -x)) {
-    comp += (sum - t) + x;
-  } else {
-    comp += (x - t) + sum;
-  }
-  const T s = t + comp;
-  comp -= s - t;
-  sum = s;
-}
+// KahanAdd (compensated running sums) is in kernels/host_device.h, shared with the CUDA kernels.
 
 // Declares the functions every mechanism provides for its params struct P (see attention.h).
 // Needs <nlohmann/json.hpp>, absl/status/status.h and model/safetensors.h included first.

@@ -29,17 +29,8 @@
 
 namespace steady {
 
-struct SlicedBinsLayout {
-  int bins = 64;
-  double z_min = -4.0;
-  double z_max = 4.0;
-  int value_dim = 0;
-  bool compensated = false;
-
-  // Values per bin: the moments (sliced_moments.h) and M2 = sum (z - bin mean)^2.
-  int BinFloats() const { return SlicedMomentCount(value_dim) + 1; }
-  size_t HeadFloats() const { return size_t(bins + 2) * BinFloats() * (compensated ? 2 : 1) + 2; }
-};
+// SlicedBinsLayout (bins, z range, value_dim, compensation; floats per bin and per head) is in
+// kernels/sliced_bins_math.h with the rest of the arithmetic the CUDA kernel shares.
 
 template <typename T>
 void BinsInit(const SlicedBinsLayout& layout, T* head);
