@@ -69,6 +69,11 @@ struct DeviceLayer {
   cuda::TaylorTables taylor;
   cuda::SlayTables slay;
   cuda::DarkTables dark;
+  // sliced_relu / sliced_relu_bump (bucketed): score projections and histogram layout.
+  bool sliced = false;
+  cuda::SlicedProjector sliced_q, sliced_k;
+  cuda::SlicedStateLayout sliced_state;  // pool pointer filled per step
+  const float* bandwidth = nullptr;      // [heads], bump only
   int softmax_index = -1;  // index among softmax layers (KV cache), or -1
   float softmax_scale = 0;
 };
@@ -136,11 +141,12 @@ class CudaBackend : public Backend {
     return kv_cache_.as<float>() + (int64_t(slot) * softmax_layers_ + index) * options_.max_context * kv_row_floats_;
   }
   absl::Status InitLayer(int l, const LayerWeights& w, DeviceLayer* d);
+  absl::Status InitSliced(const LayerAttention& a, const SlicedParams& p, DeviceLayer* d);
   // A prefill segment long enough for the chunked path: slot, first row, rows.
   struct LongSegment {
     int slot, row0, n;
   };
-  void Attention(const DeviceLayer& d, cuda::AttnBatch batch, const int64_t* seg_positions,
+  void Attention(const DeviceLayer& d, cuda::AttnBatch batch, int rows, const int64_t* seg_positions,
                  const std::vector<LongSegment>& long_segments, const float* q, const float* k, const float* v,
                  float* y);
   // A GEMM's input: x itself (fp32 mode) or x rounded to bf16 into hb_.
@@ -187,6 +193,8 @@ class CudaBackend : public Backend {
   DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
   DeviceBuffer chunk_scratch_;  // the chunked prefill's features and GEMM operands
   DeviceBuffer softmax_partial_;  // softmax decode's split-context partials
+  bool any_sliced_ = false;
+  DeviceBuffer zq_, zk_, sliced_scratch_;  // sliced layers: fp64 scores [rows, heads | kv_heads], projection scratch
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
   // Captured decode steps by (batch bucket, samples).
   struct GraphSlot {
@@ -308,6 +316,12 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     d->tables.push_back(UploadVector(p->W, stream_));
     t.W = d->tables.back().as<float>();
     scratch = cuda::DarkScratchFloats(shape, t);
+  } else if (const auto* p = std::get_if<SlicedParams>(&a.params)) {
+    if (p->decoder == SlicedDecoder::kExact) {
+      return unsupported("decoder \"exact\" keeps every key in a growing tree; the CUDA kernels take the constant-size "
+                         "decoder \"bucketed\"");
+    }
+    return InitSliced(a, *p, d);
   } else {
     return unsupported("no CUDA kernels for this mechanism yet");
   }
@@ -318,6 +332,52 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
                                     " KiB of shared memory per block (the device allows ",
                                     cuda::MaxSharedBytesPerBlock() / 1024, " KiB); fewer features or a lower order fit"));
   }
+  return absl::OkStatus();
+}
+
+// The score projections in fp64 (fp32 mode: the precision of the CPU's scores) or fp32 (bf16
+// mode), the bandwidths, and the histograms' place in the pool.
+absl::Status CudaBackend::InitSliced(const LayerAttention& a, const SlicedParams& p, DeviceLayer* d) {
+  const AttnShape& s = a.shape;
+  const bool fp64 = !options_.cuda_bf16;
+  auto upload = [&](const std::vector<float>& host) -> const void* {
+    d->tables.push_back(fp64 ? UploadVector(std::vector<double>(host.begin(), host.end()), stream_)
+                             : UploadVector(host, stream_));
+    weight_bytes_ += int64_t(d->tables.back().bytes());
+    return d->tables.back().data();
+  };
+  auto projector = [&](const SlicedProjectionWeights& w, int groups) {
+    cuda::SlicedProjector pr;
+    pr.kind = p.projection == SlicedProjection::kMlp      ? cuda::SlicedProjector::kMlp
+              : p.projection == SlicedProjection::kLinear ? cuda::SlicedProjector::kLinear
+                                                          : cuda::SlicedProjector::kNone;
+    pr.groups = groups;
+    pr.width = groups * s.head_dim;
+    pr.fp64 = fp64;
+    if (pr.kind == cuda::SlicedProjector::kMlp) {
+      pr.fc1_weight = upload(w.fc1_weight);
+      pr.fc1_bias = upload(w.fc1_bias);
+    }
+    if (pr.kind != cuda::SlicedProjector::kNone) {
+      pr.out_weight = upload(w.out_weight);
+      pr.out_bias = upload(w.out_bias);
+    }
+    return pr;
+  };
+  d->sliced = true;
+  any_sliced_ = true;
+  d->sliced_q = projector(p.q, s.heads);
+  d->sliced_k = projector(p.k, s.kv_heads);
+  if (p.bump) {
+    d->tables.push_back(UploadVector(p.bandwidth, stream_));
+    weight_bytes_ += int64_t(d->tables.back().bytes());
+    d->bandwidth = d->tables.back().as<float>();
+  }
+  cuda::SlicedStateLayout& st = d->sliced_state;
+  st.slot_floats = d->state.slot_floats;
+  st.layer_offset = d->state.layer_offset;
+  st.bins = SlicedBinsLayout{p.bins, p.z_min, p.z_max, s.value_dim, a.accumulation == Accumulation::kKahan};
+  STEADY_CHECK(st.bins.HeadFloats() * s.kv_heads == StateFloats(a));
   return absl::OkStatus();
 }
 
@@ -395,7 +455,7 @@ void CudaBackend::WriteSlot(int slot, const SlotState& s) {
   positions_[slot] = s.position;
 }
 
-void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, const int64_t* seg_positions,
+void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, int rows, const int64_t* seg_positions,
                             const std::vector<LongSegment>& long_segments, const float* q, const float* k,
                             const float* v, float* y) {
   if (d.softmax_index >= 0) {
@@ -407,6 +467,16 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, const i
     kv.partial = softmax_partial_.as<float>();
     kv.partial_floats = int64_t(softmax_partial_.bytes() / sizeof(float));
     cuda::SoftmaxAttention(batch, kv, seg_positions, d.softmax_scale, q, k, v, y, stream_);
+    return;
+  }
+  if (d.sliced) {
+    cuda::SlicedProjectScores(*blas_, d.sliced_q, q, rows, /*round_to_float=*/false, sliced_scratch_.data(),
+                              zq_.as<double>());
+    cuda::SlicedProjectScores(*blas_, d.sliced_k, k, rows, /*round_to_float=*/true, sliced_scratch_.data(),
+                              zk_.as<double>());
+    cuda::SlicedStateLayout st = d.sliced_state;
+    st.pool = pool_.as<float>();
+    cuda::SlicedAttention(batch, st, d.bandwidth, zq_.as<double>(), zk_.as<double>(), v, y, stream_);
     return;
   }
   cuda::LinearStateLayout st = d.state;
@@ -524,6 +594,15 @@ void CudaBackend::ReserveRows(int rows, int out_rows) {
   grow(logits_in_, size_t(out_rows) * c.hidden_size * f);
   grow(logits_, size_t(out_rows) * c.vocab_size * f);
   grow(ids_, size_t(out_rows) * sizeof(int32_t));
+  if (any_sliced_) {
+    grow(zq_, r * c.num_heads * sizeof(double));
+    grow(zk_, r * c.num_kv_heads * sizeof(double));
+    for (const DeviceLayer& d : layers_) {
+      if (!d.sliced) continue;
+      grow(sliced_scratch_, std::max(cuda::SlicedProjectScratchBytes(d.sliced_q, rows),
+                                     cuda::SlicedProjectScratchBytes(d.sliced_k, rows)));
+    }
+  }
   if (moved) graphs_.clear();
 }
 
@@ -567,7 +646,7 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
       cuda::Rope(q, rows, c.num_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
       cuda::Rope(k, rows, c.num_kv_heads, hd, d_pos, inv_freq_.as<float>(), stream_);
     }
-    Attention(d, batch, d_seg_pos, long_segments, q, k, v, att);
+    Attention(d, batch, rows, d_seg_pos, long_segments, q, k, v, att);
     Linear(GemmInput(att, int64_t(rows) * q_dim), rows, q_dim, d.wo, hidden, proj);
     cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
     cuda::RmsNorm(x, d.mlp_norm.as<float>(), rows, hidden, eps, h, stream_);
@@ -668,6 +747,7 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   const ModelConfig& c = model_.config();
   STEADY_CHECK(batch >= 1 && batch <= options_.slots && reps >= 1);
   const int hd = c.head_dim;
+  ReserveRows(batch, batch);  // the sliced layers' score buffers
   std::mt19937_64 rng(layer * 7919 + batch);
   std::normal_distribution<float> g(0.0f, 1.0f);
   auto random = [&](size_t n) {
@@ -690,7 +770,7 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   const cuda::AttnBatch b = MakeBatch(c, dtable.as<int32_t>(), batch, 1);
   return cuda::MedianSeconds(
       [&] {
-        Attention(layers_[layer], b, dpos.as<int64_t>(), {}, q.as<float>(), k.as<float>(), v.as<float>(),
+        Attention(layers_[layer], b, batch, dpos.as<int64_t>(), {}, q.as<float>(), k.as<float>(), v.as<float>(),
                   y.as<float>());
       },
       reps, stream_);

@@ -61,6 +61,7 @@ if [[ -z ${QUICK:-} ]]; then
   bench slay --mechanism slay --batch 64 --context 32768 --steps 20 --prefill-tokens 8192
   bench dark --mechanism dark --batch 64 --context 32768 --steps 20 --prefill-tokens 0
   bench taylor2 --mechanism taylor --order 2 --batch 64 --context 32768 --steps 20 --prefill-tokens 0
+  bench sliced --mechanism sliced_relu --batch 64 --context 32768 --steps 20 --prefill-tokens 1024
   bench softmax-b1 --batch 1 --context 8192,32768,131072 --steps 20 --prefill-tokens 8192
   bench softmax-b16 --batch 16 --context 32768 --steps 20 --prefill-tokens 0
 fi

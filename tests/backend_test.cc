@@ -108,6 +108,10 @@ struct CudaCase {
   std::string mechanism;
   nlohmann::json params;
   nlohmann::json patch;  // shape changes (config.json keys)
+  // Whether the bf16 test compares states. A sliced histogram is not continuous in the scores: bf16
+  // rounding moves keys across bin edges (their readout stays continuous while a bin holds at most
+  // two distinct keys), so those cases compare logits only in bf16 and everything in fp32.
+  bool bf16_state = true;
 };
 
 void PrintTo(const CudaCase& c, std::ostream* os) { *os << c.name; }
@@ -188,7 +192,9 @@ TEST_P(CudaBackendTest, Bf16StaysCloseToTheCpuBackend) {
   const Model m = TinyModel(c.mechanism, c.params, TestSeed(), c.patch);
   const Divergence d = Compare(m, /*bf16=*/true, TestSeed() + 7);
   EXPECT_LT(d.logits, 3e-2);
-  EXPECT_LT(d.state, 3e-2);
+  if (c.bf16_state) {
+    EXPECT_LT(d.state, 3e-2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -203,16 +209,28 @@ INSTANTIATE_TEST_SUITE_P(
                       CudaCase{"slay", "slay", nlohmann::json::object(), nlohmann::json::object()},
                       CudaCase{"slay_wide_plain", "slay", {{"accumulation", "plain"}}, kWide},
                       CudaCase{"dark", "dark", nlohmann::json::object(), nlohmann::json::object()},
-                      CudaCase{"dark_wide", "dark", {{"features", 128}}, kWide}),
+                      CudaCase{"dark_wide", "dark", {{"features", 128}}, kWide},
+                      CudaCase{"sliced_relu", "sliced_relu", nlohmann::json::object(), nlohmann::json::object(), false},
+                      CudaCase{"sliced_relu_wide_plain", "sliced_relu", {{"accumulation", "plain"}}, kWide, false},
+                      // 4 bins over [-1, 1): most keys share a bin or a tail, so the two-point
+                      // interpolation and the tails' edges (lowest/highest seen) carry the readout.
+                      CudaCase{"sliced_relu_few_bins", "sliced_relu", {{"bins", 4}, {"z_min", -1.0}, {"z_max", 1.0}},
+                               nlohmann::json::object(), false},
+                      CudaCase{"sliced_bump", "sliced_relu_bump", nlohmann::json::object(), nlohmann::json::object(),
+                               false},
+                      CudaCase{"sliced_bump_wide_mlp", "sliced_relu_bump", {{"projection", "mlp"}, {"bins", 16}}, kWide,
+                               false}),
     [](const ::testing::TestParamInfo<CudaCase>& i) { return i.param.name; });
 
+// The exact sliced decoder keeps a growing tree per kv head: no kernels, so the GPU refuses it.
 TEST(CudaBackendErrors, MechanismsWithoutKernelsAreRefusedAndAutoUsesTheCpu) {
   if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
-  const Model m = TinyModel("sliced_relu", {}, 3);
+  const Model m = TinyModel("sliced_relu", {{"decoder", "exact"}}, 3);
   auto gpu = MakeBackend(m, "cuda");
   ASSERT_FALSE(gpu.ok());
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(gpu.status().message().find("layer 0 (sliced_relu)"), std::string::npos) << gpu.status();
+  EXPECT_NE(gpu.status().message().find("bucketed"), std::string::npos) << gpu.status();
   auto automatic = MakeBackend(m, "auto");
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ((*automatic)->Name(), "cpu");

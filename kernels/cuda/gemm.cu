@@ -59,6 +59,14 @@ void MatMulNT(Blas& blas, const float* x, int rows, int in, const float* w, int 
                                   &beta, y, out));
 }
 
+void MatMulNT(Blas& blas, const double* x, int rows, int in, const double* w, int out, double* y) {
+  STEADY_CHECK(rows >= 0 && in > 0 && out > 0);
+  if (rows == 0) return;
+  const double alpha = 1.0, beta = 0.0;
+  STEADY_CUBLAS_CHECK(cublasDgemm(H(blas), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, in, x, in,
+                                  &beta, y, out));
+}
+
 void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_bits* w, int out,
                   float* y) {
   STEADY_CHECK(rows >= 0 && in > 0 && out > 0);

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/sliced_bins_math.h"
+
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;  // the same declaration as cuda_runtime_api.h
 
@@ -76,6 +78,8 @@ class Blas {
 // y[rows, out] = x[rows, in] * w[out, in]^T (w in the PyTorch Linear layout), fp32 throughout
 // (cublasSgemm, no TF32).
 void MatMulNT(Blas& blas, const float* x, int rows, int in, const float* w, int out, float* y);
+// The same in fp64 (cublasDgemm): the sliced mechanisms' score projections at reference precision.
+void MatMulNT(Blas& blas, const double* x, int rows, int in, const double* w, int out, double* y);
 // The same with bf16 x and w, fp32 y and fp32 accumulation (cublasGemmEx, tensor cores).
 void MatMulNTBf16(Blas& blas, const bf16_bits* x, int rows, int in, const bf16_bits* w, int out,
                   float* y);
@@ -200,6 +204,45 @@ struct KvCacheLayout {
 int64_t SoftmaxPartialFloats(const AttnBatch& shape);
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
                       const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
+
+// --- sliced.cu --------------------------------------------------------------------------------
+// sliced_relu and sliced_relu_bump with the bucketed decoder (model/mechanisms/sliced_relu.h,
+// sliced_bins.h). A token's heads are first projected to one score per head (queries) and per kv
+// head (keys); the attention then keeps, per kv head, a histogram of the keys' moments over z.
+
+// One side's score projection: queries (groups = heads) or keys (groups = kv_heads), input width =
+// groups * head_dim. Weights are device arrays in fp64 when `fp64` (the reference precision the
+// tests pin the kernel with) or fp32 (serving), in the PyTorch Linear layout.
+struct SlicedProjector {
+  enum Kind { kMlp, kLinear, kNone } kind = kMlp;  // mlp: Linear + GELU (erf) + Linear; none: z = x
+  int groups = 0, width = 0;
+  bool fp64 = false;
+  const void* fc1_weight = nullptr;  // [width, width] (mlp)
+  const void* fc1_bias = nullptr;    // [width] (mlp)
+  const void* out_weight = nullptr;  // [groups, width] (mlp, linear)
+  const void* out_bias = nullptr;    // [groups] (mlp, linear)
+};
+// Device scratch SlicedProjectScores needs for `rows` tokens.
+size_t SlicedProjectScratchBytes(const SlicedProjector& p, int rows);
+// z [rows, groups] = the scores of x [rows, width], in fp64; round_to_float rounds them to fp32
+// values (keys: the CPU path rounds key scores to the state's type). Enqueued on blas.stream().
+void SlicedProjectScores(Blas& blas, const SlicedProjector& p, const float* x, int rows, bool round_to_float,
+                         void* scratch, double* z);
+
+// Where one layer's histograms lie in the pool (StatePool's layout): kv head g of slot s at
+// pool + s * slot_floats + layer_offset + g * bins.HeadFloats().
+struct SlicedStateLayout {
+  float* pool = nullptr;
+  int64_t slot_floats = 0, layer_offset = 0;
+  SlicedBinsLayout bins;
+};
+// One block per (segment, kv head), scanning the segment token by token as the CPU's Step does:
+// insert the key (zk [rows, kv_heads]) into its bin, then one pass over the bins in z order reads
+// every query point of the group (zq [rows, heads]) with the shared arithmetic of
+// kernels/sliced_bins_math.h, in fp64. bandwidth [heads] (device): the bump kernel; null: the
+// centered ReLU kernel.
+void SlicedAttention(const AttnBatch& b, const SlicedStateLayout& st, const float* bandwidth, const double* zq,
+                     const double* zk, const float* v, float* y, cudaStream_t stream);
 
 // --- sampling.cu ------------------------------------------------------------------------------
 // One row's sampling parameters (model/sampling.h's SamplingParams without the repetition
