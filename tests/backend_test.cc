@@ -5,10 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <utility>
 
+#include "model/mechanisms/attention.h"
 #include "model/state_pool.h"
 #include "tests/testutil.h"
+
+#if STEADY_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+#endif
 
 namespace steady {
 namespace {
@@ -386,6 +394,107 @@ TEST(CudaBackendSoftmax, SplitContextDecodeMatchesTheCpu) {
   EXPECT_LT(d.logits, 1e-4);
   EXPECT_LT(d.state, 1e-4);
 }
+
+#if STEADY_HAVE_CUDA
+// The sliced kernel alone against the CPU's Step on the same scores (projection "none": q and k are
+// the scores, so no GEMM or GELU stands between them): the kernel runs the CPU's arithmetic
+// (kernels/sliced_bins_math.h) without FMA contraction, so states and outputs agree bit for bit.
+// Three slots: a prompt, a one-token segment and a short segment, then decode steps of all three.
+TEST(CudaSlicedKernel, MatchesTheCpuStepBitForBit) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  const AttnShape shape{/*heads=*/8, /*kv_heads=*/2, /*head_dim=*/1, /*value_dim=*/40};
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"sliced_relu", nlohmann::json::object()},
+      {"sliced_relu", {{"accumulation", "plain"}, {"bins", 4}, {"z_min", -1.0}, {"z_max", 1.0}}},
+      {"sliced_relu_bump", {{"bins", 16}}}};
+  std::mt19937_64 rng(TestSeed() + 29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  cudaStream_t stream = cuda::CreateStream();
+  for (auto [mechanism, params] : cases) {
+    SCOPED_TRACE(mechanism + " " + params.dump());
+    params["projection"] = "none";
+    auto a = ParseLayerAttention({mechanism, params}, shape);
+    ASSERT_TRUE(a.ok()) << a.status();
+    RandomInitAttentionTensors(TestSeed(), &*a);  // the bump's bandwidths
+    const SlicedParams& p = std::get<SlicedParams>(a->params);
+    const int slots = 3, dv = shape.value_dim;
+    const size_t slot_floats = StateFloats(*a);
+    std::vector<float> cpu_state(slots * slot_floats);
+    for (int s = 0; s < slots; ++s) InitState<float>(*a, {cpu_state.data() + s * slot_floats, nullptr});
+    cuda::DeviceBuffer pool(cpu_state.size() * sizeof(float)), bandwidth;
+    pool.CopyFromHost(cpu_state.data(), pool.bytes());
+    if (p.bump) {
+      bandwidth = cuda::DeviceBuffer(p.bandwidth.size() * sizeof(float));
+      bandwidth.CopyFromHost(p.bandwidth.data(), bandwidth.bytes());
+    }
+    cuda::SlicedStateLayout layout;
+    layout.pool = pool.as<float>();
+    layout.slot_floats = int64_t(slot_floats);
+    layout.bins = SlicedBinsLayout{p.bins, p.z_min, p.z_max, dv, a->accumulation == Accumulation::kKahan};
+
+    std::vector<std::vector<std::pair<int, int>>> steps = {{{0, 45}, {1, 1}, {2, 6}}};  // (slot, tokens)
+    for (int t = 0; t < 5; ++t) steps.push_back({{2, 1}, {0, 1}, {1, 1}});
+    for (const auto& step : steps) {
+      int rows = 0;
+      for (const auto& [slot, n] : step) rows += n;
+      std::vector<float> zq(size_t(rows) * shape.heads), zk(size_t(rows) * shape.kv_heads),
+          v(size_t(rows) * shape.kv_heads * dv), want(size_t(rows) * shape.heads * dv);
+      for (auto* x : {&zq, &zk, &v}) {
+        for (float& e : *x) e = normal(rng);
+      }
+      std::vector<int32_t> table;  // slot[], row_begin[], count[]
+      int row = 0, max_count = 0;
+      for (const auto& [slot, n] : step) {
+        AttentionRecurrent<float>(*a, n, zq.data() + size_t(row) * shape.heads, zk.data() + size_t(row) * shape.kv_heads,
+                                  v.data() + size_t(row) * shape.kv_heads * dv, {cpu_state.data() + slot * slot_floats, nullptr},
+                                  want.data() + size_t(row) * shape.heads * dv);
+        table.push_back(slot);
+        row += n;
+        max_count = std::max(max_count, n);
+      }
+      row = 0;
+      for (const auto& step_segment : step) table.push_back(std::exchange(row, row + step_segment.second));
+      for (const auto& step_segment : step) table.push_back(step_segment.second);
+      auto upload = [&](const auto& host) {
+        cuda::DeviceBuffer d(host.size() * sizeof(host[0]));
+        d.CopyFromHost(host.data(), d.bytes());
+        return d;
+      };
+      const std::vector<double> zq64(zq.begin(), zq.end()), zk64(zk.begin(), zk.end());
+      cuda::DeviceBuffer dtable = upload(table), dzq = upload(zq64), dzk = upload(zk64), dv_ = upload(v),
+                         dy(want.size() * sizeof(float));
+      dy.Fill(0xff);  // NaN until written
+      cuda::AttnBatch b;
+      const int nseg = int(step.size());
+      b.slot = dtable.as<int32_t>();
+      b.row_begin = b.slot + nseg;
+      b.count = b.slot + 2 * nseg;
+      b.segments = nseg;
+      b.max_count = max_count;
+      b.heads = shape.heads;
+      b.kv_heads = shape.kv_heads;
+      b.head_dim = 1;
+      b.value_dim = dv;
+      cuda::SlicedAttention(b, layout, p.bump ? bandwidth.as<float>() : nullptr, dzq.as<double>(), dzk.as<double>(),
+                            dv_.as<float>(), dy.as<float>(), stream);
+      cuda::SynchronizeStream(stream);
+      std::vector<float> got(want.size());
+      dy.CopyToHost(got.data(), got.size() * sizeof(float));
+      int differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "outputs differing from the CPU's, of " << got.size() << "; max relative error "
+                           << MaxRelError(D(got), D(want));
+    }
+    std::vector<float> got_state(cpu_state.size());
+    pool.CopyToHost(got_state.data(), got_state.size() * sizeof(float));
+    int differ = 0;
+    for (size_t i = 0; i < got_state.size(); ++i) differ += std::memcmp(&got_state[i], &cpu_state[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "state floats differing from the CPU's, of " << got_state.size() << "; relative L2 error "
+                         << RelL2Error(D(got_state), D(cpu_state));
+  }
+  cuda::DestroyStream(stream);
+}
+#endif  // STEADY_HAVE_CUDA
 
 }  // namespace
 }  // namespace steady
