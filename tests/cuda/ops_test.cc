@@ -273,6 +273,36 @@ TEST_F(CudaOpsTest, MatMulNTFp32) {
   }
 }
 
+// fp64 (the sliced score projections' reference precision): against a long-double loop, within a
+// few fp64 roundings of the sum of |terms|.
+TEST_F(CudaOpsTest, MatMulNTFp64) {
+  Blas blas(stream_);
+  for (const int rows : {1, 4, 33}) {
+    const int in = 130, out = 67;
+    const auto xf = Randn(size_t(rows) * in), wf = Randn(size_t(out) * in);
+    const std::vector<double> x(xf.begin(), xf.end()), w(wf.begin(), wf.end());
+    std::vector<double> ref(size_t(rows) * out), bound(ref.size());
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < out; ++o) {
+        long double acc = 0, mag = 0;
+        for (int i = 0; i < in; ++i) {
+          acc += (long double)x[size_t(r) * in + i] * w[size_t(o) * in + i];
+          mag += std::fabs((long double)x[size_t(r) * in + i] * w[size_t(o) * in + i]);
+        }
+        ref[size_t(r) * out + o] = double(acc);
+        bound[size_t(r) * out + o] = double(mag) * in * 0x1p-52 + 1e-300;
+      }
+    }
+    DeviceBuffer dx = Upload(x), dw = Upload(w), dy = Poisoned<double>(ref.size());
+    MatMulNT(blas, dx.as<double>(), rows, in, dw.as<double>(), out, dy.as<double>());
+    Sync();
+    const std::vector<double> got = Download<double>(dy, ref.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - ref[i]) <= bound[i]);
+    EXPECT_EQ(bad, 0u) << "of " << got.size() << " outputs, fp64 GEMM vs a long-double loop";
+  }
+}
+
 TEST_F(CudaOpsTest, MatMulNTBf16) {
   Blas blas(stream_);
   for (const int rows : {1, 5, 64}) {
