@@ -43,18 +43,29 @@ void DeviceBuffer::Release() {
   bytes_ = 0;
 }
 
+// The legacy default stream does not order with CreateStream's non-blocking streams, and a
+// host-to-device cudaMemcpy from pageable memory (or a cudaMemset) may return before the device
+// has the data: hence the device-wide synchronizations around these copies.
 void DeviceBuffer::CopyFromHost(const void* src, size_t bytes) {
   STEADY_CHECK(bytes <= bytes_);
-  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice));
+  if (bytes == 0) return;
+  STEADY_CUDA_CHECK(cudaDeviceSynchronize());
+  STEADY_CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice));
+  STEADY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void DeviceBuffer::CopyToHost(void* dst, size_t bytes) const {
   STEADY_CHECK(bytes <= bytes_);
-  if (bytes > 0) STEADY_CUDA_CHECK(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost));
+  if (bytes == 0) return;
+  STEADY_CUDA_CHECK(cudaDeviceSynchronize());
+  STEADY_CUDA_CHECK(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost));
 }
 
 void DeviceBuffer::Fill(int value) {
-  if (bytes_ > 0) STEADY_CUDA_CHECK(cudaMemset(ptr_, value, bytes_));
+  if (bytes_ == 0) return;
+  STEADY_CUDA_CHECK(cudaDeviceSynchronize());
+  STEADY_CUDA_CHECK(cudaMemset(ptr_, value, bytes_));
+  STEADY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 cudaStream_t CreateStream() {

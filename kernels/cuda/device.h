@@ -32,7 +32,9 @@ class DeviceBuffer {
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
 
-  // Host <-> device copies of `bytes` (at most bytes()), starting at the buffer's start.
+  // Host <-> device copies of `bytes` (at most bytes()), starting at the buffer's start. These and
+  // Fill synchronize the whole device before and after (never inside a graph capture): for tests
+  // and setup, ordered with every stream's work.
   void CopyFromHost(const void* src, size_t bytes);
   void CopyToHost(void* dst, size_t bytes) const;
   // Sets every byte to `value` (e.g. 0xFF poisons fp32 and bf16 with NaN).

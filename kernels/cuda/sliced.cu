@@ -7,9 +7,11 @@
 // every thread adds its column's v and z v (compensated in fp64, as on the CPU); then one pass over
 // the bins in z order keeps the running sums of the bins below and, on reaching the bin that holds a
 // query point, reads that point's ReLU moments (the bins below exactly, its own bin through two
-// point masses). The arithmetic is kernels/sliced_bins_math.h, the CPU's own, and this file is
-// compiled without FMA contraction (CMakeLists.txt), so a kernel fed the CPU's scores reproduces
-// the CPU's state and outputs to the last bit but for the GELU's erf.
+// point masses). The arithmetic is kernels/sliced_bins_math.h, the CPU's own, and both sides are
+// compiled without FMA contraction (CMakeLists.txt), so fed the same scores the kernel reproduces
+// the CPU's state and outputs to the last bit (tests/backend_test.cc, CudaSlicedKernel). Projected
+// scores differ from the CPU's in their last bits (cuBLAS's summation order, the bias added last,
+// the device's erf).
 #include <cuda_runtime.h>
 
 #include <cmath>
