@@ -481,9 +481,9 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, int row
   }
   cuda::LinearStateLayout st = d.state;
   st.pool = pool_.as<float>();
-  // Long prefill segments of taylor and slay layers go through the chunked GEMM form; the fused
-  // kernel takes the rest (decode rows, short segments) in the same step.
-  const bool chunked = !long_segments.empty() && (d.taylor.order > 0 || d.slay.nodes > 0);
+  // Long prefill segments go through the chunked GEMM form; the fused kernel takes the rest (decode
+  // rows, short segments) in the same step.
+  const bool chunked = !long_segments.empty();
   if (chunked) {
     batch.chunked_min = kChunkedMin;
     const size_t floats = cuda::ChunkedPrefillScratchFloats(batch, st.features);
@@ -493,8 +493,11 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, int row
       if (d.taylor.order > 0) {
         cuda::TaylorPrefillChunked(*blas_, batch, st, d.taylor, seg.slot, seg.row0, seg.n, tf32,
                                    chunk_scratch_.as<float>(), q, k, v, y, stream_);
-      } else {
+      } else if (d.slay.nodes > 0) {
         cuda::SlayPrefillChunked(*blas_, batch, st, d.slay, seg.slot, seg.row0, seg.n, tf32,
+                                 chunk_scratch_.as<float>(), q, k, v, y, stream_);
+      } else {
+        cuda::DarkPrefillChunked(*blas_, batch, st, d.dark, seg.slot, seg.row0, seg.n, tf32,
                                  chunk_scratch_.as<float>(), q, k, v, y, stream_);
       }
     }

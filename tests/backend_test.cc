@@ -340,13 +340,14 @@ TEST(CudaBackendGraphs, GraphReplaysMatchEagerSteps) {
   }
 }
 
-// The chunked GEMM prefill (taylor, slay) computes what the token-by-token scan computes: long
+// The chunked GEMM prefill (taylor, slay, dark) computes what the token-by-token scan computes: long
 // segments that cross chunk boundaries beside a short one and a decode row in the same step, then
 // decode steps on the states it left.
 TEST(CudaBackendPrefill, ChunkedPrefillMatchesTheTokenScan) {
   if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
   const std::vector<std::pair<std::string, nlohmann::json>> cases = {
-      {"taylor", {{"order", 2}}}, {"taylor", {{"order", 3}, {"accumulation", "plain"}}}, {"slay", nlohmann::json::object()}};
+      {"taylor", {{"order", 2}}}, {"taylor", {{"order", 3}, {"accumulation", "plain"}}}, {"slay", nlohmann::json::object()},
+      {"dark", nlohmann::json::object()}, {"dark", {{"accumulation", "plain"}, {"features", 96}}}};
   for (const auto& [mechanism, params] : cases) {
     SCOPED_TRACE(mechanism + " " + params.dump());
     const Model m = TinyModel(mechanism, params, TestSeed(), kWide);

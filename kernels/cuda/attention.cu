@@ -99,6 +99,7 @@ __device__ __forceinline__ float* FeatureOut(const LinearSmem& s, int vi, int m)
 
 struct TaylorMech {
   using Tables = TaylorTables;
+  static constexpr bool kShifted = false;  // features on a fixed scale (no running reference)
   // Scratch: x [(group+1), dk].
 
   // Degree by degree: row r of degree p is its parent row (degree p - 1) times one coordinate.
@@ -139,6 +140,7 @@ struct TaylorMech {
 
 struct SlayMech {
   using Tables = SlayTables;
+  static constexpr bool kShifted = false;
   // Scratch: x [(group+1), dk], |x|^2 [group+1], poly [(group+1), P], prf [(group+1), R, M].
 
   static __device__ void Features(const Tables& t, int g, int dk, int group, int m, const float* kt,
@@ -191,6 +193,7 @@ struct SlayMech {
 
 struct DarkMech {
   using Tables = DarkTables;
+  static constexpr bool kShifted = true;  // keys relative to the running max, queries to their own
   // Scratch: x [(group+1), dk], Mx [(group+1), rank], half_norm [group+1], top [group+1].
 
   // aux[i] = query i's own max logit; aux[group] = the key running max after this key.
@@ -375,15 +378,17 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
   }
 }
 
-// --- chunked prefill (taylor, slay) ----------------------------------------------------------------
+// --- chunked prefill (taylor, slay, dark) ----------------------------------------------------------
 
 // Scratch of one chunk, per kv head g (dense, row-major): Fq [C * group, m], Fk [C, m], Vx [C, dv + 1],
-// Seff [m, dv + 1], A [C * group, C], Num [C * group, dv + 1], dS [m, dv + 1]; the heads' blocks are
-// consecutive ([kv_heads, ...]) so each GEMM is one strided batch over the heads.
+// Seff [m, dv + 1], A [C * group, C], Num [C * group, dv + 1], dS [m, dv + 1], and for dark Aux
+// [C, group + 1] (each token's query max logits, then the key running max c_j after it) and Refs
+// [2] (the running max carried into the chunk, and at its end); the heads' blocks are consecutive
+// ([kv_heads, ...]) so each GEMM is one strided batch over the heads.
 struct ChunkScratch {
   int C, group, m, width;
-  int64_t fq, fk, vx, seff, a, num, ds;  // per-head strides (floats)
-  float *Fq, *Fk, *Vx, *Seff, *A, *Num, *dS;
+  int64_t fq, fk, vx, seff, a, num, ds, ax;  // per-head strides (floats)
+  float *Fq, *Fk, *Vx, *Seff, *A, *Num, *dS, *Aux, *Refs;
 
   __host__ __device__ ChunkScratch(float* base, int kv_heads, int C_, int group_, int m_, int width_)
       : C(C_), group(group_), m(m_), width(width_) {
@@ -401,25 +406,37 @@ struct ChunkScratch {
     A = Seff + kv_heads * seff;
     Num = A + kv_heads * a;
     dS = Num + kv_heads * num;
+    ax = int64_t(C) * (group + 1);
+    Aux = dS + kv_heads * ds;
+    Refs = Aux + kv_heads * ax;
   }
-  int64_t Floats(int kv_heads) const { return int64_t(kv_heads) * (fq + fk + vx + seff + a + num + ds); }
+  int64_t Floats(int kv_heads) const {
+    return int64_t(kv_heads) * (fq + fk + vx + seff + a + num + ds + ax + 2);
+  }
+  // Token tok's aux row of kv head g: [query max logits (group), key running max c_tok].
+  __device__ float* AuxRow(int g, int tok) const { return Aux + g * ax + int64_t(tok) * (group + 1); }
 };
 
 // Grid (tokens, kv_heads): token `tok` of the chunk: its features (Mech::Features, as the fused
-// kernel builds them) copied out to Fq / Fk, and [v 1] to Vx.
+// kernel builds them) copied out to Fq / Fk, and [v 1] to Vx. Dark's features are built against an
+// empty reference (-inf), so each key's are relative to its own max logit (DarkChunkRefsKernel
+// moves them to the running max) and Aux gets the query maxima and that key max.
 template <class Mech>
 __global__ void __launch_bounds__(kThreads) ChunkFeaturesKernel(AttnBatch b, typename Mech::Tables t, int m, int row0,
                                                                 ChunkScratch cs, const float* q, const float* k,
                                                                 const float* v) {
   extern __shared__ float smem[];
-  __shared__ float state_scale;
+  __shared__ float state_scale, no_reference;
   __shared__ float aux[kLinearMaxGroup + 1];
   const int tok = blockIdx.x, g = blockIdx.y;
   const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim;
   const LinearSmem s = CarveLinearSmem(smem, m, group, 0);
   const int64_t row = row0 + tok;
+  if (threadIdx.x == 0) no_reference = -INFINITY;
+  __syncthreads();
   Mech::Features(t, g, dk, group, m, k + (row * b.kv_heads + g) * dk, q + (row * b.heads + int64_t(g) * group) * dk,
-                 nullptr, s, &state_scale, aux);
+                 &no_reference, s, &state_scale, aux);
+  if (Mech::kShifted && threadIdx.x <= group) cs.AuxRow(g, tok)[threadIdx.x] = aux[threadIdx.x];
   float* fk = cs.Fk + g * cs.fk + int64_t(tok) * m;
   float* fq = cs.Fq + g * cs.fq + int64_t(tok) * group * m;
   for (int i = threadIdx.x; i < m; i += blockDim.x) fk[i] = s.fk[i];
@@ -444,7 +461,10 @@ __global__ void GatherStateKernel(LinearStateLayout st, int slot, int dv, ChunkS
   cs.Seff[g * cs.seff + i] = head[off] + (st.comp_off >= 0 ? head[st.comp_off + off] : 0.0f);
 }
 
-// The same grid: the state += dS (Kahan where the layout has compensations).
+// The same grid: the state += dS (Kahan where the layout has compensations). Shifted (dark): the
+// carried sums are first rescaled from the chunk's carried reference to its final one, as the CPU's
+// ScaleState does (compensations too), and the final reference is stored.
+template <bool Shifted>
 __global__ void AddToStateKernel(LinearStateLayout st, int slot, int dv, ChunkScratch cs) {
   const int g = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -453,23 +473,81 @@ __global__ void AddToStateKernel(LinearStateLayout st, int slot, int dv, ChunkSc
   float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
   const int64_t off = StateOffset(st, r, c, dv);
   const float delta = cs.dS[g * cs.ds + i];
+  float scale = 1.0f;
+  if (Shifted) {
+    const float c_carried = cs.Refs[2 * g], c_end = cs.Refs[2 * g + 1];
+    if (c_end > c_carried) scale = isinf(c_carried) ? 0.0f : expf(c_carried - c_end);
+    if (i == 0) head[st.extra_off] = c_end;
+  }
   if (st.comp_off >= 0) {
-    float sum = head[off], comp = head[st.comp_off + off];
+    float sum = head[off] * scale, comp = head[st.comp_off + off] * scale;
     KahanAdd(sum, comp, delta);
     head[off] = sum;
     head[st.comp_off + off] = comp;
   } else {
-    head[off] += delta;
+    head[off] = head[off] * scale + delta;
   }
 }
 
+// Grid (kv_heads): dark's references. c_j = max(c carried, key maxima of tokens <= j) (the CPU's
+// running max), stored in Aux; each key's features (relative to its own max) brought to c_j; Refs =
+// (c carried, c at the chunk's end).
+__global__ void DarkChunkRefsKernel(LinearStateLayout st, int slot, ChunkScratch cs, int tokens) {
+  __shared__ float c_run[kPrefillChunk];
+  const int g = blockIdx.x;
+  const float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
+  const float c_carried = head[st.extra_off];
+  if (threadIdx.x == 0) {
+    float c = c_carried;
+    for (int j = 0; j < tokens; ++j) {
+      c = fmaxf(c, cs.AuxRow(g, j)[cs.group]);
+      c_run[j] = c;
+    }
+    cs.Refs[2 * g] = c_carried;
+    cs.Refs[2 * g + 1] = c;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < int64_t(tokens) * cs.m; i += blockDim.x) {
+    const int j = int(i / cs.m);
+    cs.Fk[g * cs.fk + i] *= expf(cs.AuxRow(g, j)[cs.group] - c_run[j]);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < tokens; j += blockDim.x) cs.AuxRow(g, j)[cs.group] = c_run[j];
+}
+
+// Grid (tokens, kv_heads): dark's carried-state term of query token t, phi(q) S computed against the
+// carried reference, brought to c_t: Num rows times exp(c carried - c_t) (0 from an empty state).
+__global__ void DarkCarriedScaleKernel(ChunkScratch cs) {
+  const int tok = blockIdx.x, g = blockIdx.y;
+  const float c_carried = cs.Refs[2 * g], c_t = cs.AuxRow(g, tok)[cs.group];
+  const float f = isinf(c_carried) ? 0.0f : expf(c_carried - c_t);
+  float* num = cs.Num + g * cs.num + int64_t(tok) * cs.group * cs.width;
+  for (int i = threadIdx.x; i < cs.group * cs.width; i += blockDim.x) num[i] *= f;
+}
+
+// Grid (ceil(tokens * m / threads), kv_heads): dark's keys weighted for the state update, from their
+// own reference c_j to the chunk's final one: Fk rows times exp(c_j - c_end).
+__global__ void DarkKeyWeightKernel(ChunkScratch cs, int tokens) {
+  const int g = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(tokens) * cs.m) return;
+  const int j = int(i / cs.m);
+  cs.Fk[g * cs.fk + i] *= expf(cs.AuxRow(g, j)[cs.group] - cs.Refs[2 * g + 1]);
+}
+
 // Grid (ceil(C * group * C / threads), kv_heads): A[t * group + i][j] = 0 for keys after the query.
+// Shifted (dark): the rest times exp(c_j - c_t), key j's features brought to query t's reference.
+template <bool Shifted>
 __global__ void CausalMaskKernel(ChunkScratch cs, int tokens) {
   const int g = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(tokens) * cs.group * tokens) return;
-  const int qrow = int(i / tokens), j = int(i % tokens);
-  if (j > qrow / cs.group) cs.A[g * cs.a + i] = 0.0f;
+  const int qrow = int(i / tokens), j = int(i % tokens), t = qrow / cs.group;
+  if (j > t) {
+    cs.A[g * cs.a + i] = 0.0f;
+  } else if (Shifted) {
+    cs.A[g * cs.a + i] *= expf(cs.AuxRow(g, j)[cs.group] - cs.AuxRow(g, t)[cs.group]);
+  }
 }
 
 // Grid (tokens, kv_heads): y = Num[:dv] / Num[dv] per query head, with the mechanism's guard.
@@ -481,7 +559,8 @@ __global__ void ChunkRatioKernel(AttnBatch b, typename Mech::Tables t, int row0,
   const float* num = cs.Num + g * cs.num + int64_t(tok) * group * cs.width;
   for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
     const int i = idx / dv, d = idx % dv;
-    yt[idx] = Mech::Ratio(t, num[i * cs.width + d], num[i * cs.width + dv], i, group, nullptr);
+    yt[idx] = Mech::Ratio(t, num[i * cs.width + d], num[i * cs.width + dv], i, group,
+                          Mech::kShifted ? cs.AuxRow(g, tok) : nullptr);
   }
 }
 
@@ -498,21 +577,35 @@ void LaunchPrefillChunked(Blas& blas, const AttnBatch& b, const LinearStateLayou
     const ChunkScratch cs(scratch, G, C, group, m, width);
     ChunkFeaturesKernel<Mech><<<dim3(C, G), kThreads, smem, stream>>>(b, t, m, row0 + c0, cs, q, k, v);
     STEADY_CUDA_CHECK_LAUNCH();
+    if (Mech::kShifted) {
+      DarkChunkRefsKernel<<<G, kThreads, 0, stream>>>(st, slot, cs, C);
+      STEADY_CUDA_CHECK_LAUNCH();
+    }
     const dim3 state_grid(unsigned((int64_t(m) * width + kThreads - 1) / kThreads), G);
     GatherStateKernel<<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
     STEADY_CUDA_CHECK_LAUNCH();
     // Num = phi(Q) Seff: every query against the state carried into the chunk.
     GemmBatched(blas, false, false, R, width, m, cs.Fq, cs.fq, cs.Seff, cs.seff, 0.0f, cs.Num, cs.num, G, tf32);
+    if (Mech::kShifted) {
+      DarkCarriedScaleKernel<<<dim3(C, G), kThreads, 0, stream>>>(cs);
+      STEADY_CUDA_CHECK_LAUNCH();
+    }
     // A = mask(phi(Q) phi(K)^T); Num += A [V 1]: the chunk's own keys, causally.
     GemmBatched(blas, false, true, R, C, m, cs.Fq, cs.fq, cs.Fk, cs.fk, 0.0f, cs.A, cs.a, G, tf32);
-    CausalMaskKernel<<<dim3(unsigned((int64_t(R) * C + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(cs, C);
+    CausalMaskKernel<Mech::kShifted>
+        <<<dim3(unsigned((int64_t(R) * C + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(cs, C);
     STEADY_CUDA_CHECK_LAUNCH();
     GemmBatched(blas, false, false, R, width, C, cs.A, cs.a, cs.Vx, cs.vx, 1.0f, cs.Num, cs.num, G, tf32);
     ChunkRatioKernel<Mech><<<dim3(C, G), kThreads, 0, stream>>>(b, t, row0 + c0, cs, y);
     STEADY_CUDA_CHECK_LAUNCH();
     // dS = phi(K)^T [V 1], added to the state.
+    if (Mech::kShifted) {
+      DarkKeyWeightKernel<<<dim3(unsigned((int64_t(C) * m + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(
+          cs, C);
+      STEADY_CUDA_CHECK_LAUNCH();
+    }
     GemmBatched(blas, true, false, m, width, C, cs.Fk, cs.fk, cs.Vx, cs.vx, 0.0f, cs.dS, cs.ds, G, tf32);
-    AddToStateKernel<<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
+    AddToStateKernel<Mech::kShifted><<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
     STEADY_CUDA_CHECK_LAUNCH();
   }
 }
@@ -749,6 +842,14 @@ void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLay
                         int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
                         const float* v, float* y, cudaStream_t stream) {
   LaunchPrefillChunked<SlayMech>(blas, shape, st, t, SlayScratchFloats(shape, t), slot, row0, n, tf32, scratch, q, k,
+                                 v, y, stream);
+}
+
+void DarkPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const DarkTables& t,
+                        int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                        const float* v, float* y, cudaStream_t stream) {
+  STEADY_CHECK(t.features == st.features && st.extra_off >= 0);
+  LaunchPrefillChunked<DarkMech>(blas, shape, st, t, DarkScratchFloats(shape, t), slot, row0, n, tf32, scratch, q, k,
                                  v, y, stream);
 }
 

@@ -174,7 +174,7 @@ int SlayScratchFloats(const AttnBatch& b, const SlayTables& t);
 int DarkScratchFloats(const AttnBatch& b, const DarkTables& t);
 
 // Chunked prefill of one segment (rows [row0, row0 + n) of q/k/v/y, continuing slot `slot`) for
-// taylor or slay, in chunks of kPrefillChunk tokens. Per chunk, batched over the kv heads: the
+// taylor, slay or dark (below), in chunks of kPrefillChunk tokens. Per chunk, batched over the kv heads: the
 // features phi(K), phi(Q) and [V 1] into `scratch`, the carried state S (+ compensation) gathered
 // dense, then as GEMMs Num = phi(Q) S + mask(phi(Q) phi(K)^T) [V 1] (y = Num[:dv] / Num[dv] with the
 // mechanism's guard) and dS = phi(K)^T [V 1], Kahan-added to the state. The same function as the
@@ -185,6 +185,13 @@ void TaylorPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateL
                           int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
                           const float* v, float* y, cudaStream_t stream);
 void SlayPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const SlayTables& t,
+                        int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
+                        const float* v, float* y, cudaStream_t stream);
+// dark: the same with the running max of key logits. Each chunk's keys get the CPU Chunked's
+// references (c_j, the running max after key j): A's entries are weighted by exp(c_j - c_t), the
+// carried term by exp(c carried - c_t), the state is rescaled once to the chunk's final max and
+// each key added with exp(c_j - c_end); the guard sees the canonical denominator.
+void DarkPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLayout& st, const DarkTables& t,
                         int slot, int row0, int n, bool tf32, float* scratch, const float* q, const float* k,
                         const float* v, float* y, cudaStream_t stream);
 
