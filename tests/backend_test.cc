@@ -369,6 +369,9 @@ TEST(CudaBackendPrefill, ChunkedPrefillMatchesTheTokenScan) {
       steps.push_back({});
       for (int s = 0; s < 4; ++s) steps.back().push_back({s, RandomTokens(1, rng), false});
     }
+    // A long prefill continuing a slot that has decoded (dark: a finite carried running max).
+    steps.push_back({{3, RandomTokens(150, rng), true}, {0, RandomTokens(1, rng), false}});
+    steps.push_back({{3, RandomTokens(1, rng), false}, {1, RandomTokens(1, rng), false}});
     for (const std::vector<Segment>& step : steps) {
       std::vector<float> a, b;
       (*scan)->Forward(step, &a);

@@ -493,14 +493,16 @@ __global__ void AddToStateKernel(LinearStateLayout st, int slot, int dv, ChunkSc
 // running max), stored in Aux; each key's features (relative to its own max) brought to c_j; Refs =
 // (c carried, c at the chunk's end).
 __global__ void DarkChunkRefsKernel(LinearStateLayout st, int slot, ChunkScratch cs, int tokens) {
-  __shared__ float c_run[kPrefillChunk];
+  __shared__ float top[kPrefillChunk], c_run[kPrefillChunk];  // each key's max, the running max
   const int g = blockIdx.x;
   const float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
   const float c_carried = head[st.extra_off];
+  for (int j = threadIdx.x; j < tokens; j += blockDim.x) top[j] = cs.AuxRow(g, j)[cs.group];
+  __syncthreads();
   if (threadIdx.x == 0) {
     float c = c_carried;
     for (int j = 0; j < tokens; ++j) {
-      c = fmaxf(c, cs.AuxRow(g, j)[cs.group]);
+      c = fmaxf(c, top[j]);
       c_run[j] = c;
     }
     cs.Refs[2 * g] = c_carried;
@@ -509,9 +511,8 @@ __global__ void DarkChunkRefsKernel(LinearStateLayout st, int slot, ChunkScratch
   __syncthreads();
   for (int64_t i = threadIdx.x; i < int64_t(tokens) * cs.m; i += blockDim.x) {
     const int j = int(i / cs.m);
-    cs.Fk[g * cs.fk + i] *= expf(cs.AuxRow(g, j)[cs.group] - c_run[j]);
+    cs.Fk[g * cs.fk + i] *= expf(top[j] - c_run[j]);
   }
-  __syncthreads();
   for (int j = threadIdx.x; j < tokens; j += blockDim.x) cs.AuxRow(g, j)[cs.group] = c_run[j];
 }
 
