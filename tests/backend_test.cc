@@ -403,6 +403,19 @@ TEST(CudaBackendSoftmax, SplitContextDecodeMatchesTheCpu) {
 }
 
 #if STEADY_HAVE_CUDA
+std::vector<float> Download(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<float> out(n);
+  b.CopyToHost(out.data(), n * sizeof(float));
+  return out;
+}
+
+// Elements whose bits differ (NaN equals NaN only bit for bit).
+int DifferingBits(const std::vector<float>& a, const std::vector<float>& b) {
+  int n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
 // The sliced kernel alone against the CPU's Step on the same scores (projection "none": q and k are
 // the scores, so no GEMM or GELU stands between them): the kernel runs the CPU's arithmetic
 // (kernels/sliced_bins_math.h) without FMA contraction, so states and outputs agree bit for bit.
@@ -485,19 +498,13 @@ TEST(CudaSlicedKernel, MatchesTheCpuStepBitForBit) {
       cuda::SlicedAttention(b, layout, p.bump ? bandwidth.as<float>() : nullptr, dzq.as<double>(), dzk.as<double>(),
                             dv_.as<float>(), dy.as<float>(), stream);
       cuda::SynchronizeStream(stream);
-      std::vector<float> got(want.size());
-      dy.CopyToHost(got.data(), got.size() * sizeof(float));
-      int differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0) << "outputs differing from the CPU's, of " << got.size() << "; max relative error "
-                           << MaxRelError(D(got), D(want));
+      const std::vector<float> got = Download(dy, want.size());
+      EXPECT_EQ(DifferingBits(got, want), 0) << "outputs differing from the CPU's, of " << got.size()
+                                             << "; max relative error " << MaxRelError(D(got), D(want));
     }
-    std::vector<float> got_state(cpu_state.size());
-    pool.CopyToHost(got_state.data(), got_state.size() * sizeof(float));
-    int differ = 0;
-    for (size_t i = 0; i < got_state.size(); ++i) differ += std::memcmp(&got_state[i], &cpu_state[i], sizeof(float)) != 0;
-    EXPECT_EQ(differ, 0) << "state floats differing from the CPU's, of " << got_state.size() << "; relative L2 error "
-                         << RelL2Error(D(got_state), D(cpu_state));
+    const std::vector<float> got_state = Download(pool, cpu_state.size());
+    EXPECT_EQ(DifferingBits(got_state, cpu_state), 0) << "state floats differing from the CPU's, of " << got_state.size()
+                                                      << "; relative L2 error " << RelL2Error(D(got_state), D(cpu_state));
   }
   cuda::DestroyStream(stream);
 }
