@@ -193,7 +193,6 @@ class CudaBackend : public Backend {
   DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
   DeviceBuffer chunk_scratch_;  // the chunked prefill's features and GEMM operands
   DeviceBuffer softmax_partial_;  // softmax decode's split-context partials
-  bool any_sliced_ = false;
   DeviceBuffer zq_, zk_, sliced_scratch_;  // sliced layers: fp64 scores [rows, heads | kv_heads], projection scratch
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
   // Captured decode steps by (batch bucket, samples).
@@ -365,7 +364,6 @@ absl::Status CudaBackend::InitSliced(const LayerAttention& a, const SlicedParams
     return pr;
   };
   d->sliced = true;
-  any_sliced_ = true;
   d->sliced_q = projector(p.q, s.heads);
   d->sliced_k = projector(p.k, s.kv_heads);
   if (p.bump) {
@@ -597,14 +595,12 @@ void CudaBackend::ReserveRows(int rows, int out_rows) {
   grow(logits_in_, size_t(out_rows) * c.hidden_size * f);
   grow(logits_, size_t(out_rows) * c.vocab_size * f);
   grow(ids_, size_t(out_rows) * sizeof(int32_t));
-  if (any_sliced_) {
+  for (const DeviceLayer& d : layers_) {  // sliced layers' scores and projection scratch
+    if (!d.sliced) continue;
     grow(zq_, r * c.num_heads * sizeof(double));
     grow(zk_, r * c.num_kv_heads * sizeof(double));
-    for (const DeviceLayer& d : layers_) {
-      if (!d.sliced) continue;
-      grow(sliced_scratch_, std::max(cuda::SlicedProjectScratchBytes(d.sliced_q, rows),
-                                     cuda::SlicedProjectScratchBytes(d.sliced_k, rows)));
-    }
+    grow(sliced_scratch_, std::max(cuda::SlicedProjectScratchBytes(d.sliced_q, rows),
+                                   cuda::SlicedProjectScratchBytes(d.sliced_k, rows)));
   }
   if (moved) graphs_.clear();
 }

@@ -8,13 +8,13 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/flat.h"
 #include "kernels/cuda/ops.h"
 
 namespace steady::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;   // threads per block for one-row-per-block kernels
-constexpr int kFlatThreads = 256;  // threads per block for flat elementwise kernels
 
 __device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
@@ -114,12 +114,6 @@ __global__ void Bf16ToFloatKernel(const __nv_bfloat16* __restrict__ x, int64_t n
        i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = __bfloat162float(x[i]);
   }
-}
-
-// Grid for a flat grid-stride kernel: enough blocks to cover n, capped (the loop does the rest).
-int FlatBlocks(int64_t n) {
-  const int64_t blocks = (n + kFlatThreads - 1) / kFlatThreads;
-  return int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
 // Threads for a one-row-per-block kernel: a multiple of 32, no more than the row needs.

@@ -20,20 +20,16 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/flat.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/sliced_bins_math.h"
 
 namespace steady::cuda {
 namespace {
 
-constexpr int kElementThreads = 256;
-
-int Blocks(int64_t n) { return int((n + kElementThreads - 1) / kElementThreads); }
-
 template <typename T>
 __global__ void ToTypeKernel(const float* x, int64_t n, T* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = T(x[i]);
+  STEADY_FLAT_LOOP(i, n) out[i] = T(x[i]);
 }
 
 __device__ __forceinline__ double Gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
@@ -42,22 +38,16 @@ __device__ __forceinline__ float Gelu(float x) { return 0.5f * x * (1.0f + erff(
 // h[r, i] = gelu(h[r, i] + bias[i]) over [rows, width].
 template <typename T>
 __global__ void BiasGeluKernel(T* h, const T* bias, int rows, int width) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < int64_t(rows) * width) h[i] = Gelu(h[i] + bias[i % width]);
+  STEADY_FLAT_LOOP(i, int64_t(rows) * width) h[i] = Gelu(h[i] + bias[i % width]);
 }
 
 // z[r, g] = double(s[r, g] + bias[g]), rounded to an fp32 value when `round`.
 template <typename T>
 __global__ void FinishScoresKernel(const T* s, const T* bias, int rows, int groups, bool round, double* z) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(rows) * groups) return;
-  const double v = double(s[i]) + double(bias[i % groups]);
-  z[i] = round ? double(float(v)) : v;
-}
-
-__global__ void ScoresAsIsKernel(const float* x, int64_t n, double* z) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) z[i] = double(x[i]);
+  STEADY_FLAT_LOOP(i, int64_t(rows) * groups) {
+    const double v = double(s[i]) + double(bias[i % groups]);
+    z[i] = round ? double(float(v)) : v;
+  }
 }
 
 template <typename T>
@@ -71,21 +61,21 @@ void ProjectAs(Blas& blas, const SlicedProjector& p, const float* x, int rows, b
   if constexpr (std::is_same_v<T, float>) {
     in = x;
   } else {
-    ToTypeKernel<T><<<Blocks(n), kElementThreads, 0, stream>>>(x, n, base);
+    ToTypeKernel<T><<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, base);
     STEADY_CUDA_CHECK_LAUNCH();
     in = base;
     base += n;
   }
   if (p.kind == SlicedProjector::kMlp) {
     MatMulNT(blas, in, rows, p.width, static_cast<const T*>(p.fc1_weight), p.width, base);
-    BiasGeluKernel<T><<<Blocks(n), kElementThreads, 0, stream>>>(base, static_cast<const T*>(p.fc1_bias), rows,
+    BiasGeluKernel<T><<<FlatBlocks(n), kFlatThreads, 0, stream>>>(base, static_cast<const T*>(p.fc1_bias), rows,
                                                                  p.width);
     STEADY_CUDA_CHECK_LAUNCH();
     in = base;
     base += n;
   }
   MatMulNT(blas, in, rows, p.width, static_cast<const T*>(p.out_weight), p.groups, base);
-  FinishScoresKernel<T><<<Blocks(int64_t(rows) * p.groups), kElementThreads, 0, stream>>>(
+  FinishScoresKernel<T><<<FlatBlocks(int64_t(rows) * p.groups), kFlatThreads, 0, stream>>>(
       base, static_cast<const T*>(p.out_bias), rows, p.groups, round, z);
   STEADY_CUDA_CHECK_LAUNCH();
 }
@@ -216,7 +206,7 @@ void SlicedProjectScores(Blas& blas, const SlicedProjector& p, const float* x, i
   if (rows == 0) return;
   if (p.kind == SlicedProjector::kNone) {  // head_dim 1: the inputs are the scores (already fp32 values)
     STEADY_CHECK(p.width == p.groups);
-    ScoresAsIsKernel<<<Blocks(int64_t(rows) * p.groups), kElementThreads, 0, blas.stream()>>>(
+    ToTypeKernel<double><<<FlatBlocks(int64_t(rows) * p.groups), kFlatThreads, 0, blas.stream()>>>(
         x, int64_t(rows) * p.groups, z);
     STEADY_CUDA_CHECK_LAUNCH();
     return;
