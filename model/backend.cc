@@ -6,7 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "model/sampling.h"
 #include "model/state_pool.h"
 

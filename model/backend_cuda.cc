@@ -4,7 +4,7 @@
 // ops and bf16 at GEMM inputs, with fp32 accumulation (cuBLAS). BackendOptions::cuda_bf16 = false
 // keeps everything fp32: the reference that pins the kernels to the CPU path at fp32 tolerances. Every slot's fixed state lives in one
 // device slab in StatePool's layout; softmax layers keep a KV cache preallocated to max_context
-// tokens per slot. Built only when nvcc is found (CMakeLists.txt); checked against the CPU backend by
+// tokens per slot. Built only when nvcc is found (model/CMakeLists.txt); checked against the CPU backend by
 // tests/backend_test.cc on a machine with a GPU.
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
 #include "model/backend.h"

@@ -9,9 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/check.h"
+#include "base/check.h"
+#include "base/file_io.h"
+#include "base/status.h"
 #include "kernels/cpu/ops.h"
-#include "model/file_io.h"
 #include "model/state_pool.h"
 
 namespace steady {
@@ -63,7 +64,7 @@ absl::StatusOr<Model> Model::FromConfig(ModelConfig config) {
   for (int l = 0; l < c.num_layers; ++l) {
     auto a = ParseLayerAttention(c.layer_attention[l], shape);
     if (!a.ok()) {
-      return absl::Status(a.status().code(), absl::StrCat("layer ", l, ": ", a.status().message()));
+      return WithContext(a.status(), absl::StrCat("layer ", l));
     }
     m.layers_[l].attention = *std::move(a);
   }
@@ -106,7 +107,7 @@ absl::StatusOr<Model> Model::Load(const std::string& dir, const std::optional<Me
   for (int l = 0; l < m.config_.num_layers; ++l) {
     const std::string prefix = LayerPrefix(l);
     if (absl::Status s = LoadAttentionTensors(*st, prefix, &m.layers_[l].attention); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(st->display_name(), ": layer ", l, ": ", s.message()));
+      return WithContext(s, absl::StrCat(st->display_name(), ": layer ", l));
     }
     std::vector<TensorToWrite> expected;
     AppendAttentionTensors(m.layers_[l].attention, prefix, &expected);

@@ -1,6 +1,6 @@
 #include "model/safetensors.h"
 
-#include "model/file_io.h"
+#include "base/file_io.h"
 
 #include <algorithm>
 #include <bit>
@@ -20,7 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/check.h"
+#include "base/check.h"
+#include "base/status.h"
 
 namespace steady {
 namespace {
@@ -371,12 +372,6 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  const int err = errno;
-  const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
-  return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
-}
-
 // The bytes of one tensor in its dtype, little-endian. Refuses finite values the dtype cannot hold.
 absl::StatusOr<std::string> EncodeTensor(const TensorToWrite& t) {
   const size_t size = DTypeSize(t.dtype);
@@ -646,13 +641,13 @@ absl::StatusOr<std::vector<double>> SafeTensors::ReadDouble(std::string_view nam
 absl::Status WriteSafeTensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   auto header = BuildHeader(tensors, metadata);
-  if (!header.ok()) return absl::Status(header.status().code(), absl::StrCat(path, ": ", header.status().message()));
+  if (!header.ok()) return WithContext(header.status(), path);
   // Encode everything before touching the file system, so bad values leave nothing behind.
   std::vector<std::string> data;
   data.reserve(tensors.size());
   for (const TensorToWrite& t : tensors) {
     auto bytes = EncodeTensor(t);
-    if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat(path, ": ", bytes.status().message()));
+    if (!bytes.ok()) return WithContext(bytes.status(), path);
     data.push_back(*std::move(bytes));
   }
 

@@ -13,7 +13,7 @@ BUILD=${1:-build}
 OUT=${2:-gpu-bundle}
 BINARIES=(cuda_ops_test backend_test engine_test steady)
 
-if [[ ! -d $BUILD/CMakeFiles/steady_kernels_cuda.dir ]]; then
+if [[ ! -d $BUILD/kernels/cuda/CMakeFiles/steady_kernels_cuda.dir ]]; then
   echo "gpu_bundle: $BUILD was not configured with the CUDA backend (nvcc not found?)" >&2
   exit 1
 fi

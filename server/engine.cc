@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "server/engine_impl.h"
 #include "server/request_checks.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "server/engine_impl.h"
 #include "server/request_checks.h"
 

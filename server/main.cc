@@ -18,12 +18,13 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "model/model.h"
+#include "model/model_flags.h"
 #include "model/tokenizer.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/service.h"
-#include "tools/steady/flags.h"
 
 namespace steady {
 namespace {
@@ -46,33 +47,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       default 8192); a request that would pass it is refused
 )";
 
-// "1073741824", "64K", "512M", "1G" (powers of 1024).
-absl::StatusOr<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
-  const auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected bytes like 1073741824 or 1G, got \"",
-                                                   text, "\""));
-  };
-  if (text.empty()) return bad();
-  int shift = 0;
-  std::string digits = text;
-  switch (text.back()) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    default: break;
-  }
-  if (shift > 0) digits.pop_back();
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 15) {
-    return bad();
-  }
-  const int64_t value = std::stoll(digits);
-  if (value <= 0 || value > (int64_t(1) << (62 - shift))) return bad();
-  return value << shift;
-}
-
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   EngineOptions o;
-  auto memory = ParseBytes("state-memory", flags.Get("state-memory", "1G"));
+  auto memory = flags.GetBytes("state-memory", "1G");
   if (!memory.ok()) return memory.status();
   o.state_memory_bytes = *memory;
   o.session_dir = flags.Get("session-dir");
@@ -109,7 +86,7 @@ absl::Status Run(int argc, char** argv) {
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
                                  "drain-timeout", "device",       "max-context"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
   auto dir = flags->Require("model");
   auto port = flags->GetInt("port", 50051, 0, 65535);
@@ -117,9 +94,10 @@ absl::Status Run(int argc, char** argv) {
   auto drain_timeout = flags->GetDouble("drain-timeout", 10);
   auto override = MechanismOverrideFromFlags(*flags);
   auto engine_options = EngineOptionsFromFlags(*flags);
-  for (const absl::Status& s : {dir.status(), port.status(), metrics_port.status(), drain_timeout.status(),
-                                override.status(), engine_options.status()}) {
-    if (!s.ok()) return s;
+  if (absl::Status s = FirstError({dir.status(), port.status(), metrics_port.status(), drain_timeout.status(),
+                                   override.status(), engine_options.status()});
+      !s.ok()) {
+    return s;
   }
   const std::string host = flags->Get("host", "127.0.0.1");
 

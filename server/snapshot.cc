@@ -10,7 +10,7 @@
 
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace steady {
 

@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/file_io.h"  // WriteFileAtomic, ReadWholeFile for snapshot files
-#include "model/model.h"
+#include "base/file_io.h"  // WriteFileAtomic, ReadWholeFile for snapshot files
 #include "model/backend.h"
+#include "model/model.h"
 #include "model/state_pool.h"
 
 namespace steady {

@@ -22,7 +22,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "clients/cli/args.h"
+#include "base/flags.h"
+#include "base/status.h"
 #include "steady/v1/inference.grpc.pb.h"
 
 namespace steady::cli {
@@ -87,10 +88,10 @@ struct Command {
   std::set<std::string> flags;
   std::set<std::string> switches;
   std::vector<std::string> positional;
-  absl::Status (*run)(const Client&, const Args&);
+  absl::Status (*run)(const Client&, const Flags&);
 };
 
-absl::Status Info(const Client& c, const Args&) {
+absl::Status Info(const Client& c, const Flags&) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::ModelInfo info;
@@ -101,7 +102,7 @@ absl::Status Info(const Client& c, const Args&) {
 
 // grpc.health.v1.Health/Check with the overall service name "", through a generic stub: the request
 // is the empty message, the response is field 1 (varint ServingStatus), so no health.proto is needed.
-absl::Status Health(const Client& c, const Args&) {
+absl::Status Health(const Client& c, const Flags&) {
   grpc::GenericStub stub(c.channel);
   grpc::ClientContext context;
   c.Prepare(&context);
@@ -121,17 +122,19 @@ absl::Status Health(const Client& c, const Args&) {
   return status == 1 ? absl::OkStatus() : absl::UnavailableError("not serving");
 }
 
-absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& a) {
+absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Flags& a) {
   v1::GenerateRequest r;
   auto max_tokens = a.GetInt("max-tokens", 64, INT64_MIN, INT64_MAX);
-  auto temperature = a.GetDouble("temperature", 0);
+  auto temperature = a.GetDouble("temperature", 0, /*allow_nonfinite=*/true);
   auto top_k = a.GetInt("top-k", 0, INT32_MIN, INT32_MAX);
-  auto top_p = a.GetDouble("top-p", 0);
-  auto penalty = a.GetDouble("repetition-penalty", 0);
+  auto top_p = a.GetDouble("top-p", 0, /*allow_nonfinite=*/true);
+  auto penalty = a.GetDouble("repetition-penalty", 0, /*allow_nonfinite=*/true);
   auto seed = a.GetUint("seed", 0);
-  for (const absl::Status& s :
-       {max_tokens.status(), temperature.status(), top_k.status(), top_p.status(), penalty.status(), seed.status()}) {
-    if (!s.ok()) return s;
+  // NaN and infinities go to the server, which names the field it refuses.
+  if (absl::Status s = FirstError({max_tokens.status(), temperature.status(), top_k.status(), top_p.status(),
+                                   penalty.status(), seed.status()});
+      !s.ok()) {
+    return s;
   }
   std::string prompt = a.Get("prompt");
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -147,7 +150,7 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& a) {
   return r;
 }
 
-absl::Status Generate(const Client& c, const Args& a) {
+absl::Status Generate(const Client& c, const Flags& a) {
   auto request = GenerateRequestFromArgs(a);
   if (!request.ok()) return request.status();
   const bool json = a.Has("json");
@@ -177,7 +180,7 @@ absl::Status Generate(const Client& c, const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsCreate(const Client& c, const Args& a) {
+absl::Status SessionsCreate(const Client& c, const Flags& a) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::CreateSessionRequest request;
@@ -188,7 +191,7 @@ absl::Status SessionsCreate(const Client& c, const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsList(const Client& c, const Args&) {
+absl::Status SessionsList(const Client& c, const Flags&) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::ListSessionsResponse response;
@@ -197,7 +200,7 @@ absl::Status SessionsList(const Client& c, const Args&) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsGet(const Client& c, const Args& a) {
+absl::Status SessionsGet(const Client& c, const Flags& a) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::GetSessionRequest request;
@@ -208,7 +211,7 @@ absl::Status SessionsGet(const Client& c, const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsDelete(const Client& c, const Args& a) {
+absl::Status SessionsDelete(const Client& c, const Flags& a) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::DeleteSessionRequest request;
@@ -217,7 +220,7 @@ absl::Status SessionsDelete(const Client& c, const Args& a) {
   return FromGrpc(c.stub->DeleteSession(&context, request, &response));
 }
 
-absl::Status SessionsFork(const Client& c, const Args& a) {
+absl::Status SessionsFork(const Client& c, const Flags& a) {
   grpc::ClientContext context;
   c.Prepare(&context);
   v1::ForkSessionRequest request;
@@ -229,7 +232,7 @@ absl::Status SessionsFork(const Client& c, const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsExport(const Client& c, const Args& a) {
+absl::Status SessionsExport(const Client& c, const Flags& a) {
   const std::string& path = a.positional()[1];
   grpc::ClientContext context;
   c.Prepare(&context);
@@ -253,7 +256,7 @@ absl::Status SessionsExport(const Client& c, const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status SessionsImport(const Client& c, const Args& a) {
+absl::Status SessionsImport(const Client& c, const Flags& a) {
   const std::string& path = a.positional()[0];
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -303,7 +306,7 @@ absl::Status Run(const std::vector<std::string>& argv) {
     all_flags.insert(c.flags.begin(), c.flags.end());
     all_switches.insert(c.switches.begin(), c.switches.end());
   }
-  auto scan = Args::Parse(argv, all_flags, all_switches);
+  auto scan = Flags::Parse(argv, {.with_value = all_flags, .switches = all_switches, .positional = true});
   if (!scan.ok()) return scan.status();
   const std::vector<std::string>& words = scan->positional();
   const Command* command = nullptr;
@@ -326,7 +329,7 @@ absl::Status Run(const std::vector<std::string>& argv) {
   // Parse again with only this command's flags, and drop its words.
   std::set<std::string> flags = kGlobalFlags;
   flags.insert(command->flags.begin(), command->flags.end());
-  auto args = Args::Parse(argv, flags, command->switches);
+  auto args = Flags::Parse(argv, {.with_value = flags, .switches = command->switches, .positional = true});
   if (!args.ok()) return absl::InvalidArgumentError(absl::StrCat(command->name, ": ", args.status().message()));
   args->DropPositional(used);
   if (auto s = args->ExpectPositional(command->positional); !s.ok()) {

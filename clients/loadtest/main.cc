@@ -16,7 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "clients/cli/args.h"
+#include "base/flags.h"
+#include "base/status.h"
 #include "clients/loadtest/driver.h"
 #include "clients/loadtest/stats.h"
 #include "clients/loadtest/workload.h"
@@ -80,7 +81,7 @@ struct Config {
 
 absl::Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-absl::StatusOr<Config> ConfigFromArgs(const cli::Args& a) {
+absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   Config c;
   const char* env_addr = std::getenv("STEADY_ADDR");
   c.addr = a.Get("addr", env_addr ? env_addr : "127.0.0.1:50051");
@@ -98,17 +99,18 @@ absl::StatusOr<Config> ConfigFromArgs(const cli::Args& a) {
   auto tpot = a.GetDouble("slo-tpot-ms", 0);
   auto tokens_per_word = a.GetDouble("tokens-per-word", 0);
   auto timeout = a.GetDouble("timeout", 0);
-  auto temperature = a.GetDouble("temperature", 0);
+  auto temperature = a.GetDouble("temperature", 0, /*allow_nonfinite=*/true);
   auto top_k = a.GetInt("top-k", 0, INT32_MIN, INT32_MAX);
-  auto top_p = a.GetDouble("top-p", 0);
-  auto penalty = a.GetDouble("repetition-penalty", 0);
+  auto top_p = a.GetDouble("top-p", 0, /*allow_nonfinite=*/true);
+  auto penalty = a.GetDouble("repetition-penalty", 0, /*allow_nonfinite=*/true);
   auto prompt = LengthDistribution::Parse("prompt-tokens", a.Get("prompt-tokens", "fixed:64"));
   auto output = LengthDistribution::Parse("output-tokens", a.Get("output-tokens", "fixed:16"));
-  for (const absl::Status& s :
-       {concurrency.status(), requests.status(), sessions.status(), turns.status(), rate.status(), burstiness.status(),
-        duration.status(), seed.status(), ttft.status(), tpot.status(), tokens_per_word.status(), timeout.status(),
-        temperature.status(), top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status()}) {
-    if (!s.ok()) return s;
+  if (absl::Status s = FirstError({concurrency.status(), requests.status(), sessions.status(), turns.status(),
+                                   rate.status(), burstiness.status(), duration.status(), seed.status(), ttft.status(),
+                                   tpot.status(), tokens_per_word.status(), timeout.status(), temperature.status(),
+                                   top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status()});
+      !s.ok()) {
+    return s;
   }
   c.concurrency = *concurrency;
   c.requests = *requests;
@@ -196,9 +198,8 @@ std::string Describe(const Config& c) {
 }
 
 absl::Status Run(const std::vector<std::string>& argv) {
-  auto args = cli::Args::Parse(argv, kFlags, {});
+  auto args = Flags::Parse(argv, {.with_value = kFlags});
   if (!args.ok()) return args.status();
-  if (auto s = args->ExpectPositional({}); !s.ok()) return s;
   auto config = ConfigFromArgs(*args);
   if (!config.ok()) return config.status();
   Config& c = *config;

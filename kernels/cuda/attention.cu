@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/host_device.h"

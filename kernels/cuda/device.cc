@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace steady::cuda {

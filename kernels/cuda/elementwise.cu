@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flat.h"
 #include "kernels/cuda/ops.h"

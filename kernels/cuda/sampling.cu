@@ -13,7 +13,7 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 

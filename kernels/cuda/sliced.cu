@@ -8,7 +8,7 @@
 // the bins in z order keeps the running sums of the bins below and, on reaching the bin that holds a
 // query point, reads that point's ReLU moments (the bins below exactly, its own bin through two
 // point masses). The arithmetic is kernels/sliced_bins_math.h, the CPU's own, and both sides are
-// compiled without FMA contraction (CMakeLists.txt), so fed the same scores the kernel reproduces
+// compiled without FMA contraction (kernels/cuda/CMakeLists.txt), so fed the same scores the kernel reproduces
 // the CPU's state and outputs to the last bit (tests/backend_test.cc, CudaSlicedKernel). Projected
 // scores differ from the CPU's in their last bits (cuBLAS's summation order, the bias added last,
 // the device's erf).
@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flat.h"
 #include "kernels/cuda/ops.h"

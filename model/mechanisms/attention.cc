@@ -1,8 +1,9 @@
 #include "model/mechanisms/attention.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status.h"
 #include "model/mechanisms/params_util.h"
 
 namespace steady {
@@ -55,7 +56,7 @@ absl::StatusOr<LayerAttention> ParseLayerAttention(const AttentionConfig& config
   if (absl::Status s = GetInt(j, "chunk_size", a.chunk_size, 1, 1 << 16, &a.chunk_size); !s.ok()) return s;
   absl::Status s = std::visit([&](auto& p) { return ParseParams(j, shape, &p); }, a.params);
   if (!s.ok() && !absl::StartsWith(s.message(), config.mechanism + ":")) {
-    return absl::Status(s.code(), absl::StrCat(config.mechanism, ": ", s.message()));
+    return WithContext(s, config.mechanism);
   }
   if (!s.ok()) return s;
   // Every key must mean something: Describe lists the mechanism's parameters, so a key that is

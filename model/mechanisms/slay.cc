@@ -5,7 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"

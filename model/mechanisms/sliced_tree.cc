@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/check.h"
+#include "base/check.h"
 
 namespace steady {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
+#include "base/check.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/check.h"
+#include "base/check.h"
 #include "model/safetensors.h"
 
 namespace {

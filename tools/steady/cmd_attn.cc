@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -47,14 +48,14 @@ std::vector<double> Run(const LayerAttention& a, const std::string& form, int n,
 absl::Status RunAttn(int argc, char** argv) {
   std::set<std::string> known = {"in", "out", "form", "chunk-size"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
   auto in_path = flags->Require("in");
   auto out_path = flags->Require("out");
   auto chunk = flags->GetInt("chunk-size", 64, 1, 1 << 16);
   auto override = MechanismOverrideFromFlags(*flags);
-  for (const absl::Status& s : {in_path.status(), out_path.status(), chunk.status(), override.status()}) {
-    if (!s.ok()) return s;
+  if (absl::Status s = FirstError({in_path.status(), out_path.status(), chunk.status(), override.status()}); !s.ok()) {
+    return s;
   }
   if (!*override) return absl::InvalidArgumentError("missing required flag --mechanism");
   const std::string form = flags->Get("form", "recurrent");
@@ -96,9 +97,7 @@ absl::Status RunAttn(int argc, char** argv) {
   auto q = st->ReadDouble(q_name, qk_shape);
   auto k = st->ReadDouble(k_name, qk_shape);
   auto v = st->ReadDouble("v", {heads, n, dv});
-  for (const absl::Status& s : {q.status(), k.status(), v.status()}) {
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = FirstError({q.status(), k.status(), v.status()}); !s.ok()) return s;
 
   nlohmann::json params = (*override)->params;
   params["chunk_size"] = *chunk;
@@ -106,7 +105,7 @@ absl::Status RunAttn(int argc, char** argv) {
   auto a = ParseLayerAttention({mechanism, params}, AttnShape{heads, heads, dk, dv});
   if (!a.ok()) return a.status();
   if (absl::Status s = LoadAttentionTensors(*st, "", &*a); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(*in_path, ": ", s.message()));
+    return WithContext(s, *in_path);
   }
   const std::vector<double> y = dtype == DType::kF64 ? Run<double>(*a, form, n, *q, *k, *v)
                                                      : Run<float>(*a, form, n, *q, *k, *v);

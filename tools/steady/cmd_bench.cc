@@ -9,9 +9,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -296,7 +297,7 @@ absl::Status RunBench(int argc, char** argv) {
                                  "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {"json"});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"json"}});
   if (!flags.ok()) return flags.status();
   auto batch_flag = flags->Require("batch");
   auto context_flag = flags->Require("context");
@@ -307,10 +308,11 @@ absl::Status RunBench(int argc, char** argv) {
   auto chunk = flags->GetInt("prefill-chunk", 512, 1, 1 << 20);
   auto copy_bytes = flags->GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
   auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
-  for (const absl::Status& s : {batch_flag.status(), context_flag.status(), batches.status(), contexts.status(),
-                                steps.status(), prefill_tokens.status(), chunk.status(), copy_bytes.status(),
-                                seed.status()}) {
-    if (!s.ok()) return s;
+  if (absl::Status s =
+          FirstError({batch_flag.status(), context_flag.status(), batches.status(), contexts.status(), steps.status(),
+                      prefill_tokens.status(), chunk.status(), copy_bytes.status(), seed.status()});
+      !s.ok()) {
+    return s;
   }
   // Refuse an unusable --device before spending seconds on a large random model.
   if (absl::Status s = CheckDevice(flags->Get("device", "auto")); !s.ok()) return s;

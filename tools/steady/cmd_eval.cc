@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "model/generate.h"
 #include "tools/steady/commands.h"
 
@@ -15,14 +16,12 @@ absl::Status RunEval(int argc, char** argv) {
   std::set<std::string> known = {"model", "data", "max-tokens", "context"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {"json"});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"json"}});
   if (!flags.ok()) return flags.status();
   auto data = flags->Require("data");
   auto max_tokens = flags->GetInt("max-tokens", 0, 0, int64_t(1) << 40);
   auto context = flags->GetInt("context", 0, 0, int64_t(1) << 40);
-  for (const absl::Status& s : {data.status(), max_tokens.status(), context.status()}) {
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = FirstError({data.status(), max_tokens.status(), context.status()}); !s.ok()) return s;
   std::ifstream in(*data, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(*data, ": cannot open"));
   std::stringstream text;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "model/generate.h"
 #include "tools/steady/commands.h"
 
@@ -22,15 +23,13 @@ absl::Status RunGenerate(int argc, char** argv) {
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   known.insert(kSamplingFlags.begin(), kSamplingFlags.end());
   known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
   GenerateRequest request;
   auto prompt = flags->Require("prompt");
   auto max_tokens = flags->GetInt("max-tokens", 64, 0, 1 << 24);
   auto sampling = SamplingFromFlags(*flags);
-  for (const absl::Status& s : {prompt.status(), max_tokens.status(), sampling.status()}) {
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = FirstError({prompt.status(), max_tokens.status(), sampling.status()}); !s.ok()) return s;
   request.prompt = *prompt;
   request.max_tokens = int(*max_tokens);
   request.sampling = *sampling;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -65,14 +66,12 @@ absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags) {
 absl::Status RunInit(int argc, char** argv) {
   std::set<std::string> known = {"out", "config", "preset", "seed", "tokenizer", "dtype"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
   auto out = flags->Require("out");
   auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
   auto dtype = ParseDType(flags->Get("dtype", "f32"));
-  for (const absl::Status& s : {out.status(), seed.status(), dtype.status()}) {
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = FirstError({out.status(), seed.status(), dtype.status()}); !s.ok()) return s;
   auto config = ConfigFromFlags(*flags);
   if (!config.ok()) return config.status();
   auto model = Model::Random(*config, uint64_t(*seed));
@@ -94,7 +93,7 @@ absl::Status RunInit(int argc, char** argv) {
 absl::Status RunInfo(int argc, char** argv) {
   std::set<std::string> known = {"model", "config", "preset"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, known, {});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
   nlohmann::json info;
   if (flags->Has("model")) {

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/model.h"
-#include "tools/steady/flags.h"
+#include "model/model_flags.h"
 
 namespace steady {
 

@@ -1,24 +1,18 @@
-#include "model/file_io.h"
+#include "base/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 
 namespace steady {
 namespace {
-
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  const int err = errno;
-  const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
-  return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
-}
 
 bool WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {

@@ -1,6 +1,6 @@
 // CHECK for broken invariants (never for bad input: that gets an absl::Status). Aborts with file:line.
-#ifndef STEADY_KERNELS_CHECK_H_
-#define STEADY_KERNELS_CHECK_H_
+#ifndef STEADY_BASE_CHECK_H_
+#define STEADY_BASE_CHECK_H_
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,4 +13,4 @@
     }                                                                                     \
   } while (0)
 
-#endif  // STEADY_KERNELS_CHECK_H_
+#endif  // STEADY_BASE_CHECK_H_

@@ -1,6 +1,6 @@
 // Whole-file reads and atomic writes: the one place that knows how to make a write durable.
-#ifndef STEADY_MODEL_FILE_IO_H_
-#define STEADY_MODEL_FILE_IO_H_
+#ifndef STEADY_BASE_FILE_IO_H_
+#define STEADY_BASE_FILE_IO_H_
 
 #include <string>
 #include <string_view>
@@ -24,4 +24,4 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace steady
 
-#endif  // STEADY_MODEL_FILE_IO_H_
+#endif  // STEADY_BASE_FILE_IO_H_

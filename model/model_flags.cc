@@ -1,0 +1,69 @@
+#include "model/model_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace steady {
+
+const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
+const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
+const std::set<std::string> kDeviceFlags = {"device"};
+
+absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags) {
+  if (!flags.Has("mechanism")) {
+    for (const char* f : {"order", "param", "scale"}) {
+      if (flags.Has(f)) return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --mechanism"));
+    }
+    return std::optional<MechanismOverride>();
+  }
+  MechanismOverride o;
+  o.mechanism = flags.Get("mechanism");
+  if (flags.Has("order")) {
+    auto order = flags.GetInt("order", 0, -1000000, 1000000);
+    if (!order.ok()) return order.status();
+    o.params["order"] = *order;
+  }
+  if (flags.Has("scale")) {
+    auto scale = flags.GetDouble("scale", 0);
+    if (!scale.ok()) return scale.status();
+    o.params["scale"] = *scale;
+  }
+  for (const std::string& kv : flags.GetAll("param")) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--param: expected key=value, got \"", kv, "\""));
+    }
+    // JSON values (numbers, true/false, quoted strings); anything else is taken as a plain string.
+    nlohmann::json v = nlohmann::json::parse(kv.substr(eq + 1), nullptr, false);
+    o.params[kv.substr(0, eq)] = v.is_discarded() ? nlohmann::json(kv.substr(eq + 1)) : v;
+  }
+  return std::optional<MechanismOverride>(o);
+}
+
+absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {
+  SamplingParams p;
+  auto temperature = flags.GetDouble("temperature", 0.0);
+  auto top_k = flags.GetInt("top-k", 0, 0, 1 << 30);
+  auto top_p = flags.GetDouble("top-p", 1.0);
+  auto penalty = flags.GetDouble("repetition-penalty", 1.0);
+  auto seed = flags.GetInt("seed", 0, 0, INT64_MAX);
+  if (absl::Status s = FirstError({temperature.status(), top_k.status(), top_p.status(), penalty.status(),
+                                   seed.status()});
+      !s.ok()) {
+    return s;
+  }
+  p.temperature = float(*temperature);
+  p.top_k = int(*top_k);
+  p.top_p = float(*top_p);
+  p.repetition_penalty = float(*penalty);
+  p.seed = uint64_t(*seed);
+  if (absl::Status s = ValidateSamplingParams(p); !s.ok()) return s;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
+                                                          const BackendOptions& options) {
+  return MakeBackend(model, flags.Get("device", "auto"), options);
+}
+
+}  // namespace steady

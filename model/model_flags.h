@@ -1,0 +1,32 @@
+// The model layer's command-line flags, shared by every binary that loads a model (steady,
+// steady-server, the measurement tools): mechanism overrides, sampling and --device, each turned
+// into model/'s own options type here, once.
+#ifndef STEADY_MODEL_MODEL_FLAGS_H_
+#define STEADY_MODEL_MODEL_FLAGS_H_
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "base/flags.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "model/sampling.h"
+
+namespace steady {
+
+extern const std::set<std::string> kMechanismFlags;  // --mechanism --order --param --scale
+// --mechanism NAME [--order P] [--scale S] [--param key=value ...] -> an override (nullopt if absent).
+absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags);
+extern const std::set<std::string> kSamplingFlags;  // --temperature --top-k --top-p --repetition-penalty --seed
+absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
+extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto)
+// The backend --device names for `model` (model/backend.h).
+absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
+                                                          const BackendOptions& options = {});
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_MODEL_FLAGS_H_
