@@ -18,9 +18,10 @@ namespace steady {
 
 // What a command accepts.
 struct FlagSpec {
-  std::set<std::string> with_value;  // --name VALUE or --name=VALUE; repeated flags keep every value
-  std::set<std::string> switches;    // --name, no value
-  bool positional = false;           // plain words allowed (else "unexpected argument")
+  // (Default member initializers: g++ 12 warns about designated initializers that skip a member.)
+  std::set<std::string> with_value = {};  // --name VALUE or --name=VALUE; repeated flags keep every value
+  std::set<std::string> switches = {};    // --name, no value
+  bool positional = false;                // plain words allowed (else "unexpected argument")
 };
 
 class Flags {
