@@ -1,5 +1,6 @@
-// The engine's private state, shared by engine.cc (thread, steps, jobs) and engine_sessions.cc
-// (session operations, offload and restore). Not part of the API: include server/engine.h.
+// The engine's private state, shared by engine.cc (the public methods), engine_loop.cc (thread,
+// steps, jobs) and engine_sessions.cc (session operations, offload and restore). Not part of the
+// API: include server/engine.h.
 #ifndef STEADY_SERVER_ENGINE_IMPL_H_
 #define STEADY_SERVER_ENGINE_IMPL_H_
 

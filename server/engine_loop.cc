@@ -1,0 +1,283 @@
+// The engine thread: its loop, accepting jobs, one step over every runnable job, finishing jobs,
+// and the shutdown that persists every session. Session operations are in engine_sessions.cc.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine_impl.h"
+
+namespace steady {
+
+void Engine::Impl::Run() {
+  bool idle = false;
+  for (;;) {
+    std::vector<std::function<void()>> work;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      auto woken = [&] { return stop_requested || !inbox.empty(); };
+      // With jobs in flight that cannot run now, poll: cancellation flags come without a notification.
+      if (jobs.empty()) {
+        cv.wait(lock, woken);
+      } else if (idle) {
+        cv.wait_for(lock, std::chrono::milliseconds(2), woken);
+      }
+      work.swap(inbox);
+      stopping = stop_requested;
+    }
+    for (auto& fn : work) fn();
+    if (stopping) break;
+    idle = !Step();
+  }
+  Shutdown();
+}
+
+void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
+  auto fail = [&](absl::Status st) {
+    unfinished_jobs.fetch_sub(1);
+    request.on_done(st, "", Usage{});
+  };
+  if (stopping) return fail(absl::UnavailableError("the engine is shutting down"));
+  Session* s = nullptr;
+  std::string key = request.session_id;
+  if (key.empty()) {
+    // An ephemeral session needs a slot that no named session can hold forever.
+    if (options.session_dir.empty() && sessions.named_sessions() >= pool->slots()) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "all ", pool->slots(), " state slots hold sessions and there is no session_dir to offload to")));
+    }
+    key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
+  } else {
+    s = sessions.Find(key);
+    if (!s) return fail(absl::NotFoundError(absl::StrCat("session_id: no session ", key)));
+    if (s->job != 0) {
+      return fail(absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate")));
+    }
+  }
+  std::vector<int32_t> prompt;
+  const int64_t position = s ? Position(*s) : 0;
+  if (position == 0 && model.config().bos_token_id >= 0) prompt.push_back(model.config().bos_token_id);
+  prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+  if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
+    return fail(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
+                                                     prompt.size(), " + max_tokens ", request.max_tokens,
+                                                     "; --max-context)")));
+  }
+
+  if (!s) {
+    s = &sessions.Add(key, true);
+    s->created_unix_ms = NowUnixMs();
+  }
+  auto job = std::make_unique<EngineJob>(next_job_id++, std::move(request), tokenizer);
+  job->arrival = job->id;
+  job->session_id = key;
+  job->context = prompt;
+  job->prompt = std::move(prompt);
+  job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
+  sessions.SetJob(*s, job->id);
+  sessions.Touch(*s, NowUnixMs());
+  jobs.emplace(job->id, std::move(job));
+}
+
+void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std::string& reason) {
+  Session& s = *sessions.Find(job.session_id);
+  const bool mid_prompt = job.prompt_done > 0 && job.prompt_done < job.prompt.size();
+  if (mid_prompt && job.before_prompt) {
+    RestoreSlot(*job.before_prompt, *pool, s.slot);
+    job.prompt_done = 0;
+  }
+  // As GenerateText: text held back for a possible stop string or an incomplete character is
+  // released when generation ends by length or eos.
+  if (status.ok() && (reason == "length" || reason == "stop") && !job.stops.stopped()) {
+    std::string tail;
+    if (auto rest = job.streamer.Flush(); rest.ok()) tail = job.stops.Add(*rest);
+    tail += job.stops.Flush();
+    Emit(job, tail, {});
+  }
+  Usage usage;
+  usage.prompt_tokens = int64_t(job.prompt_done);
+  usage.completion_tokens = job.generated;
+  usage.session_position = Position(s);
+  sessions.SetJob(s, 0);
+  sessions.Touch(s, NowUnixMs());
+  if (s.ephemeral) {
+    if (s.slot >= 0) FreeSlot(s);
+    sessions.Erase(s.id);
+  }
+  GenerateJob request = std::move(job.request);
+  jobs.erase(job.id);  // `job` is gone from here on
+  unfinished_jobs.fetch_sub(1);
+  request.on_done(status, reason, usage);
+}
+
+bool Engine::Impl::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  // Cancelled jobs end at this step boundary.
+  std::vector<EngineJob*> cancelled;
+  for (auto& [id, job] : jobs) {
+    if (job->request.cancelled->load()) cancelled.push_back(job.get());
+  }
+  for (EngineJob* job : cancelled) Finish(*job, absl::OkStatus(), "cancelled");
+
+  SchedulerInput in;
+  in.max_batch = options.max_batch;
+  in.prefill_budget = options.prefill_budget;
+  in.slots_available = sessions.free_slots() + (options.session_dir.empty() ? 0 : sessions.evictable());
+  for (const auto& [id, job] : jobs) {
+    in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced});
+  }
+  const StepPlan plan = Schedule(in);
+  if (plan.empty()) return !cancelled.empty();
+
+  for (int64_t id : plan.admit) {
+    EngineJob& job = *jobs.at(id);
+    if (absl::Status st = MakeResident(*sessions.Find(job.session_id)); !st.ok()) {
+      Finish(job, st, "");
+      continue;
+    }
+    job.phase = JobPhase::kPrefill;
+  }
+
+  // Rows of this step: decode tokens first, then prefill chunks; one logits row per segment.
+  struct Row {
+    EngineJob* job;
+    int64_t prompt_tokens;  // 0: a decode row
+  };
+  std::vector<Segment> segments;
+  std::vector<Row> rows;
+  int64_t tokens_in = 0, tokens_out = 0;
+  for (int64_t id : plan.decode) {
+    EngineJob& job = *jobs.at(id);
+    job.last_advanced = step;
+    const int token = job.drawn ? *job.drawn : job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
+    job.drawn.reset();
+    if (model.config().IsEos(token)) {
+      Finish(job, absl::OkStatus(), "stop");
+      continue;
+    }
+    job.context.push_back(token);
+    std::string text;
+    if (token < tokenizer.vocab_size()) {
+      auto piece = job.streamer.Add(token);
+      if (!piece.ok()) {
+        Finish(job, piece.status(), "");
+        continue;
+      }
+      text = job.stops.Add(*piece);
+    }
+    Emit(job, text, {token});
+    // The sampled token enters the state even when it ends generation (as in GenerateText), so
+    // the session continues right after the last token the client saw.
+    segments.push_back({sessions.Find(job.session_id)->slot, {token}, false});
+    rows.push_back({&job, 0});
+  }
+  for (const PrefillChunk& chunk : plan.prefill) {
+    auto it = jobs.find(chunk.id);
+    if (it == jobs.end() || it->second->phase != JobPhase::kPrefill) continue;  // admission failed
+    EngineJob& job = *it->second;
+    const int slot = sessions.Find(job.session_id)->slot;
+    if (job.prompt_done == 0 && size_t(chunk.tokens) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
+    segments.push_back({slot,
+                        std::vector<int32_t>(job.prompt.begin() + job.prompt_done,
+                                             job.prompt.begin() + job.prompt_done + chunk.tokens),
+                        false});
+    rows.push_back({&job, chunk.tokens});
+  }
+  if (!segments.empty()) {
+    // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the
+    // repetition penalty, which the host Sampler applies to the logits.
+    bool on_device = options.device_sampling && pool->DrawsOnDevice();
+    for (const Row& row : rows) on_device = on_device && row.job->request.sampling.repetition_penalty == 1.0f;
+    std::vector<float> logits;
+    std::vector<int32_t> drawn;
+    if (on_device) {
+      std::vector<DrawParams> draws;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const SamplingParams& p = rows[r].job->request.sampling;
+        // The counter is the session's position after this step: one distinct draw per token.
+        draws.push_back({p.temperature, p.top_k, p.top_p, p.seed,
+                         uint64_t(pool->position(segments[r].slot) + int64_t(segments[r].tokens.size()))});
+      }
+      pool->ForwardSample(segments, draws, &drawn);
+    } else {
+      pool->Forward(segments, &logits);
+    }
+    const int vocab = model.vocab_size();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EngineJob& job = *rows[r].job;
+      if (on_device) {
+        job.drawn = drawn[r];
+      } else {
+        job.logits.assign(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+      }
+      if (rows[r].prompt_tokens == 0) {
+        ++job.generated;
+        ++tokens_out;
+        if (job.stops.stopped()) {
+          Finish(job, absl::OkStatus(), "stop");
+        } else if (job.generated >= job.request.max_tokens) {
+          Finish(job, absl::OkStatus(), "length");
+        }
+        continue;
+      }
+      job.prompt_done += rows[r].prompt_tokens;
+      tokens_in += rows[r].prompt_tokens;
+      if (job.prompt_done < job.prompt.size()) continue;
+      job.before_prompt.reset();
+      job.phase = JobPhase::kDecode;
+      if (job.request.max_tokens == 0) Finish(job, absl::OkStatus(), "length");
+    }
+  }
+  ++step;
+  UpdateStats(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tokens_in, tokens_out);
+  return true;
+}
+
+void Engine::Impl::Shutdown() {
+  // Work posted after the last drain: run it (jobs are refused), then refuse new posts.
+  for (;;) {
+    std::vector<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (inbox.empty()) {
+        closed = true;
+        break;
+      }
+      work.swap(inbox);
+    }
+    for (auto& fn : work) fn();
+  }
+  // Between steps: running jobs keep what they generated (a prompt cut midway is rolled back).
+  while (!jobs.empty()) {
+    EngineJob& job = *jobs.begin()->second;
+    Finish(job, absl::UnavailableError(job.phase == JobPhase::kWaiting
+                                           ? "the engine is shutting down"
+                                           : "the engine is shutting down; the tokens generated so far are in the session"),
+           "");
+  }
+  if (options.session_dir.empty()) return;
+  std::vector<Session*> named;
+  for (const Session* s : sessions.Named()) named.push_back(sessions.Find(s->id));
+  for (Session* s : named) {
+    if (s->on_disk) continue;
+    const absl::Status st = s->slot >= 0 ? Offload(*s) : WriteToDisk(*s, empty_state);
+    if (!st.ok()) std::fprintf(stderr, "steady: session %s not persisted: %s\n", s->id.c_str(), std::string(st.message()).c_str());
+  }
+}
+
+void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out) {
+  int64_t state_bytes = int64_t(sessions.resident_sessions()) * int64_t(pool->StateBytesPerSlot());
+  const bool grows = std::any_of(shape.growth_per_token.begin(), shape.growth_per_token.end(), [](uint64_t g) { return g > 0; });
+  if (grows) {
+    for (int slot = 0; slot < pool->slots(); ++slot) state_bytes += int64_t(pool->BytesInUse(slot) - pool->StateBytesPerSlot());
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.sessions_resident = sessions.resident_sessions();
+  stats.sessions_offloaded = sessions.offloaded_sessions();
+  stats.state_bytes = state_bytes;
+  stats.steps = step;
+  stats.tokens_in += tokens_in;
+  stats.tokens_out += tokens_out;
+  if (step_seconds > 0) stats.last_step_seconds = step_seconds;
+}
+
+}  // namespace steady
