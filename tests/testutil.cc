@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 
 #include <unistd.h>
 
@@ -16,10 +17,40 @@ namespace steady::testing {
 std::string SourcePath(const std::string& relative) { return std::string(STEADY_SOURCE_DIR) + "/" + relative; }
 std::string BinaryPath(const std::string& relative) { return std::string(STEADY_BINARY_DIR) + "/" + relative; }
 
+namespace {
+
+// One directory per test process holds everything MakeTempDir makes; it is removed when the process
+// exits, after a failed test too (ctest runs each test in a process of its own).
+// STEADY_KEEP_TEST_FILES=1 keeps it for a look.
+std::string* temp_root = nullptr;  // leaked on purpose: read by the atexit handler
+pid_t temp_root_owner = 0;
+
+void RemoveTempRoot() {
+  if (::getpid() != temp_root_owner || std::getenv("STEADY_KEEP_TEST_FILES") != nullptr) return;
+  std::error_code ec;
+  std::filesystem::remove_all(*temp_root, ec);
+}
+
+const std::string& TempRoot() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* base = std::getenv("TEST_TMPDIR");
+    const std::filesystem::path dir =
+        std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
+        ("steady_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    temp_root = new std::string(dir.string());
+    temp_root_owner = ::getpid();
+    std::atexit(RemoveTempRoot);
+  });
+  return *temp_root;
+}
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
-                              ("steady_test_" + std::to_string(::getpid()) + "_" + name);
+  const std::filesystem::path dir = std::filesystem::path(TempRoot()) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

@@ -17,7 +17,8 @@ namespace steady::testing {
 // Path of a file in the source tree / build tree.
 std::string SourcePath(const std::string& relative);
 std::string BinaryPath(const std::string& relative);
-// A fresh empty directory under the test temp dir.
+// A fresh empty directory under this test process's temp dir ($TEST_TMPDIR or $TMPDIR), removed
+// with everything in it when the process exits.
 std::string MakeTempDir(const std::string& name);
 
 // The tests' small model shape: vocab 512, hidden 32, 2 layers, 4 heads / 2 kv heads, head_dim 8,
