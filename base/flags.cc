@@ -2,19 +2,38 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace steady {
+namespace {
+
+bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
+}  // namespace
+
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const FlagSpec& spec) {
   Flags f;
+  // A usage error is forgiven when --help comes anywhere: the user asked for the usage.
   auto fail = [&](size_t i, std::string message) -> absl::StatusOr<Flags> {
+    if (f.help_) return f;
+    for (size_t j = i; j < args.size(); ++j) {
+      if (IsHelp(args[j])) {
+        f.help_ = true;
+        return f;
+      }
+    }
     return absl::InvalidArgumentError(message);
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
+    if (IsHelp(arg)) {
+      f.help_ = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
       if (!spec.positional) return fail(i, absl::StrCat("unexpected argument \"", arg, "\""));
       f.positional_.push_back(arg);
@@ -123,6 +142,24 @@ absl::Status Flags::ExpectPositional(const std::vector<std::string>& names) cons
   if (positional_.size() == names.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("expected ", names.empty() ? "no arguments" : absl::StrJoin(names, " "),
                                                  ", got ", positional_.size(), " argument(s)"));
+}
+
+Flags ParseFlagsOrExit(int argc, char** argv, const FlagSpec& spec, const std::string& usage) {
+  absl::StatusOr<Flags> flags = Flags::Parse(argc - 1, argv + 1, spec);
+  ExitOnUsageError(argv[0], flags.status(), usage);
+  if (flags->help()) {
+    std::fputs(usage.c_str(), stdout);
+    std::exit(0);
+  }
+  return *std::move(flags);
+}
+
+void ExitOnUsageError(const char* argv0, const absl::Status& s, const std::string& usage) {
+  if (s.ok()) return;
+  std::string program = argv0;
+  if (const size_t slash = program.rfind('/'); slash != std::string::npos) program = program.substr(slash + 1);
+  std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), std::string(s.message()).c_str(), usage.c_str());
+  std::exit(2);
 }
 
 }  // namespace steady

@@ -1,5 +1,5 @@
 // Command-line flags for every Steady binary: `--name value`, `--name=value`, `--switch`, positional
-// words where a command takes them. A binary turns its Flags into an
+// words where a command takes them, and `--help` / `-h` everywhere. A binary turns its Flags into an
 // options struct once, at its edge (main or a subcommand's Run); nothing below it sees flags.
 #ifndef STEADY_BASE_FLAGS_H_
 #define STEADY_BASE_FLAGS_H_
@@ -27,11 +27,15 @@ struct FlagSpec {
 class Flags {
  public:
   // INVALID_ARGUMENT naming the flag for an unknown flag, a missing value, a value given to a
-  // switch or an unexpected word.
+  // switch or an unexpected word. `--help` or `-h` in flag position makes help() true and wins over
+  // any such error, so `CMD --bad --help` still prints the usage.
   static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args, const FlagSpec& spec);
   static absl::StatusOr<Flags> Parse(int argc, char** argv, const FlagSpec& spec) {
     return Parse(std::vector<std::string>(argv, argv + argc), spec);
   }
+
+  // The caller prints its usage to stdout and exits 0.
+  bool help() const { return help_; }
 
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   // The last value given, or `def`.
@@ -57,7 +61,14 @@ class Flags {
  private:
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
+  bool help_ = false;
 };
+
+// For the main() of a small program: parses argv[1..]. `--help` prints `usage` to stdout and exits
+// 0; a usage error is handled as ExitOnUsageError does.
+Flags ParseFlagsOrExit(int argc, char** argv, const FlagSpec& spec, const std::string& usage);
+// When `s` is an error: prints "PROGRAM: message" and `usage` to stderr and exits 2.
+void ExitOnUsageError(const char* argv0, const absl::Status& s, const std::string& usage);
 
 }  // namespace steady
 

@@ -45,6 +45,14 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       have CUDA kernels, else cpu)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
+  --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with
+                      --order P, --scale S, --param key=value; docs/checkpoint-format.md)
+  --max-queue N       Generate calls accepted and not finished; beyond: RESOURCE_EXHAUSTED (1024)
+  --max-batch N       decode rows per engine step (64)
+  --prefill-budget N  prompt tokens per engine step, in chunks (512)
+  --max-prompt-tokens N, --max-new-tokens N   per request (1048576, 65536)
+  --max-sessions N    resident and offloaded sessions together (1048576)
+  --drain-timeout S   on SIGTERM/SIGINT, seconds running calls get to finish (10)
 )";
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -88,6 +96,10 @@ absl::Status Run(int argc, char** argv) {
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
+  if (flags->help()) {
+    std::fputs(kUsage, stdout);
+    return absl::OkStatus();
+  }
   auto dir = flags->Require("model");
   auto port = flags->GetInt("port", 50051, 0, 65535);
   auto metrics_port = flags->GetInt("metrics-port", -1, 0, 65535);

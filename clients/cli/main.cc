@@ -29,27 +29,14 @@
 namespace steady::cli {
 namespace {
 
-constexpr char kUsage[] = R"(usage: steady-cli [--addr HOST:PORT] [--timeout SECONDS] COMMAND ...
+constexpr char kGlobalUsage[] = R"(usage: steady-cli [--addr HOST:PORT] [--timeout SECONDS] COMMAND ...
 
   --addr HOST:PORT   the server (default $STEADY_ADDR, else 127.0.0.1:50051)
   --timeout SECONDS  deadline of each call (default: none)
-
-commands:
-  info                                 the model: mechanism, shape, state bytes per session, limits (JSON)
-  health                               prints SERVING or NOT_SERVING (grpc.health.v1); exit 1 unless serving
-  generate [--session ID] [--prompt TEXT | --prompt -] [--max-tokens N] [--temperature T] [--top-k K]
-           [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...] [--json]
-                                       streams the text to stdout as it arrives, usage to stderr;
-                                       --json prints every streamed message as a JSON line instead
-  sessions create [--id ID]            a new empty session (JSON)
-  sessions list
-  sessions get ID
-  sessions delete ID
-  sessions fork ID [--new-id ID]       a new session with a copy of ID's state
-  sessions export ID FILE              writes the session's snapshot to FILE
-  sessions import FILE [--id ID]       a new session from a snapshot file
-
+)";
+constexpr char kErrorsUsage[] = R"(
 Errors go to stderr as "steady-cli: CODE: message"; the exit status is 2 for usage errors, 1 otherwise.
+steady-cli COMMAND --help shows one command.
 )";
 
 // Server errors keep their canonical code name so scripts can match them.
@@ -82,9 +69,10 @@ struct Client {
   }
 };
 
-// One command: name (with "sessions " for the session commands), flags, positional words, body.
+// One command: name (with "sessions " for the session commands), usage, flags, positional words, body.
 struct Command {
   const char* name;
+  const char* usage;  // the arguments after the name, then what it does
   std::set<std::string> flags;
   std::set<std::string> switches;
   std::vector<std::string> positional;
@@ -283,21 +271,36 @@ absl::Status SessionsImport(const Client& c, const Flags& a) {
 const std::set<std::string> kGlobalFlags = {"addr", "timeout"};
 
 const Command kCommands[] = {
-    {"info", {}, {}, {}, Info},
-    {"health", {}, {}, {}, Health},
+    {"info", "\n    the model: mechanism, shape, state bytes per session, limits (JSON)", {}, {}, {}, Info},
+    {"health", "\n    prints SERVING or NOT_SERVING (grpc.health.v1); exit 1 unless serving", {}, {}, {}, Health},
     {"generate",
+     " [--session ID] [--prompt TEXT | --prompt -] [--max-tokens N] [--temperature T] [--top-k K]\n"
+     "         [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...] [--json]\n"
+     "    streams the text to stdout as it arrives, usage to stderr; --json prints every streamed\n"
+     "    message as a JSON line instead. Without --session the call is stateless.",
      {"session", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty", "seed", "stop"},
      {"json"},
      {},
      Generate},
-    {"sessions create", {"id"}, {}, {}, SessionsCreate},
-    {"sessions list", {}, {}, {}, SessionsList},
-    {"sessions get", {}, {}, {"ID"}, SessionsGet},
-    {"sessions delete", {}, {}, {"ID"}, SessionsDelete},
-    {"sessions fork", {"new-id"}, {}, {"ID"}, SessionsFork},
-    {"sessions export", {}, {}, {"ID", "FILE"}, SessionsExport},
-    {"sessions import", {"id"}, {}, {"FILE"}, SessionsImport},
+    {"sessions create", " [--id ID]\n    a new empty session (JSON)", {"id"}, {}, {}, SessionsCreate},
+    {"sessions list", "\n    every session: id, position, state bytes, resident, busy (JSON)", {}, {}, {}, SessionsList},
+    {"sessions get", " ID\n    one session (JSON)", {}, {}, {"ID"}, SessionsGet},
+    {"sessions delete", " ID\n    deletes the session and its state", {}, {}, {"ID"}, SessionsDelete},
+    {"sessions fork", " ID [--new-id ID]\n    a new session with a copy of ID's state", {"new-id"}, {}, {"ID"},
+     SessionsFork},
+    {"sessions export", " ID FILE\n    writes the session's snapshot to FILE", {}, {}, {"ID", "FILE"}, SessionsExport},
+    {"sessions import", " FILE [--id ID]\n    a new session from a snapshot file", {"id"}, {}, {"FILE"},
+     SessionsImport},
 };
+
+std::string Usage(const Command* only) {
+  std::string out = kGlobalUsage;
+  out += only ? "\n" : "\ncommands:\n";
+  for (const Command& c : kCommands) {
+    if (only == nullptr || only == &c) out += std::string("  ") + c.name + c.usage + "\n";
+  }
+  return out + kErrorsUsage;
+}
 
 absl::Status Run(const std::vector<std::string>& argv) {
   // The command's words are the first positional arguments; flags may come before or after them.
@@ -320,6 +323,10 @@ absl::Status Run(const std::vector<std::string>& argv) {
       command = &c;
       used = space == std::string::npos ? 1 : 2;
     }
+  }
+  if (scan->help()) {
+    std::fputs(Usage(command).c_str(), stdout);
+    return absl::OkStatus();
   }
   if (command == nullptr) {
     const std::string what = words.empty() ? "no command" : absl::StrCat("unknown command \"", words[0],
@@ -365,8 +372,8 @@ bool IsUsageError(const absl::Status& s) {
 }  // namespace steady::cli
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help")) {
-    std::fputs(steady::cli::kUsage, stdout);
+  if (argc >= 2 && std::string(argv[1]) == "help") {
+    std::fputs(steady::cli::Usage(nullptr).c_str(), stdout);
     return 0;
   }
   const absl::Status s = steady::cli::Run(std::vector<std::string>(argv + 1, argv + argc));

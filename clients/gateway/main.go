@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -42,9 +43,18 @@ func main() {
 	grpcAddr := flag.String("grpc-addr", "127.0.0.1:50051", "steady-server's gRPC address, HOST:PORT")
 	httpHost := flag.String("http-host", "127.0.0.1", "address to serve HTTP on")
 	httpPort := flag.Int("http-port", 8080, "port to serve HTTP on (0: pick a free one)")
-	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]")
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]")
+		fmt.Fprintln(w, "\nServes steady-server's gRPC API as HTTP/JSON (docs/api.md); /v1/generate streams.")
+		flag.CommandLine.SetOutput(w)
 		flag.PrintDefaults()
+	}
+	flag.Usage = func() { usage(os.Stderr) }
+	for _, arg := range os.Args[1:] {
+		if arg == "-h" || arg == "-help" || arg == "--help" {
+			usage(os.Stdout) // asked for: stdout and exit status 0, like every Steady binary
+			os.Exit(0)
+		}
 	}
 	flag.Parse()
 	if flag.NArg() != 0 {

@@ -200,6 +200,10 @@ std::string Describe(const Config& c) {
 absl::Status Run(const std::vector<std::string>& argv) {
   auto args = Flags::Parse(argv, {.with_value = kFlags});
   if (!args.ok()) return args.status();
+  if (args->help()) {
+    std::fputs(kUsage, stdout);
+    return absl::OkStatus();
+  }
   auto config = ConfigFromArgs(*args);
   if (!config.ok()) return config.status();
   Config& c = *config;
@@ -275,7 +279,7 @@ absl::Status Run(const std::vector<std::string>& argv) {
 }  // namespace steady::loadtest
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help")) {
+  if (argc >= 2 && std::string(argv[1]) == "help") {
     std::fputs(steady::loadtest::kUsage, stdout);
     return 0;
   }

@@ -22,6 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
+#include "base/status.h"
 #include "model/mechanisms/attention.h"
 
 namespace steady {
@@ -200,29 +202,21 @@ nlohmann::json Machine() {
 }
 
 int Main(int argc, char** argv) {
+  const Flags flags =
+      ParseFlagsOrExit(argc, argv, {.with_value = {"mechanisms", "max-tokens", "window", "seed", "json"}}, kUsage);
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--mechanisms" && has_value) {
-      for (const auto& s : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) opt.specs.emplace_back(s);
-    } else if (arg == "--max-tokens" && has_value) {
-      opt.max_tokens = int64_t(std::atof(argv[++i]));  // accepts 1e6
-    } else if (arg == "--window" && has_value) {
-      opt.window = std::atoi(argv[++i]);
-    } else if (arg == "--seed" && has_value) {
-      opt.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--json" && has_value) {
-      opt.json_path = argv[++i];
-    } else {
-      std::fputs(kUsage, arg == "--help" ? stdout : stderr);
-      return arg == "--help" ? 0 : 2;
-    }
+  for (const auto& s : absl::StrSplit(flags.Get("mechanisms"), ',', absl::SkipEmpty())) opt.specs.emplace_back(s);
+  auto max_tokens = flags.GetDouble("max-tokens", double(opt.max_tokens));  // accepts 1e6
+  auto window = flags.GetInt("window", opt.window, 1, 1 << 30);
+  auto seed = flags.GetUint("seed", opt.seed);
+  ExitOnUsageError(argv[0], FirstError({max_tokens.status(), window.status(), seed.status()}), kUsage);
+  if (!(*max_tokens >= 1 && *max_tokens <= 1e15)) {
+    ExitOnUsageError(argv[0], absl::InvalidArgumentError("--max-tokens: expected a count in [1, 1e15]"), kUsage);
   }
-  if (opt.max_tokens < 1 || opt.window < 1) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+  opt.max_tokens = int64_t(*max_tokens);
+  opt.window = int(*window);
+  opt.seed = *seed;
+  opt.json_path = flags.Get("json");
   if (opt.specs.empty()) {
     for (const std::string& name : MechanismNames()) {
       if (name != "softmax") opt.specs.push_back(name);

@@ -11,7 +11,7 @@
 //      expectation (the M, P -> infinity limit), and of the plain running mean of v (a kernel-free
 //      baseline).
 //
-// Usage: slay_gap [--draws N] [--trials N] [--seed S]
+// Usage: slay_gap [--draws N] [--trials N] [--seed S] (--help)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/status.h"
 #include "model/mechanisms/attention.h"
 
 namespace steady {
@@ -179,24 +181,18 @@ void AttentionTable(int d, int n, int trials, uint64_t seed) {
 }  // namespace steady
 
 int main(int argc, char** argv) {
-  int draws = 2000, trials = 10;
-  uint64_t seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--draws")) {
-      draws = std::atoi(argv[i + 1]);
-    } else if (!std::strcmp(argv[i], "--trials")) {
-      trials = std::atoi(argv[i + 1]);
-    } else if (!std::strcmp(argv[i], "--seed")) {
-      seed = std::strtoull(argv[i + 1], nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: slay_gap [--draws N] [--trials N] [--seed S]\n");
-      return 2;
-    }
-  }
+  const char* usage = "usage: slay_gap [--draws N] [--trials N] [--seed S]\n\n"
+                      "The slay estimator against the exact spherical Yat kernel: per quadrature size, by\n"
+                      "x = q^.k^ (N draws of random features), and at the attention level (N trials).\n";
+  const steady::Flags flags = steady::ParseFlagsOrExit(argc, argv, {.with_value = {"draws", "trials", "seed"}}, usage);
+  auto draws = flags.GetInt("draws", 2000, 1, 1 << 30);
+  auto trials = flags.GetInt("trials", 10, 1, 1 << 30);
+  auto seed = flags.GetUint("seed", 1);
+  steady::ExitOnUsageError(argv[0], steady::FirstError({draws.status(), trials.status(), seed.status()}), usage);
   std::printf("# slay estimator vs exact spherical Yat kernel (eps = 1e-3, C = 2.001)\n");
   std::printf("\n## Kernel by x = q^.k^\n");
-  for (int nodes : {2, 3, 4}) steady::KernelTable(nodes, 64, draws, seed);
+  for (int nodes : {2, 3, 4}) steady::KernelTable(nodes, 64, int(*draws), *seed);
   std::printf("\n## Attention level, random unit q and k\n");
-  for (int d : {16, 64}) steady::AttentionTable(d, 256, trials, seed);
+  for (int d : {16, 64}) steady::AttentionTable(d, 256, int(*trials), *seed);
   return 0;
 }

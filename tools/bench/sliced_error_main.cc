@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/flags.h"
+#include "base/status.h"
 #include "model/mechanisms/attention.h"
 
 namespace steady {
@@ -66,30 +70,27 @@ double RelL2(const std::vector<double>& a, const std::vector<double>& ref, size_
   return std::sqrt(num / den);
 }
 
-std::vector<int> ParseList(const char* text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
+constexpr char kUsage[] = R"(usage: sliced_error [--tokens N[,N...]] [--dv D] [--seed S]
+
+Relative L2 error of the bucketed sliced decoder against the exact one (fp64), per bin count, for
+N keys (default 10000,100000) with value dimension D (default 8).
+)";
 
 int Main(int argc, char** argv) {
-  std::vector<int> tokens = {10000, 100000};
-  int dv = 8;
-  uint64_t seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--tokens") {
-      tokens = ParseList(argv[i + 1]);
-    } else if (flag == "--dv") {
-      dv = std::atoi(argv[i + 1]);
-    } else if (flag == "--seed") {
-      seed = std::strtoull(argv[i + 1], nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: sliced_error [--tokens 10000,100000] [--dv 8] [--seed 1]\n");
-      return 2;
+  const Flags flags = ParseFlagsOrExit(argc, argv, {.with_value = {"tokens", "dv", "seed"}}, kUsage);
+  std::vector<int> tokens;
+  for (const auto& item : absl::StrSplit(flags.Get("tokens", "10000,100000"), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(item, &n) || n < 1) {
+      ExitOnUsageError(argv[0], absl::InvalidArgumentError("--tokens: expected counts >= 1 separated by commas"), kUsage);
     }
+    tokens.push_back(n);
   }
+  auto dv_flag = flags.GetInt("dv", 8, 1, 4096);
+  auto seed_flag = flags.GetUint("seed", 1);
+  ExitOnUsageError(argv[0], FirstError({dv_flag.status(), seed_flag.status()}), kUsage);
+  const int dv = int(*dv_flag);
+  const uint64_t seed = *seed_flag;
   const int bins[] = {16, 64, 256};
   std::printf("dv = %d, seed = %llu; relative L2 error of the bucketed decoder vs the exact decoder, fp64"
               " (bump: b = 0.6932)\n\n", dv, (unsigned long long)seed);

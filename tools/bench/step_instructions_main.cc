@@ -8,17 +8,25 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "tools/bench/bench_setup.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: step_instructions MECHANISM_INDEX CONTEXT STEPS\n");
-    return 2;
+  const char* usage = "usage: step_instructions MECHANISM_INDEX CONTEXT STEPS\n\n"
+                      "Runs STEPS decode steps at CONTEXT tokens for decode_bench's mechanism MECHANISM_INDEX;\n"
+                      "under callgrind (tools/bench/step_instructions.sh) only those steps are instrumented.\n";
+  const steady::Flags flags = steady::ParseFlagsOrExit(argc, argv, {.positional = true}, usage);
+  steady::ExitOnUsageError(argv[0], flags.ExpectPositional({"MECHANISM_INDEX", "CONTEXT", "STEPS"}), usage);
+  int spec = 0, steps = 0;
+  long long context = 0;
+  if (!absl::SimpleAtoi(flags.positional()[0], &spec) || !absl::SimpleAtoi(flags.positional()[1], &context) ||
+      !absl::SimpleAtoi(flags.positional()[2], &steps) || spec < 0 || spec >= int(steady::Specs().size()) ||
+      context < 1 || steps < 1) {
+    steady::ExitOnUsageError(argv[0], absl::InvalidArgumentError(absl::StrCat(
+        "expected MECHANISM_INDEX in [0, ", steady::Specs().size(), "), CONTEXT >= 1 and STEPS >= 1")), usage);
   }
-  const int spec = std::atoi(argv[1]);
-  const long long context = std::atoll(argv[2]);
-  const int steps = std::atoi(argv[3]);
-  if (spec < 0 || spec >= int(steady::Specs().size()) || context < 1 || steps < 1) return 2;
   const steady::Model& m = steady::GetModel(spec);
   steady::StatePool pool(m, 1);
   // 64 real tokens (not decode_bench's 1,024): under valgrind the prefill dominates the run time,

@@ -43,22 +43,16 @@ std::vector<double> Run(const LayerAttention& a, const std::string& form, int n,
   return SwapHeadsAndTokens<double>(std::vector<double>(y.begin(), y.end()), n, s.heads, s.value_dim);
 }
 
-}  // namespace
-
-absl::Status RunAttn(int argc, char** argv) {
-  std::set<std::string> known = {"in", "out", "form", "chunk-size"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known});
-  if (!flags.ok()) return flags.status();
-  auto in_path = flags->Require("in");
-  auto out_path = flags->Require("out");
-  auto chunk = flags->GetInt("chunk-size", 64, 1, 1 << 16);
-  auto override = MechanismOverrideFromFlags(*flags);
+absl::Status RunAttn(const Flags& flags) {
+  auto in_path = flags.Require("in");
+  auto out_path = flags.Require("out");
+  auto chunk = flags.GetInt("chunk-size", 64, 1, 1 << 16);
+  auto override = MechanismOverrideFromFlags(flags);
   if (absl::Status s = FirstError({in_path.status(), out_path.status(), chunk.status(), override.status()}); !s.ok()) {
     return s;
   }
   if (!*override) return absl::InvalidArgumentError("missing required flag --mechanism");
-  const std::string form = flags->Get("form", "recurrent");
+  const std::string form = flags.Get("form", "recurrent");
   if (form != "recurrent" && form != "parallel" && form != "chunked") {
     return absl::InvalidArgumentError(absl::StrCat("--form: expected recurrent, parallel or chunked, got \"", form, "\""));
   }
@@ -111,6 +105,20 @@ absl::Status RunAttn(int argc, char** argv) {
                                                      : Run<float>(*a, form, n, *q, *k, *v);
   return WriteSafeTensors(*out_path, {TensorToWrite{"y", dtype, {heads, n, dv}, y}},
                           {{"mechanism", mechanism}, {"form", form}});
+}
+
+}  // namespace
+
+Command AttnCommand() {
+  return {"attn", R"(usage: steady attn --mechanism NAME --in IN.safetensors --out OUT.safetensors
+                   [--form recurrent|parallel|chunked] [--chunk-size C] [--order P] [--scale S]
+                   [--param key=value ...]
+
+Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
+[H, T]) plus the mechanism's tensors (slay.anchors, slay.omega, dark.M, dark.G, sliced.bandwidth);
+writes y [H, T, dv] in the input's float type.
+)",
+          {.with_value = FlagUnion({{"in", "out", "form", "chunk-size"}, kMechanismFlags}), .switches = {}}, RunAttn};
 }
 
 }  // namespace steady

@@ -290,24 +290,16 @@ void PrintTable(const nlohmann::json& r) {
                                             p["seconds"].get<double>(), p["tokens_per_second"].get<double>()));
 }
 
-}  // namespace
-
-absl::Status RunBench(int argc, char** argv) {
-  std::set<std::string> known = {"model",          "config",        "preset",     "batch", "context", "steps",
-                                 "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"json"}});
-  if (!flags.ok()) return flags.status();
-  auto batch_flag = flags->Require("batch");
-  auto context_flag = flags->Require("context");
-  auto batches = IntList(*flags, "batch", 1, 1 << 20);
-  auto contexts = IntList(*flags, "context", 0, int64_t(1) << 40);
-  auto steps = flags->GetInt("steps", 32, 1, 1 << 20);
-  auto prefill_tokens = flags->GetInt("prefill-tokens", 2048, 0, int64_t(1) << 30);
-  auto chunk = flags->GetInt("prefill-chunk", 512, 1, 1 << 20);
-  auto copy_bytes = flags->GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
-  auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
+absl::Status RunBench(const Flags& flags) {
+  auto batch_flag = flags.Require("batch");
+  auto context_flag = flags.Require("context");
+  auto batches = IntList(flags, "batch", 1, 1 << 20);
+  auto contexts = IntList(flags, "context", 0, int64_t(1) << 40);
+  auto steps = flags.GetInt("steps", 32, 1, 1 << 20);
+  auto prefill_tokens = flags.GetInt("prefill-tokens", 2048, 0, int64_t(1) << 30);
+  auto chunk = flags.GetInt("prefill-chunk", 512, 1, 1 << 20);
+  auto copy_bytes = flags.GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
+  auto seed = flags.GetInt("seed", 1, 0, INT64_MAX);
   if (absl::Status s =
           FirstError({batch_flag.status(), context_flag.status(), batches.status(), contexts.status(), steps.status(),
                       prefill_tokens.status(), chunk.status(), copy_bytes.status(), seed.status()});
@@ -315,15 +307,15 @@ absl::Status RunBench(int argc, char** argv) {
     return s;
   }
   // Refuse an unusable --device before spending seconds on a large random model.
-  if (absl::Status s = CheckDevice(flags->Get("device", "auto")); !s.ok()) return s;
-  auto model = BenchModel(*flags, uint64_t(*seed));
+  if (absl::Status s = CheckDevice(flags.Get("device", "auto")); !s.ok()) return s;
+  auto model = BenchModel(flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
   TokenSource tokens{std::mt19937_64(*seed), std::uniform_int_distribution<int32_t>(0, c.vocab_size - 1)};
 
   const std::string source =
-      flags->Has("model") ? flags->Get("model")
-                          : absl::StrCat(flags->Has("config") ? flags->Get("config") : "preset " + flags->Get("preset"),
+      flags.Has("model") ? flags.Get("model")
+                          : absl::StrCat(flags.Has("config") ? flags.Get("config") : "preset " + flags.Get("preset"),
                                          ", random weights (seed ", *seed, ")");
   // One report per (batch, context) pair, on one model (random weights are built once); the
   // prefill figure goes with the first.
@@ -334,7 +326,7 @@ absl::Status RunBench(int argc, char** argv) {
       BackendOptions decode_options;
       decode_options.slots = int(batch);
       decode_options.max_context = context + kWarmupSteps + *steps + 16;
-      auto backend = BackendFromFlags(*flags, *model, decode_options);
+      auto backend = BackendFromFlags(flags, *model, decode_options);
       if (!backend.ok()) return backend.status();
       Backend& b = **backend;
       nlohmann::json report = {
@@ -360,12 +352,12 @@ absl::Status RunBench(int argc, char** argv) {
       if (*prefill_tokens > 0 && first) {
         BackendOptions prefill_options;
         prefill_options.max_context = *prefill_tokens + 1;
-        auto prefill_backend = BackendFromFlags(*flags, *model, prefill_options);
+        auto prefill_backend = BackendFromFlags(flags, *model, prefill_options);
         if (!prefill_backend.ok()) return prefill_backend.status();
         report["prefill"] = MeasurePrefill(**prefill_backend, *prefill_tokens, *chunk, tokens);
       }
       first = false;
-      if (flags->Has("json")) {
+      if (flags.Has("json")) {
         // Several reports: one compact JSON object per line (JSON Lines).
         std::printf("%s\n", report.dump(several ? -1 : 2).c_str());
       } else {
@@ -376,6 +368,33 @@ absl::Status RunBench(int argc, char** argv) {
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Command BenchCommand() {
+  return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
+                    --context L[,L...] [--device D] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
+                    [--copy-bytes N] [--seed S] [--json]
+                    [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+
+Synthetic decode and prefill through the --device backend on random weights of the shape (or the
+checkpoint). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
+written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, then the
+position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
+other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),
+3 warm-up steps, then N timed steps (default 32) of one token per slot ending in a greedy draw, each
+timed through Synchronize(); tokens/s = B / median step time. --batch and --context take
+comma-separated lists: one report per pair on one model (with --json, one JSON object per line); the
+prefill figure comes with the first.
+  bytes per step = weight bytes + sum over slots of (state read + state written)
+    state read    = the slot's BytesInUse() before the step (fixed state + KV cache)
+    state written = StateBytesPerSlot() + what the step appended (a KV row)
+so 2 x state bytes per slot for constant state; KV cache + one row for softmax. Bandwidth = bytes per
+step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot, N tokens
+(default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
+)",
+          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
 }
 
 }  // namespace steady

@@ -12,24 +12,21 @@
 
 namespace steady {
 
-absl::Status RunEval(int argc, char** argv) {
-  std::set<std::string> known = {"model", "data", "max-tokens", "context"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"json"}});
-  if (!flags.ok()) return flags.status();
-  auto data = flags->Require("data");
-  auto max_tokens = flags->GetInt("max-tokens", 0, 0, int64_t(1) << 40);
-  auto context = flags->GetInt("context", 0, 0, int64_t(1) << 40);
+namespace {
+
+absl::Status RunEval(const Flags& flags) {
+  auto data = flags.Require("data");
+  auto max_tokens = flags.GetInt("max-tokens", 0, 0, int64_t(1) << 40);
+  auto context = flags.GetInt("context", 0, 0, int64_t(1) << 40);
   if (absl::Status s = FirstError({data.status(), max_tokens.status(), context.status()}); !s.ok()) return s;
   std::ifstream in(*data, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(*data, ": cannot open"));
   std::stringstream text;
   text << in.rdbuf();
 
-  auto model = LoadModelFromFlags(*flags);
+  auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
+  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
   auto ids = (*tokenizer)->Encode(text.str());
   if (!ids.ok()) return ids.status();
@@ -40,7 +37,7 @@ absl::Status RunEval(int argc, char** argv) {
   // With --context N the session restarts every N tokens (a fresh state, BOS first).
   BackendOptions options;
   options.max_context = *context > 0 ? *context + 1 : int64_t(ids->size()) + 1;
-  auto backend = BackendFromFlags(*flags, *model, options);
+  auto backend = BackendFromFlags(flags, *model, options);
   if (!backend.ok()) return backend.status();
   Backend& b = **backend;
   std::vector<float> logits;
@@ -66,7 +63,7 @@ absl::Status RunEval(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double ppl = std::exp(nll / scored);
-  nlohmann::json report = {{"model", flags->Get("model")},
+  nlohmann::json report = {{"model", flags.Get("model")},
                            {"data", *data},
                            {"mechanism", model->config().layer_attention[0].mechanism},
                            {"attention", model->DescribeAttention()[0]},
@@ -77,7 +74,7 @@ absl::Status RunEval(int argc, char** argv) {
                            {"peak_session_bytes", peak_bytes},
                            {"decode_tokens_per_second", scored / seconds},
                            {"device", b.Name()}};
-  if (flags->Has("json")) {
+  if (flags.Has("json")) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (%s), state %zu bytes/session (peak %zu), %.1f tokens/s\n", ppl,
@@ -85,6 +82,18 @@ absl::Status RunEval(int argc, char** argv) {
                 model->StateFloats() * sizeof(float), peak_bytes, scored / seconds);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Command EvalCommand() {
+  return {"eval", R"(usage: steady eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D]
+                   [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+
+Perplexity of a text file through the recurrent (decode) path, and state bytes per session;
+sessions restart every --context tokens.
+)",
+          {.with_value = FlagUnion({{"model", "data", "max-tokens", "context"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunEval};
 }
 
 }  // namespace steady

@@ -18,32 +18,28 @@ absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags) {
   return Model::Load(*dir, *override);
 }
 
-absl::Status RunGenerate(int argc, char** argv) {
-  std::set<std::string> known = {"model", "prompt", "max-tokens", "stop"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  known.insert(kSamplingFlags.begin(), kSamplingFlags.end());
-  known.insert(kDeviceFlags.begin(), kDeviceFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known});
-  if (!flags.ok()) return flags.status();
+namespace {
+
+absl::Status RunGenerate(const Flags& flags) {
   GenerateRequest request;
-  auto prompt = flags->Require("prompt");
-  auto max_tokens = flags->GetInt("max-tokens", 64, 0, 1 << 24);
-  auto sampling = SamplingFromFlags(*flags);
+  auto prompt = flags.Require("prompt");
+  auto max_tokens = flags.GetInt("max-tokens", 64, 0, 1 << 24);
+  auto sampling = SamplingFromFlags(flags);
   if (absl::Status s = FirstError({prompt.status(), max_tokens.status(), sampling.status()}); !s.ok()) return s;
   request.prompt = *prompt;
   request.max_tokens = int(*max_tokens);
   request.sampling = *sampling;
-  request.stop = flags->GetAll("stop");
+  request.stop = flags.GetAll("stop");
 
-  auto model = LoadModelFromFlags(*flags);
+  auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags->Get("model")) / "tokenizer.model").string());
+  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
   // A KV cache preallocated on a GPU must hold the prompt (at most 2 tokens per byte, plus BOS) and
   // the generated tokens.
   BackendOptions options;
   options.max_context = std::max<int64_t>(4096, 2 * int64_t(request.prompt.size()) + request.max_tokens + 2);
-  auto backend = BackendFromFlags(*flags, *model, options);
+  auto backend = BackendFromFlags(flags, *model, options);
   if (!backend.ok()) return backend.status();
   const auto start = std::chrono::steady_clock::now();
   auto result = GenerateText(*model, **tokenizer, **backend, 0, request, [](std::string_view text) {
@@ -58,6 +54,21 @@ absl::Status RunGenerate(int argc, char** argv) {
                (result->prompt_tokens + result->tokens.size()) / seconds,
                static_cast<long long>((*backend)->BytesInUse(0)), (*backend)->Name().c_str());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Command GenerateCommand() {
+  return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]
+                       [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
+                       [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+                       [--device cpu|cuda|auto]
+
+Streams generated text to stdout; usage figures to stderr. --device: where the forward pass runs
+(default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU).
+--mechanism serves the checkpoint's weights with another attention mechanism.
+)",
+          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop"}, kMechanismFlags, kSamplingFlags, kDeviceFlags}), .switches = {}}, RunGenerate};
 }
 
 }  // namespace steady

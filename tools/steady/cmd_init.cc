@@ -63,21 +63,19 @@ absl::StatusOr<ModelConfig> ConfigFromFlags(const Flags& flags) {
   return config;
 }
 
-absl::Status RunInit(int argc, char** argv) {
-  std::set<std::string> known = {"out", "config", "preset", "seed", "tokenizer", "dtype"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known});
-  if (!flags.ok()) return flags.status();
-  auto out = flags->Require("out");
-  auto seed = flags->GetInt("seed", 1, 0, INT64_MAX);
-  auto dtype = ParseDType(flags->Get("dtype", "f32"));
+namespace {
+
+absl::Status RunInit(const Flags& flags) {
+  auto out = flags.Require("out");
+  auto seed = flags.GetInt("seed", 1, 0, INT64_MAX);
+  auto dtype = ParseDType(flags.Get("dtype", "f32"));
   if (absl::Status s = FirstError({out.status(), seed.status(), dtype.status()}); !s.ok()) return s;
-  auto config = ConfigFromFlags(*flags);
+  auto config = ConfigFromFlags(flags);
   if (!config.ok()) return config.status();
   auto model = Model::Random(*config, uint64_t(*seed));
   if (!model.ok()) return model.status();
   if (absl::Status s = model->Save(*out, *dtype); !s.ok()) return s;
-  const std::string tokenizer = flags->Get("tokenizer", "");
+  const std::string tokenizer = flags.Get("tokenizer", "");
   if (!tokenizer.empty()) {
     std::error_code ec;
     std::filesystem::copy_file(tokenizer, std::filesystem::path(*out) / "tokenizer.model",
@@ -90,14 +88,23 @@ absl::Status RunInit(int argc, char** argv) {
   return absl::OkStatus();
 }
 
-absl::Status RunInfo(int argc, char** argv) {
-  std::set<std::string> known = {"model", "config", "preset"};
-  known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known});
-  if (!flags.ok()) return flags.status();
+}  // namespace
+
+Command InitCommand() {
+  return {"init", R"(usage: steady init --out DIR [--config FILE | --preset tiny|llama1b] [--seed S] [--tokenizer FILE]
+                   [--dtype f32|f16|bf16] [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+
+Writes a randomly initialised checkpoint (config.json, model.safetensors, tokenizer.model).
+)",
+          {.with_value = FlagUnion({{"out", "config", "preset", "seed", "tokenizer", "dtype"}, kMechanismFlags}), .switches = {}}, RunInit};
+}
+
+namespace {
+
+absl::Status RunInfo(const Flags& flags) {
   nlohmann::json info;
-  if (flags->Has("model")) {
-    auto model = LoadModelFromFlags(*flags);
+  if (flags.Has("model")) {
+    auto model = LoadModelFromFlags(flags);
     if (!model.ok()) return model.status();
     info = {{"config", model->config().ToJson()},
             {"parameters", model->ParameterCount()},
@@ -106,7 +113,7 @@ absl::Status RunInfo(int argc, char** argv) {
             {"kv_cache_bytes_per_token", KvCacheFloatsPerToken(model->config()) * sizeof(float)}};
   } else {
     // Shape only (--preset / --config): sizes without loading or creating weights.
-    auto config = ConfigFromFlags(*flags);
+    auto config = ConfigFromFlags(flags);
     if (!config.ok()) return config.status();
     auto floats = SessionStateFloats(*config);
     if (!floats.ok()) return floats.status();
@@ -116,6 +123,18 @@ absl::Status RunInfo(int argc, char** argv) {
   }
   std::printf("%s\n", info.dump(2).c_str());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Command InfoCommand() {
+  return {"info", R"(usage: steady info (--model DIR | --preset tiny|llama1b | --config FILE)
+                   [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+
+Prints the shape, mechanism, parameters and state bytes per session (and KV-cache bytes per token
+for softmax layers) as JSON; with --preset/--config, sizes only, no weights.
+)",
+          {.with_value = FlagUnion({{"model", "config", "preset"}, kMechanismFlags}), .switches = {}}, RunInfo};
 }
 
 }  // namespace steady

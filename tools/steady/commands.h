@@ -1,7 +1,10 @@
-// Subcommands of build/bin/steady. Each takes the arguments after its name and returns an exit code.
+// Subcommands of build/bin/steady: each file's XCommand() says its name, usage and flags; main.cc
+// parses the arguments after the name, answers --help, and runs it.
 #ifndef STEADY_TOOLS_STEADY_COMMANDS_H_
 #define STEADY_TOOLS_STEADY_COMMANDS_H_
 
+#include <initializer_list>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -11,12 +14,22 @@
 
 namespace steady {
 
-absl::Status RunGenerate(int argc, char** argv);
-absl::Status RunEval(int argc, char** argv);
-absl::Status RunAttn(int argc, char** argv);
-absl::Status RunInit(int argc, char** argv);
-absl::Status RunInfo(int argc, char** argv);
-absl::Status RunBench(int argc, char** argv);
+struct Command {
+  std::string name;
+  std::string usage;  // `steady NAME --help` prints it; `steady --help` prints every command's
+  FlagSpec flags;
+  absl::Status (*run)(const Flags& flags);
+};
+
+Command GenerateCommand();  // cmd_generate.cc
+Command EvalCommand();      // cmd_eval.cc
+Command AttnCommand();      // cmd_attn.cc
+Command InitCommand();      // cmd_init.cc
+Command InfoCommand();      // cmd_init.cc
+Command BenchCommand();     // cmd_bench.cc
+
+// The union of flag names: a command's own and the shared sets of model/model_flags.h.
+std::set<std::string> FlagUnion(std::initializer_list<std::set<std::string>> sets);
 
 // Loads --model DIR with the mechanism flags applied.
 absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags);
