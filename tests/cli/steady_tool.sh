@@ -140,6 +140,51 @@ for prefix in ("ys", "yl"):
 PY
 expect_error "attn: slay without its tensors" "slay.anchors" "$steady" attn --mechanism slay --in "$tmp/attn_in.safetensors" --out "$tmp/never.safetensors"
 
+# attn reads a mechanism's dimensions from its tensors: slay with 3 nodes, 5 anchors, 7 features and
+# dark with 24 features of rank 3 run without --param; the same values given agree bit for bit, and
+# a value that disagrees names the flag and the tensor.
+python3 - "$tmp" "$src/tests/cli" <<'PY'
+import random, sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+random.seed(11)
+H, T, dk, dv = 2, 17, 4, 3
+r = lambda n: [random.gauss(0, 1) for _ in range(n)]
+qkv = {"q": ([H, T, dk], r(H*T*dk)), "k": ([H, T, dk], r(H*T*dk)), "v": ([H, T, dv], r(H*T*dv))}
+R, P, M = 3, 5, 7
+safetensors_io.write(sys.argv[1] + "/slay_dims.safetensors",
+                     dict(qkv, **{"slay.anchors": ([P, dk], r(P*dk)), "slay.omega": ([R, H, dk, M], r(R*H*dk*M))}), "F64")
+F, rank = 24, 3
+safetensors_io.write(sys.argv[1] + "/dark_dims.safetensors",
+                     dict(qkv, **{"dark.M": ([H, rank, dk], r(H*rank*dk)), "dark.G": ([H, F, rank], r(H*F*rank))}), "F64")
+PY
+ok=1
+for m in slay dark; do
+  for form in recurrent parallel; do
+    "$steady" attn --mechanism $m --form $form --in "$tmp/${m}_dims.safetensors" --out "$tmp/${m}_dims_$form.safetensors" || ok=0
+  done
+done
+"$steady" attn --mechanism slay --param nodes=3 --param anchors=5 --param features=7 --form parallel \
+  --in "$tmp/slay_dims.safetensors" --out "$tmp/slay_dims_given.safetensors" || ok=0
+"$steady" attn --mechanism dark --param features=24 --param rank=3 --form parallel \
+  --in "$tmp/dark_dims.safetensors" --out "$tmp/dark_dims_given.safetensors" || ok=0
+python3 - "$tmp" "$src/tests/cli" <<'PY' && [ $ok = 1 ] && pass "attn: slay and dark dimensions come from their tensors" || fail "attn dimensions from tensors"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+for m in ("slay", "dark"):
+    y = {f: safetensors_io.read("%s/%s_dims_%s.safetensors" % (sys.argv[1], m, f))["y"] for f in ("recurrent", "parallel", "given")}
+    assert y["parallel"][0] == [2, 17, 3], y["parallel"][0]
+    assert y["given"] == y["parallel"], m
+    scale = max(abs(x) for x in y["parallel"][1])
+    err = max(abs(a - b) for a, b in zip(y["recurrent"][1], y["parallel"][1])) / scale
+    assert err < 1e-9, (m, err)
+PY
+expect_error "attn: a --param that disagrees with a tensor names both" "features=256 disagrees with tensor dark.G [2, 24, 3]" \
+  "$steady" attn --mechanism dark --param features=256 --in "$tmp/dark_dims.safetensors" --out "$tmp/never.safetensors"
+expect_error "attn: slay nodes that disagree" "nodes=2 disagrees with tensor slay.omega [3, 2, 4, 7]" \
+  "$steady" attn --mechanism slay --param nodes=2 --in "$tmp/slay_dims.safetensors" --out "$tmp/never.safetensors"
+
 # Bad input: clear errors, non-zero exit, nothing written.
 expect_error "missing --model" "--model" "$steady" generate --prompt hi
 expect_error "unknown flag" "--bogus" "$steady" generate --model "$tmp/m" --prompt hi --bogus 1

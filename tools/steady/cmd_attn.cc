@@ -43,6 +43,44 @@ std::vector<double> Run(const LayerAttention& a, const std::string& form, int n,
   return SwapHeadsAndTokens<double>(std::vector<double>(y.begin(), y.end()), n, s.heads, s.value_dim);
 }
 
+// The dimensions a mechanism's tensors fix (tensor, axis -> param): read from the file, as a
+// researcher expects, instead of asked for again with --param.
+struct TensorDim {
+  const char* mechanism;
+  const char* tensor;
+  size_t axis;
+  const char* param;
+};
+constexpr TensorDim kTensorDims[] = {
+    {"slay", "slay.anchors", 0, "anchors"},  // [anchors, dk]
+    {"slay", "slay.omega", 0, "nodes"},      // [nodes, kv_heads, dk, features]
+    {"slay", "slay.omega", 3, "features"},
+    {"dark", "dark.M", 1, "rank"},           // [kv_heads, rank, dk]
+    {"dark", "dark.G", 1, "features"},       // [kv_heads, features, rank]
+};
+
+// Sets each dimension `mechanism`'s tensors in `st` fix in `params`; a param already given that
+// disagrees is INVALID_ARGUMENT naming both. A missing or misshapen tensor is left for
+// LoadAttentionTensors to name.
+absl::Status ParamsFromTensors(const SafeTensors& st, const std::string& mechanism, nlohmann::json* params) {
+  for (const TensorDim& d : kTensorDims) {
+    const TensorInfo* t = st.Find(d.tensor);
+    if (mechanism != d.mechanism || t == nullptr || t->shape.size() <= d.axis) continue;
+    const int64_t n = t->shape[d.axis];
+    if (!params->contains(d.param)) {
+      (*params)[d.param] = n;
+      continue;
+    }
+    const nlohmann::json& given = params->at(d.param);
+    if (!given.is_number_integer() || given.get<int64_t>() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("--param ", d.param, "=", given.dump(), " disagrees with tensor ",
+                                                     d.tensor, " [", absl::StrJoin(t->shape, ", "), "], which has ",
+                                                     d.param, " ", n));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunAttn(const Flags& flags) {
   auto in_path = flags.Require("in");
   auto out_path = flags.Require("out");
@@ -96,6 +134,7 @@ absl::Status RunAttn(const Flags& flags) {
   nlohmann::json params = (*override)->params;
   params["chunk_size"] = *chunk;
   if (sliced) params["projection"] = "none";
+  if (absl::Status s = ParamsFromTensors(*st, mechanism, &params); !s.ok()) return WithContext(s, *in_path);
   auto a = ParseLayerAttention({mechanism, params}, AttnShape{heads, heads, dk, dv});
   if (!a.ok()) return a.status();
   if (absl::Status s = LoadAttentionTensors(*st, "", &*a); !s.ok()) {
@@ -115,8 +154,10 @@ Command AttnCommand() {
                    [--param key=value ...]
 
 Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
-[H, T]) plus the mechanism's tensors (slay.anchors, slay.omega, dark.M, dark.G, sliced.bandwidth);
-writes y [H, T, dv] in the input's float type.
+[H, T]) plus the mechanism's tensors (slay.anchors [anchors, dk], slay.omega [nodes, H, dk,
+features], dark.M [H, rank, dk], dark.G [H, features, rank], sliced.bandwidth); writes y [H, T, dv]
+in the input's float type. The dimensions those tensors have (slay's anchors, nodes and features;
+dark's rank and features) are read from them; a --param that disagrees is an error naming both.
 )",
           {.with_value = FlagUnion({{"in", "out", "form", "chunk-size"}, kMechanismFlags}), .switches = {}}, RunAttn};
 }
