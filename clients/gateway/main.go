@@ -96,9 +96,10 @@ func main() {
 
 // newHandler routes /openapi.json and /healthz itself and everything else to the generated gateway.
 func newHandler(conn *grpc.ClientConn) http.Handler {
-	// Field names as in the proto (session_id, not sessionId) and every field present, zeros
-	// included, like steady-cli's JSON.
-	marshaler := strictJSON{&runtime.JSONPb{OrigName: true, EmitDefaults: true}}
+	// Field names as in the proto (session_id, not sessionId). Fields at their default value (0, "",
+	// false, empty lists, unset messages) are left out, as the proto3 JSON mapping does: a streamed
+	// Generate line carries text and token_ids, and only the last one finish_reason and usage.
+	marshaler := strictJSON{&runtime.JSONPb{OrigName: true, EmitDefaults: false}}
 	gateway := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler))
 	// Unknown paths and methods: JSON like every other error instead of the default plain text.
 	runtime.OtherErrorHandler = writeJSONError
