@@ -14,9 +14,9 @@
 namespace steady {
 namespace {
 
-bool WriteAll(int fd, const char* data, size_t size) {
+bool WriteAll(const FileOps& ops, int fd, const char* data, size_t size) {
   while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
+    const ssize_t n = ops.write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -29,32 +29,57 @@ bool WriteAll(int fd, const char* data, size_t size) {
 
 }  // namespace
 
-absl::Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+const FileOps& RealFileOps() {
+  static const FileOps ops{[](int fd, const void* data, size_t size) { return ::write(fd, data, size); },
+                           [](int fd) { return ::fsync(fd); }};
+  return ops;
+}
+
+std::string TempPathFor(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
+  return absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+}
+
+absl::Status WriteFileSynced(const std::string& path, const std::vector<std::string_view>& pieces,
+                             const FileOps& ops) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", path);
   auto fail = [&](const std::string& what, bool close_fd) {
-    absl::Status s = ErrnoError(what, tmp);
+    absl::Status s = ErrnoError(what, path);
     if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
+    ::unlink(path.c_str());
     return s;
   };
   for (std::string_view piece : pieces) {
-    if (!WriteAll(fd, piece.data(), piece.size())) return fail("write failed", true);
+    if (!WriteAll(ops, fd, piece.data(), piece.size())) return fail("write failed", true);
   }
-  if (::fsync(fd) != 0) return fail("fsync failed", true);
+  if (ops.fsync(fd) != 0) return fail("fsync failed", true);
   if (::close(fd) != 0) return fail("close failed", false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(absl::StrCat("rename to ", path, " failed"), false);
-  // Make the rename itself durable.
+  return absl::OkStatus();
+}
+
+absl::Status SyncParentDirectory(const std::string& path, const FileOps& ops) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("written, but cannot open its directory to fsync it", path);
-  const bool synced = ::fsync(dir_fd) == 0;
+  if (dir_fd < 0) return ErrnoError("cannot open its directory to fsync it", path);
+  const bool synced = ops.fsync(dir_fd) == 0;
+  absl::Status s = synced ? absl::OkStatus() : ErrnoError("fsync of its directory failed", path);
   ::close(dir_fd);
-  if (!synced) return ErrnoError("written, but fsync of its directory failed", path);
-  return absl::OkStatus();
+  return s;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces,
+                             const FileOps& ops) {
+  const std::string tmp = TempPathFor(path);
+  if (absl::Status s = WriteFileSynced(tmp, pieces, ops); !s.ok()) return s;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status s = ErrnoError(absl::StrCat("rename to ", path, " failed"), tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // Make the rename itself durable.
+  return WithContext(SyncParentDirectory(path, ops), "written, but not durable");
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

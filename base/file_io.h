@@ -1,7 +1,10 @@
-// Whole-file reads and atomic writes: the one place that knows how to make a write durable.
+// Whole-file reads and durable writes: the one place that knows how to make a write durable.
 #ifndef STEADY_BASE_FILE_IO_H_
 #define STEADY_BASE_FILE_IO_H_
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,10 +14,29 @@
 
 namespace steady {
 
-// Writes `pieces` (concatenated) to `path` atomically: a temp file in the same directory, fsync,
-// rename, fsync of the directory. On any error the temp file is removed and an existing file at
-// `path` is untouched. Errors name the path and the failing step.
-absl::Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces);
+// The system calls a durable write makes. Tests replace them to inject faults (a full disk, a failed
+// fsync); everything else uses the default, the real calls.
+struct FileOps {
+  std::function<ssize_t(int fd, const void* data, size_t size)> write;  // as ::write
+  std::function<int(int fd)> fsync;                                     // as ::fsync
+};
+const FileOps& RealFileOps();
+
+// Creates (or truncates) `path`, writes `pieces` (concatenated) and fsyncs it. On any error the
+// file is removed. Errors name the path and the failing step: RESOURCE_EXHAUSTED for a full disk
+// (ENOSPC, EDQUOT), INTERNAL for other I/O errors.
+absl::Status WriteFileSynced(const std::string& path, const std::vector<std::string_view>& pieces,
+                             const FileOps& ops = RealFileOps());
+// fsync of the directory that holds `path`: makes a rename or an unlink of `path` durable.
+absl::Status SyncParentDirectory(const std::string& path, const FileOps& ops = RealFileOps());
+// A temp file's name beside `path`: "<path>.tmp.<pid>.<n>", unique within the process.
+std::string TempPathFor(const std::string& path);
+
+// Writes `pieces` (concatenated) to `path` atomically and durably: a temp file in the same directory
+// (WriteFileSynced), rename, fsync of the directory. On an error before the rename the temp file is
+// removed and an existing file at `path` is untouched.
+absl::Status WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces,
+                             const FileOps& ops = RealFileOps());
 inline absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
   return WriteFileAtomic(path, std::vector<std::string_view>{data});
 }

@@ -22,7 +22,15 @@ absl::Status WithContext(const absl::Status& s, const std::string& context) {
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
   const int err = errno;
   const std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
-  return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
 }
 
 }  // namespace steady

@@ -18,7 +18,7 @@ absl::Status FirstError(std::initializer_list<absl::Status> statuses);
 absl::Status WithContext(const absl::Status& s, const std::string& context);
 
 // An error for the failed system call that set errno: "PATH: WHAT: strerror(errno)", NOT_FOUND for
-// ENOENT, INTERNAL otherwise.
+// ENOENT, RESOURCE_EXHAUSTED for a full disk (ENOSPC, EDQUOT), INTERNAL otherwise.
 absl::Status ErrnoError(const std::string& what, const std::string& path);
 
 }  // namespace steady

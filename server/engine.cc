@@ -2,7 +2,7 @@
 // (engine_loop.cc) or answers from thread-safe state.
 #include "server/engine.h"
 
-#include <filesystem>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "server/engine_impl.h"
@@ -17,15 +17,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const Model& model, const 
     return absl::FailedPreconditionError(absl::StrCat("tokenizer has ", tokenizer.vocab_size(),
                                                       " pieces but the model only ", model.vocab_size()));
   }
-  if (!options.session_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.session_dir, ec);
-    if (ec) return absl::InternalError(absl::StrCat("session_dir: cannot create ", options.session_dir, ": ", ec.message()));
-  }
   auto backend = MakeEngineBackend(model, options);
   if (!backend.ok()) return backend.status();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options), *std::move(backend));
-  if (!impl->options.session_dir.empty()) impl->RestoreSessionDir();
+  if (impl->store()) {
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status st = impl->Recover(); !st.ok()) return st;
+    impl->stats.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    impl->stats.sessions_recovered = impl->sessions.named_sessions();
+    impl->stats.sessions_unreadable = int64_t(impl->unreadable.size());
+  }
   Impl* raw = impl.get();
   raw->UpdateStats(0, 0, 0);
   raw->thread = std::thread([raw] { raw->Run(); });
@@ -65,9 +66,9 @@ void Engine::CreateSession(std::string id, std::function<void(absl::StatusOr<Ses
 void Engine::GetSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done) {
   if (!impl_->Post([this, id = std::move(id), done]() {
         if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return done(st);
-        const Session* s = impl_->sessions.Find(id);
-        if (!s) return done(absl::NotFoundError(absl::StrCat("session_id: no session ", id)));
-        done(impl_->Info(*s));
+        auto s = impl_->Lookup(id, "session_id");
+        if (!s.ok()) return done(s.status());
+        done(impl_->Info(**s));
       })) {
     done(Unavailable());
   }

@@ -20,12 +20,23 @@
 #include "model/model.h"
 #include "model/sampling.h"
 #include "model/tokenizer.h"
+#include "server/session_store.h"
 
 namespace steady {
 
+// When a session's changes reach the store (docs/durability.md).
+enum class Durability {
+  kTurn,      // before each is acknowledged: a finished Generate, CreateSession, ForkSession,
+              // ImportSession, DeleteSession (a crash loses nothing acknowledged)
+  kShutdown,  // on offload and at a clean shutdown only (a crash loses the resident sessions)
+};
+
 struct EngineOptions {
   int64_t state_memory_bytes = int64_t(1) << 30;  // --state-memory: sizes the resident slot pool
-  std::string session_dir;                        // --session-dir: offloaded / persisted sessions
+  // Where sessions are offloaded and persisted (--session-dir: a DirectoryStore); null: nowhere,
+  // sessions end with the process and are capped at the slot count.
+  std::shared_ptr<SessionStore> store;
+  Durability durability = Durability::kTurn;      // --durability (with a store)
   int max_queue = 1024;                           // pending Generate jobs; beyond: RESOURCE_EXHAUSTED
   int max_batch = 64;                             // decode rows per step
   int prefill_budget = 512;                       // prompt tokens per step (chunked prefill)
@@ -43,7 +54,7 @@ struct SessionInfo {
   std::string session_id;
   int64_t position = 0;        // tokens absorbed into the state
   int64_t state_bytes = 0;     // bytes the session's state holds now
-  bool resident = true;        // in the slot pool (false: offloaded to session_dir)
+  bool resident = true;        // in the slot pool (false: offloaded to the store)
   bool busy = false;           // a Generate is running on it
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
@@ -74,12 +85,13 @@ struct GenerateJob {
 
 class Engine {
  public:
-  // Restores sessions persisted in options.session_dir, then starts the engine thread.
+  // Recovers the sessions in options.store (a session whose blob cannot be read answers DATA_LOSS),
+  // then starts the engine thread.
   static absl::StatusOr<std::unique_ptr<Engine>> Start(const Model& model, const Tokenizer& tokenizer,
                                                        EngineOptions options);
   // Drains: finishes running jobs' current step, fails queued ones with UNAVAILABLE, ends running
   // ones with UNAVAILABLE at the step boundary (generated tokens stay in the session, a prompt cut
-  // midway is rolled back), writes every session to session_dir (when set), joins the thread.
+  // midway is rolled back), writes every session the store lacks (when there is one), joins the thread.
   // No method may be called once the destructor has begun.
   ~Engine();
 
@@ -104,6 +116,11 @@ class Engine {
     int64_t queue_depth = 0, sessions_resident = 0, sessions_offloaded = 0, state_bytes = 0;
     int64_t steps = 0, tokens_in = 0, tokens_out = 0;
     double last_step_seconds = 0;
+    // Durability: turns made durable and turns whose write failed (undone, reported to the client);
+    // at start, the recovery's duration, sessions recovered and sessions whose blob was unreadable.
+    int64_t turns_committed = 0, commit_failures = 0;
+    double recovery_seconds = 0;
+    int64_t sessions_recovered = 0, sessions_unreadable = 0;
   };
   Stats stats() const;
   const Model& model() const;

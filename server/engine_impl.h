@@ -73,6 +73,17 @@ struct Engine::Impl {
   int64_t next_job_id = 1, next_ephemeral = 1, step = 0;
   std::mt19937_64 id_rng;
   bool stopping = false;  // copy of stop_requested, read after the last inbox drain
+  // Sessions whose blob in the store could not be read at start: id -> the error they answer.
+  std::map<std::string, absl::Status> unreadable;
+  // Generates that finished with OK on a named session this step; acknowledged by CommitTurns once
+  // the store holds their state (Durability::kTurn).
+  struct FinishedTurn {
+    std::string session_id;
+    GenerateJob request;
+    std::string reason;
+    Usage usage;
+  };
+  std::vector<FinishedTurn> to_commit;
 
   // --- Guarded by mu ---
   std::mutex mu;
@@ -103,12 +114,20 @@ struct Engine::Impl {
   void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out);
 
   // Sessions and state.
-  std::string SnapshotPath(const std::string& id) const { return options.session_dir + "/" + id + ".snap"; }
+  SessionStore* store() const { return options.store.get(); }
+  bool TurnDurable() const { return store() && options.durability == Durability::kTurn; }
+  // The session, or the error its id answers: NOT_FOUND naming `field`, or the unreadable blob's.
+  absl::StatusOr<Session*> Lookup(const std::string& id, const std::string& field);
+  // ALREADY_EXISTS (naming `field`) when `id` is a session, readable or not.
+  absl::Status CheckNew(const std::string& id, const std::string& field) const;
   int64_t Position(const Session& s) const { return s.slot >= 0 ? pool->position(s.slot) : s.position; }
   SessionInfo Info(const Session& s) const;
   std::string NewSessionId();
   absl::Status CheckCapacity() const;
-  absl::Status WriteToDisk(Session& s, const SessionSnapshot& state);  // s keeps any slot it has
+  // Writes `state` as s's blob (s keeps any slot it has); on OK s.stored.
+  absl::Status Persist(Session& s, const SessionSnapshot& state);
+  // The session's blob from the store, decoded and checked against this model and backend.
+  absl::StatusOr<SessionSnapshot> LoadStored(const Session& s) const;
   absl::Status Offload(Session& s);
   absl::Status MakeResident(Session& s);
   void FreeSlot(Session& s);
@@ -116,7 +135,11 @@ struct Engine::Impl {
   absl::Status Place(Session& s, const SessionSnapshot& state);
   // FAILED_PRECONDITION when the state's KV cache exceeds the backend's max_context.
   absl::Status CheckFits(const SessionSnapshot& state) const;
-  void RestoreSessionDir();
+  // At start: registers every session the store holds (offloaded), and the unreadable ones.
+  absl::Status Recover();
+  // Acknowledges the turns in to_commit once their states are in the store (one group commit); a
+  // turn whose write fails is undone (the slot reloaded from the store) and fails.
+  void CommitTurns();
 
   // Jobs.
   void Accept(GenerateJob request, std::vector<int32_t> tokens);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "server/engine_impl.h"
 
 namespace steady {
@@ -26,6 +27,7 @@ void Engine::Impl::Run() {
     for (auto& fn : work) fn();
     if (stopping) break;
     idle = !Step();
+    CommitTurns();
   }
   Shutdown();
 }
@@ -40,14 +42,15 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   std::string key = request.session_id;
   if (key.empty()) {
     // An ephemeral session needs a slot that no named session can hold forever.
-    if (options.session_dir.empty() && sessions.named_sessions() >= pool->slots()) {
+    if (!store() && sessions.named_sessions() >= pool->slots()) {
       return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "all ", pool->slots(), " state slots hold sessions and there is no session_dir to offload to")));
+          "all ", pool->slots(), " state slots hold sessions and there is no session store to offload to")));
     }
     key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
   } else {
-    s = sessions.Find(key);
-    if (!s) return fail(absl::NotFoundError(absl::StrCat("session_id: no session ", key)));
+    auto found = Lookup(key, "session_id");
+    if (!found.ok()) return fail(found.status());
+    s = *found;
     if (s->job != 0) {
       return fail(absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate")));
     }
@@ -105,8 +108,58 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   }
   GenerateJob request = std::move(job.request);
   jobs.erase(job.id);  // `job` is gone from here on
+  if (status.ok() && !s.ephemeral && TurnDurable()) {
+    // Acknowledged by CommitTurns, after this step, once the store holds the state.
+    to_commit.push_back({s.id, std::move(request), reason, usage});
+    return;
+  }
   unfinished_jobs.fetch_sub(1);
   request.on_done(status, reason, usage);
+}
+
+void Engine::Impl::CommitTurns() {
+  if (to_commit.empty()) return;
+  std::vector<FinishedTurn> turns;
+  turns.swap(to_commit);
+  std::vector<BlobWrite> writes;
+  for (const FinishedTurn& t : turns) {
+    Session& s = *sessions.Find(t.session_id);
+    SessionSnapshot snap = CaptureSlot(*pool, s.slot);
+    snap.session_id = s.id;
+    snap.created_unix_ms = s.created_unix_ms;
+    snap.last_used_unix_ms = s.last_used_unix_ms;
+    writes.push_back({s.id, EncodeSnapshot(snap, shape.fingerprint)});
+  }
+  const std::vector<absl::Status> written = store()->Put(writes);
+  int64_t committed = 0, failed = 0;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    FinishedTurn& t = turns[i];
+    Session& s = *sessions.Find(t.session_id);
+    absl::Status status = written[i];
+    if (status.ok()) {
+      s.stored = true;
+      ++committed;
+    } else {
+      // Not durable, so not acknowledged: the session goes back to what the store holds, its last
+      // durable state, and the client hears why.
+      ++failed;
+      auto durable = LoadStored(s);
+      if (durable.ok()) {
+        RestoreSlot(*durable, *pool, s.slot);
+        s.stored = true;
+      }
+      status = WithContext(status, absl::StrCat("session ", s.id, ": the turn could not be made durable and ",
+                                                durable.ok() ? absl::StrCat("was undone (the session is back at position ",
+                                                                            durable->position, ")")
+                                                             : absl::StrCat("could not be undone either (",
+                                                                            std::string(durable.status().message()), ")")));
+    }
+    unfinished_jobs.fetch_sub(1);
+    t.request.on_done(status, status.ok() ? t.reason : "", t.usage);
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.turns_committed += committed;
+  stats.commit_failures += failed;
 }
 
 bool Engine::Impl::Step() {
@@ -121,7 +174,7 @@ bool Engine::Impl::Step() {
   SchedulerInput in;
   in.max_batch = options.max_batch;
   in.prefill_budget = options.prefill_budget;
-  in.slots_available = sessions.free_slots() + (options.session_dir.empty() ? 0 : sessions.evictable());
+  in.slots_available = sessions.free_slots() + (store() ? sessions.evictable() : 0);
   for (const auto& [id, job] : jobs) {
     in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced});
   }
@@ -182,6 +235,8 @@ bool Engine::Impl::Step() {
                         false});
     rows.push_back({&job, chunk.tokens});
   }
+  // These sessions' states change now: the store holds them again after a commit (or an offload).
+  for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
   if (!segments.empty()) {
     // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the
     // repetition penalty, which the host Sampler applies to the logits.
@@ -254,12 +309,13 @@ void Engine::Impl::Shutdown() {
                                            : "the engine is shutting down; the tokens generated so far are in the session"),
            "");
   }
-  if (options.session_dir.empty()) return;
+  CommitTurns();
+  if (!store()) return;
   std::vector<Session*> named;
   for (const Session* s : sessions.Named()) named.push_back(sessions.Find(s->id));
   for (Session* s : named) {
-    if (s->on_disk) continue;
-    const absl::Status st = s->slot >= 0 ? Offload(*s) : WriteToDisk(*s, empty_state);
+    if (s->stored) continue;
+    const absl::Status st = s->slot >= 0 ? Offload(*s) : Persist(*s, empty_state);
     if (!st.ok()) std::fprintf(stderr, "steady: session %s not persisted: %s\n", s->id.c_str(), std::string(st.message()).c_str());
   }
 }

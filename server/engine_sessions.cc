@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/status.h"
 #include "server/engine_impl.h"
 #include "server/request_checks.h"
 
@@ -64,13 +65,24 @@ std::string Engine::Impl::NewSessionId() {
   }
 }
 
+absl::StatusOr<Session*> Engine::Impl::Lookup(const std::string& id, const std::string& field) {
+  if (Session* s = sessions.Find(id)) return s;
+  if (auto it = unreadable.find(id); it != unreadable.end()) return it->second;
+  return absl::NotFoundError(absl::StrCat(field, ": no session ", id));
+}
+
+absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& field) const {
+  if (!sessions.Contains(id) && !unreadable.count(id)) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists"));
+}
+
 absl::Status Engine::Impl::CheckCapacity() const {
   if (sessions.named_sessions() >= options.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat("max_sessions (", options.max_sessions, ") reached"));
   }
-  if (options.session_dir.empty() && sessions.named_sessions() >= pool->slots()) {
+  if (!store() && sessions.named_sessions() >= pool->slots()) {
     return absl::ResourceExhaustedError(absl::StrCat("all ", pool->slots(),
-                                                     " state slots hold sessions and there is no session_dir to offload to"));
+                                                     " state slots hold sessions and there is no session store to offload to"));
   }
   return absl::OkStatus();
 }
@@ -82,17 +94,34 @@ void Engine::Impl::FreeSlot(Session& s) {
 }
 
 absl::Status Engine::Impl::Offload(Session& s) {
-  STEADY_CHECK(s.slot >= 0 && s.job == 0 && !s.ephemeral && !options.session_dir.empty());
-  const int slot = s.slot;
-  if (absl::Status st = WriteToDisk(s, CaptureSlot(*pool, slot)); !st.ok()) return st;
+  STEADY_CHECK(s.slot >= 0 && s.job == 0 && !s.ephemeral && store());
+  // With turn durability the store already holds an idle session's state: nothing to write.
+  if (!s.stored) {
+    if (absl::Status st = Persist(s, CaptureSlot(*pool, s.slot)); !st.ok()) return st;
+  }
+  s.position = pool->position(s.slot);
+  s.state_bytes = int64_t(pool->BytesInUse(s.slot));
   FreeSlot(s);
+  sessions.SetOnDisk(s, true);
   return absl::OkStatus();
+}
+
+absl::StatusOr<SessionSnapshot> Engine::Impl::LoadStored(const Session& s) const {
+  auto blob = store()->Get(s.id);
+  absl::StatusOr<SessionSnapshot> snap = blob.ok() ? DecodeSnapshot(*blob, shape) : blob.status();
+  if (snap.ok()) {
+    if (absl::Status st = CheckFits(*snap); !st.ok()) snap = st;
+  }
+  if (!snap.ok()) {
+    return WithContext(snap.status(), absl::StrCat("session ", s.id, ": cannot restore it from the ", store()->Describe()));
+  }
+  return snap;
 }
 
 absl::Status Engine::Impl::MakeResident(Session& s) {
   if (s.slot >= 0) return absl::OkStatus();
   if (!sessions.AssignFreeSlot(s)) {
-    Session* victim = options.session_dir.empty() ? nullptr : sessions.EvictionCandidate();
+    Session* victim = store() ? sessions.EvictionCandidate() : nullptr;
     if (!victim) return absl::ResourceExhaustedError("no state slot is free");
     if (absl::Status st = Offload(*victim); !st.ok()) return st;
     STEADY_CHECK(sessions.AssignFreeSlot(s));
@@ -101,25 +130,21 @@ absl::Status Engine::Impl::MakeResident(Session& s) {
     pool->Reset(s.slot);
     return absl::OkStatus();
   }
-  absl::StatusOr<SessionSnapshot> snap = [&]() -> absl::StatusOr<SessionSnapshot> {
-    auto blob = ReadWholeFile(SnapshotPath(s.id));
-    if (!blob.ok()) return blob.status();
-    auto decoded = DecodeSnapshot(*blob, shape);
-    if (!decoded.ok()) return decoded.status();
-    if (absl::Status st = CheckFits(*decoded); !st.ok()) return st;
-    return decoded;
-  }();
+  absl::StatusOr<SessionSnapshot> snap = LoadStored(s);
   if (!snap.ok()) {
     FreeSlot(s);
-    return absl::Status(snap.status().code(),
-                        absl::StrCat("session ", s.id, ": cannot restore it from ", SnapshotPath(s.id), ": ",
-                                     snap.status().message()));
+    return snap.status();
   }
   RestoreSlot(*snap, *pool, s.slot);
-  // The file goes once the state is back in a slot: a file exists only for offloaded sessions (and
-  // for every session after a shutdown).
-  ::unlink(SnapshotPath(s.id).c_str());
   sessions.SetOnDisk(s, false);
+  // Durability::kShutdown: the blob goes once the state is back in a slot, so the store never holds
+  // a state older than the session's (a crash loses the session instead). kTurn keeps it current.
+  if (!TurnDurable()) {
+    if (absl::Status st = store()->Delete(s.id); !st.ok()) {
+      std::fprintf(stderr, "steady: %s\n", std::string(st.message()).c_str());
+    }
+    s.stored = false;
+  }
   return absl::OkStatus();
 }
 
@@ -128,11 +153,9 @@ absl::StatusOr<SessionSnapshot> Engine::Impl::Snapshot(Session& s) {
   if (s.slot >= 0) {
     snap = CaptureSlot(*pool, s.slot);
   } else if (s.on_disk) {
-    auto blob = ReadWholeFile(SnapshotPath(s.id));
-    if (!blob.ok()) return blob.status();
-    auto decoded = DecodeSnapshot(*blob, shape);
-    if (!decoded.ok()) return decoded.status();
-    snap = *std::move(decoded);
+    auto stored = LoadStored(s);
+    if (!stored.ok()) return stored.status();
+    snap = *std::move(stored);
   } else {
     snap = empty_state;
   }
@@ -142,22 +165,16 @@ absl::StatusOr<SessionSnapshot> Engine::Impl::Snapshot(Session& s) {
   return snap;
 }
 
-absl::Status Engine::Impl::WriteToDisk(Session& s, const SessionSnapshot& state) {
+absl::Status Engine::Impl::Persist(Session& s, const SessionSnapshot& state) {
   SessionSnapshot named = state;
   named.session_id = s.id;
   named.created_unix_ms = s.created_unix_ms;
   named.last_used_unix_ms = s.last_used_unix_ms;
-  if (absl::Status st = WriteFileAtomic(SnapshotPath(s.id), EncodeSnapshot(named, shape.fingerprint)); !st.ok()) {
-    return st;
-  }
-  s.position = state.position;
-  s.state_bytes = state.StateBytes();
-  sessions.SetOnDisk(s, true);
-  return absl::OkStatus();
+  const absl::Status st = store()->Put({{s.id, EncodeSnapshot(named, shape.fingerprint)}})[0];
+  if (st.ok()) s.stored = true;
+  return st;
 }
 
-// Gives a new session `state`: a free slot when there is one, else a file in session_dir (no slot
-// is taken from another session for it).
 absl::Status Engine::Impl::CheckFits(const SessionSnapshot& state) const {
   const int64_t cap = pool->max_context();
   if (cap < 0 || state.position <= cap) return absl::OkStatus();
@@ -165,38 +182,53 @@ absl::Status Engine::Impl::CheckFits(const SessionSnapshot& state) const {
                                                     cap, " tokens of KV cache a session has on this server (--max-context)"));
 }
 
+// Gives a new session `state`: a free slot when there is one, else the store (no slot is taken from
+// another session for it). With turn durability the store gets it first, before it is acknowledged.
 absl::Status Engine::Impl::Place(Session& s, const SessionSnapshot& state) {
   if (absl::Status st = CheckFits(state); !st.ok()) return st;
+  if (TurnDurable()) {
+    if (absl::Status st = Persist(s, state); !st.ok()) return st;
+  }
   if (sessions.AssignFreeSlot(s)) {
     RestoreSlot(state, *pool, s.slot);
     return absl::OkStatus();
   }
-  if (options.session_dir.empty()) return absl::ResourceExhaustedError("no state slot is free; retry later");
-  return WriteToDisk(s, state);
+  if (!store()) return absl::ResourceExhaustedError("no state slot is free; retry later");
+  if (!s.stored) {
+    if (absl::Status st = Persist(s, state); !st.ok()) return st;
+  }
+  s.position = state.position;
+  s.state_bytes = state.StateBytes();
+  sessions.SetOnDisk(s, true);
+  return absl::OkStatus();
 }
 
-void Engine::Impl::RestoreSessionDir() {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(options.session_dir, ec)) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (const fs::path& p : files) {
-    const std::string name = p.filename().string();
-    if (name.find(".snap.tmp.") != std::string::npos) {
-      fs::remove(p, ec);  // a write interrupted by a crash; the previous file (if any) is intact
+absl::Status Engine::Impl::Recover() {
+  auto keys = store()->List();
+  if (!keys.ok()) return keys.status();
+  for (const std::string& id : *keys) {
+    auto blob = store()->Get(id);
+    absl::StatusOr<SessionSnapshot> snap = blob.ok() ? DecodeSnapshot(*blob, shape) : blob.status();
+    if (snap.ok() && snap->session_id != id) snap = absl::DataLossError(absl::StrCat("holds session ", snap->session_id));
+    if (absl::Status st = CheckSessionId(id, "key"); !st.ok()) {
+      std::fprintf(stderr, "steady: %s: skipping %s: not a session id\n", store()->Describe().c_str(), id.c_str());
+      continue;  // not ours: left alone
+    }
+    if (absl::Status st = CheckCapacity(); !st.ok()) {
+      std::fprintf(stderr, "steady: %s: skipping session %s: %s\n", store()->Describe().c_str(), id.c_str(),
+                   std::string(st.message()).c_str());
       continue;
     }
-    if (p.extension() != ".snap") continue;
-    const std::string id = p.stem().string();
-    auto blob = ReadWholeFile(p.string());
-    absl::StatusOr<SessionSnapshot> snap = blob.ok() ? DecodeSnapshot(*blob, shape) : blob.status();
-    absl::Status st = snap.ok() ? CheckSessionId(id, "file name") : snap.status();
-    if (st.ok() && snap->session_id != id) st = absl::InvalidArgumentError(absl::StrCat("holds session ", snap->session_id));
-    if (st.ok()) st = CheckCapacity();
-    if (!st.ok()) {
-      // Left in place: it may belong to another model or need a look.
-      std::fprintf(stderr, "steady: skipping %s: %s\n", p.c_str(), std::string(st.message()).c_str());
+    if (!snap.ok()) {
+      // Refused, never dropped: the blob stays for a look, and the session answers with the reason
+      // (FAILED_PRECONDITION when another model made it, DATA_LOSS otherwise) until it is deleted.
+      const absl::Status& why = snap.status();
+      const absl::StatusCode code =
+          why.code() == absl::StatusCode::kFailedPrecondition ? why.code() : absl::StatusCode::kDataLoss;
+      unreadable[id] = absl::Status(code, absl::StrCat("session ", id, ": its state in the ", store()->Describe(),
+                                                       " cannot be read (", std::string(why.message()),
+                                                       "); DeleteSession removes it"));
+      std::fprintf(stderr, "steady: %s\n", std::string(unreadable[id].message()).c_str());
       continue;
     }
     Session& s = sessions.Add(id, false);
@@ -204,8 +236,10 @@ void Engine::Impl::RestoreSessionDir() {
     s.state_bytes = snap->StateBytes();
     s.created_unix_ms = snap->created_unix_ms;
     s.last_used_unix_ms = snap->last_used_unix_ms;
+    s.stored = true;
     sessions.SetOnDisk(s, true);
   }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,23 +249,34 @@ void Engine::Impl::RestoreSessionDir() {
 absl::StatusOr<SessionInfo> Engine::Impl::Create(std::string id) {
   if (id.empty()) id = NewSessionId();
   if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
-  if (sessions.Find(id)) return absl::AlreadyExistsError(absl::StrCat("session_id: ", id, " exists"));
+  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = NowUnixMs();
   sessions.Touch(s, s.created_unix_ms);
+  if (TurnDurable()) {
+    if (absl::Status st = Persist(s, empty_state); !st.ok()) {
+      sessions.Erase(id);
+      return st;
+    }
+  }
   return Info(s);
 }
 
 absl::Status Engine::Impl::Delete(const std::string& id) {
   if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
-  Session* s = sessions.Find(id);
-  if (!s) return absl::NotFoundError(absl::StrCat("session_id: no session ", id));
-  if (s->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", id, " is running a Generate"));
-  if (s->on_disk && ::unlink(SnapshotPath(id).c_str()) != 0 && errno != ENOENT) {
-    return absl::InternalError(absl::StrCat(SnapshotPath(id), ": cannot delete: ", std::strerror(errno)));
+  if (unreadable.count(id)) {
+    if (absl::Status st = store()->Delete(id); !st.ok()) return st;
+    unreadable.erase(id);
+    return absl::OkStatus();
   }
-  if (s->slot >= 0) FreeSlot(*s);
+  auto s = Lookup(id, "session_id");
+  if (!s.ok()) return s.status();
+  if ((*s)->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", id, " is running a Generate"));
+  if ((*s)->stored) {
+    if (absl::Status st = store()->Delete(id); !st.ok()) return st;
+  }
+  if ((*s)->slot >= 0) FreeSlot(**s);
   sessions.Erase(id);
   return absl::OkStatus();
 }
@@ -241,32 +286,34 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
   if (!new_id.empty()) {
     if (absl::Status st = CheckSessionId(new_id, "new_id"); !st.ok()) return st;
   }
-  Session* source = sessions.Find(source_id);
-  if (!source) return absl::NotFoundError(absl::StrCat("source_id: no session ", source_id));
+  auto found = Lookup(source_id, "source_id");
+  if (!found.ok()) return found.status();
+  Session* source = *found;
   if (source->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", source_id, " is running a Generate"));
   if (new_id.empty()) new_id = NewSessionId();
-  if (sessions.Find(new_id)) return absl::AlreadyExistsError(absl::StrCat("new_id: ", new_id, " exists"));
+  if (absl::Status st = CheckNew(new_id, "new_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
   auto state = Snapshot(*source);
   if (!state.ok()) return state.status();
   Session& s = sessions.Add(new_id, false);
   s.created_unix_ms = NowUnixMs();
   sessions.Touch(s, s.created_unix_ms);
-  if (source->slot >= 0 || source->on_disk) {
-    if (absl::Status st = Place(s, *state); !st.ok()) {
-      sessions.Erase(new_id);
-      return st;
-    }
+  // A source that never held state (no slot, nothing stored) forks into another empty session.
+  const bool empty = source->slot < 0 && !source->on_disk;
+  absl::Status st = !empty ? Place(s, *state) : TurnDurable() ? Persist(s, empty_state) : absl::OkStatus();
+  if (!st.ok()) {
+    sessions.Erase(new_id);
+    return st;
   }
   return Info(s);
 }
 
 absl::StatusOr<std::string> Engine::Impl::Export(const std::string& id) {
   if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
-  Session* s = sessions.Find(id);
-  if (!s) return absl::NotFoundError(absl::StrCat("session_id: no session ", id));
-  if (s->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", id, " is running a Generate"));
-  auto snap = Snapshot(*s);
+  auto s = Lookup(id, "session_id");
+  if (!s.ok()) return s.status();
+  if ((*s)->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", id, " is running a Generate"));
+  auto snap = Snapshot(**s);
   if (!snap.ok()) return snap.status();
   return EncodeSnapshot(*snap, shape.fingerprint);
 }
@@ -278,7 +325,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::s
   auto snap = DecodeSnapshot(blob, shape);
   if (!snap.ok()) return snap.status();
   if (id.empty()) id = NewSessionId();
-  if (sessions.Find(id)) return absl::AlreadyExistsError(absl::StrCat("session_id: ", id, " exists"));
+  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = snap->created_unix_ms;

@@ -1,6 +1,8 @@
 // build/bin/steady-server: the gRPC server (proto/steady/v1/inference.proto), health checking,
 // reflection and Prometheus metrics. SIGTERM / SIGINT drain gracefully: new calls are refused,
 // running streams end at the next engine step, the engine persists every session to --session-dir.
+// With --durability turn (the default with --session-dir) every acknowledged change is already
+// there, so a kill -9 loses nothing acknowledged either (docs/durability.md).
 #include <pthread.h>
 #include <signal.h>
 
@@ -22,6 +24,7 @@
 #include "model/model.h"
 #include "model/model_flags.h"
 #include "model/tokenizer.h"
+#include "server/directory_store.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -30,7 +33,7 @@ namespace steady {
 namespace {
 
 constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
-                    [--session-dir DIR] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
+                    [--session-dir DIR [--durability turn|shutdown]] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--max-context N]
@@ -38,7 +41,11 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --port N            gRPC port (default 50051; 0 picks a free one, printed on stderr)
   --host ADDR         listen address (default 127.0.0.1)
   --state-memory B    memory for resident session states: bytes, or with a K/M/G suffix (default 1G)
-  --session-dir DIR   where sessions are offloaded and persisted across restarts (default: none)
+  --session-dir DIR   where sessions are offloaded and persisted across restarts and crashes
+                      (default: none; docs/durability.md)
+  --durability D      with --session-dir: turn (default): every acknowledged change (a finished
+                      Generate, Create, Fork, Import, Delete) is on disk, fsynced, before the reply;
+                      shutdown: sessions are written on offload and at a clean stop only
   --metrics-port N    serve Prometheus metrics at http://HOST:N/metrics (default: off)
   --device D          where the engine's steps run: cpu, cuda, or auto (default: cuda when this
                       build has the CUDA backend and a GPU is visible and the model's mechanisms
@@ -60,7 +67,17 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   auto memory = flags.GetBytes("state-memory", "1G");
   if (!memory.ok()) return memory.status();
   o.state_memory_bytes = *memory;
-  o.session_dir = flags.Get("session-dir");
+  if (flags.Has("session-dir")) {
+    auto store = DirectoryStore::Open(flags.Get("session-dir"));
+    if (!store.ok()) return store.status();
+    o.store = *std::move(store);
+  }
+  const std::string durability = flags.Get("durability", "turn");
+  if (durability != "turn" && durability != "shutdown") {
+    return absl::InvalidArgumentError(absl::StrCat("--durability: expected turn or shutdown, got \"", durability, "\""));
+  }
+  if (flags.Has("durability") && !o.store) return absl::InvalidArgumentError("--durability needs --session-dir");
+  o.durability = durability == "turn" ? Durability::kTurn : Durability::kShutdown;
   o.device = flags.Get("device", "auto");
   auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
   if (!max_context.ok()) return max_context.status();
@@ -92,7 +109,7 @@ absl::Status Run(int argc, char** argv) {
   std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
-                                 "drain-timeout", "device",       "max-context"};
+                                 "drain-timeout", "device",       "max-context", "durability"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
@@ -125,7 +142,7 @@ absl::Status Run(int argc, char** argv) {
   if (*metrics_port >= 0) {
     Engine* e = engine->get();
     auto started = MetricsHttpServer::Start(host, int(*metrics_port),
-                                            [&metrics, e] { return metrics.Render(e->stats()); });
+                                            [&metrics, e] { return metrics.Render(e->stats(), e->options().store.get()); });
     if (!started.ok()) return started.status();
     metrics_server = *std::move(started);
     std::fprintf(stderr, "steady-server: metrics on http://%s:%d/metrics\n", host.c_str(), metrics_server->port());

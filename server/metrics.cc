@@ -18,36 +18,11 @@ namespace steady {
 
 namespace {
 
-// Prometheus renders +Inf and integral bounds without noise ("0.005", "1", "+Inf").
-std::string FormatBound(double b) { return absl::StrFormat("%g", b); }
-
 void AppendHeader(std::string* out, const char* name, const char* type, const char* help) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
 }
 
 }  // namespace
-
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void Histogram::Observe(double value) {
-  size_t i = 0;
-  while (i < bounds_.size() && value > bounds_[i]) ++i;
-  std::lock_guard lock(mu_);
-  ++counts_[i];
-  sum_ += value;
-  ++count_;
-}
-
-void Histogram::Render(const std::string& name, std::string* out) const {
-  std::lock_guard lock(mu_);
-  int64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? FormatBound(bounds_[i]) : "+Inf";
-    absl::StrAppend(out, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
-  }
-  absl::StrAppend(out, name, "_sum ", absl::StrFormat("%.9g", sum_), "\n", name, "_count ", count_, "\n");
-}
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
@@ -61,7 +36,7 @@ void Metrics::CountRequest(const std::string& rpc, const std::string& code) {
 void Metrics::ObserveTimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
 void Metrics::ObserveInterTokenLatency(double seconds) { inter_token_.Observe(seconds); }
 
-std::string Metrics::Render(const Engine::Stats& engine) const {
+std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* store) const {
   std::string out;
   AppendHeader(&out, "steady_requests_total", "counter", "Finished RPCs by method and status code.");
   {
@@ -91,6 +66,30 @@ std::string Metrics::Render(const Engine::Stats& engine) const {
   absl::StrAppend(&out, "steady_engine_steps_total ", engine.steps, "\n");
   AppendHeader(&out, "steady_engine_step_seconds", "gauge", "Duration of the last engine step.");
   absl::StrAppend(&out, "steady_engine_step_seconds ", absl::StrFormat("%.9g", engine.last_step_seconds), "\n");
+  if (store == nullptr) return out;
+  const StoreStats& st = store->stats();
+  AppendHeader(&out, "steady_durable_turns_total", "counter",
+               "Finished Generate calls whose state reached the session store before they were acknowledged "
+               "(committed), or could not (failed: undone and reported).");
+  absl::StrAppend(&out, "steady_durable_turns_total{result=\"committed\"} ", engine.turns_committed, "\n");
+  absl::StrAppend(&out, "steady_durable_turns_total{result=\"failed\"} ", engine.commit_failures, "\n");
+  AppendHeader(&out, "steady_store_bytes_written_total", "counter", "Snapshot bytes written to the session store.");
+  absl::StrAppend(&out, "steady_store_bytes_written_total ", st.bytes_written.load(), "\n");
+  AppendHeader(&out, "steady_store_blobs_written_total", "counter", "Snapshots written to the session store.");
+  absl::StrAppend(&out, "steady_store_blobs_written_total ", st.blobs_written.load(), "\n");
+  AppendHeader(&out, "steady_store_write_errors_total", "counter", "Snapshot writes the session store refused.");
+  absl::StrAppend(&out, "steady_store_write_errors_total ", st.write_errors.load(), "\n");
+  AppendHeader(&out, "steady_store_fsync_seconds", "histogram", "Duration of each fsync the session store made.");
+  st.sync_seconds.Render("steady_store_fsync_seconds", &out);
+  AppendHeader(&out, "steady_recovery_seconds", "gauge", "Time the engine took at start to recover the stored sessions.");
+  absl::StrAppend(&out, "steady_recovery_seconds ", absl::StrFormat("%.9g", engine.recovery_seconds), "\n");
+  AppendHeader(&out, "steady_recovery_sessions", "gauge",
+               "Sessions found in the store at start: recovered, or unreadable (answering DATA_LOSS).");
+  absl::StrAppend(&out, "steady_recovery_sessions{result=\"recovered\"} ", engine.sessions_recovered, "\n");
+  absl::StrAppend(&out, "steady_recovery_sessions{result=\"unreadable\"} ", engine.sessions_unreadable, "\n");
+  AppendHeader(&out, "steady_recovery_dropped_writes", "gauge",
+               "Incomplete writes a crash left in the store, removed at start (their sessions keep the previous state).");
+  absl::StrAppend(&out, "steady_recovery_dropped_writes ", st.dropped_at_open.load(), "\n");
   return out;
 }
 

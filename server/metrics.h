@@ -15,24 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "server/engine.h"
+#include "server/histogram.h"
+#include "server/session_store.h"
 
 namespace steady {
-
-// Cumulative histogram with fixed upper bounds (seconds).
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> bounds);
-  void Observe(double value);
-  // Appends the _bucket, _sum and _count lines of metric `name`.
-  void Render(const std::string& name, std::string* out) const;
-
- private:
-  const std::vector<double> bounds_;  // ascending; +Inf is implicit
-  mutable std::mutex mu_;
-  std::vector<int64_t> counts_;  // guarded by mu_: [bounds + 1], per bucket (not cumulative)
-  double sum_ = 0;               // guarded by mu_
-  int64_t count_ = 0;            // guarded by mu_
-};
 
 class Metrics {
  public:
@@ -41,8 +27,9 @@ class Metrics {
   void CountRequest(const std::string& rpc, const std::string& code);
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
-  // Every metric, with the engine's gauges and counters from `engine`.
-  std::string Render(const Engine::Stats& engine) const;
+  // Every metric, with the engine's gauges and counters from `engine` and the session store's
+  // (none without a store).
+  std::string Render(const Engine::Stats& engine, const SessionStore* store = nullptr) const;
 
  private:
   mutable std::mutex mu_;

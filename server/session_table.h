@@ -1,6 +1,6 @@
 // Bookkeeping of sessions and state slots, owned by the engine thread: which session holds which
-// slot, which are offloaded to session_dir, which are busy, and the LRU order of idle resident
-// sessions (the offload candidates). No model and no files: the engine moves the state.
+// slot, which are offloaded to the session store, which are busy, and the LRU order of idle
+// resident sessions (the offload candidates). No model and no store: the engine moves the state.
 #ifndef STEADY_SERVER_SESSION_TABLE_H_
 #define STEADY_SERVER_SESSION_TABLE_H_
 
@@ -17,7 +17,8 @@ struct Session {
   std::string id;
   bool ephemeral = false;   // a Generate without session_id: never listed, offloaded or persisted
   int slot = -1;            // resident slot; -1: none (empty, or offloaded when on_disk)
-  bool on_disk = false;     // state in session_dir/<id>.snap; then slot == -1
+  bool on_disk = false;     // offloaded: the state is only in the store; then slot == -1
+  bool stored = false;      // the store's blob is the session's current state (on_disk implies it)
   int64_t position = 0;     // while not resident (resident: the pool's position)
   int64_t state_bytes = 0;  // while not resident
   int64_t created_unix_ms = 0;
@@ -35,6 +36,7 @@ class SessionTable {
   explicit SessionTable(int slots);
 
   Session* Find(const std::string& id);
+  bool Contains(const std::string& id) const { return sessions_.count(id) > 0; }
   // A new session without a slot (empty state). The id must be new.
   Session& Add(const std::string& id, bool ephemeral);
   // Forgets the session and frees its slot.

@@ -12,6 +12,7 @@
 #include "model/generate.h"
 #include "model/backend.h"
 #include "model/state_pool.h"
+#include "server/directory_store.h"
 #include "server/snapshot.h"
 #include "tests/testutil.h"
 
@@ -100,6 +101,12 @@ absl::StatusOr<SessionInfo> Create(Engine& e, const std::string& id) {
 }
 absl::StatusOr<SessionInfo> Get(Engine& e, const std::string& id) {
   return Call<absl::StatusOr<SessionInfo>>([&](auto done) { e.GetSession(id, done); });
+}
+
+std::shared_ptr<SessionStore> DirStore(const std::string& dir) {
+  auto store = DirectoryStore::Open(dir);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return *std::move(store);
 }
 
 std::unique_ptr<Engine> StartEngine(const Model& m, EngineOptions o) {
@@ -241,8 +248,9 @@ TEST(EngineTest, ExportImportContinuesLikeTheOriginal) {
   ASSERT_TRUE(again.ok()) << again.status();
 }
 
-// Destroy the engine with sessions mid-life, start another on the same session_dir, continue:
-// identical to an uninterrupted run.
+// Destroy the engine with sessions mid-life, start another on the same store, continue: identical to
+// an uninterrupted run. Durability::kShutdown: the store is written by ~Engine (turn durability:
+// tests/durability_test.cc).
 TEST(EngineTest, RestartContinuesEverySessionExactly) {
   const Model m = Taylor();
   const std::string dir = testing::MakeTempDir("engine_restart");
@@ -259,7 +267,8 @@ TEST(EngineTest, RestartContinuesEverySessionExactly) {
     ASSERT_TRUE(Create(*e, "empty").ok());
   }
   EngineOptions o = Options();
-  o.session_dir = dir;
+  o.store = DirStore(dir);
+  o.durability = Durability::kShutdown;
   std::vector<int64_t> positions;
   {
     auto e = StartEngine(m, o);
@@ -291,7 +300,7 @@ TEST(EngineTest, RestartContinuesEverySessionExactly) {
 TEST(EngineTest, OffloadedSessionsContinueExactly) {
   const Model m = Taylor();
   EngineOptions small = Options(64, int64_t(2 * m.StateFloats() * sizeof(float)));
-  small.session_dir = testing::MakeTempDir("engine_offload");
+  small.store = DirStore(testing::MakeTempDir("engine_offload"));
   auto constrained = StartEngine(m, small);
   auto unconstrained = StartEngine(m, Options());
   int64_t most_offloaded = 0;

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/state_pool.h"
 #include "model/tokenizer.h"
+#include "server/directory_store.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -50,7 +51,9 @@ class ServiceTest : public ::testing::Test {
 
   void StartServer(EngineOptions options = {}) {
     options.state_memory_bytes = 1 << 24;
-    options.session_dir = testing::MakeTempDir("service_sessions");
+    auto store = DirectoryStore::Open(testing::MakeTempDir("service_sessions"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    options.store = *std::move(store);
     auto engine = Engine::Start(*model_, *tokenizer_, options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
