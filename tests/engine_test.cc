@@ -12,116 +12,29 @@
 #include "model/generate.h"
 #include "model/backend.h"
 #include "model/state_pool.h"
-#include "server/directory_store.h"
 #include "server/snapshot.h"
+#include "tests/engine_harness.h"
 #include "tests/testutil.h"
 
 namespace steady {
 namespace {
 
-const Tokenizer& TestTokenizer() {
-  static const Tokenizer* t = [] {
-    auto loaded = Tokenizer::Load(testing::SourcePath("tests/data/tokenizer/tokenizer.model"));
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
-    return loaded->release();
-  }();
-  return *t;
-}
-
-// eos -1: generation runs to max_tokens (for tests that need a job to keep running).
-Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed, int eos = 2) {
-  return testing::TinyModel(mechanism, params, seed,
-                            eos < 0 ? nlohmann::json{{"eos_token_id", nullptr}} : nlohmann::json{{"eos_token_id", eos}});
-}
-
-Model Taylor(int eos = 2) { return TinyModel("taylor", {{"order", 2}}, 1234, eos); }
-
-// Prompts of different lengths (a few words to a few hundred tokens).
-std::string Prompt(int i) {
-  static const char* words[] = {"the", "license", "software", "free", "you", "may", "copy", "work",
-                                "source", "code", "terms", "of", "any", "program", "modify", "and"};
-  std::string s;
-  const int n = 1 + (i * 37) % 90;
-  for (int w = 0; w < n; ++w) {
-    if (w) s += ' ';
-    s += words[(i * 7 + w * 3) % 16];
-  }
-  return s;
-}
-
-struct Outcome {
-  absl::Status status;
-  std::string finish_reason, text;
-  std::vector<int32_t> ids;
-  Usage usage;
-};
-
-// Submits a job whose result is collected into the returned future.
-std::future<Outcome> SubmitAsync(Engine& e, GenerateJob job) {
-  auto outcome = std::make_shared<Outcome>();
-  auto promise = std::make_shared<std::promise<Outcome>>();
-  auto future = promise->get_future();
-  auto user_output = job.on_output;
-  job.on_output = [outcome, user_output](const std::string& text, const std::vector<int32_t>& ids) {
-    outcome->text += text;
-    outcome->ids.insert(outcome->ids.end(), ids.begin(), ids.end());
-    if (user_output) user_output(text, ids);
-  };
-  job.on_done = [outcome, promise](const absl::Status& st, const std::string& reason, const Usage& usage) {
-    outcome->status = st;
-    outcome->finish_reason = reason;
-    outcome->usage = usage;
-    promise->set_value(*outcome);
-  };
-  e.Submit(std::move(job));
-  return future;
-}
-
-GenerateJob Job(const std::string& session, const std::string& prompt, int64_t max_tokens) {
-  GenerateJob j;
-  j.session_id = session;
-  j.prompt = prompt;
-  j.max_tokens = max_tokens;
-  return j;
-}
-
-Outcome Generate(Engine& e, const std::string& session, const std::string& prompt, int64_t max_tokens) {
-  return SubmitAsync(e, Job(session, prompt, max_tokens)).get();
-}
-
-template <typename T>
-T Call(const std::function<void(std::function<void(T)>)>& op) {
-  std::promise<T> p;
-  op([&p](T v) { p.set_value(std::move(v)); });
-  return p.get_future().get();
-}
-
-absl::StatusOr<SessionInfo> Create(Engine& e, const std::string& id) {
-  return Call<absl::StatusOr<SessionInfo>>([&](auto done) { e.CreateSession(id, done); });
-}
-absl::StatusOr<SessionInfo> Get(Engine& e, const std::string& id) {
-  return Call<absl::StatusOr<SessionInfo>>([&](auto done) { e.GetSession(id, done); });
-}
-
-std::shared_ptr<SessionStore> DirStore(const std::string& dir) {
-  auto store = DirectoryStore::Open(dir);
-  EXPECT_TRUE(store.ok()) << store.status();
-  return *std::move(store);
-}
-
-std::unique_ptr<Engine> StartEngine(const Model& m, EngineOptions o) {
-  auto e = Engine::Start(m, TestTokenizer(), std::move(o));
-  EXPECT_TRUE(e.ok()) << e.status();
-  return *std::move(e);
-}
-
-EngineOptions Options(int max_batch = 64, int64_t state_memory = int64_t(1) << 22) {
-  EngineOptions o;
-  o.max_batch = max_batch;
-  o.prefill_budget = 64;  // several prompts need more than one chunk
-  o.state_memory_bytes = state_memory;
-  return o;
-}
+using testing::Call;
+using testing::Create;
+using testing::DirStore;
+using testing::EngineTinyModel;
+using testing::Generate;
+using testing::Get;
+using testing::Job;
+using testing::Options;
+using testing::Outcome;
+using testing::Play;
+using testing::Prompt;
+using testing::StartEngine;
+using testing::SubmitAsync;
+using testing::Taylor;
+using testing::TestTokenizer;
+using testing::Turns;
 
 GenerateResult Reference(const Model& m, const std::string& prompt, int max_tokens) {
   std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {});
@@ -145,7 +58,7 @@ class EngineBatchTest : public ::testing::TestWithParam<BatchCase> {};
 // fp32 rounding differs with the GEMM row count and the chunking (model_test bounds it at 1e-4
 // relative); fixed seeds keep the greedy choices away from near-ties.
 TEST_P(EngineBatchTest, AloneEqualsBatchedEqualsGenerateText) {
-  const Model m = GetParam().mechanism == "softmax" ? TinyModel("softmax", nlohmann::json::object(), 99) : Taylor();
+  const Model m = GetParam().mechanism == "softmax" ? EngineTinyModel("softmax", nlohmann::json::object(), 99) : Taylor();
   constexpr int kSessions = 32, kMaxTokens = 12;
   auto engine = StartEngine(m, Options(GetParam().max_batch));
   std::vector<std::future<Outcome>> batched;
@@ -197,18 +110,6 @@ TEST(EngineTest, StopStringsAndSeededSamplingMatchGenerateText) {
   }
 }
 
-// A session's history as (prompt, max_tokens) turns; returns each turn's output.
-using Turns = std::vector<std::pair<std::string, int>>;
-std::vector<std::vector<int32_t>> Play(Engine& e, const std::string& session, const Turns& turns) {
-  std::vector<std::vector<int32_t>> out;
-  for (const auto& [prompt, n] : turns) {
-    const Outcome o = Generate(e, session, prompt, n);
-    EXPECT_TRUE(o.status.ok()) << o.status;
-    out.push_back(o.ids);
-  }
-  return out;
-}
-
 TEST(EngineTest, ForkThenGenerateEqualsFreshSessionWithTheSamePrefix) {
   const Model m = Taylor();
   auto engine = StartEngine(m, Options());
@@ -231,7 +132,7 @@ TEST(EngineTest, ForkThenGenerateEqualsFreshSessionWithTheSamePrefix) {
 }
 
 TEST(EngineTest, ExportImportContinuesLikeTheOriginal) {
-  const Model m = TinyModel("softmax", nlohmann::json::object(), 5);
+  const Model m = EngineTinyModel("softmax", nlohmann::json::object(), 5);
   auto engine = StartEngine(m, Options());
   ASSERT_TRUE(Create(*engine, "orig").ok());
   Play(*engine, "orig", {{Prompt(8), 7}});
@@ -456,7 +357,7 @@ TEST(EngineTest, BadInputsGetTheRightCodesNamingTheField) {
   EXPECT_EQ(import(flipped).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(import("not a snapshot at all").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(import("").code(), absl::StatusCode::kInvalidArgument);
-  const Model other = TinyModel("taylor", {{"order", 2}}, 4321);
+  const Model other = EngineTinyModel("taylor", {{"order", 2}}, 4321);
   auto other_engine = StartEngine(other, Options());
   ASSERT_TRUE(Create(*other_engine, "o").ok());
   auto foreign = Call<absl::StatusOr<std::string>>([&](auto done) { other_engine->ExportSession("o", done); });
@@ -506,7 +407,7 @@ TEST(EngineTest, CudaKvCapacityIsEnforcedPerRequest) {
   EngineOptions o = Options();
   o.device = "cuda";
   o.max_context = 24;
-  const Model softmax = TinyModel("softmax", nlohmann::json::object(), 5);
+  const Model softmax = EngineTinyModel("softmax", nlohmann::json::object(), 5);
   std::unique_ptr<Engine> e = StartEngine(softmax, o);
   EXPECT_EQ(e->device().rfind("cuda", 0), 0u) << e->device();
   ASSERT_TRUE(Create(*e, "s").ok());
@@ -552,7 +453,7 @@ class BoundedBackend : public Backend {
 // GenerateText refuses, before running anything, a request that would pass the backend's KV
 // capacity; the session is untouched and a request that fits still runs.
 TEST(GenerateTextTest, RefusesToPassTheBackendsKvCapacity) {
-  const Model m = TinyModel("softmax", nlohmann::json::object(), 5);
+  const Model m = EngineTinyModel("softmax", nlohmann::json::object(), 5);
   BoundedBackend b(m, 24);
   GenerateRequest r;
   r.prompt = "a b c d";
