@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/status.h"
 #include "server/engine_impl.h"
 
@@ -124,42 +125,42 @@ void Engine::Impl::CommitTurns() {
   std::vector<BlobWrite> writes;
   for (const FinishedTurn& t : turns) {
     Session& s = *sessions.Find(t.session_id);
-    SessionSnapshot snap = CaptureSlot(*pool, s.slot);
-    snap.session_id = s.id;
-    snap.created_unix_ms = s.created_unix_ms;
-    snap.last_used_unix_ms = s.last_used_unix_ms;
-    writes.push_back({s.id, EncodeSnapshot(snap, shape.fingerprint)});
+    auto snap = Snapshot(s);  // resident: taken from its slot, cannot fail
+    STEADY_CHECK(snap.ok());
+    writes.push_back({s.id, EncodeSnapshot(*snap, shape.fingerprint)});
   }
-  const std::vector<absl::Status> written = store()->Put(writes);
-  int64_t committed = 0, failed = 0;
+  std::vector<absl::Status> statuses = store()->Put(writes);
+  int64_t failed = 0;
   for (size_t i = 0; i < turns.size(); ++i) {
-    FinishedTurn& t = turns[i];
-    Session& s = *sessions.Find(t.session_id);
-    absl::Status status = written[i];
-    if (status.ok()) {
+    Session& s = *sessions.Find(turns[i].session_id);
+    if (statuses[i].ok()) {
       s.stored = true;
-      ++committed;
-    } else {
-      // Not durable, so not acknowledged: the session goes back to what the store holds, its last
-      // durable state, and the client hears why.
-      ++failed;
-      auto durable = LoadStored(s);
-      if (durable.ok()) {
-        RestoreSlot(*durable, *pool, s.slot);
-        s.stored = true;
-      }
-      status = WithContext(status, absl::StrCat("session ", s.id, ": the turn could not be made durable and ",
-                                                durable.ok() ? absl::StrCat("was undone (the session is back at position ",
-                                                                            durable->position, ")")
-                                                             : absl::StrCat("could not be undone either (",
-                                                                            std::string(durable.status().message()), ")")));
+      continue;
     }
-    unfinished_jobs.fetch_sub(1);
-    t.request.on_done(status, status.ok() ? t.reason : "", t.usage);
+    // Not durable, so not acknowledged: the session goes back to what the store holds, its last
+    // durable state, and the client hears why.
+    ++failed;
+    auto durable = LoadStored(s);
+    if (durable.ok()) {
+      RestoreSlot(*durable, *pool, s.slot);
+      s.stored = true;
+    }
+    statuses[i] = WithContext(
+        statuses[i], absl::StrCat("session ", s.id, ": the turn could not be made durable and ",
+                                  durable.ok() ? absl::StrCat("was undone (the session is back at position ",
+                                                              durable->position, ")")
+                                               : absl::StrCat("could not be undone either (",
+                                                              std::string(durable.status().message()), ")")));
   }
-  std::lock_guard<std::mutex> lock(stats_mu);
-  stats.turns_committed += committed;
-  stats.commit_failures += failed;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.turns_committed += int64_t(turns.size()) - failed;
+    stats.commit_failures += failed;
+  }
+  for (size_t i = 0; i < turns.size(); ++i) {
+    unfinished_jobs.fetch_sub(1);
+    turns[i].request.on_done(statuses[i], statuses[i].ok() ? turns[i].reason : "", turns[i].usage);
+  }
 }
 
 bool Engine::Impl::Step() {
