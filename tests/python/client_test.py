@@ -7,91 +7,21 @@ temporary directory, so this checks the wire API itself, not the C++ client code
 Usage: client_test.py BIN_DIR SOURCE_DIR
 """
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
-GOOGLEAPIS = "/usr/share/gocode/src/github.com/grpc-ecosystem/grpc-gateway/third_party/googleapis"
-
-# The standard health protocol (grpc/health/v1/health.proto), which Debian ships no Python stubs for.
-HEALTH_PROTO = """
-syntax = "proto3";
-package grpc.health.v1;
-message HealthCheckRequest { string service = 1; }
-message HealthCheckResponse {
-  enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
-  ServingStatus status = 1;
-}
-service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }
-"""
-
 BIN_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="steady_python_")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import steady_grpc  # noqa: E402
 
-
-def generate_stubs():
-    out = os.path.join(WORK, "gen")
-    os.makedirs(out)
-    # Saved under a name of its own: a grpc/health/v1/ module path would hide grpcio's `grpc` package.
-    os.makedirs(os.path.join(WORK, "health"))
-    with open(os.path.join(WORK, "health", "health_v1.proto"), "w") as f:
-        f.write(HEALTH_PROTO)
-    protoc = ["protoc", "-I", os.path.join(SOURCE_DIR, "proto"), "-I", GOOGLEAPIS, "-I", "/usr/include",
-              "-I", os.path.join(WORK, "health"), "--python_out=" + out]
-    grpc_plugin = ["--grpc_python_out=" + out, "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin"]
-    subprocess.run(protoc + ["google/api/http.proto", "google/api/annotations.proto"], check=True)
-    subprocess.run(protoc + grpc_plugin + ["steady/v1/inference.proto", "health_v1.proto"], check=True)
-    sys.path.insert(0, out)
-
-
-generate_stubs()
+steady_grpc.generate_stubs(WORK, SOURCE_DIR)
 import grpc  # noqa: E402
 import health_v1_pb2 as health_pb2, health_v1_pb2_grpc as health_pb2_grpc  # noqa: E402
 from steady.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc  # noqa: E402
-
-
-class Server:
-    """steady-server on a port it picks itself (read back from its log)."""
-
-    def __init__(self, model_dir, session_dir):
-        self.log_path = os.path.join(WORK, "server.log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [os.path.join(BIN_DIR, "steady-server"), "--model", model_dir, "--port", "0",
-             "--state-memory", "16M", "--session-dir", session_dir], stderr=self.log)
-        deadline = time.time() + 30
-        self.port = None
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", self.read_log())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.1)
-        if self.port is None:
-            self.kill()
-            raise RuntimeError("steady-server did not start: " + self.read_log())
-
-    def read_log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def terminate(self):
-        """SIGTERM; returns the exit status (bounded wait)."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.kill()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 class ClientTest(unittest.TestCase):
@@ -101,7 +31,9 @@ class ClientTest(unittest.TestCase):
         subprocess.run([os.path.join(BIN_DIR, "steady"), "init", "--out", model, "--preset", "tiny",
                         "--tokenizer", os.path.join(SOURCE_DIR, "tests/data/tokenizer/tokenizer.model"),
                         "--mechanism", "taylor", "--order", "2"], check=True, stdout=subprocess.DEVNULL)
-        cls.server = Server(model, os.path.join(WORK, "sessions"))
+        cls.server = steady_grpc.Server(BIN_DIR, os.path.join(WORK, "server.log"),
+                                        ["--model", model, "--state-memory", "16M", "--session-dir",
+                                         os.path.join(WORK, "sessions")])
         cls.channel = grpc.insecure_channel("127.0.0.1:%d" % cls.server.port)
         cls.stub = pb_grpc.InferenceStub(cls.channel)
 
