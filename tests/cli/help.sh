@@ -65,15 +65,16 @@ else
   echo "skip - steady-gateway was not built (no Go)"
 fi
 
-for tool in drift slay_gap sliced_error step_instructions; do
+for tool in drift slay_gap sliced_error step_instructions replay_exactness; do
   expect_help "$tool" "$bin/$tool" --help
   expect_usage_error "$tool" "$bin/$tool" --no-such-flag
 done
-if [ -x "$bin/decode_bench" ]; then
+for bench in decode_bench store_bench; do
+  [ -x "$bin/$bench" ] || continue
   # Google Benchmark's own usage ("benchmark [--benchmark_list_tests..."), exit 0.
-  "$bin/decode_bench" --help > "$tmp/out" 2>&1 && grep -q "benchmark_filter" "$tmp/out" \
-    && pass "decode_bench --help" || fail "decode_bench --help: $(head -c 300 "$tmp/out")"
-fi
+  "$bin/$bench" --help > "$tmp/out" 2>&1 && grep -q "benchmark_filter" "$tmp/out" \
+    && pass "$bench --help" || fail "$bench --help: $(head -c 300 "$tmp/out")"
+done
 
 # The Python tools (argparse): "usage: NAME.py".
 for script in tools/bench/quality_table.py tools/bench/sdpa_compare.py tools/corpus/extract_sources.py \

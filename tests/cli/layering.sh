@@ -14,7 +14,7 @@ declare -A allowed=(
   [model]="model kernels base absl"
   [server]="server model base absl steady"
   [clients]="clients base absl steady"
-  [tools]="tools model base absl"
+  [tools]="tools server model base absl"
 )
 
 for folder in "${!allowed[@]}"; do
