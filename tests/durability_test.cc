@@ -18,6 +18,7 @@
 #include "server/engine.h"
 #include "server/snapshot.h"
 #include "tests/engine_harness.h"
+#include "tests/faulty_file_ops.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -45,27 +46,7 @@ std::string CrashImage(const std::string& dir, const std::string& name) {
   return image;
 }
 
-// The system calls of the store, with switches for a full disk and a failing fsync.
-struct Faults {
-  std::atomic<bool> disk_full{false};
-  std::atomic<bool> fsync_fails{false};
-  FileOps Ops() {
-    return {[this](int fd, const void* data, size_t size) -> ssize_t {
-              if (disk_full) {
-                errno = ENOSPC;
-                return -1;
-              }
-              return ::write(fd, data, size);
-            },
-            [this](int fd) {
-              if (fsync_fails) {
-                errno = EIO;
-                return -1;
-              }
-              return ::fsync(fd);
-            }};
-  }
-};
+using Faults = testing::FaultyFileOps;
 
 EngineOptions Durable(const std::string& dir, const FileOps& ops = RealFileOps()) {
   EngineOptions o = Options();

@@ -15,34 +15,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/faulty_file_ops.h"
 #include "tests/testutil.h"
 
 namespace steady {
 namespace {
 
-// Real system calls, with switches that make them fail as a full disk or a dying disk would.
-struct Faults {
-  std::atomic<bool> disk_full{false};
-  std::atomic<bool> fsync_fails{false};
-  std::atomic<int> fsyncs{0};
-  FileOps Ops() {
-    return {[this](int fd, const void* data, size_t size) -> ssize_t {
-              if (disk_full) {
-                errno = ENOSPC;
-                return -1;
-              }
-              return ::write(fd, data, size);
-            },
-            [this](int fd) {
-              ++fsyncs;
-              if (fsync_fails) {
-                errno = EIO;
-                return -1;
-              }
-              return ::fsync(fd);
-            }};
-  }
-};
+using Faults = testing::FaultyFileOps;
 
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> names;
