@@ -26,8 +26,14 @@ DirectoryStore::DirectoryStore(std::string dir, const FileOps& ops) : dir_(std::
 absl::StatusOr<std::unique_ptr<DirectoryStore>> DirectoryStore::Open(const std::string& dir, const FileOps& ops) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  const bool created = fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("session directory ", dir, ": cannot create it: ", ec.message()));
+  // A new directory's own entry must survive a power loss too.
+  if (created) {
+    fs::path path = fs::path(dir).lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();  // "a/b/" names b
+    if (absl::Status st = SyncParentDirectory(path.string(), ops); !st.ok()) return st;
+  }
   if (!fs::is_directory(dir, ec)) return absl::InvalidArgumentError(absl::StrCat("session directory ", dir, ": not a directory"));
   std::unique_ptr<DirectoryStore> store(new DirectoryStore(dir, ops));
   // A temp file is a write that never reached its rename: the key still holds its previous blob.
