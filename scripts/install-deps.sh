@@ -17,6 +17,9 @@ packages=(
   # (protoc-gen-grpc-gateway, protoc-gen-swagger), protoc-gen-go 1.3.5 and the Go sources it builds from.
   golang-go golang-grpc-gateway golang-goprotobuf-dev golang-google-grpc-dev golang-google-genproto-dev
   python3-matplotlib  # load-test charts: tools/plot/plot_reports.py (tests/cli/loadtest_smoke.sh)
+  # Replicas sharing sessions (docs/deployment.md): the Redis session store's client, and the Redis
+  # server and nginx that the replica tests start on 127.0.0.1.
+  libhiredis-dev redis-server nginx
 )
 missing=()
 for p in "${packages[@]}"; do

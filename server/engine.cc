@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const Model& model, const 
   auto backend = MakeEngineBackend(model, options);
   if (!backend.ok()) return backend.status();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options), *std::move(backend));
-  if (impl->store()) {
+  if (impl->store() && !impl->Shared()) {  // a shared store's sessions are read as they are used
     const auto start = std::chrono::steady_clock::now();
     if (absl::Status st = impl->Recover(); !st.ok()) return st;
     impl->stats.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -75,11 +75,7 @@ void Engine::GetSession(std::string id, std::function<void(absl::StatusOr<Sessio
 }
 
 void Engine::ListSessions(std::function<void(std::vector<SessionInfo>)> done) {
-  if (!impl_->Post([this, done] {
-        std::vector<SessionInfo> out;
-        for (const Session* s : impl_->sessions.Named()) out.push_back(impl_->Info(*s));
-        done(std::move(out));
-      })) {
+  if (!impl_->Post([this, done] { done(impl_->ListAll()); })) {
     done({});
   }
 }

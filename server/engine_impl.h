@@ -116,10 +116,23 @@ struct Engine::Impl {
   // Sessions and state.
   SessionStore* store() const { return options.store.get(); }
   bool TurnDurable() const { return store() && options.durability == Durability::kTurn; }
+  bool Shared() const { return store() && store()->Shared(); }
   // The session, or the error its id answers: NOT_FOUND naming `field`, or the unreadable blob's.
+  // With a shared store a session this server does not hold is read from the store (Adopt).
   absl::StatusOr<Session*> Lookup(const std::string& id, const std::string& field);
-  // ALREADY_EXISTS (naming `field`) when `id` is a session, readable or not.
-  absl::Status CheckNew(const std::string& id, const std::string& field) const;
+  // Lookup, and with a shared store this server's lease on it (UNAVAILABLE while a peer holds it).
+  absl::StatusOr<Session*> LookupToChange(const std::string& id, const std::string& field);
+  // Registers (or refreshes) `id` from the header of its blob in the store, offloaded.
+  absl::StatusOr<Session*> Adopt(const std::string& id, const std::string& field);
+  // ALREADY_EXISTS (naming `field`) when `id` is a session, readable or not, here or (shared store)
+  // in the store. With a shared store OK leaves this server holding the new id's lease.
+  absl::Status CheckNew(const std::string& id, const std::string& field);
+  // Drops a session from the table (and its lease).
+  void Forget(const std::string& id);
+  // The store holds `state` as s's current state.
+  void MarkStored(Session& s, const SessionSnapshot& state);
+  // Every session: the table's, and with a shared store every session in it.
+  std::vector<SessionInfo> ListAll();
   int64_t Position(const Session& s) const { return s.slot >= 0 ? pool->position(s.slot) : s.position; }
   SessionInfo Info(const Session& s) const;
   std::string NewSessionId();

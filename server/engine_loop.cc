@@ -49,7 +49,7 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
     }
     key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
   } else {
-    auto found = Lookup(key, "session_id");
+    auto found = LookupToChange(key, "session_id");
     if (!found.ok()) return fail(found.status());
     s = *found;
     if (s->job != 0) {
@@ -122,35 +122,32 @@ void Engine::Impl::CommitTurns() {
   if (to_commit.empty()) return;
   std::vector<FinishedTurn> turns;
   turns.swap(to_commit);
+  std::vector<SessionSnapshot> states;
   std::vector<BlobWrite> writes;
   for (const FinishedTurn& t : turns) {
     Session& s = *sessions.Find(t.session_id);
     auto snap = Snapshot(s);  // resident: taken from its slot, cannot fail
     STEADY_CHECK(snap.ok());
     writes.push_back({s.id, EncodeSnapshot(*snap, shape.fingerprint)});
+    states.push_back(*std::move(snap));
   }
   std::vector<absl::Status> statuses = store()->Put(writes);
   int64_t failed = 0;
   for (size_t i = 0; i < turns.size(); ++i) {
     Session& s = *sessions.Find(turns[i].session_id);
     if (statuses[i].ok()) {
-      s.stored = true;
+      MarkStored(s, states[i]);
       continue;
     }
     // Not durable, so not acknowledged: the session goes back to what the store holds, its last
-    // durable state, and the client hears why.
+    // durable state (read again on its next use), and the client hears why.
     ++failed;
-    auto durable = LoadStored(s);
-    if (durable.ok()) {
-      RestoreSlot(*durable, *pool, s.slot);
-      s.stored = true;
-    }
-    statuses[i] = WithContext(
-        statuses[i], absl::StrCat("session ", s.id, ": the turn could not be made durable and ",
-                                  durable.ok() ? absl::StrCat("was undone (the session is back at position ",
-                                                              durable->position, ")")
-                                               : absl::StrCat("could not be undone either (",
-                                                              std::string(durable.status().message()), ")")));
+    FreeSlot(s);
+    sessions.SetOnDisk(s, true);
+    s.stored = true;
+    statuses[i] = WithContext(statuses[i], absl::StrCat("session ", s.id,
+                                                        ": the turn could not be made durable and was undone (the "
+                                                        "session is back at position ", s.position, ")"));
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu);
@@ -318,6 +315,10 @@ void Engine::Impl::Shutdown() {
     if (s->stored) continue;
     const absl::Status st = s->slot >= 0 ? Offload(*s) : Persist(*s, empty_state);
     if (!st.ok()) std::fprintf(stderr, "steady: session %s not persisted: %s\n", s->id.c_str(), std::string(st.message()).c_str());
+  }
+  // Peers may take every session over at once.
+  if (Shared()) {
+    for (const Session* s : sessions.Named()) store()->Release(s->id);
   }
 }
 

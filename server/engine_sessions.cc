@@ -66,14 +66,96 @@ std::string Engine::Impl::NewSessionId() {
 }
 
 absl::StatusOr<Session*> Engine::Impl::Lookup(const std::string& id, const std::string& field) {
-  if (Session* s = sessions.Find(id)) return s;
-  if (auto it = unreadable.find(id); it != unreadable.end()) return it->second;
-  return absl::NotFoundError(absl::StrCat(field, ": no session ", id));
+  Session* s = sessions.Find(id);
+  // A shared store is the truth for a session this server does not hold: another server may have
+  // created, changed or deleted it.
+  if (s && (!Shared() || s->job != 0 || store()->Holds(id))) return s;
+  if (!s) {
+    if (auto it = unreadable.find(id); it != unreadable.end()) return it->second;
+    if (!Shared()) return absl::NotFoundError(absl::StrCat(field, ": no session ", id));
+  }
+  return Adopt(id, field);
 }
 
-absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& field) const {
-  if (!sessions.Contains(id) && !unreadable.count(id)) return absl::OkStatus();
-  return absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists"));
+absl::StatusOr<Session*> Engine::Impl::Adopt(const std::string& id, const std::string& field) {
+  auto head = store()->Head(id, MaxSnapshotHeaderBytes(shape));
+  Session* s = sessions.Find(id);
+  if (!head.ok()) {
+    if (head.status().code() != absl::StatusCode::kNotFound) return head.status();
+    if (s) {  // deleted by another server
+      if (s->slot >= 0) FreeSlot(*s);
+      sessions.Erase(id);
+    }
+    return absl::NotFoundError(absl::StrCat(field, ": no session ", id));
+  }
+  auto header = DecodeSnapshotHeader(*head, shape);
+  if (!header.ok()) {
+    return absl::Status(header.status().code() == absl::StatusCode::kFailedPrecondition ? header.status().code()
+                                                                                       : absl::StatusCode::kDataLoss,
+                        absl::StrCat("session ", id, ": its state in the ", store()->Describe(), " cannot be read (",
+                                     std::string(header.status().message()), ")"));
+  }
+  if (!s) {
+    if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+    s = &sessions.Add(id, false);
+  }
+  if (s->slot >= 0) FreeSlot(*s);  // this server's copy may be older than the store's
+  sessions.SetOnDisk(*s, true);
+  s->stored = true;
+  s->position = header->position;
+  s->state_bytes = header->StateBytes();
+  s->created_unix_ms = header->created_unix_ms;
+  s->last_used_unix_ms = header->last_used_unix_ms;
+  return s;
+}
+
+absl::StatusOr<Session*> Engine::Impl::LookupToChange(const std::string& id, const std::string& field) {
+  auto s = Lookup(id, field);
+  if (!s.ok() || !Shared() || store()->Holds(id)) return s;
+  if (absl::Status st = store()->Acquire(id); !st.ok()) return st;
+  // Held now, so nobody else writes it: read what the store holds once more.
+  return Adopt(id, field);
+}
+
+absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& field) {
+  if (sessions.Contains(id) || unreadable.count(id)) {
+    return absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists"));
+  }
+  if (!Shared()) return absl::OkStatus();
+  // The lease first, so that no other server creates the same id meanwhile; kept for the new session.
+  if (absl::Status st = store()->Acquire(id); !st.ok()) return st;
+  auto head = store()->Head(id, 1);
+  if (head.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  store()->Release(id);
+  return head.ok() ? absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists")) : head.status();
+}
+
+void Engine::Impl::Forget(const std::string& id) {
+  if (Shared()) store()->Release(id);
+  sessions.Erase(id);
+}
+
+std::vector<SessionInfo> Engine::Impl::ListAll() {
+  std::vector<SessionInfo> out;
+  if (!Shared()) {
+    for (const Session* s : sessions.Named()) out.push_back(Info(*s));
+    return out;
+  }
+  // Every server's sessions, as the store has them; this server's own from its table.
+  auto keys = store()->List();
+  if (!keys.ok()) {
+    std::fprintf(stderr, "steady: ListSessions: %s\n", std::string(keys.status().message()).c_str());
+    keys = std::vector<std::string>{};
+  }
+  for (const std::string& id : *keys) {
+    auto s = Lookup(id, "session_id");
+    if (s.ok()) out.push_back(Info(**s));
+  }
+  for (const Session* s : sessions.Named()) {
+    if (!std::binary_search(keys->begin(), keys->end(), s->id)) out.push_back(Info(*s));  // not written yet
+  }
+  std::sort(out.begin(), out.end(), [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
+  return out;
 }
 
 absl::Status Engine::Impl::CheckCapacity() const {
@@ -103,6 +185,7 @@ absl::Status Engine::Impl::Offload(Session& s) {
   s.state_bytes = int64_t(pool->BytesInUse(s.slot));
   FreeSlot(s);
   sessions.SetOnDisk(s, true);
+  if (Shared()) store()->Release(s.id);  // another server may take it over now
   return absl::OkStatus();
 }
 
@@ -165,13 +248,19 @@ absl::StatusOr<SessionSnapshot> Engine::Impl::Snapshot(Session& s) {
   return snap;
 }
 
+void Engine::Impl::MarkStored(Session& s, const SessionSnapshot& state) {
+  s.stored = true;
+  s.position = state.position;
+  s.state_bytes = state.StateBytes();
+}
+
 absl::Status Engine::Impl::Persist(Session& s, const SessionSnapshot& state) {
   SessionSnapshot named = state;
   named.session_id = s.id;
   named.created_unix_ms = s.created_unix_ms;
   named.last_used_unix_ms = s.last_used_unix_ms;
   const absl::Status st = store()->Put({{s.id, EncodeSnapshot(named, shape.fingerprint)}})[0];
-  if (st.ok()) s.stored = true;
+  if (st.ok()) MarkStored(s, state);
   return st;
 }
 
@@ -249,14 +338,14 @@ absl::Status Engine::Impl::Recover() {
 absl::StatusOr<SessionInfo> Engine::Impl::Create(std::string id) {
   if (id.empty()) id = NewSessionId();
   if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
-  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;  // last: it may take a lease
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = NowUnixMs();
   sessions.Touch(s, s.created_unix_ms);
   if (TurnDurable()) {
     if (absl::Status st = Persist(s, empty_state); !st.ok()) {
-      sessions.Erase(id);
+      Forget(id);
       return st;
     }
   }
@@ -270,14 +359,14 @@ absl::Status Engine::Impl::Delete(const std::string& id) {
     unreadable.erase(id);
     return absl::OkStatus();
   }
-  auto s = Lookup(id, "session_id");
+  auto s = LookupToChange(id, "session_id");
   if (!s.ok()) return s.status();
   if ((*s)->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", id, " is running a Generate"));
   if ((*s)->stored) {
     if (absl::Status st = store()->Delete(id); !st.ok()) return st;
   }
   if ((*s)->slot >= 0) FreeSlot(**s);
-  sessions.Erase(id);
+  Forget(id);
   return absl::OkStatus();
 }
 
@@ -291,18 +380,18 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
   Session* source = *found;
   if (source->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", source_id, " is running a Generate"));
   if (new_id.empty()) new_id = NewSessionId();
-  if (absl::Status st = CheckNew(new_id, "new_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
   auto state = Snapshot(*source);
   if (!state.ok()) return state.status();
+  // A source that never held state (no slot, nothing stored) forks into another empty session.
+  const bool empty = source->slot < 0 && !source->on_disk;
+  if (absl::Status st = CheckNew(new_id, "new_id"); !st.ok()) return st;  // last: it may take a lease
   Session& s = sessions.Add(new_id, false);
   s.created_unix_ms = NowUnixMs();
   sessions.Touch(s, s.created_unix_ms);
-  // A source that never held state (no slot, nothing stored) forks into another empty session.
-  const bool empty = source->slot < 0 && !source->on_disk;
   absl::Status st = !empty ? Place(s, *state) : TurnDurable() ? Persist(s, empty_state) : absl::OkStatus();
   if (!st.ok()) {
-    sessions.Erase(new_id);
+    Forget(new_id);
     return st;
   }
   return Info(s);
@@ -325,13 +414,13 @@ absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::s
   auto snap = DecodeSnapshot(blob, shape);
   if (!snap.ok()) return snap.status();
   if (id.empty()) id = NewSessionId();
-  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+  if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;  // last: it may take a lease
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = snap->created_unix_ms;
   sessions.Touch(s, NowUnixMs());
   if (absl::Status st = Place(s, *snap); !st.ok()) {
-    sessions.Erase(id);
+    Forget(id);
     return st;
   }
   return Info(s);

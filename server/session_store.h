@@ -46,6 +46,24 @@ class SessionStore {
   virtual absl::StatusOr<std::vector<std::string>> List() const = 0;
   // For messages: "directory /var/lib/steady".
   virtual std::string Describe() const = 0;
+  // The first `bytes` bytes of a key's blob (a snapshot's header: listing without reading
+  // megabytes). NOT_FOUND when the key has no blob.
+  virtual absl::StatusOr<std::string> Head(const std::string& key, size_t bytes) const;
+
+  // --- Ownership, for a store several servers share (Shared()). A store that only one process
+  // uses grants everything: these defaults.
+  //
+  // Takes, or keeps, this server's lease on `key`; UNAVAILABLE naming the holder while another live
+  // server holds it. Put and Delete of a key are fenced: refused (ABORTED) once another server has
+  // taken the key over, even if this one still believes it holds it.
+  virtual absl::Status Acquire(const std::string& key) { return absl::OkStatus(); }
+  // Gives the lease up: another server may take the key over at once.
+  virtual void Release(const std::string& key) {}
+  // False once this server knows another has taken `key` over (a renewal found its lease gone).
+  virtual bool Holds(const std::string& key) const { return true; }
+  // Whether other servers write to this store too: then a session this server does not know may
+  // be in it, and one it knows may have moved on.
+  virtual bool Shared() const { return false; }
 
   StoreStats& stats() { return stats_; }
   const StoreStats& stats() const { return stats_; }

@@ -152,7 +152,9 @@ std::string EncodeSnapshot(const SessionSnapshot& s, uint64_t fingerprint) {
   return out;
 }
 
-absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const SnapshotShape& shape) {
+namespace {
+
+absl::Status CheckMagicAndVersion(std::string_view blob) {
   if (blob.size() < 12) return Invalid(absl::StrCat(blob.size(), " bytes, too short to be a session snapshot"));
   if (std::memcmp(blob.data(), kSnapshotMagic, 8) != 0) return Invalid("bad magic (not a Steady session snapshot)");
   uint32_t version;
@@ -161,17 +163,26 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
     return Invalid(absl::StrCat("format version ", version, " is not supported (this server reads version ",
                                 kSnapshotVersion, ")"));
   }
-  if (blob.size() < kMinSnapshotBytes) return absl::DataLossError(absl::StrCat("snapshot: truncated (", blob.size(), " bytes)"));
-  uint64_t stored_checksum;
-  std::memcpy(&stored_checksum, blob.data() + blob.size() - 8, 8);
-  const std::string_view body = blob.substr(0, blob.size() - 8);
-  if (Hash64(body) != stored_checksum) {
-    return absl::DataLossError("snapshot: checksum mismatch (the blob is corrupted or truncated)");
-  }
+  return absl::OkStatus();
+}
 
-  Reader r(body.substr(12));
-  SessionSnapshot s;
-  uint64_t fingerprint, fixed_count;
+}  // namespace
+
+int64_t SnapshotHeader::StateBytes() const {
+  uint64_t floats = fixed_floats;
+  for (uint64_t g : growing_floats) floats += g;
+  return int64_t(floats * sizeof(float));
+}
+
+size_t MaxSnapshotHeaderBytes(const SnapshotShape& shape) {
+  return 12 + 8 + 4 + kMaxSessionIdBytes + 3 * 8 + 8 + 4 + 8 * shape.growth_per_token.size();
+}
+
+absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(std::string_view blob, const SnapshotShape& shape) {
+  if (absl::Status st = CheckMagicAndVersion(blob); !st.ok()) return st;
+  Reader r(blob.substr(12));
+  SnapshotHeader h;
+  uint64_t fingerprint;
   uint32_t id_len, layers;
   std::string_view id;
   if (!r.Read(&fingerprint) || !r.Read(&id_len)) return Invalid("truncated header");
@@ -181,26 +192,47 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
         absl::Hex(shape.fingerprint, absl::kZeroPad16), " (made with other weights or config)"));
   }
   if (id_len > kMaxSessionIdBytes || !r.ReadBytes(id_len, &id)) return Invalid(absl::StrCat("session id length ", id_len));
-  s.session_id = std::string(id);
-  if (!r.Read(&s.position) || !r.Read(&s.created_unix_ms) || !r.Read(&s.last_used_unix_ms) || !r.Read(&fixed_count) ||
-      !r.Read(&layers)) {
+  h.session_id = std::string(id);
+  if (!r.Read(&h.position) || !r.Read(&h.created_unix_ms) || !r.Read(&h.last_used_unix_ms) ||
+      !r.Read(&h.fixed_floats) || !r.Read(&layers)) {
     return Invalid("truncated header");
   }
-  if (s.position < 0 || s.position > kMaxPosition) return Invalid(absl::StrCat("position ", s.position, " out of range"));
-  if (fixed_count != shape.fixed_floats || layers != shape.growth_per_token.size()) {
-    return absl::FailedPreconditionError(absl::StrCat("snapshot: state of ", fixed_count, " fixed floats over ", layers,
-                                                      " layers does not fit this model (", shape.fixed_floats,
+  if (h.position < 0 || h.position > kMaxPosition) return Invalid(absl::StrCat("position ", h.position, " out of range"));
+  if (h.fixed_floats != shape.fixed_floats || layers != shape.growth_per_token.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("snapshot: state of ", h.fixed_floats, " fixed floats over ",
+                                                      layers, " layers does not fit this model (", shape.fixed_floats,
                                                       " over ", shape.growth_per_token.size(), ")"));
   }
-  std::vector<uint64_t> growing_count(layers);
+  h.growing_floats.resize(layers);
   for (uint32_t l = 0; l < layers; ++l) {
-    if (!r.Read(&growing_count[l])) return Invalid("truncated header");
+    if (!r.Read(&h.growing_floats[l])) return Invalid("truncated header");
     // position <= 2^40 and growth per token is a slot-sized number: no overflow.
-    if (growing_count[l] != uint64_t(s.position) * shape.growth_per_token[l]) {
-      return Invalid(absl::StrCat("layer ", l, ": ", growing_count[l], " growing floats for position ", s.position,
-                                  " (expected ", uint64_t(s.position) * shape.growth_per_token[l], ")"));
+    if (h.growing_floats[l] != uint64_t(h.position) * shape.growth_per_token[l]) {
+      return Invalid(absl::StrCat("layer ", l, ": ", h.growing_floats[l], " growing floats for position ", h.position,
+                                  " (expected ", uint64_t(h.position) * shape.growth_per_token[l], ")"));
     }
   }
+  h.bytes = blob.size() - r.left();
+  return h;
+}
+
+absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const SnapshotShape& shape) {
+  if (absl::Status st = CheckMagicAndVersion(blob); !st.ok()) return st;
+  if (blob.size() < kMinSnapshotBytes) return absl::DataLossError(absl::StrCat("snapshot: truncated (", blob.size(), " bytes)"));
+  uint64_t stored_checksum;
+  std::memcpy(&stored_checksum, blob.data() + blob.size() - 8, 8);
+  const std::string_view body = blob.substr(0, blob.size() - 8);
+  if (Hash64(body) != stored_checksum) {
+    return absl::DataLossError("snapshot: checksum mismatch (the blob is corrupted or truncated)");
+  }
+  auto header = DecodeSnapshotHeader(body, shape);
+  if (!header.ok()) return header.status();
+  Reader r(body.substr(header->bytes));
+  SessionSnapshot s;
+  s.session_id = header->session_id;
+  s.position = header->position;
+  s.created_unix_ms = header->created_unix_ms;
+  s.last_used_unix_ms = header->last_used_unix_ms;
   auto read_floats = [&](uint64_t n, std::vector<float>* out) {
     std::string_view bytes;
     if (n > r.left() / sizeof(float) || !r.ReadBytes(n * sizeof(float), &bytes)) return false;
@@ -211,10 +243,12 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
     }
     return true;
   };
-  if (!read_floats(fixed_count, &s.fixed)) return Invalid("fixed state truncated or not finite");
-  s.growing.resize(layers);
-  for (uint32_t l = 0; l < layers; ++l) {
-    if (!read_floats(growing_count[l], &s.growing[l])) return Invalid(absl::StrCat("layer ", l, ": growing state truncated or not finite"));
+  if (!read_floats(header->fixed_floats, &s.fixed)) return Invalid("fixed state truncated or not finite");
+  s.growing.resize(header->growing_floats.size());
+  for (size_t l = 0; l < s.growing.size(); ++l) {
+    if (!read_floats(header->growing_floats[l], &s.growing[l])) {
+      return Invalid(absl::StrCat("layer ", l, ": growing state truncated or not finite"));
+    }
   }
   if (r.left() != 0) return Invalid(absl::StrCat(r.left(), " unexpected bytes after the state"));
   return s;

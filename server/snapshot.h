@@ -56,6 +56,24 @@ SessionSnapshot CaptureSlot(Backend& backend, int slot);
 void RestoreSlot(const SessionSnapshot& snapshot, Backend& backend, int slot);
 
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, uint64_t fingerprint);
+
+// A snapshot's header: everything but the state (docs/session-snapshot.md, "Format").
+struct SnapshotHeader {
+  std::string session_id;
+  int64_t position = 0;
+  int64_t created_unix_ms = 0;
+  int64_t last_used_unix_ms = 0;
+  uint64_t fixed_floats = 0;
+  std::vector<uint64_t> growing_floats;  // [layers]
+  size_t bytes = 0;                      // the header's length; the state follows
+  int64_t StateBytes() const;
+};
+// Parses the header at the start of `blob`, with the checks of DecodeSnapshot that need no more than
+// the header (magic, version, fingerprint, sizes). No checksum: a prefix of the blob suffices, so a
+// shared store can list its sessions without reading their states. MaxSnapshotHeaderBytes bytes
+// always suffice.
+absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(std::string_view blob, const SnapshotShape& shape);
+size_t MaxSnapshotHeaderBytes(const SnapshotShape& shape);
 // Refuses, never crashes: INVALID_ARGUMENT (not a snapshot, unsupported version, inconsistent
 // lengths, non-finite state), DATA_LOSS (checksum mismatch: corrupted), FAILED_PRECONDITION
 // ("model fingerprint": made with other weights, or a state that does not fit this model).

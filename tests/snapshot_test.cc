@@ -59,6 +59,26 @@ class SnapshotTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// The header alone, from a prefix of the blob (a shared store lists sessions this way): the same
+// fields as the whole blob's decode; a prefix cut inside the header is refused.
+TEST_P(SnapshotTest, TheHeaderDecodesFromAPrefix) {
+  Fixture f = Make();
+  auto whole = DecodeSnapshot(f.blob, f.shape);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const size_t prefix = std::min(f.blob.size(), MaxSnapshotHeaderBytes(f.shape));
+  auto header = DecodeSnapshotHeader(std::string_view(f.blob).substr(0, prefix), f.shape);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->session_id, "chat-1");
+  EXPECT_EQ(header->position, whole->position);
+  EXPECT_EQ(header->created_unix_ms, 1000);
+  EXPECT_EQ(header->last_used_unix_ms, 2000);
+  EXPECT_EQ(header->StateBytes(), whole->StateBytes());
+  for (size_t n = 0; n < header->bytes; ++n) {
+    EXPECT_FALSE(DecodeSnapshotHeader(std::string_view(f.blob).substr(0, n), f.shape).ok()) << "cut at " << n;
+  }
+  EXPECT_TRUE(DecodeSnapshotHeader(std::string_view(f.blob).substr(0, header->bytes), f.shape).ok());
+}
+
 TEST_P(SnapshotTest, RoundTripIsBitExactAndContinuesIdentically) {
   Fixture f = Make();
   std::unique_ptr<Backend> pool = MakeCpuBackend(f.model, {.slots = 2});
