@@ -122,12 +122,18 @@ absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& fi
     return absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists"));
   }
   if (!Shared()) return absl::OkStatus();
-  // The lease first, so that no other server creates the same id meanwhile; kept for the new session.
+  auto exists = [&]() -> absl::Status {
+    auto head = store()->Head(id, 1);
+    if (head.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+    return head.ok() ? absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists")) : head.status();
+  };
+  if (absl::Status st = exists(); !st.ok()) return st;
+  // Then the lease, so that no other server creates the same id meanwhile (kept for the new
+  // session), and a second look in case one did just before.
   if (absl::Status st = store()->Acquire(id); !st.ok()) return st;
-  auto head = store()->Head(id, 1);
-  if (head.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
-  store()->Release(id);
-  return head.ok() ? absl::AlreadyExistsError(absl::StrCat(field, ": ", id, " exists")) : head.status();
+  absl::Status st = exists();
+  if (!st.ok()) store()->Release(id);
+  return st;
 }
 
 void Engine::Impl::Forget(const std::string& id) {

@@ -4,6 +4,7 @@
 // With --durability turn (the default with --session-dir) every acknowledged change is already
 // there, so a kill -9 loses nothing acknowledged either (docs/durability.md).
 #include <pthread.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <chrono>
@@ -25,6 +26,8 @@
 #include "model/model_flags.h"
 #include "model/tokenizer.h"
 #include "server/directory_store.h"
+#include "server/redis_store.h"
+#include "server/snapshot.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -33,7 +36,8 @@ namespace steady {
 namespace {
 
 constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
-                    [--session-dir DIR [--durability turn|shutdown]] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
+                    [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]]
+                    [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--max-context N]
@@ -43,7 +47,13 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --state-memory B    memory for resident session states: bytes, or with a K/M/G suffix (default 1G)
   --session-dir DIR   where sessions are offloaded and persisted across restarts and crashes
                       (default: none; docs/durability.md)
-  --durability D      with --session-dir: turn (default): every acknowledged change (a finished
+  --session-store URL redis://HOST:PORT[/DB]: sessions in Redis, shared by every replica pointed at
+                      it (docs/deployment.md); instead of --session-dir
+  --lease-ms MS       with --session-store: how long a replica's hold on a session outlives the
+                      replica (10000); a dead replica's sessions move to another after this
+  --replica-name NAME with --session-store: this replica's name in leases and messages
+                      (default HOST:PORT/PID)
+  --durability D      with a session store: turn (default): every acknowledged change (a finished
                       Generate, Create, Fork, Import, Delete) is on disk, fsynced, before the reply;
                       shutdown: sessions are written on offload and at a clean stop only
   --metrics-port N    serve Prometheus metrics at http://HOST:N/metrics (default: off)
@@ -67,16 +77,17 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   auto memory = flags.GetBytes("state-memory", "1G");
   if (!memory.ok()) return memory.status();
   o.state_memory_bytes = *memory;
-  if (flags.Has("session-dir")) {
-    auto store = DirectoryStore::Open(flags.Get("session-dir"));
-    if (!store.ok()) return store.status();
-    o.store = *std::move(store);
-  }
   const std::string durability = flags.Get("durability", "turn");
   if (durability != "turn" && durability != "shutdown") {
     return absl::InvalidArgumentError(absl::StrCat("--durability: expected turn or shutdown, got \"", durability, "\""));
   }
-  if (flags.Has("durability") && !o.store) return absl::InvalidArgumentError("--durability needs --session-dir");
+  if (flags.Has("session-dir") && flags.Has("session-store")) {
+    return absl::InvalidArgumentError("--session-dir and --session-store both name a session store; give one");
+  }
+  const bool store = flags.Has("session-dir") || flags.Has("session-store");
+  for (const char* f : {"durability", "lease-ms", "replica-name"}) {
+    if (flags.Has(f) && !store) return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --session-dir or --session-store"));
+  }
   o.durability = durability == "turn" ? Durability::kTurn : Durability::kShutdown;
   o.device = flags.Get("device", "auto");
   auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
@@ -98,6 +109,26 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   return o;
 }
 
+// The session store --session-dir or --session-store names (null: none). Sessions in a Redis store
+// are keyed by the model's fingerprint, so replicas serving other weights never see them.
+absl::StatusOr<std::shared_ptr<SessionStore>> StoreFromFlags(const Flags& flags, const Model& model, int64_t port) {
+  if (flags.Has("session-dir")) return DirectoryStore::Open(flags.Get("session-dir"));
+  if (!flags.Has("session-store")) return std::shared_ptr<SessionStore>();
+  RedisStoreOptions o;
+  o.url = flags.Get("session-store");
+  auto lease = flags.GetInt("lease-ms", o.lease_ms, 100, int64_t(1) << 31);
+  if (!lease.ok()) return lease.status();
+  o.lease_ms = *lease;
+  o.key_prefix = absl::StrCat("steady:", absl::Hex(ModelFingerprint(model), absl::kZeroPad16), ":");
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  o.owner = flags.Get("replica-name", absl::StrCat(host, ":", port, "/", ::getpid()));
+  if (o.owner.empty() || o.owner.find(' ') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--replica-name: expected a name without spaces, got \"", o.owner, "\""));
+  }
+  return RedisStore::Open(o);
+}
+
 // The directory's own name ("models/tiny-softmax/" -> "tiny-softmax").
 std::string ModelName(const std::string& dir) {
   std::filesystem::path p(dir);
@@ -109,7 +140,8 @@ absl::Status Run(int argc, char** argv) {
   std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
-                                 "drain-timeout", "device",       "max-context", "durability"};
+                                 "drain-timeout", "device",       "max-context", "durability",
+                                 "session-store", "lease-ms",      "replica-name"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();
@@ -134,6 +166,9 @@ absl::Status Run(int argc, char** argv) {
   if (!model.ok()) return model.status();
   auto tokenizer = Tokenizer::Load((std::filesystem::path(*dir) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
+  auto store = StoreFromFlags(*flags, *model, *port);
+  if (!store.ok()) return store.status();
+  engine_options->store = *std::move(store);
   auto engine = Engine::Start(*model, **tokenizer, *engine_options);
   if (!engine.ok()) return engine.status();
 
