@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,8 @@ struct GenerateJob {
   int64_t max_tokens = 0;  // 0: prefill only
   SamplingParams sampling;
   std::vector<std::string> stop;
+  // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries).
+  std::optional<int64_t> expected_position;
   // New text (never part of a stop string) and the ids sampled since the last call. Called once per
   // sampled token (text may be empty while held back) and once more for a released tail (ids empty).
   std::function<void(const std::string& text, const std::vector<int32_t>& token_ids)> on_output;

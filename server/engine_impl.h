@@ -129,6 +129,9 @@ struct Engine::Impl {
   absl::Status CheckNew(const std::string& id, const std::string& field);
   // Drops a session from the table (and its lease).
   void Forget(const std::string& id);
+  // With a shared store, a session just created, forked or imported is offloaded and its lease
+  // released: the balancer may route its next call to another server, which must be able to take it.
+  void LetGo(Session& s);
   // The store holds `state` as s's current state.
   void MarkStored(Session& s, const SessionSnapshot& state);
   // Every session: the table's, and with a shared store every session in it.

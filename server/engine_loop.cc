@@ -58,6 +58,11 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   }
   std::vector<int32_t> prompt;
   const int64_t position = s ? Position(*s) : 0;
+  if (request.expected_position && *request.expected_position != position) {
+    return fail(absl::AbortedError(absl::StrCat("session_id: ", key, " is at position ", position, ", not the expected ",
+                                                *request.expected_position,
+                                                " (an earlier attempt of this turn may have been applied)")));
+  }
   if (position == 0 && model.config().bos_token_id >= 0) prompt.push_back(model.config().bos_token_id);
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));

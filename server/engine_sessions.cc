@@ -136,6 +136,14 @@ absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& fi
   return st;
 }
 
+void Engine::Impl::LetGo(Session& s) {
+  if (!Shared()) return;
+  if (s.slot >= 0 && s.stored) {
+    if (absl::Status st = Offload(s); st.ok()) return;  // releases the lease too
+  }
+  if (s.slot < 0) store()->Release(s.id);
+}
+
 void Engine::Impl::Forget(const std::string& id) {
   if (Shared()) store()->Release(id);
   sessions.Erase(id);
@@ -355,6 +363,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Create(std::string id) {
       return st;
     }
   }
+  LetGo(s);
   return Info(s);
 }
 
@@ -400,6 +409,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
     Forget(new_id);
     return st;
   }
+  LetGo(s);
   return Info(s);
 }
 
@@ -429,6 +439,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::s
     Forget(id);
     return st;
   }
+  LetGo(s);
   return Info(s);
 }
 

@@ -77,6 +77,7 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   job.sampling.repetition_penalty = r.repetition_penalty() == 0 ? 1.0f : r.repetition_penalty();
   job.sampling.seed = r.seed();
   job.stop.assign(r.stop().begin(), r.stop().end());
+  if (r.has_expected_position()) job.expected_position = r.expected_position().value();
   return job;
 }
 

@@ -226,6 +226,26 @@ TEST(EngineTest, OffloadedSessionsContinueExactly) {
   EXPECT_EQ(Play(*constrained, "u0b", {{"more", 5}}), Play(*unconstrained, "u0", {{"more", 5}}));
 }
 
+// expected_position makes a retried turn exactly-once: a mismatch is ABORTED and changes nothing.
+TEST(EngineTest, ExpectedPositionGuardsRetries) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "r").ok());
+  GenerateJob first = Job("r", Prompt(2), 3);
+  first.expected_position = 0;
+  ASSERT_TRUE(SubmitAsync(*engine, first).get().status.ok());
+  const int64_t after = Get(*engine, "r")->position;
+  // The same turn again, as a client that never saw the first one's end would send it.
+  const Outcome again = SubmitAsync(*engine, first).get();
+  EXPECT_EQ(again.status.code(), absl::StatusCode::kAborted) << again.status;
+  EXPECT_NE(std::string(again.status.message()).find("position " + std::to_string(after)), std::string::npos)
+      << again.status;
+  EXPECT_EQ(Get(*engine, "r")->position, after);
+  GenerateJob next = Job("r", Prompt(3), 2);
+  next.expected_position = after;
+  EXPECT_TRUE(SubmitAsync(*engine, next).get().status.ok());
+}
+
 TEST(EngineTest, CancelStopsWithinAStepAndKeepsTheSessionConsistent) {
   const Model m = Taylor(/*eos=*/-1);
   auto engine = StartEngine(m, Options());

@@ -61,7 +61,10 @@ struct Client {
   std::unique_ptr<v1::Inference::Stub> stub;
   double timeout_seconds = 0;  // 0: none
 
-  void Prepare(grpc::ClientContext* context) const {
+  // The deadline, and the session as metadata `x-steady-session`, which a balancer in front of
+  // replicas routes on (docs/deployment.md).
+  void Prepare(grpc::ClientContext* context, const std::string& session = "") const {
+    if (!session.empty()) context->AddMetadata("x-steady-session", session);
     if (timeout_seconds > 0) {
       context->set_deadline(std::chrono::system_clock::now() +
                             std::chrono::microseconds(int64_t(timeout_seconds * 1e6)));
@@ -143,7 +146,7 @@ absl::Status Generate(const Client& c, const Flags& a) {
   if (!request.ok()) return request.status();
   const bool json = a.Has("json");
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, request->session_id());
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = c.stub->Generate(&context, *request);
   v1::GenerateResponse message, last;
   while (reader->Read(&message)) {
@@ -170,7 +173,7 @@ absl::Status Generate(const Client& c, const Flags& a) {
 
 absl::Status SessionsCreate(const Client& c, const Flags& a) {
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.Get("id"));
   v1::CreateSessionRequest request;
   request.set_session_id(a.Get("id"));
   v1::Session session;
@@ -190,7 +193,7 @@ absl::Status SessionsList(const Client& c, const Flags&) {
 
 absl::Status SessionsGet(const Client& c, const Flags& a) {
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.positional()[0]);
   v1::GetSessionRequest request;
   request.set_session_id(a.positional()[0]);
   v1::Session session;
@@ -201,7 +204,7 @@ absl::Status SessionsGet(const Client& c, const Flags& a) {
 
 absl::Status SessionsDelete(const Client& c, const Flags& a) {
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.positional()[0]);
   v1::DeleteSessionRequest request;
   request.set_session_id(a.positional()[0]);
   v1::DeleteSessionResponse response;
@@ -210,7 +213,7 @@ absl::Status SessionsDelete(const Client& c, const Flags& a) {
 
 absl::Status SessionsFork(const Client& c, const Flags& a) {
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.positional()[0]);
   v1::ForkSessionRequest request;
   request.set_session_id(a.positional()[0]);
   request.set_new_session_id(a.Get("new-id"));
@@ -223,7 +226,7 @@ absl::Status SessionsFork(const Client& c, const Flags& a) {
 absl::Status SessionsExport(const Client& c, const Flags& a) {
   const std::string& path = a.positional()[1];
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.positional()[0]);
   v1::ExportSessionRequest request;
   request.set_session_id(a.positional()[0]);
   std::unique_ptr<grpc::ClientReader<v1::SessionChunk>> reader = c.stub->ExportSession(&context, request);
@@ -250,7 +253,7 @@ absl::Status SessionsImport(const Client& c, const Flags& a) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   const std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   grpc::ClientContext context;
-  c.Prepare(&context);
+  c.Prepare(&context, a.Get("id"));
   v1::Session session;
   std::unique_ptr<grpc::ClientWriter<v1::ImportSessionRequest>> writer = c.stub->ImportSession(&context, &session);
   constexpr size_t kChunk = size_t(1) << 20;  // well under gRPC's default 4 MiB message limit

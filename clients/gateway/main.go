@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -117,8 +119,58 @@ func newHandler(conn *grpc.ClientConn) http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		serveHealth(w, r, health)
 	})
-	mux.Handle("/", gateway)
+	mux.Handle("/", routeBySession(gateway))
 	return mux
+}
+
+// maxPeekBytes bounds the request bodies read for their session_id (a Generate or CreateSession body
+// is small; a larger one is forwarded unread, without the routing metadata).
+const maxPeekBytes = 1 << 20
+
+// routeBySession gives each call the gRPC metadata x-steady-session, which a balancer in front of
+// several steady-server replicas routes on (docs/deployment.md): the client's own X-Steady-Session
+// header, else the {session_id} of a /v1/sessions/{session_id}... path, else the session_id of a
+// /v1/generate or /v1/sessions body.
+func routeBySession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Steady-Session")
+		if id == "" {
+			id = sessionFromPath(r.URL.Path)
+		}
+		if id == "" && r.Method == http.MethodPost && (r.URL.Path == "/v1/generate" || r.URL.Path == "/v1/sessions") {
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBytes+1))
+			if err == nil && len(body) <= maxPeekBytes {
+				var peek struct {
+					SessionID string `json:"session_id"`
+				}
+				if json.Unmarshal(body, &peek) == nil {
+					id = peek.SessionID
+				}
+			}
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+		}
+		if id != "" {
+			// grpc-gateway forwards Grpc-Metadata-* headers as metadata without the prefix.
+			r.Header.Set("Grpc-Metadata-X-Steady-Session", id)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sessionFromPath: "abc" for /v1/sessions/abc, /v1/sessions/abc:fork and /v1/sessions/abc:export.
+func sessionFromPath(path string) string {
+	const prefix = "/v1/sessions/"
+	if !strings.HasPrefix(path, prefix) {
+		return ""
+	}
+	id := path[len(prefix):]
+	if colon := strings.IndexByte(id, ':'); colon >= 0 {
+		id = id[:colon]
+	}
+	if strings.ContainsRune(id, '/') {
+		return ""
+	}
+	return id
 }
 
 // serveHealth answers 200 when steady-server's overall health status is SERVING, 503 otherwise

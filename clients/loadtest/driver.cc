@@ -48,9 +48,11 @@ class RecordSink {
 }  // namespace
 
 RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
-                            const std::string& session_id, Clock::time_point run_start) {
+                            const std::string& session_id, Clock::time_point run_start,
+                            std::optional<int64_t> expected_position) {
   v1::GenerateRequest request;
   request.set_session_id(session_id);
+  if (expected_position) request.mutable_expected_position()->set_value(*expected_position);
   request.set_prompt(spec.prompt);
   request.set_max_tokens(spec.output_tokens_target);
   request.set_temperature(float(w.sampling.temperature));
@@ -68,6 +70,7 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
 
   grpc::ClientContext context;
   SetDeadline(&context, w.timeout_s);
+  if (!session_id.empty()) context.AddMetadata("x-steady-session", session_id);
   const Clock::time_point sent = Clock::now();
   r.start_s = SecondsBetween(run_start, sent);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = target.stub->Generate(&context, request);
@@ -98,6 +101,23 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
   if (!status.ok()) {
     r.code = CodeName(status.error_code());
     r.error = status.error_message();
+  }
+  return r;
+}
+
+RequestRecord GenerateWithRetries(const Target& target, const Workload& w, const RequestSpec& spec,
+                                  const std::string& session_id, Clock::time_point run_start,
+                                  std::optional<int64_t> expected_position) {
+  RequestRecord r = TimedGenerate(target, w, spec, session_id, run_start, expected_position);
+  for (int retry = 1; retry <= w.retries && r.code == "UNAVAILABLE"; ++retry) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(w.retry_backoff_s * retry));
+    r = TimedGenerate(target, w, spec, session_id, run_start, expected_position);
+    r.retries = retry;
+    if (r.code == "ABORTED" && expected_position) {
+      // An earlier attempt was applied, its last message lost: the turn is done, once.
+      r.applied_unacknowledged = true;
+      break;
+    }
   }
   return r;
 }
@@ -137,7 +157,7 @@ RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency
         if (requests <= 0 && SecondsBetween(start, Clock::now()) >= duration_s) break;
         const RequestSpec spec = MakeRequestSpec(w.seed, i, w.prompt_tokens, w.output_tokens, w.tokens_per_word,
                                                  /*leading_space=*/false);
-        sink.Add(TimedGenerate(target, w, spec, "", start));
+        sink.Add(GenerateWithRetries(target, w, spec, "", start));
       }
     });
   }
@@ -167,7 +187,7 @@ RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector
       ++in_flight;
     }
     std::thread([&, i, spec = std::move(spec)] {
-      RequestRecord record = TimedGenerate(target, w, spec, "", start);
+      RequestRecord record = GenerateWithRetries(target, w, spec, "", start);
       record.scheduled_s = arrivals[i];
       sink.Add(std::move(record));
       std::lock_guard<std::mutex> lock(mu);
@@ -200,6 +220,7 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
       {
         grpc::ClientContext context;
         SetDeadline(&context, w.timeout_s);
+        context.AddMetadata("x-steady-session", id);
         v1::CreateSessionRequest request;
         request.set_session_id(id);
         v1::Session session;
@@ -209,17 +230,30 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
           return;
         }
       }
+      int64_t position = 0;  // the session's, after its last acknowledged turn
       for (int t = 1; t <= turns; ++t) {
         const int64_t index = int64_t(s) * turns + (t - 1);
         const RequestSpec spec = MakeRequestSpec(w.seed, index, w.prompt_tokens, w.output_tokens, w.tokens_per_word,
                                                  /*leading_space=*/t > 1);
-        RequestRecord r = TimedGenerate(target, w, spec, id, start);
+        RequestRecord r = GenerateWithRetries(target, w, spec, id, start,
+                                              w.retries > 0 ? std::optional<int64_t>(position) : std::nullopt);
         r.session = s;
         r.turn = t;
+        if (r.ok()) position = r.session_position;
+        if (r.applied_unacknowledged) {
+          grpc::ClientContext context;
+          SetDeadline(&context, w.timeout_s);
+          context.AddMetadata("x-steady-session", id);
+          v1::GetSessionRequest get;
+          get.set_session_id(id);
+          v1::Session session;
+          if (target.stub->GetSession(&context, get, &session).ok()) position = session.position();
+        }
         sink.Add(std::move(r));
       }
       grpc::ClientContext context;
       SetDeadline(&context, w.timeout_s);
+      context.AddMetadata("x-steady-session", id);
       v1::DeleteSessionRequest request;
       request.set_session_id(id);
       v1::DeleteSessionResponse response;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct Workload {
   double tokens_per_word = 1;
   Sampling sampling;
   double timeout_s = 0;  // deadline of each call; 0: none
+  int retries = 0;               // a call that fails with UNAVAILABLE is sent again this many times
+  double retry_backoff_s = 1.0;  // before retry k: k times this
 };
 
 struct Target {
@@ -39,9 +42,17 @@ struct Target {
   std::unique_ptr<v1::Inference::Stub> stub;
 };
 
-// Sends `spec` on `session_id` (empty: ephemeral) and times the stream.
+// Sends `spec` on `session_id` (empty: ephemeral; also sent as metadata x-steady-session, which a
+// balancer routes on) and times the stream. `expected_position`: see GenerateRequest.
 RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
-                            const std::string& session_id, Clock::time_point run_start);
+                            const std::string& session_id, Clock::time_point run_start,
+                            std::optional<int64_t> expected_position = std::nullopt);
+// TimedGenerate, sent again after UNAVAILABLE up to w.retries times (the record counts them). With
+// `expected_position` a retry cannot apply a turn twice: when the server answers ABORTED because an
+// earlier attempt was applied, the record says so (applied_unacknowledged).
+RequestRecord GenerateWithRetries(const Target& target, const Workload& w, const RequestSpec& spec,
+                                  const std::string& session_id, Clock::time_point run_start,
+                                  std::optional<int64_t> expected_position = std::nullopt);
 
 // One ephemeral prefill-only call with `words` words; returns usage.prompt_tokens / words.
 absl::StatusOr<double> CalibrateTokensPerWord(const Target& target, uint64_t seed, int64_t words);

@@ -42,6 +42,10 @@ workload:
   --tokens-per-word X    skip calibration (by default one prefill-only call measures the server's tokens per word)
   --temperature T --top-k K --top-p P --repetition-penalty R   sent as given (default greedy)
   --timeout SECONDS      deadline of each call (default: none)
+  --retries N            send a call that failed with UNAVAILABLE again, up to N times (default 0);
+                         multi-turn turns carry expected_position, so a retry never applies a turn
+                         twice; the report counts retried calls and those that still failed
+  --retry-backoff-ms MS  wait k x MS before retry k (default 1000)
 
 report:
   --slo-ttft-ms MS --slo-tpot-ms MS   goodput counts completed requests meeting both (those given)
@@ -57,7 +61,7 @@ const std::set<std::string> kFlags = {
     "addr",        "concurrency",  "request-rate", "burstiness",  "requests",       "duration",
     "prompt-tokens", "output-tokens", "seed",       "tokens-per-word", "temperature", "top-k",
     "top-p",       "repetition-penalty", "timeout", "slo-ttft-ms", "slo-tpot-ms",    "json",
-    "label",       "sessions",     "turns"};
+    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms"};
 
 enum class Mode { kClosedLoop, kOpenLoop, kMultiTurn };
 
@@ -99,6 +103,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   auto tpot = a.GetDouble("slo-tpot-ms", 0);
   auto tokens_per_word = a.GetDouble("tokens-per-word", 0);
   auto timeout = a.GetDouble("timeout", 0);
+  auto retries = a.GetInt("retries", 0, 0, 1000);
+  auto backoff = a.GetDouble("retry-backoff-ms", 1000);
   auto temperature = a.GetDouble("temperature", 0, /*allow_nonfinite=*/true);
   auto top_k = a.GetInt("top-k", 0, INT32_MIN, INT32_MAX);
   auto top_p = a.GetDouble("top-p", 0, /*allow_nonfinite=*/true);
@@ -108,7 +114,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   if (absl::Status s = FirstError({concurrency.status(), requests.status(), sessions.status(), turns.status(),
                                    rate.status(), burstiness.status(), duration.status(), seed.status(), ttft.status(),
                                    tpot.status(), tokens_per_word.status(), timeout.status(), temperature.status(),
-                                   top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status()});
+                                   top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status(),
+                                   retries.status(), backoff.status()});
       !s.ok()) {
     return s;
   }
@@ -125,6 +132,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   c.workload.output_tokens = *output;
   c.workload.tokens_per_word = *tokens_per_word;
   c.workload.timeout_s = *timeout;
+  c.workload.retries = int(*retries);
+  c.workload.retry_backoff_s = std::max(0.0, *backoff) / 1e3;
   c.workload.sampling = {*temperature, *top_p, *penalty, *top_k};
 
   if (a.Has("sessions")) {
@@ -174,6 +183,8 @@ nlohmann::ordered_json ConfigJson(const Config& c, const v1::ModelInfo& info, bo
   j["top_p"] = c.workload.sampling.top_p;
   j["repetition_penalty"] = c.workload.sampling.repetition_penalty;
   j["timeout_s"] = c.workload.timeout_s;
+  j["retries"] = c.workload.retries;
+  j["retry_backoff_s"] = c.workload.retry_backoff_s;
   j["slo_ttft_ms"] = c.slo.ttft_ms > 0 ? nlohmann::ordered_json(c.slo.ttft_ms) : nullptr;
   j["slo_tpot_ms"] = c.slo.tpot_ms > 0 ? nlohmann::ordered_json(c.slo.tpot_ms) : nullptr;
   j["server"] = {{"model_name", info.model_name()},

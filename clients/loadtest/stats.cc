@@ -68,6 +68,13 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
   std::vector<double> ttft, itl, tpot, e2e;
   for (const RequestRecord& r : records) {
     ++s.requests;
+    s.retried += r.retries > 0;
+    s.retries += r.retries;
+    if (r.applied_unacknowledged) {
+      ++s.completed;
+      ++s.applied_unacknowledged;
+      continue;
+    }
     if (!r.ok()) {
       ++s.failed;
       ++s.errors[r.code];
@@ -128,6 +135,9 @@ nlohmann::ordered_json ToJson(const Summary& s) {
   j["e2e_ms"] = ToJson(s.e2e_ms);
   j["errors"] = nlohmann::ordered_json::object();
   for (const auto& [code, n] : s.errors) j["errors"][code] = n;
+  j["retried"] = s.retried;
+  j["retries"] = s.retries;
+  j["applied_unacknowledged"] = s.applied_unacknowledged;
   return j;
 }
 
@@ -154,6 +164,8 @@ nlohmann::ordered_json ToJson(const RequestRecord& r) {
   j["itl_ms_mean"] = r.itl_s.empty() ? kNoValue : itl_sum / double(r.itl_s.size()) * 1e3;
   j["finish_reason"] = r.finish_reason;
   j["code"] = r.code;
+  j["retries"] = r.retries;
+  if (r.applied_unacknowledged) j["applied_unacknowledged"] = true;
   if (!r.error.empty()) j["error"] = r.error;
   return j;
 }
@@ -188,6 +200,14 @@ std::string FormatSummary(const Summary& s, const Slo& slo) {
                           Cell(d->p99), d->count);
   }
   for (const auto& [code, n] : s.errors) absl::StrAppendFormat(&out, "errors     %s: %d\n", code, n);
+  if (s.retries > 0) {
+    absl::StrAppendFormat(&out, "retries    %d calls retried (%d retries), %d failed after retrying", s.retried,
+                          s.retries, s.failed);
+    if (s.applied_unacknowledged > 0) {
+      absl::StrAppendFormat(&out, ", %d applied without their last message", s.applied_unacknowledged);
+    }
+    out += "\n";
+  }
   return out;
 }
 

@@ -34,6 +34,10 @@ struct RequestRecord {
   std::string code = "OK";       // gRPC status code name
   std::string error;             // the status message, if not OK
   std::string finish_reason;
+  int retries = 0;  // attempts after the first (--retries: UNAVAILABLE is retried)
+  // Multi-turn: a retry found the session past the turn: an attempt whose last message never
+  // arrived was applied. Counted as completed; its text and timings are unknown.
+  bool applied_unacknowledged = false;
 
   bool ok() const { return code == "OK"; }
   // (e2e - TTFT) / (output tokens - 1); no value below two tokens.
@@ -65,6 +69,9 @@ struct Summary {
   int64_t good_requests = 0;
   Distribution ttft_ms, itl_ms, tpot_ms, e2e_ms;
   std::map<std::string, int64_t> errors;  // gRPC code name -> Generate calls that ended with it
+  int64_t retried = 0;                    // calls that needed at least one retry
+  int64_t retries = 0;                    // retries in all
+  int64_t applied_unacknowledged = 0;     // see RequestRecord
 };
 
 Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, const Slo& slo);
