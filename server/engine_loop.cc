@@ -150,9 +150,16 @@ void Engine::Impl::CommitTurns() {
     FreeSlot(s);
     sessions.SetOnDisk(s, true);
     s.stored = true;
-    statuses[i] = WithContext(statuses[i], absl::StrCat("session ", s.id,
-                                                        ": the turn could not be made durable and was undone (the "
-                                                        "session is back at position ", s.position, ")"));
+    if (statuses[i].code() == absl::StatusCode::kAborted) {
+      // Fenced (SessionStore::Put): another server took the session over; its history stands.
+      statuses[i] = absl::UnavailableError(absl::StrCat("session ", s.id, ": another server has taken it over, so ",
+                                                        "this turn was not applied (",
+                                                        std::string(statuses[i].message()), "); retry"));
+    } else {
+      statuses[i] = WithContext(statuses[i], absl::StrCat("session ", s.id,
+                                                          ": the turn could not be made durable and was undone (the "
+                                                          "session is back at position ", s.position, ")"));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu);

@@ -69,7 +69,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --prefill-budget N  prompt tokens per engine step, in chunks (512)
   --max-prompt-tokens N, --max-new-tokens N   per request (1048576, 65536)
   --max-sessions N    resident and offloaded sessions together (1048576)
-  --drain-timeout S   on SIGTERM/SIGINT, seconds running calls get to finish (10)
+  --drain-timeout S   on SIGTERM/SIGINT, seconds running calls get to finish (10); Generates still
+                      running in its last second end with finish_reason "cancelled"
 )";
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -211,12 +212,18 @@ absl::Status Run(int argc, char** argv) {
 
   server->GetHealthCheckService()->SetServingStatus(false);
   service.BeginDrain();
-  // Shutdown stops accepting calls and waits for running ones: Generate streams end at the next step
-  // boundary (cancelled above). After the deadline gRPC cancels what is left; a call still waiting
-  // on the engine then ends when the engine is destroyed (queued jobs fail with UNAVAILABLE).
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(int64_t(*drain_timeout * 1000));
+  // Shutdown stops accepting calls and waits for running ones: a Generate stream runs to its end, so
+  // a rolling restart cuts no turn short. In the drain's last second (or half, if shorter) the rest
+  // are asked to stop and end at the next step boundary with finish_reason "cancelled". After the
+  // deadline gRPC cancels what is left; a call still waiting on the engine then ends when the engine
+  // is destroyed (queued jobs fail with UNAVAILABLE).
+  const auto drain = std::chrono::milliseconds(int64_t(*drain_timeout * 1000));
+  const auto deadline = std::chrono::system_clock::now() + drain;
   std::future<void> shut = std::async(std::launch::async, [&] { server->Shutdown(deadline); });
+  if (shut.wait_until(deadline - std::min<std::chrono::milliseconds>(std::chrono::seconds(1), drain / 2)) !=
+      std::future_status::ready) {
+    service.CancelRunning();
+  }
   if (shut.wait_until(deadline + std::chrono::seconds(2)) != std::future_status::ready) {
     std::fprintf(stderr, "steady-server: calls still running after the drain timeout, stopping the engine\n");
   }

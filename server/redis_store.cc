@@ -240,11 +240,18 @@ std::vector<absl::Status> RedisStore::Put(const std::vector<BlobWrite>& writes) 
   std::vector<std::vector<std::string>> sets, commits;
   std::vector<size_t> which;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     for (size_t i = 0; i < writes.size(); ++i) {
       auto it = held_.find(writes[i].key);
+      if (it == held_.end() && lost_.count(writes[i].key)) {
+        lock.unlock();
+        Retake(writes[i].key);
+        lock.lock();
+        it = held_.find(writes[i].key);
+      }
       if (it == held_.end()) {
-        statuses[i] = absl::AbortedError(absl::StrCat("session ", writes[i].key, ": this server no longer holds it"));
+        statuses[i] = absl::AbortedError(absl::StrCat("session ", writes[i].key,
+                                                      ": this server no longer holds it (another took it over)"));
         continue;
       }
       const std::string blob = absl::StrCat(options_.key_prefix, "blob:", writes[i].key, ":", options_.owner, ":",
@@ -346,6 +353,22 @@ absl::StatusOr<std::vector<std::string>> RedisStore::List() const {
   return keys;
 }
 
+bool RedisStore::Retake(const std::string& key) {
+  uint64_t lost = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = lost_.find(key);
+    if (it == lost_.end()) return false;
+    lost = it->second;
+    lost_.erase(it);
+  }
+  if (!Acquire(key).ok()) return false;
+  // Every acquisition increments the epoch: one more than ours means nobody held it in between.
+  if (EpochOf(key) == lost + 1) return true;
+  Release(key);
+  return false;
+}
+
 absl::Status RedisStore::Acquire(const std::string& key) {
   auto r = conn_->Command({"EVAL", kAcquire, "2", options_.key_prefix + "lease:" + key,
                            options_.key_prefix + "epoch:" + key, options_.owner, std::to_string(options_.lease_ms)});
@@ -360,6 +383,7 @@ absl::Status RedisStore::Acquire(const std::string& key) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   held_[key] = uint64_t((*r)->integer);
+  lost_.erase(key);
   return absl::OkStatus();
 }
 
@@ -371,6 +395,7 @@ void RedisStore::Release(const std::string& key) {
     if (it == held_.end()) return;
     epoch = it->second;
     held_.erase(it);
+    lost_.erase(key);
   }
   (void)conn_->Command({"EVAL", kRenew, "1", options_.key_prefix + "lease:" + key,
                         absl::StrCat(options_.owner, " ", epoch)});
@@ -408,7 +433,10 @@ void RedisStore::RenewLoop() {
       // (the writes' fencing catches a takeover in the meantime).
       if (replies[i].ok() && (*replies[i])->type == REDIS_REPLY_INTEGER && (*replies[i])->integer == 0) {
         auto it = held_.find(keys[i]);
-        if (it != held_.end() && it->second == held.at(keys[i])) held_.erase(it);
+        if (it != held_.end() && it->second == held.at(keys[i])) {
+          lost_[keys[i]] = it->second;
+          held_.erase(it);
+        }
       }
     }
   }

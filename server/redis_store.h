@@ -59,6 +59,9 @@ class RedisStore : public SessionStore {
  private:
   explicit RedisStore(RedisStoreOptions options);
   void RenewLoop();
+  // For a key whose lease lapsed with nobody taking it since: takes it again (true). False when
+  // another server acquired it meanwhile (its writes may be newer than this server's state).
+  bool Retake(const std::string& key);
 
   const RedisStoreOptions options_;
   std::unique_ptr<RedisConnection> conn_;   // the engine's calls
@@ -66,6 +69,9 @@ class RedisStore : public SessionStore {
 
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> held_;  // guarded by mu_: key -> epoch of the lease held
+  // guarded by mu_: leases a renewal found gone (expired while Redis or this process stalled) ->
+  // the epoch held then. Taken back by a write only if nobody took the key in between.
+  std::map<std::string, uint64_t> lost_;
   uint64_t next_blob_ = 0;                // guarded by mu_
   std::condition_variable cv_;
   bool stop_ = false;                     // guarded by mu_

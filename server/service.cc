@@ -142,10 +142,11 @@ InferenceService::InferenceService(Engine& engine, Metrics& metrics, ServiceOpti
       id_rng_(std::random_device{}()) {}
 
 void InferenceService::BeginDrain() {
-  {
-    std::unique_lock lock(gate_);
-    draining_ = true;
-  }
+  std::unique_lock lock(gate_);
+  draining_ = true;
+}
+
+void InferenceService::CancelRunning() {
   std::lock_guard lock(mu_);
   for (const auto& cancelled : running_) cancelled->store(true);
 }

@@ -54,11 +54,14 @@ class InferenceService final : public v1::Inference::CallbackService {
  public:
   InferenceService(Engine& engine, Metrics& metrics, ServiceOptions options);
 
-  // Graceful drain: every later call fails with UNAVAILABLE without reaching the engine, and running
-  // Generate calls are cancelled (they end at the next step boundary with finish_reason "cancelled").
-  // After this returns no handler touches the engine, so it may be destroyed once the gRPC server
-  // has shut down.
+  // Graceful drain: every later call fails with UNAVAILABLE without reaching the engine; running
+  // Generate calls go on (a rolling restart cuts no turn short) until CancelRunning. After this
+  // returns no new handler touches the engine, so it may be destroyed once the gRPC server has shut
+  // down.
   void BeginDrain();
+  // Asks every running Generate to stop: it ends at the next step boundary with finish_reason
+  // "cancelled", the tokens generated so far in the session.
+  void CancelRunning();
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* request,
                                          v1::ModelInfo* response) override;

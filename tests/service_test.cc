@@ -75,7 +75,10 @@ class ServiceTest : public ::testing::Test {
   }
 
   void StopServer() {
-    if (service_) service_->BeginDrain();
+    if (service_) {
+      service_->BeginDrain();
+      service_->CancelRunning();
+    }
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
     engine_.reset();
     server_.reset();

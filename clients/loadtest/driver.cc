@@ -108,8 +108,15 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
 RequestRecord GenerateWithRetries(const Target& target, const Workload& w, const RequestSpec& spec,
                                   const std::string& session_id, Clock::time_point run_start,
                                   std::optional<int64_t> expected_position) {
+  // UNAVAILABLE, a call a stopping server cancelled (CANCELLED: this client cancels none; its own
+  // deadline is DEADLINE_EXCEEDED), or a stream a balancer cut when its replica died (INTERNAL,
+  // RST_STREAM).
+  auto retryable = [](const RequestRecord& r) {
+    return r.code == "UNAVAILABLE" || r.code == "CANCELLED" ||
+           (r.code == "INTERNAL" && r.error.find("RST_STREAM") != std::string::npos);
+  };
   RequestRecord r = TimedGenerate(target, w, spec, session_id, run_start, expected_position);
-  for (int retry = 1; retry <= w.retries && r.code == "UNAVAILABLE"; ++retry) {
+  for (int retry = 1; retry <= w.retries && retryable(r); ++retry) {
     std::this_thread::sleep_for(std::chrono::duration<double>(w.retry_backoff_s * retry));
     r = TimedGenerate(target, w, spec, session_id, run_start, expected_position);
     r.retries = retry;

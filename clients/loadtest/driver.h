@@ -47,7 +47,8 @@ struct Target {
 RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
                             const std::string& session_id, Clock::time_point run_start,
                             std::optional<int64_t> expected_position = std::nullopt);
-// TimedGenerate, sent again after UNAVAILABLE up to w.retries times (the record counts them). With
+// TimedGenerate, sent again after UNAVAILABLE, CANCELLED (by a stopping server) or a stream cut by
+// a balancer (INTERNAL, RST_STREAM), up to w.retries times (the record counts them). With
 // `expected_position` a retry cannot apply a turn twice: when the server answers ABORTED because an
 // earlier attempt was applied, the record says so (applied_unacknowledged).
 RequestRecord GenerateWithRetries(const Target& target, const Workload& w, const RequestSpec& spec,

@@ -42,7 +42,9 @@ workload:
   --tokens-per-word X    skip calibration (by default one prefill-only call measures the server's tokens per word)
   --temperature T --top-k K --top-p P --repetition-penalty R   sent as given (default greedy)
   --timeout SECONDS      deadline of each call (default: none)
-  --retries N            send a call that failed with UNAVAILABLE again, up to N times (default 0);
+  --retries N            send a call that failed with UNAVAILABLE, CANCELLED (by a stopping server) or
+                         INTERNAL RST_STREAM (a stream a balancer cut when its replica died) again, up
+                         to N times (default 0);
                          multi-turn turns carry expected_position, so a retry never applies a turn
                          twice; the report counts retried calls and those that still failed
   --retry-backoff-ms MS  wait k x MS before retry k (default 1000)

@@ -21,7 +21,7 @@ json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; 
 start_server() {
   local log=$1
   "$bin/steady-server" --model "$tmp/model" --port 0 --metrics-port 0 --state-memory 16M \
-    --session-dir "$tmp/sessions" 2> "$log" &
+    --session-dir "$tmp/sessions" --drain-timeout 2 2> "$log" &
   server_pid=$!
   started_pids+=("$server_pid")
   port=$(wait_for_line "$log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
@@ -154,8 +154,8 @@ t_alpha=$(cli generate --session alpha --prompt " any program" --max-tokens 12 2
 beta_pos=$(cli sessions get beta | json_field position)
 [ "$beta_pos" -gt "$alpha_pos" ] && pass "restart: beta keeps its generated tokens" || fail "beta position $beta_pos"
 
-# SIGTERM during a long generation: the stream ends at a step boundary with finish "cancelled" and
-# the tokens generated so far stay in the session.
+# SIGTERM during a generation longer than the drain (2 s): the stream ends at a step boundary with
+# finish "cancelled" and the tokens generated so far stay in the session.
 cli generate --session beta --prompt " and" --max-tokens 60000 > "$tmp/long.out" 2> "$tmp/long.err" &
 cli_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/long.out" ] && break; sleep 0.1; done

@@ -1,0 +1,186 @@
+"""The replicated topology on 127.0.0.1 (docs/deployment.md), started and stopped by a test or a
+benchmark: redis-server (append-only file fsynced before every answer), N steady-server replicas on
+--session-store redis://..., nginx from docker/nginx/steady.conf.template, steady-gateway on nginx.
+
+    with Topology(bin_dir, source_dir, work, replicas=3) as t:
+        stub = t.stub(t.nginx_addr)       # or t.replica_addr(i)
+        t.kill_replica(1)                 # SIGKILL; t.start_replica(1) brings it back
+
+Every process is killed when the block ends, also on failure.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import steady_grpc
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+class Topology:
+    def __init__(self, bin_dir, source_dir, work, replicas=3, lease_ms=1500, model=None, gateway=True,
+                 server_args=()):
+        self.bin_dir, self.source_dir, self.work = bin_dir, source_dir, work
+        self.lease_ms = lease_ms
+        self.server_args = list(server_args)
+        self.model = model or self._init_model()
+        self.redis_port = free_port()
+        self.replica_ports = [free_port() for _ in range(replicas)]
+        self.nginx_port = free_port()
+        self.gateway_port = free_port() if gateway else None
+        self.procs = {}  # name -> Popen
+        self.logs = {}
+        self.want_gateway = gateway
+
+    def _init_model(self):
+        model = os.path.join(self.work, "model")
+        subprocess.run([os.path.join(self.bin_dir, "steady"), "init", "--out", model, "--preset", "tiny",
+                        "--tokenizer", os.path.join(self.source_dir, "tests/data/tokenizer/tokenizer.model"),
+                        "--mechanism", "taylor", "--order", "2", "--seed", "11"], check=True,
+                       stdout=subprocess.DEVNULL)
+        return model
+
+    # --- processes ---
+
+    def _spawn(self, name, argv):
+        log = os.path.join(self.work, name + ".log")
+        self.logs[name] = log
+        self.procs[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(log, "a"))
+        return self.procs[name]
+
+    def log(self, name):
+        with open(self.logs[name]) as f:
+            return f.read()
+
+    def start_redis(self):
+        redis_dir = os.path.join(self.work, "redis")
+        os.makedirs(redis_dir, exist_ok=True)
+        p = self._spawn("redis", ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                                  "--dir", redis_dir, "--save", "", "--appendonly", "yes",
+                                  "--appendfsync", "always", "--daemonize", "no"])
+        if not wait_for_port(self.redis_port, p):
+            raise RuntimeError("redis-server did not start: " + self.log("redis"))
+
+    @property
+    def redis_url(self):
+        return "redis://127.0.0.1:%d" % self.redis_port
+
+    def start_replica(self, i):
+        name = "replica%d" % i
+        p = self._spawn(name, [os.path.join(self.bin_dir, "steady-server"), "--model", self.model,
+                               "--port", str(self.replica_ports[i]), "--session-store", self.redis_url,
+                               "--lease-ms", str(self.lease_ms), "--replica-name", name,
+                               "--drain-timeout", "30"] + self.server_args)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            if "listening on" in self.log(name).split("steady-server: model")[-1]:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("%s did not start: %s" % (name, self.log(name)))
+
+    def start_nginx(self):
+        run = os.path.join(self.work, "nginx")
+        os.makedirs(run, exist_ok=True)
+        with open(os.path.join(self.source_dir, "docker/nginx/steady.conf.template")) as f:
+            conf = f.read()
+        servers = "\n    ".join("server 127.0.0.1:%d max_fails=1 fail_timeout=2s;" % p for p in self.replica_ports)
+        conf = (conf.replace("@LISTEN@", "127.0.0.1:%d" % self.nginx_port).replace("@SERVERS@", servers)
+                .replace("@RUN_DIR@", run).replace("@ERROR_LOG@", os.path.join(self.work, "nginx-error.log")))
+        if os.geteuid() == 0:
+            conf = "user root;\n" + conf  # workers as root can use the test's private temp dir
+        path = os.path.join(run, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        p = self._spawn("nginx", ["nginx", "-c", path, "-p", run, "-e", os.path.join(self.work, "nginx-error.log")])
+        if not wait_for_port(self.nginx_port, p):
+            raise RuntimeError("nginx did not start: " + self.log("nginx"))
+
+    def start_gateway(self):
+        p = self._spawn("gateway", [os.path.join(self.bin_dir, "steady-gateway"), "--grpc-addr", self.nginx_addr,
+                                    "--http-port", str(self.gateway_port)])
+        if not wait_for_port(self.gateway_port, p):
+            raise RuntimeError("steady-gateway did not start: " + self.log("gateway"))
+
+    def signal(self, name, sig):
+        p = self.procs.get(name)
+        if p and p.poll() is None:
+            p.send_signal(sig)
+
+    def kill(self, name):
+        p = self.procs.get(name)
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def kill_replica(self, i):
+        self.kill("replica%d" % i)
+
+    def terminate_replica(self, i, timeout=60):
+        """SIGTERM: the replica drains, writes what its store lacks, releases its leases, exits."""
+        p = self.procs["replica%d" % i]
+        p.send_signal(signal.SIGTERM)
+        return p.wait(timeout)
+
+    # --- addresses and clients ---
+
+    @property
+    def nginx_addr(self):
+        return "127.0.0.1:%d" % self.nginx_port
+
+    def replica_addr(self, i):
+        return "127.0.0.1:%d" % self.replica_ports[i]
+
+    @property
+    def gateway_url(self):
+        return "http://127.0.0.1:%d" % self.gateway_port
+
+    def __enter__(self):
+        try:
+            self.start_redis()
+            for i in range(len(self.replica_ports)):
+                self.start_replica(i)
+            self.start_nginx()
+            if self.want_gateway:
+                self.start_gateway()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        for name in list(self.procs):
+            self.signal(name, signal.SIGCONT)  # a paused process cannot die
+            self.kill(name)
+
+
+def lease_holder(topology, session_id):
+    """The replica name ("replica1") holding a session's lease in Redis, or None."""
+    keys = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "KEYS", "*:lease:" + session_id],
+                          capture_output=True, text=True).stdout.split()
+    if not keys:
+        return None
+    value = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "GET", keys[0]],
+                           capture_output=True, text=True).stdout.strip()
+    return value.split(" ")[0] if value else None

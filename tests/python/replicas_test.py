@@ -1,0 +1,370 @@
+#!/usr/bin/python3
+"""Replicas sharing sessions through Redis behind nginx (docs/deployment.md), with real processes on
+127.0.0.1: redis-server, 3 steady-server replicas, nginx, steady-gateway (tests/python/replicas.py).
+
+  failover    32 sessions x 20 turns through nginx; kill -9 the replica holding the most sessions
+              midway. Every turn completes (a failed turn is retried once, after the dead replica's
+              lease, with expected_position so it is never applied twice) and is counted; final
+              positions equal the acknowledged turns'; greedy text equals a single-server reference.
+  rolling     the same load while each replica in turn gets SIGTERM and is restarted: no failed turn.
+  splitbrain  a replica paused (SIGSTOP) mid-turn past its lease; another replica takes the session
+              over and goes on; the paused one resumes and finishes its turn: its write is refused by
+              the epoch check (the call fails with UNAVAILABLE) and the session keeps the newer history.
+  redis       Redis killed and restarted under load: calls that cannot be made durable fail with
+              UNAVAILABLE naming the store and are retried; nothing acknowledged is lost.
+  gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses).
+
+Usage: replicas_test.py BIN_DIR SOURCE_DIR [SCENARIO ...]   (default: all)
+Prints one line per scenario and the figures (failover time p50/p99) as JSON lines prefixed "figure:".
+"""
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import replicas  # noqa: E402
+import steady_grpc  # noqa: E402
+
+SESSIONS, TURNS, MAX_TOKENS = 32, 20, 8
+WORDS = "the license software free you may copy work source code terms of any program modify and".split()
+RETRYABLE = None  # (code name, message) -> whether a turn is retried; set in main
+
+
+def prompt(session, turn):
+    n = 3 + (session * 7 + turn * 3) % 12
+    return " " + " ".join(WORDS[(session * 5 + turn * 11 + k * 3) % len(WORDS)] for k in range(n))
+
+
+class Client:
+    """One gRPC channel; every call carries the session as x-steady-session."""
+
+    def __init__(self, addr):
+        import grpc
+        from steady.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+        self.grpc, self.pb = grpc, pb
+        self.channel = grpc.insecure_channel(addr)
+        self.stub = pb_grpc.InferenceStub(self.channel)
+
+    def md(self, sid):
+        return (("x-steady-session", sid),)
+
+    def create(self, sid):
+        self.stub.CreateSession(self.pb.CreateSessionRequest(session_id=sid), timeout=30, metadata=self.md(sid))
+
+    def get(self, sid):
+        """GetSession, retried while UNAVAILABLE (a read: safe; nginx answers so for a few seconds
+        after every replica was marked failed, e.g. right after a rolling restart)."""
+        for attempt in range(20):
+            try:
+                return self.stub.GetSession(self.pb.GetSessionRequest(session_id=sid), timeout=30,
+                                            metadata=self.md(sid))
+            except self.grpc.RpcError as e:
+                if e.code() != self.grpc.StatusCode.UNAVAILABLE or attempt == 19:
+                    raise
+                time.sleep(0.25)
+
+    def turn(self, sid, text, expected=None, max_tokens=MAX_TOKENS, timeout=60):
+        """(code name, text, usage or None)."""
+        req = self.pb.GenerateRequest(session_id=sid, prompt=text, max_tokens=max_tokens)
+        if expected is not None:
+            req.expected_position.value = expected
+        out, usage = [], None
+        try:
+            for m in self.stub.Generate(req, timeout=timeout, metadata=self.md(sid)):
+                out.append(m.text)
+                if m.finish_reason:
+                    usage = m.usage
+            return "OK", "".join(out), usage
+        except self.grpc.RpcError as e:
+            return e.code().name, e.details(), None
+
+
+class SessionLoad:
+    """One session's turns with one retry each; what it saw."""
+
+    def __init__(self, client, sid, index, retry_wait_s, retryable, max_retries=1):
+        self.client, self.sid, self.index = client, sid, index
+        self.retry_wait_s, self.retryable, self.max_retries = retry_wait_s, retryable, max_retries
+        self.position = 0
+        self.texts = {}            # turn -> text, acknowledged turns
+        self.unacknowledged = []   # turns applied whose last message never came
+        self.failed = []           # (turn, code, message)
+        self.retried = 0
+        self.first_ok_after = {}   # event name -> time of this session's first acknowledged turn after it
+
+    def run(self, turns, events, pause=None):
+        for t in range(1, turns + 1):
+            if pause:
+                pause(t)
+            code, text, usage = self.client.turn(self.sid, prompt(self.index, t), expected=self.position)
+            attempt = 0
+            while self.retryable(code, text) and attempt < self.max_retries:
+                attempt += 1
+                self.retried += attempt == 1
+                time.sleep(self.retry_wait_s)
+                code, text, usage = self.client.turn(self.sid, prompt(self.index, t), expected=self.position)
+            if attempt and code == "ABORTED":
+                # expected_position refused the retry: an earlier attempt was applied, unacknowledged.
+                position = self.client.get(self.sid).position
+                if position > self.position:
+                    self.unacknowledged.append(t)
+                    self.position = position
+                    continue
+            if code != "OK":
+                self.failed.append((t, code, text))
+                continue
+            self.texts[t] = text
+            self.position = usage.session_position
+            now = time.time()
+            for name, when in list(events.items()):
+                if when <= now and name not in self.first_ok_after:
+                    self.first_ok_after[name] = now
+
+
+def reference_texts(bin_dir, model, work, turns):
+    """Every session's turns on one plain server (a session directory, no Redis)."""
+    server = steady_grpc.Server(bin_dir, os.path.join(work, "reference.log"),
+                                ["--model", model, "--session-dir", os.path.join(work, "reference-sessions")])
+    try:
+        c = Client("127.0.0.1:%d" % server.port)
+        out = {}
+        for s in range(SESSIONS):
+            sid = "ref%d" % s
+            c.create(sid)
+            for t in range(1, turns + 1):
+                code, text, _ = c.turn(sid, prompt(s, t))
+                assert code == "OK", (code, text)
+                out[(s, t)] = text
+        return out
+    finally:
+        server.kill()
+
+
+def run_load(topology, addr, turns, retry_wait_s, retryable, during=None, prefix="s", max_retries=1):
+    """SESSIONS sessions in parallel; `during(events)` runs beside them (kills, restarts...)."""
+    client = Client(addr)
+    loads = [SessionLoad(client, "%s%d" % (prefix, s), s, retry_wait_s, retryable, max_retries)
+             for s in range(SESSIONS)]
+    for load in loads:
+        client.create(load.sid)
+    events = {}
+    threads = [threading.Thread(target=load.run, args=(turns, events)) for load in loads]
+    for th in threads:
+        th.start()
+    if during:
+        during(events, loads)
+    for th in threads:
+        th.join(600)
+    return client, loads
+
+
+def check_load(name, client, loads, reference, turns):
+    """Every turn done once, positions add up, acknowledged texts equal the reference's."""
+    problems = []
+    for load in loads:
+        for t, code, msg in load.failed:
+            problems.append("%s turn %d failed: %s %s" % (load.sid, t, code, msg))
+        done = len(load.texts) + len(load.unacknowledged)
+        if done != turns and not load.failed:
+            problems.append("%s: %d of %d turns done" % (load.sid, done, turns))
+        final = client.get(load.sid).position
+        if final != load.position:
+            problems.append("%s: position %d, but its acknowledged turns add up to %d" % (load.sid, final, load.position))
+        for t, text in load.texts.items():
+            if text != reference[(load.index, t)]:
+                problems.append("%s turn %d: %r differs from the reference %r" % (load.sid, t, text, reference[(load.index, t)]))
+    retried = sum(l.retried for l in loads)
+    unacked = sum(len(l.unacknowledged) for l in loads)
+    acked = sum(len(l.texts) for l in loads)
+    print("%s: %d sessions x %d turns: %d acknowledged, %d applied without their last message, %d retried once, "
+          "%d problems" % (name, len(loads), turns, acked, unacked, retried, len(problems)), flush=True)
+    for p in problems[:20]:
+        print("FAIL - " + p)
+    return not problems
+
+
+def percentile(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = (len(values) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def scenario_failover(t, reference):
+    retry_wait = t.lease_ms / 1000 + 0.5
+    moved, killed_at = [], {}
+
+    def during(events, loads):
+        while sum(len(l.texts) for l in loads) < SESSIONS * TURNS * 0.4:
+            time.sleep(0.05)
+        holders = {}
+        for l in loads:
+            holders.setdefault(replicas.lease_holder(t, l.sid), []).append(l)
+        victim = max((h for h in holders if h), key=lambda h: len(holders[h]))
+        moved.extend(holders[victim])
+        t.kill(victim)
+        events["kill"] = killed_at["t"] = time.time()
+
+    client, loads = run_load(t, t.nginx_addr, TURNS, retry_wait, RETRYABLE, during, prefix="f")
+    ok = check_load("failover", client, loads, reference, TURNS)
+    failover = [l.first_ok_after["kill"] - killed_at["t"] for l in moved if "kill" in l.first_ok_after]
+    print("figure: " + json.dumps({"figure": "failover_seconds", "moved_sessions": len(moved),
+                                   "p50": percentile(failover, 50), "p99": percentile(failover, 99),
+                                   "lease_ms": t.lease_ms}), flush=True)
+    return ok
+
+
+def scenario_rolling(t, reference):
+    def during(events, loads):
+        for i in range(len(t.replica_ports)):
+            time.sleep(1.0)
+            rc = t.terminate_replica(i)
+            if rc != 0:
+                print("FAIL - replica%d exited with %d after SIGTERM" % (i, rc))
+            t.start_replica(i)
+
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0.5, RETRYABLE, during, prefix="r")
+    return check_load("rolling restart", client, loads, reference, TURNS)
+
+
+def scenario_splitbrain(t, reference):
+    """Replica A holds session x and is paused mid-turn; B takes x over after the lease; A resumes."""
+    sid = "split"
+    a = Client(t.replica_addr(0))
+    b = Client(t.replica_addr(1))
+    a.create(sid)
+    code, _, usage = a.turn(sid, prompt(0, 1))
+    assert code == "OK", code
+    result = {}
+
+    def long_turn():  # in flight on A when it is paused
+        result["a"] = a.turn(sid, prompt(0, 2), expected=usage.session_position, max_tokens=4000, timeout=120)
+
+    th = threading.Thread(target=long_turn)
+    th.start()
+    time.sleep(0.3)
+    t.signal("replica0", signal.SIGSTOP)
+    time.sleep(t.lease_ms / 1000 + 1.0)  # A's lease lapses; it cannot renew while paused
+    code_b, text_b, usage_b = b.turn(sid, prompt(0, 2), expected=usage.session_position)
+    code_b2, _, usage_b2 = b.turn(sid, prompt(0, 3), expected=usage_b.session_position if usage_b else None)
+    t.signal("replica0", signal.SIGCONT)
+    th.join(120)
+    code_a, msg_a, _ = result.get("a", ("none", "", None))
+    final = b.get(sid).position
+    problems = []
+    if code_b != "OK" or code_b2 != "OK":
+        problems.append("B could not take the session over: %s %s / %s" % (code_b, text_b, code_b2))
+    if code_a != "UNAVAILABLE" or "taken it over" not in msg_a:
+        problems.append("A's stale turn ended with %s (%s), expected UNAVAILABLE: refused by the epoch check"
+                        % (code_a, msg_a))
+    if usage_b2 and final != usage_b2.session_position:
+        problems.append("position %d after A resumed, but B's history ends at %d" % (final, usage_b2.session_position))
+    if code_b == "OK" and text_b != reference[(0, 2)]:
+        problems.append("B's turn 2 %r differs from the reference %r" % (text_b, reference[(0, 2)]))
+    print("split brain: A's stale write ended with %s (%s); the session kept B's history at position %d; %d problems"
+          % (code_a, msg_a[:120], final, len(problems)), flush=True)
+    for p in problems:
+        print("FAIL - " + p)
+    return not problems
+
+
+def scenario_redis(t, reference):
+    def during(events, loads):
+        while sum(len(l.texts) for l in loads) < SESSIONS * TURNS * 0.3:
+            time.sleep(0.05)
+        t.kill("redis")
+        time.sleep(1.0)
+        t.start_redis()
+
+    # While Redis is down every turn fails with UNAVAILABLE naming the store (documented); clients
+    # retry until it is back: up to 10 times, a second apart.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 1.0, RETRYABLE, during, prefix="d", max_retries=10)
+    return check_load("redis restart", client, loads, reference, TURNS)
+
+
+def scenario_gateway(t, reference):
+    """Turns alternate between gRPC with x-steady-session and HTTP through the gateway on the same
+    sessions: the session's replica holds its lease after a turn, so a gateway call routed anywhere
+    else would be refused (UNAVAILABLE); the sessions spread over the replicas."""
+    c = Client(t.nginx_addr)
+    sids = ["g%d" % s for s in range(8)]
+    for sid in sids:
+        c.create(sid)
+    problems = []
+    for turn in range(1, 5):
+        for s, sid in enumerate(sids):
+            if turn % 2:
+                code, text, _ = c.turn(sid, prompt(s, turn))
+                if code != "OK":
+                    problems.append("%s turn %d over gRPC: %s %s" % (sid, turn, code, text))
+                    continue
+            else:
+                body = json.dumps({"session_id": sid, "prompt": prompt(s, turn), "max_tokens": MAX_TOKENS}).encode()
+                req = urllib.request.Request(t.gateway_url + "/v1/generate", data=body, method="POST")
+                try:
+                    lines = urllib.request.urlopen(req, timeout=60).read().decode().splitlines()
+                except Exception as e:  # an HTTP error: routed to a replica that does not hold the session
+                    problems.append("%s turn %d over HTTP: %s" % (sid, turn, e))
+                    continue
+                text = "".join(json.loads(l).get("result", {}).get("text", "") for l in lines)
+            if text != reference[(s, turn)]:
+                problems.append("%s turn %d: %r differs from the reference %r" % (sid, turn, text, reference[(s, turn)]))
+    holders = {replicas.lease_holder(t, sid) for sid in sids}
+    if len(holders) < 2:
+        problems.append("every session is on %s: nginx does not spread sessions by x-steady-session" % holders)
+    print("gateway: %d sessions x 4 turns alternating gRPC and HTTP through nginx, on %d replicas; %d problems"
+          % (len(sids), len(holders), len(problems)), flush=True)
+    for p in problems:
+        print("FAIL - " + p)
+    return not problems
+
+
+def main():
+    bin_dir, source_dir = sys.argv[1], sys.argv[2]
+    chosen = sys.argv[3:] or ["gateway", "failover", "rolling", "splitbrain", "redis"]
+    work = tempfile.mkdtemp(prefix="steady_replicas_")
+    ok = True
+    try:
+        steady_grpc.generate_stubs(work, source_dir)
+        global RETRYABLE
+        # What a client sees when a replica dies under it, drains, or cannot take a session yet:
+        # UNAVAILABLE, a call the stopping server cancelled (CANCELLED; this client cancels none), or
+        # a stream nginx cut when its replica died (INTERNAL, RST_STREAM). expected_position makes
+        # each safe to retry (steady-loadtest --retries retries the same).
+        RETRYABLE = lambda code, message: (code in ("UNAVAILABLE", "CANCELLED") or
+                                           (code == "INTERNAL" and "RST_STREAM" in message))
+        for name in chosen:
+            scenario_work = os.path.join(work, name)
+            os.makedirs(scenario_work)
+            with replicas.Topology(bin_dir, source_dir, scenario_work, replicas=3, lease_ms=1500) as t:
+                reference = reference_texts(bin_dir, t.model, scenario_work, TURNS)
+                start = time.time()
+                try:
+                    passed = globals()["scenario_" + name](t, reference)
+                except Exception as e:  # a call the scenario did not expect to fail
+                    print("FAIL - %s: %s" % (name, e))
+                    passed = False
+                print("  (%s: %.1f s)" % (name, time.time() - start), flush=True)
+                if not passed:
+                    for proc in sorted(t.logs):
+                        print("---- %s log (tail) ----\n%s" % (proc, t.log(proc)[-1500:]))
+                    errors = os.path.join(scenario_work, "nginx-error.log")
+                    if os.path.exists(errors):
+                        print("---- nginx error log (tail) ----\n" + open(errors).read()[-3000:])
+                ok = ok and passed
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
