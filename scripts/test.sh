@@ -16,10 +16,11 @@ if [ -n "$(ls -A "$scratch")" ]; then
   ls -A "$scratch" | head -20 >&2
   status=1
 fi
-if pgrep -f "$PWD/bin/" > /dev/null; then
+# Ours, and anything started on the tests' files (redis-server --dir, nginx -c under TMPDIR).
+if pgrep -f "$PWD/bin/|$scratch" > /dev/null; then
   echo "test.sh: processes the tests started are still running:" >&2
-  pgrep -af "$PWD/bin/" >&2
-  pkill -KILL -f "$PWD/bin/" || true
+  pgrep -af "$PWD/bin/|$scratch" >&2
+  pkill -KILL -f "$PWD/bin/|$scratch" || true
   status=1
 fi
 exit $status

@@ -47,6 +47,10 @@ struct EngineOptions {
   std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend.h)
   int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
                                                   // the backend preallocates it (CUDA, softmax layers)
+  // With a shared store: a resident session idle this long is offloaded and its lease released, so
+  // the replica the balancer now routes it to can take it (after a failover, the way back home);
+  // 0: never. steady-server sets half of --lease-ms.
+  int64_t release_idle_ms = 0;
   bool device_sampling = true;                    // on a GPU, draw tokens there when no row of a step
                                                   // needs the repetition penalty (only ids come back)
 };

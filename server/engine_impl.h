@@ -156,6 +156,9 @@ struct Engine::Impl {
   // Acknowledges the turns in to_commit once their states are in the store (one group commit); a
   // turn whose write fails is undone (the slot reloaded from the store) and fails.
   void CommitTurns();
+  // Offloads the resident sessions idle for options.release_idle_ms (shared stores: their leases go).
+  void ReleaseIdle();
+  int64_t last_idle_scan_ms = 0;  // engine thread only
 
   // Jobs.
   void Accept(GenerateJob request, std::vector<int32_t> tokens);

@@ -17,7 +17,9 @@ void Engine::Impl::Run() {
       std::unique_lock<std::mutex> lock(mu);
       auto woken = [&] { return stop_requested || !inbox.empty(); };
       // With jobs in flight that cannot run now, poll: cancellation flags come without a notification.
-      if (jobs.empty()) {
+      if (jobs.empty() && options.release_idle_ms > 0) {
+        cv.wait_for(lock, std::chrono::milliseconds(options.release_idle_ms / 2), woken);
+      } else if (jobs.empty()) {
         cv.wait(lock, woken);
       } else if (idle) {
         cv.wait_for(lock, std::chrono::milliseconds(2), woken);
@@ -29,8 +31,24 @@ void Engine::Impl::Run() {
     if (stopping) break;
     idle = !Step();
     CommitTurns();
+    ReleaseIdle();
   }
   Shutdown();
+}
+
+void Engine::Impl::ReleaseIdle() {
+  if (options.release_idle_ms <= 0 || !Shared()) return;
+  const int64_t now = NowUnixMs();
+  if (now - last_idle_scan_ms < options.release_idle_ms / 4) return;
+  last_idle_scan_ms = now;
+  // Oldest first; the first one still in use ends the scan.
+  while (Session* s = sessions.EvictionCandidate()) {
+    if (s->last_used_unix_ms > now - options.release_idle_ms) break;
+    if (absl::Status st = Offload(*s); !st.ok()) {
+      std::fprintf(stderr, "steady: session %s: %s\n", s->id.c_str(), std::string(st.message()).c_str());
+      break;
+    }
+  }
 }
 
 void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {

@@ -170,6 +170,9 @@ absl::Status Run(int argc, char** argv) {
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();
   engine_options->store = *std::move(store);
+  if (engine_options->store && engine_options->store->Shared()) {
+    engine_options->release_idle_ms = flags->GetInt("lease-ms", RedisStoreOptions().lease_ms, 100, INT64_MAX).value() / 2;
+  }
   auto engine = Engine::Start(*model, **tokenizer, *engine_options);
   if (!engine.ok()) return engine.status();
 

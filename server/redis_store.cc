@@ -142,7 +142,11 @@ class RedisConnection {
         }
         Reply r(static_cast<redisReply*>(raw));
         if (r->type == REDIS_REPLY_ERROR) {
-          replies.push_back(absl::InternalError(std::string(r->str, r->len)));
+          const std::string error(r->str, r->len);
+          // A Redis that is starting (LOADING its append-only file) or busy answers again soon.
+          const bool transient = error.rfind("LOADING", 0) == 0 || error.rfind("BUSY", 0) == 0 ||
+                                 error.rfind("TRYAGAIN", 0) == 0 || error.rfind("MASTERDOWN", 0) == 0;
+          replies.push_back(transient ? Unavailable(error) : absl::InternalError(error));
         } else {
           replies.push_back(std::move(r));
         }

@@ -64,7 +64,10 @@ class Topology:
     def _spawn(self, name, argv):
         log = os.path.join(self.work, name + ".log")
         self.logs[name] = log
-        self.procs[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(log, "a"))
+        # A process group of its own: killing it takes nginx's workers (or anything else a process
+        # started) along.
+        self.procs[name] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(log, "a"),
+                                            start_new_session=True)
         return self.procs[name]
 
     def log(self, name):
@@ -102,7 +105,7 @@ class Topology:
         os.makedirs(run, exist_ok=True)
         with open(os.path.join(self.source_dir, "docker/nginx/steady.conf.template")) as f:
             conf = f.read()
-        servers = "\n    ".join("server 127.0.0.1:%d max_fails=1 fail_timeout=2s;" % p for p in self.replica_ports)
+        servers = "\n    ".join("server 127.0.0.1:%d max_fails=2 fail_timeout=1s;" % p for p in self.replica_ports)
         conf = (conf.replace("@LISTEN@", "127.0.0.1:%d" % self.nginx_port).replace("@SERVERS@", servers)
                 .replace("@RUN_DIR@", run).replace("@ERROR_LOG@", os.path.join(self.work, "nginx-error.log")))
         if os.geteuid() == 0:
@@ -128,7 +131,10 @@ class Topology:
     def kill(self, name):
         p = self.procs.get(name)
         if p and p.poll() is None:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.wait()
 
     def kill_replica(self, i):
@@ -173,6 +179,10 @@ class Topology:
         for name in list(self.procs):
             self.signal(name, signal.SIGCONT)  # a paused process cannot die
             self.kill(name)
+            try:  # what the group's leader left behind (nginx's workers once their master died)
+                os.killpg(self.procs[name].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def lease_holder(topology, session_id):

@@ -33,7 +33,14 @@ import steady_grpc  # noqa: E402
 
 SESSIONS, TURNS, MAX_TOKENS = 32, 20, 8
 WORDS = "the license software free you may copy work source code terms of any program modify and".split()
-RETRYABLE = None  # (code name, message) -> whether a turn is retried; set in main
+
+
+def retryable(code, message):
+    """What a client sees when a replica dies under it, drains, or cannot take a session yet:
+    UNAVAILABLE, a call the stopping server cancelled (CANCELLED; this client cancels none), or a
+    stream nginx cut when its replica died (INTERNAL, RST_STREAM). expected_position makes each safe
+    to retry (steady-loadtest --retries retries the same)."""
+    return code in ("UNAVAILABLE", "CANCELLED") or (code == "INTERNAL" and "RST_STREAM" in message)
 
 
 def prompt(session, turn):
@@ -214,7 +221,7 @@ def scenario_failover(t, reference):
         t.kill(victim)
         events["kill"] = killed_at["t"] = time.time()
 
-    client, loads = run_load(t, t.nginx_addr, TURNS, retry_wait, RETRYABLE, during, prefix="f")
+    client, loads = run_load(t, t.nginx_addr, TURNS, retry_wait, retryable, during, prefix="f")
     ok = check_load("failover", client, loads, reference, TURNS)
     failover = [l.first_ok_after["kill"] - killed_at["t"] for l in moved if "kill" in l.first_ok_after]
     print("figure: " + json.dumps({"figure": "failover_seconds", "moved_sessions": len(moved),
@@ -232,7 +239,9 @@ def scenario_rolling(t, reference):
                 print("FAIL - replica%d exited with %d after SIGTERM" % (i, rc))
             t.start_replica(i)
 
-    client, loads = run_load(t, t.nginx_addr, TURNS, 0.5, RETRYABLE, during, prefix="r")
+    # A turn refused while its replica restarts (UNAVAILABLE, or a moment when nginx has marked every
+    # replica failed) is retried, up to 5 times half a second apart: none may fail.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0.5, retryable, during, prefix="r", max_retries=5)
     return check_load("rolling restart", client, loads, reference, TURNS)
 
 
@@ -287,7 +296,7 @@ def scenario_redis(t, reference):
 
     # While Redis is down every turn fails with UNAVAILABLE naming the store (documented); clients
     # retry until it is back: up to 10 times, a second apart.
-    client, loads = run_load(t, t.nginx_addr, TURNS, 1.0, RETRYABLE, during, prefix="d", max_retries=10)
+    client, loads = run_load(t, t.nginx_addr, TURNS, 1.0, retryable, during, prefix="d", max_retries=10)
     return check_load("redis restart", client, loads, reference, TURNS)
 
 
@@ -335,13 +344,6 @@ def main():
     ok = True
     try:
         steady_grpc.generate_stubs(work, source_dir)
-        global RETRYABLE
-        # What a client sees when a replica dies under it, drains, or cannot take a session yet:
-        # UNAVAILABLE, a call the stopping server cancelled (CANCELLED; this client cancels none), or
-        # a stream nginx cut when its replica died (INTERNAL, RST_STREAM). expected_position makes
-        # each safe to retry (steady-loadtest --retries retries the same).
-        RETRYABLE = lambda code, message: (code in ("UNAVAILABLE", "CANCELLED") or
-                                           (code == "INTERNAL" and "RST_STREAM" in message))
         for name in chosen:
             scenario_work = os.path.join(work, name)
             os.makedirs(scenario_work)

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Figures for docs/deployment.md and docs/benchmarks.md ("Replicas"), on this machine:
+
+  failover    32 sessions x 20 turns through nginx over 3 replicas; kill -9 the replica holding the
+              most sessions after 40% of the turns. Failover time per moved session = kill -> its
+              first acknowledged turn (clients retry every 0.2 s); acknowledged turns lost.
+  store       per-turn latency of one replica with --session-dir vs --session-store redis://
+              (steady-loadtest --sessions 8 --turns 25, median over ROUNDS interleaved rounds)
+  throughput  steady-loadtest closed loop (concurrency 16, 200 requests) through nginx over 1 and
+              over 3 replicas; on a 2-core machine the replicas share the same cores
+
+Usage: tools/bench/replicas_bench.py [--rounds N] [--lease-ms MS]   (from the source root, after the
+build; needs redis-server, nginx and steady-gateway: scripts/install-deps.sh)
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests/python"))
+import replicas  # noqa: E402
+import replicas_test  # noqa: E402
+import steady_grpc  # noqa: E402
+
+BIN = os.path.join(ROOT, "build/bin")
+
+
+def percentile(values, p):
+    return replicas_test.percentile(values, p)
+
+
+def failover(work, lease_ms, runs):
+    times, lost, moved_total = [], 0, 0
+    for run in range(runs):
+        run_work = os.path.join(work, "failover%d" % run)
+        os.makedirs(run_work)
+        with replicas.Topology(BIN, ROOT, run_work, replicas=3, lease_ms=lease_ms, gateway=False) as t:
+            killed = {}
+            moved = []
+
+            def during(events, loads):
+                while sum(len(l.texts) for l in loads) < replicas_test.SESSIONS * replicas_test.TURNS * 0.4:
+                    time.sleep(0.02)
+                holders = {}
+                for l in loads:
+                    holders.setdefault(replicas.lease_holder(t, l.sid), []).append(l)
+                victim = max((h for h in holders if h), key=lambda h: len(holders[h]))
+                moved.extend(holders[victim])
+                t.kill(victim)
+                events["kill"] = killed["t"] = time.time()
+
+            client, loads = replicas_test.run_load(t, t.nginx_addr, replicas_test.TURNS, 0.2, replicas_test.retryable,
+                                                   during, prefix="b%d-" % run, max_retries=100)
+            for l in loads:
+                final = client.get(l.sid).position
+                lost += final < l.position  # a position below the last acknowledged one: lost turns
+            times += [l.first_ok_after["kill"] - killed["t"] for l in moved if "kill" in l.first_ok_after]
+            moved_total += len(moved)
+    return {"runs": runs, "moved_sessions": moved_total, "lease_ms": lease_ms,
+            "failover_p50_s": percentile(times, 50), "failover_p99_s": percentile(times, 99),
+            "sessions_with_lost_turns": lost}
+
+
+def loadtest(addr, args, out):
+    subprocess.run([os.path.join(BIN, "steady-loadtest"), "--addr", addr, "--json", out] + args, check=True,
+                   stdout=subprocess.DEVNULL)
+    return json.load(open(out))["summary"]
+
+
+def store_cost(work, rounds):
+    rows = {"directory": [], "redis": []}
+    os.makedirs(os.path.join(work, "store"))
+    t = replicas.Topology(BIN, ROOT, os.path.join(work, "store"), replicas=0, gateway=False)
+    try:
+        t.start_redis()
+        for r in range(rounds):
+            for kind in ("directory", "redis"):
+                store = (["--session-dir", os.path.join(work, "store", "dir%d" % r)] if kind == "directory"
+                         else ["--session-store", t.redis_url])
+                server = steady_grpc.Server(BIN, os.path.join(work, "store-%s.log" % kind),
+                                            ["--model", t.model] + store)
+                try:
+                    rows[kind].append(loadtest("127.0.0.1:%d" % server.port,
+                                               ["--sessions", "8", "--turns", "25", "--prompt-tokens", "uniform:32:96",
+                                                "--output-tokens", "uniform:8:24", "--seed", str(r)],
+                                               os.path.join(work, "store-%s-%d.json" % (kind, r))))
+                finally:
+                    server.terminate()
+    finally:
+        t.close()
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    out = {}
+    for kind, summaries in rows.items():
+        out[kind] = {k: med([s[m][q] for s in summaries]) for k, (m, q) in
+                     {"ttft_p50_ms": ("ttft_ms", "p50"), "ttft_p99_ms": ("ttft_ms", "p99"),
+                      "e2e_p50_ms": ("e2e_ms", "p50"), "e2e_p99_ms": ("e2e_ms", "p99")}.items()}
+    out["redis_vs_directory_e2e_p50"] = out["redis"]["e2e_p50_ms"] / out["directory"]["e2e_p50_ms"]
+    return out
+
+
+def throughput(work, rounds):
+    out = {}
+    for n in (1, 3):
+        with replicas.Topology(BIN, ROOT, os.path.join(work, "tp%d" % n), replicas=n, gateway=False) as t:
+            runs = [loadtest(t.nginx_addr, ["--concurrency", "16", "--requests", "200", "--prompt-tokens", "fixed:64",
+                                            "--output-tokens", "fixed:16", "--seed", str(r)],
+                             os.path.join(work, "tp%d-%d.json" % (n, r))) for r in range(rounds)]
+            out["%d_replicas" % n] = sorted(s["output_tokens_per_s"] for s in runs)[len(runs) // 2]
+    out["ratio_3_vs_1"] = out["3_replicas"] / out["1_replicas"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--lease-ms", type=int, default=1500)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="steady_replicas_bench_")
+    try:
+        steady_grpc.generate_stubs(work, ROOT)
+        for name, fn in (("failover", lambda: failover(work, args.lease_ms, args.rounds)),
+                         ("store", lambda: store_cost(work, args.rounds)),
+                         ("throughput", lambda: throughput(work, args.rounds))):
+            print(json.dumps({name: fn()}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
