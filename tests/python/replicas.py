@@ -194,3 +194,16 @@ def lease_holder(topology, session_id):
     value = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "GET", keys[0]],
                            capture_output=True, text=True).stdout.strip()
     return value.split(" ")[0] if value else None
+
+
+def busiest_replica(topology):
+    """The replica name holding the most session leases in Redis now, or None."""
+    keys = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "KEYS", "*:lease:*"],
+                          capture_output=True, text=True).stdout.split()
+    counts = {}
+    for key in keys:
+        value = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "GET", key],
+                               capture_output=True, text=True).stdout.strip()
+        if value:
+            counts[value.split(" ")[0]] = counts.get(value.split(" ")[0], 0) + 1
+    return max(counts, key=counts.get) if counts else None

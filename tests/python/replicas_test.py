@@ -12,7 +12,9 @@
               the epoch check (the call fails with UNAVAILABLE) and the session keeps the newer history.
   redis       Redis killed and restarted under load: calls that cannot be made durable fail with
               UNAVAILABLE naming the store and are retried; nothing acknowledged is lost.
-  gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses).
+  gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses);
+              ListSessions through nginx lists every replica's sessions.
+  loadtest    steady-loadtest --retries through nginx while a replica is killed: no failed turn.
 
 Usage: replicas_test.py BIN_DIR SOURCE_DIR [SCENARIO ...]   (default: all)
 Prints one line per scenario and the figures (failover time p50/p99) as JSON lines prefixed "figure:".
@@ -21,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -327,6 +330,10 @@ def scenario_gateway(t, reference):
                 text = "".join(json.loads(l).get("result", {}).get("text", "") for l in lines)
             if text != reference[(s, turn)]:
                 problems.append("%s turn %d: %r differs from the reference %r" % (sid, turn, text, reference[(s, turn)]))
+    # ListSessions through the balancer lists every replica's sessions (read from Redis).
+    listed = {x.session_id for x in c.stub.ListSessions(c.pb.ListSessionsRequest(), timeout=30).sessions}
+    if not set(sids) <= listed:
+        problems.append("ListSessions through nginx lists %s, not every session %s" % (sorted(listed), sids))
     holders = {replicas.lease_holder(t, sid) for sid in sids}
     if len(holders) < 2:
         problems.append("every session is on %s: nginx does not spread sessions by x-steady-session" % holders)
@@ -337,9 +344,44 @@ def scenario_gateway(t, reference):
     return not problems
 
 
+def scenario_loadtest(t, reference):
+    """steady-loadtest --retries through nginx while a replica is killed: no turn fails, and the
+    report counts the retried ones."""
+    out = os.path.join(t.work, "loadtest.json")
+    sessions, turns = 16, 40
+    proc = subprocess.Popen([os.path.join(t.bin_dir, "steady-loadtest"), "--addr", t.nginx_addr, "--sessions",
+                             str(sessions), "--turns", str(turns), "--prompt-tokens", "fixed:16", "--output-tokens",
+                             "fixed:8", "--retries", "5", "--retry-backoff-ms", "500", "--json", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim = None
+    deadline = time.time() + 60
+    while victim is None and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+        victim = replicas.busiest_replica(t)
+    if victim:
+        t.kill(victim)
+    report_text, _ = proc.communicate(timeout=300)
+    problems = []
+    if proc.returncode != 0:
+        problems.append("steady-loadtest exited with %d: %s" % (proc.returncode, report_text[-500:]))
+    else:
+        summary = json.load(open(out))["summary"]
+        if summary["failed"] != 0 or summary["completed"] != sessions * turns:
+            problems.append("%d completed, %d failed: %s" % (summary["completed"], summary["failed"], summary["errors"]))
+        if summary["retried"] == 0 and "retries" not in report_text:
+            problems.append("no call was retried: the kill did not reach the load (%s)" % report_text[-300:])
+        print("loadtest: steady-loadtest --retries 5 through nginx, %s killed: %d completed, %d failed, "
+              "%d retried, %d applied without their last message" % (victim, summary["completed"], summary["failed"],
+                                                                    summary["retried"],
+                                                                    summary["applied_unacknowledged"]))
+    for p in problems:
+        print("FAIL - " + p)
+    return not problems
+
+
 def main():
     bin_dir, source_dir = sys.argv[1], sys.argv[2]
-    chosen = sys.argv[3:] or ["gateway", "failover", "rolling", "splitbrain", "redis"]
+    chosen = sys.argv[3:] or ["gateway", "failover", "rolling", "splitbrain", "redis", "loadtest"]
     work = tempfile.mkdtemp(prefix="steady_replicas_")
     ok = True
     try:
