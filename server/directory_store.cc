@@ -74,14 +74,7 @@ std::vector<absl::Status> DirectoryStore::Put(const std::vector<BlobWrite>& writ
       if (s.ok() && !dir_synced.ok()) s = WithContext(dir_synced, "written, but not durable");
     }
   }
-  for (size_t i = 0; i < writes.size(); ++i) {
-    if (statuses[i].ok()) {
-      stats_.bytes_written += int64_t(writes[i].blob.size());
-      ++stats_.blobs_written;
-    } else {
-      ++stats_.write_errors;
-    }
-  }
+  CountWrites(writes, statuses);
   return statuses;
 }
 

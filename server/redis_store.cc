@@ -293,14 +293,7 @@ std::vector<absl::Status> RedisStore::Put(const std::vector<BlobWrite>& writes) 
     }
     statuses[ready_which[j]] = s;
   }
-  for (size_t i = 0; i < writes.size(); ++i) {
-    if (statuses[i].ok()) {
-      stats_.bytes_written += int64_t(writes[i].blob.size());
-      ++stats_.blobs_written;
-    } else {
-      ++stats_.write_errors;
-    }
-  }
+  CountWrites(writes, statuses);
   return statuses;
 }
 

@@ -8,4 +8,15 @@ absl::StatusOr<std::string> SessionStore::Head(const std::string& key, size_t by
   return blob;
 }
 
+void SessionStore::CountWrites(const std::vector<BlobWrite>& writes, const std::vector<absl::Status>& statuses) {
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (statuses[i].ok()) {
+      stats_.bytes_written += int64_t(writes[i].blob.size());
+      ++stats_.blobs_written;
+    } else {
+      ++stats_.write_errors;
+    }
+  }
+}
+
 }  // namespace steady

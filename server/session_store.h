@@ -69,6 +69,9 @@ class SessionStore {
   const StoreStats& stats() const { return stats_; }
 
  protected:
+  // Adds a Put's outcome to stats().
+  void CountWrites(const std::vector<BlobWrite>& writes, const std::vector<absl::Status>& statuses);
+
   StoreStats stats_;
 };
 

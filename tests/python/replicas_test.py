@@ -209,13 +209,13 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def scenario_failover(t, reference):
-    retry_wait = t.lease_ms / 1000 + 0.5
-    moved, killed_at = [], {}
-
+def kill_busiest(t, moved, killed_at, after=0.4):
+    """A `during` for run_load: once `after` of the turns are acknowledged, SIGKILLs the replica
+    holding the most of the load's sessions; its sessions go to `moved`, the time to killed_at["t"]
+    and events["kill"]."""
     def during(events, loads):
-        while sum(len(l.texts) for l in loads) < SESSIONS * TURNS * 0.4:
-            time.sleep(0.05)
+        while sum(len(l.texts) for l in loads) < SESSIONS * TURNS * after:
+            time.sleep(0.02)
         holders = {}
         for l in loads:
             holders.setdefault(replicas.lease_holder(t, l.sid), []).append(l)
@@ -223,7 +223,13 @@ def scenario_failover(t, reference):
         moved.extend(holders[victim])
         t.kill(victim)
         events["kill"] = killed_at["t"] = time.time()
+    return during
 
+
+def scenario_failover(t, reference):
+    retry_wait = t.lease_ms / 1000 + 0.5
+    moved, killed_at = [], {}
+    during = kill_busiest(t, moved, killed_at)
     client, loads = run_load(t, t.nginx_addr, TURNS, retry_wait, retryable, during, prefix="f")
     ok = check_load("failover", client, loads, reference, TURNS)
     failover = [l.first_ok_after["kill"] - killed_at["t"] for l in moved if "kill" in l.first_ok_after]

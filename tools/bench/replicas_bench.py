@@ -40,20 +40,8 @@ def failover(work, lease_ms, runs):
         run_work = os.path.join(work, "failover%d" % run)
         os.makedirs(run_work)
         with replicas.Topology(BIN, ROOT, run_work, replicas=3, lease_ms=lease_ms, gateway=False) as t:
-            killed = {}
-            moved = []
-
-            def during(events, loads):
-                while sum(len(l.texts) for l in loads) < replicas_test.SESSIONS * replicas_test.TURNS * 0.4:
-                    time.sleep(0.02)
-                holders = {}
-                for l in loads:
-                    holders.setdefault(replicas.lease_holder(t, l.sid), []).append(l)
-                victim = max((h for h in holders if h), key=lambda h: len(holders[h]))
-                moved.extend(holders[victim])
-                t.kill(victim)
-                events["kill"] = killed["t"] = time.time()
-
+            killed, moved = {}, []
+            during = replicas_test.kill_busiest(t, moved, killed)
             client, loads = replicas_test.run_load(t, t.nginx_addr, replicas_test.TURNS, 0.2, replicas_test.retryable,
                                                    during, prefix="b%d-" % run, max_retries=100)
             for l in loads:
