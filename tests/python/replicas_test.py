@@ -209,12 +209,12 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def kill_busiest(t, moved, killed_at, after=0.4):
+def kill_busiest(t, moved, killed_at, after=0.4, turns=TURNS):
     """A `during` for run_load: once `after` of the turns are acknowledged, SIGKILLs the replica
     holding the most of the load's sessions; its sessions go to `moved`, the time to killed_at["t"]
     and events["kill"]."""
     def during(events, loads):
-        while sum(len(l.texts) for l in loads) < SESSIONS * TURNS * after:
+        while sum(len(l.texts) for l in loads) < SESSIONS * turns * after:
             time.sleep(0.02)
         holders = {}
         for l in loads:
