@@ -20,6 +20,9 @@ packages=(
   # Replicas sharing sessions (docs/deployment.md): the Redis session store's client, and the Redis
   # server and nginx that the replica tests start on 127.0.0.1.
   libhiredis-dev redis-server nginx
+  # Container images and the compose topology (docker/, tests/docker): podman with runc (crun fails on
+  # cgroup v1 hosts), DNS between containers, mmdebstrap for the registry-free base image.
+  podman runc podman-compose mmdebstrap golang-github-containernetworking-plugin-dnsname
 )
 missing=()
 for p in "${packages[@]}"; do
