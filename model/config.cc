@@ -132,6 +132,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
     }
   }
 
+  if (j.contains("chat_template")) {
+    auto t = ParseChatTemplate(j.at("chat_template"), file + ": chat_template");
+    if (!t.ok()) return t.status();
+    c.chat_template = *std::move(t);
+    c.has_chat_template = true;
+  }
+
   AttentionConfig base;
   if (j.contains("attention")) {
     auto a = ReadAttention(j.at("attention"), file + ": attention", base);
@@ -179,6 +186,7 @@ nlohmann::json ModelConfig::ToJson() const {
   } else if (eos_token_id >= 0) {
     j["eos_token_id"] = eos_token_id;
   }
+  if (has_chat_template) j["chat_template"] = chat_template.ToJson();
   if (!layer_attention.empty()) {
     nlohmann::json a = layer_attention[0].params;
     a["mechanism"] = layer_attention[0].mechanism;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "model/chat_template.h"
 
 namespace steady {
 
@@ -36,6 +37,10 @@ struct ModelConfig {
   int eos_token_id = -1;           // the first end-of-sequence id (-1: none)
   std::vector<int> eos_token_ids;  // every id that ends generation (config.json may give a list)
   std::vector<AttentionConfig> layer_attention;  // num_layers entries, overrides applied
+  // config.json's "chat_template" (model/chat_template.h), or the default; has_chat_template says
+  // which (only a template the checkpoint gives is written back, and fingerprinted).
+  ChatTemplate chat_template = DefaultChatTemplate();
+  bool has_chat_template = false;
 
   bool IsEos(int token) const {
     for (int id : eos_token_ids) {

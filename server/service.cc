@@ -40,7 +40,7 @@ absl::Status ValidateSessionId(const std::string& field, const std::string& id, 
 }
 
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const EngineOptions& engine,
-                                           const ServiceOptions& options) {
+                                           const ServiceOptions& options, const ChatTemplate& chat) {
   if (absl::Status s = ValidateSessionId("session_id", r.session_id(), /*allow_empty=*/true); !s.ok()) return s;
   if (r.max_tokens() < 0 || r.max_tokens() > engine.max_new_tokens) {
     return absl::InvalidArgumentError(
@@ -70,6 +70,14 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   GenerateJob job;
   job.session_id = r.session_id();
   job.prompt = r.prompt();
+  if (r.messages_size() > 0) {
+    if (!r.prompt().empty()) return absl::InvalidArgumentError("prompt and messages: give one, not both");
+    std::vector<ChatMessage> messages;
+    for (const v1::ChatMessage& m : r.messages()) messages.push_back({m.role(), m.content()});
+    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return rendered.status();
+    job.prompt = *std::move(rendered);
+  }
   job.max_tokens = r.max_tokens();
   job.sampling.temperature = r.temperature();
   job.sampling.top_k = r.top_k();
@@ -77,6 +85,7 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   job.sampling.repetition_penalty = r.repetition_penalty() == 0 ? 1.0f : r.repetition_penalty();
   job.sampling.seed = r.seed();
   job.stop.assign(r.stop().begin(), r.stop().end());
+  if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop.begin(), chat.stop.end());
   if (r.has_expected_position()) job.expected_position = r.expected_position().value();
   return job;
 }

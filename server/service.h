@@ -20,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "model/chat_template.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "steady/v1/inference.grpc.pb.h"
@@ -43,9 +44,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // (ids name files in the session directory). An empty id passes when `allow_empty`.
 absl::Status ValidateSessionId(const std::string& field, const std::string& id, bool allow_empty);
 // The request's fields checked against the limits, with zero values resolved (top_p 0 -> 1,
-// repetition_penalty 0 -> 1). INVALID_ARGUMENT naming the field.
+// repetition_penalty 0 -> 1), and chat messages rendered with `chat` into the prompt.
+// INVALID_ARGUMENT naming the field.
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
-                                           const ServiceOptions& options);
+                                           const ServiceOptions& options, const ChatTemplate& chat);
 void ToProto(const SessionInfo& info, v1::Session* out);
 // UNAVAILABLE for calls that arrive while the server drains.
 absl::Status ShuttingDownError();

@@ -131,7 +131,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                            const v1::GenerateRequest* request) {
-  absl::StatusOr<GenerateJob> job = JobFromRequest(*request, engine_.options(), options_);
+  absl::StatusOr<GenerateJob> job = JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template);
   if (!job.ok()) {
     auto* reactor = new GenerateReactor(metrics_, nullptr);
     reactor->Reject(job.status());

@@ -92,5 +92,42 @@ TEST(ConfigTest, OverrideKeepsScale) {
   EXPECT_EQ(c->layer_attention[1].params["scale"], 0.5);
 }
 
+// config.json's chat template: parsed, written back, rendered; the default when absent.
+TEST(ChatTemplateTest, ParsedRenderedAndDefaulted) {
+  auto plain = ParseModelConfig(kLlama, "config.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->has_chat_template);
+  EXPECT_EQ(plain->chat_template, DefaultChatTemplate());
+  EXPECT_FALSE(plain->ToJson().contains("chat_template")) << "the default is not written (nor fingerprinted)";
+  auto rendered = RenderChat(DefaultChatTemplate(), {{"system", "Be brief."}, {"user", "Hi"}}, true);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(*rendered, "Be brief.\n\nUser: Hi\nAssistant:");
+
+  nlohmann::json j = nlohmann::json::parse(kLlama);
+  j["chat_template"] = {{"user", "<u>{content}</u>"}, {"assistant", "<a>{content}</a>"}, {"generation_prompt", "<a>"},
+                        {"stop", {"</a>"}}};
+  auto c = ParseModelConfig(j.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_chat_template);
+  EXPECT_EQ(c->chat_template.stop, std::vector<std::string>{"</a>"});
+  auto turn = RenderChat(c->chat_template, {{"user", "x"}, {"assistant", "y"}, {"user", "z"}}, true);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(*turn, "<u>x</u><a>y</a><u>z</u><a>");
+  EXPECT_EQ(RenderChat(c->chat_template, {{"system", "s"}}, false).status().code(), absl::StatusCode::kInvalidArgument);
+  auto again = ParseModelConfig(c->ToJson().dump(), "again.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->chat_template, c->chat_template);
+
+  for (const nlohmann::json& bad : {nlohmann::json{{"user", "no placeholder"}}, nlohmann::json{{"user", 3}},
+                                    nlohmann::json{{"user", "{content}{content}"}}, nlohmann::json{{"stop", "x"}},
+                                    nlohmann::json::array()}) {
+    nlohmann::json k = nlohmann::json::parse(kLlama);
+    k["chat_template"] = bad;
+    auto refused = ParseModelConfig(k.dump(), "config.json");
+    EXPECT_FALSE(refused.ok()) << bad.dump();
+    if (!refused.ok()) EXPECT_NE(std::string(refused.status().message()).find("chat_template"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace steady

@@ -338,6 +338,41 @@ struct BadGenerate {
   const char* field;
 };
 
+// Chat messages are rendered with the model's template (here the default): the same output as the
+// rendered text sent as a prompt, with the template's stop strings; prompt and messages together,
+// or an unknown role, are refused naming the field.
+TEST_F(ServiceTest, ChatMessagesAreRenderedWithTheTemplate) {
+  v1::GenerateRequest chat = Request("", "", 12);
+  auto* system = chat.add_messages();
+  system->set_role("system");
+  system->set_content("Be brief.");
+  auto* user = chat.add_messages();
+  user->set_role("user");
+  user->set_content("This License");
+  const Streamed a = Generate(chat);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  v1::GenerateRequest plain = Request("", "Be brief.\n\nUser: This License\nAssistant:", 12);
+  plain.add_stop("\nUser:");
+  const Streamed b = Generate(plain);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.text, b.text);
+
+  v1::GenerateRequest both = chat;
+  both.set_prompt("x");
+  const Streamed refused = Generate(both);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("prompt and messages"), std::string::npos);
+  v1::GenerateRequest unknown = Request("", "", 2);
+  auto* tool = unknown.add_messages();
+  tool->set_role("tool");
+  tool->set_content("x");
+  const Streamed refused_role = Generate(unknown);
+  EXPECT_EQ(refused_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused_role.status.error_message().find("messages[0].role"), std::string::npos)
+      << refused_role.status.error_message();
+}
+
 TEST_F(ServiceTest, BadGenerateRequestsMapToCodesNamingTheField) {
   CreateSession("ok");
   const BadGenerate cases[] = {

@@ -37,6 +37,13 @@ b=$("$steady" generate --model "$tmp/m" --prompt "The" --max-tokens 20 --tempera
 "$steady" generate --model "$tmp/t" --prompt "The" --max-tokens 5 > /dev/null 2>&1 && pass "generate from bf16 taylor checkpoint" \
   || fail "generate bf16 taylor"
 
+# generate --chat renders the prompt as a user message with the model's chat template (the default
+# here), exactly as the rendered text would generate with the template's stop string.
+a=$("$steady" generate --model "$tmp/m" --chat --system "Be brief." --prompt "This License" --max-tokens 12 2> /dev/null)
+b=$("$steady" generate --model "$tmp/m" --prompt "$(printf 'Be brief.\n\nUser: This License\nAssistant:')" --stop "$(printf '\nUser:')" \
+  --max-tokens 12 2> /dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "generate --chat uses the chat template" || fail "generate --chat: '$a' vs '$b'"
+
 # eval: perplexity JSON with the figures the quality table needs.
 head -c 3000 /usr/share/common-licenses/GPL-3 > "$tmp/val.txt"
 "$steady" eval --model "$tmp/m" --data "$tmp/val.txt" --max-tokens 300 --json > "$tmp/eval.json"

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "model/chat_template.h"
 #include "model/generate.h"
 #include "tools/steady/commands.h"
 
@@ -33,6 +34,18 @@ absl::Status RunGenerate(const Flags& flags) {
 
   auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
+  if (flags.Has("chat") || flags.Has("system")) {
+    // The prompt is a user message (after --system's), rendered with the model's chat template as
+    // steady-server renders GenerateRequest.messages.
+    const ChatTemplate& chat = model->config().chat_template;
+    std::vector<ChatMessage> messages;
+    if (flags.Has("system")) messages.push_back({"system", flags.Get("system")});
+    messages.push_back({"user", *prompt});
+    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return rendered.status();
+    request.prompt = *std::move(rendered);
+    request.stop.insert(request.stop.end(), chat.stop.begin(), chat.stop.end());
+  }
   auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
   // A KV cache preallocated on a GPU must hold the prompt (at most 2 tokens per byte, plus BOS) and
@@ -59,16 +72,21 @@ absl::Status RunGenerate(const Flags& flags) {
 }  // namespace
 
 Command GenerateCommand() {
-  return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]
-                       [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
+  return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--chat [--system TEXT]] [--max-tokens N]
+                       [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
                        [--device cpu|cuda|auto]
 
 Streams generated text to stdout; usage figures to stderr. --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU).
---mechanism serves the checkpoint's weights with another attention mechanism.
+--mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
+user message (after the --system message), rendered with the model's chat template (config.json's
+"chat_template", or the default: docs/checkpoint-format.md), whose stop strings are added.
 )",
-          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop"}, kMechanismFlags, kSamplingFlags, kDeviceFlags}), .switches = {}}, RunGenerate};
+          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop", "system"}, kMechanismFlags, kSamplingFlags,
+                                    kDeviceFlags}),
+           .switches = {"chat"}},
+          RunGenerate};
 }
 
 }  // namespace steady
