@@ -51,6 +51,10 @@ struct EngineOptions {
   // the replica the balancer now routes it to can take it (after a failover, the way back home);
   // 0: never. steady-server sets half of --lease-ms.
   int64_t release_idle_ms = 0;
+  // The prefix cache (server/prefix_cache.h): bytes of states kept after prompt prefixes (0: off),
+  // taken at every multiple of prefix_cache_interval tokens and at each prompt's end.
+  int64_t prefix_cache_bytes = 0;
+  int prefix_cache_interval = 256;
   bool device_sampling = true;                    // on a GPU, draw tokens there when no row of a step
                                                   // needs the repetition penalty (only ids come back)
 };
@@ -69,6 +73,7 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t session_position = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prefix cache instead of prefilled
 };
 
 // One Generate call. Callbacks run on the engine thread.
@@ -128,6 +133,8 @@ class Engine {
     int64_t turns_committed = 0, commit_failures = 0;
     double recovery_seconds = 0;
     int64_t sessions_recovered = 0, sessions_unreadable = 0;
+    // The prefix cache's counters (zeros when it is off).
+    int64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_saved = 0, prefix_entries = 0, prefix_bytes = 0;
   };
   Stats stats() const;
   const Model& model() const;

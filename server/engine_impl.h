@@ -14,6 +14,7 @@
 
 #include "model/backend.h"
 #include "server/engine.h"
+#include "server/prefix_cache.h"
 #include "server/scheduler.h"
 #include "server/session_table.h"
 #include "server/snapshot.h"
@@ -41,6 +42,8 @@ struct EngineJob {
   std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
   std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
   std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample)
+  bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
+  int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache
   int64_t generated = 0;
   int64_t last_advanced = -1;
   // The session before a prompt that takes more than one chunk: a cancel mid-prompt restores it.
@@ -73,6 +76,7 @@ struct Engine::Impl {
   int64_t next_job_id = 1, next_ephemeral = 1, step = 0;
   std::mt19937_64 id_rng;
   bool stopping = false;  // copy of stop_requested, read after the last inbox drain
+  std::unique_ptr<PrefixCache> prefix_cache;  // null when off
   // Sessions whose blob in the store could not be read at start: id -> the error they answer.
   std::map<std::string, absl::Status> unreadable;
   // Generates that finished with OK on a named session this step; acknowledged by CommitTurns once
@@ -162,6 +166,12 @@ struct Engine::Impl {
 
   // Jobs.
   void Accept(GenerateJob request, std::vector<int32_t> tokens);
+  // A job entering prefill on an empty session starts from the longest cached prefix of its prompt.
+  void StartFromPrefixCache(EngineJob& job, Session& s);
+  // How many of the job's next `tokens` prompt tokens to feed: with the prefix cache, chunks end at
+  // its boundaries (multiples of the interval, the prompt's end), where CachePrefix keeps the state.
+  int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
+  void CachePrefix(const EngineJob& job, const Session& s);
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
   void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids) {
     if (!text.empty() || !ids.empty()) job.request.on_output(text, ids);

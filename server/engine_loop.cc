@@ -100,9 +100,37 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   job->context = prompt;
   job->prompt = std::move(prompt);
   job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
+  job->from_empty = position == 0;
   sessions.SetJob(*s, job->id);
   sessions.Touch(*s, NowUnixMs());
+  if (job->phase == JobPhase::kPrefill) StartFromPrefixCache(*job, *s);
   jobs.emplace(job->id, std::move(job));
+}
+
+void Engine::Impl::StartFromPrefixCache(EngineJob& job, Session& s) {
+  if (!prefix_cache || !job.from_empty || job.prompt_done != 0) return;
+  std::shared_ptr<const PrefixCache::Entry> hit = prefix_cache->Longest(job.prompt);
+  if (!hit) return;
+  RestoreSlot(hit->state, *pool, s.slot);
+  job.prompt_done = hit->tokens.size();
+  job.cached_tokens = int64_t(hit->tokens.size());
+  job.before_prompt = empty_state;  // a cancel mid-prompt goes back to the empty session
+  s.stored = false;
+}
+
+int64_t Engine::Impl::PrefillTake(const EngineJob& job, int64_t tokens) const {
+  if (!prefix_cache || !job.from_empty) return tokens;
+  const int64_t interval = options.prefix_cache_interval;
+  const int64_t next = std::min<int64_t>(int64_t(job.prompt.size()), (int64_t(job.prompt_done) / interval + 1) * interval);
+  return std::min(tokens, next - int64_t(job.prompt_done));
+}
+
+void Engine::Impl::CachePrefix(const EngineJob& job, const Session& s) {
+  if (!prefix_cache || !job.from_empty) return;
+  const size_t done = job.prompt_done;
+  if (done % size_t(options.prefix_cache_interval) != 0 && done != job.prompt.size()) return;
+  if (prefix_cache->Contains(job.prompt, done)) return;
+  prefix_cache->Insert(job.prompt, done, CaptureSlot(*pool, s.slot));
 }
 
 void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std::string& reason) {
@@ -122,6 +150,7 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   }
   Usage usage;
   usage.prompt_tokens = int64_t(job.prompt_done);
+  usage.cached_tokens = job.prompt_done > 0 ? job.cached_tokens : 0;
   usage.completion_tokens = job.generated;
   usage.session_position = Position(s);
   sessions.SetJob(s, 0);
@@ -211,11 +240,13 @@ bool Engine::Impl::Step() {
 
   for (int64_t id : plan.admit) {
     EngineJob& job = *jobs.at(id);
-    if (absl::Status st = MakeResident(*sessions.Find(job.session_id)); !st.ok()) {
+    Session& s = *sessions.Find(job.session_id);
+    if (absl::Status st = MakeResident(s); !st.ok()) {
       Finish(job, st, "");
       continue;
     }
     job.phase = JobPhase::kPrefill;
+    StartFromPrefixCache(job, s);
   }
 
   // Rows of this step: decode tokens first, then prefill chunks; one logits row per segment.
@@ -256,12 +287,13 @@ bool Engine::Impl::Step() {
     if (it == jobs.end() || it->second->phase != JobPhase::kPrefill) continue;  // admission failed
     EngineJob& job = *it->second;
     const int slot = sessions.Find(job.session_id)->slot;
-    if (job.prompt_done == 0 && size_t(chunk.tokens) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
+    const int64_t take = PrefillTake(job, chunk.tokens);
+    if (job.prompt_done == 0 && size_t(take) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
     segments.push_back({slot,
                         std::vector<int32_t>(job.prompt.begin() + job.prompt_done,
-                                             job.prompt.begin() + job.prompt_done + chunk.tokens),
+                                             job.prompt.begin() + job.prompt_done + take),
                         false});
-    rows.push_back({&job, chunk.tokens});
+    rows.push_back({&job, take});
   }
   // These sessions' states change now: the store holds them again after a commit (or an offload).
   for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
@@ -304,6 +336,7 @@ bool Engine::Impl::Step() {
       }
       job.prompt_done += rows[r].prompt_tokens;
       tokens_in += rows[r].prompt_tokens;
+      CachePrefix(job, *sessions.Find(job.session_id));
       if (job.prompt_done < job.prompt.size()) continue;
       job.before_prompt.reset();
       job.phase = JobPhase::kDecode;
@@ -365,6 +398,14 @@ void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t t
   stats.steps = step;
   stats.tokens_in += tokens_in;
   stats.tokens_out += tokens_out;
+  if (prefix_cache) {
+    const PrefixCache::Stats& p = prefix_cache->stats();
+    stats.prefix_hits = p.hits;
+    stats.prefix_misses = p.misses;
+    stats.prefix_tokens_saved = p.tokens_saved;
+    stats.prefix_entries = p.entries;
+    stats.prefix_bytes = p.bytes;
+  }
   if (step_seconds > 0) stats.last_step_seconds = step_seconds;
 }
 

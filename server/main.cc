@@ -64,6 +64,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with
                       --order P, --scale S, --param key=value; docs/checkpoint-format.md)
+  --prefix-cache-memory B   states kept after prompt prefixes, so a new or stateless request that
+                      starts with one prefills only the rest (bytes or K/M/G; default 256M; 0: off)
+  --prefix-cache-interval N  the cache keeps a state every N prompt tokens and at each prompt's end (256)
   --max-queue N       Generate calls accepted and not finished; beyond: RESOURCE_EXHAUSTED (1024)
   --max-batch N       decode rows per engine step (64)
   --prefill-budget N  prompt tokens per engine step, in chunks (512)
@@ -104,6 +107,12 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
     if (!v.ok()) return v.status();
     *out = *v;
   }
+  auto prefix_cache = flags.GetBytes("prefix-cache-memory", "256M");
+  if (!prefix_cache.ok() && flags.Get("prefix-cache-memory") != "0") return prefix_cache.status();
+  o.prefix_cache_bytes = prefix_cache.ok() ? *prefix_cache : 0;
+  auto interval = flags.GetInt("prefix-cache-interval", o.prefix_cache_interval, 1, 1 << 20);
+  if (!interval.ok()) return interval.status();
+  o.prefix_cache_interval = int(*interval);
   o.max_queue = int(max_queue);
   o.max_batch = int(max_batch);
   o.prefill_budget = int(prefill);
@@ -142,7 +151,8 @@ absl::Status Run(int argc, char** argv) {
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
                                  "drain-timeout", "device",       "max-context", "durability",
-                                 "session-store", "lease-ms",      "replica-name"};
+                                 "session-store", "lease-ms",      "replica-name", "prefix-cache-memory",
+                                 "prefix-cache-interval"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known});
   if (!flags.ok()) return flags.status();

@@ -66,6 +66,17 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
   absl::StrAppend(&out, "steady_engine_steps_total ", engine.steps, "\n");
   AppendHeader(&out, "steady_engine_step_seconds", "gauge", "Duration of the last engine step.");
   absl::StrAppend(&out, "steady_engine_step_seconds ", absl::StrFormat("%.9g", engine.last_step_seconds), "\n");
+  AppendHeader(&out, "steady_prefix_cache_lookups_total", "counter",
+               "Requests on an empty session that looked for a cached prompt prefix, by result.");
+  absl::StrAppend(&out, "steady_prefix_cache_lookups_total{result=\"hit\"} ", engine.prefix_hits, "\n");
+  absl::StrAppend(&out, "steady_prefix_cache_lookups_total{result=\"miss\"} ", engine.prefix_misses, "\n");
+  AppendHeader(&out, "steady_prefix_cache_tokens_saved_total", "counter",
+               "Prompt tokens started from a cached state instead of prefilled.");
+  absl::StrAppend(&out, "steady_prefix_cache_tokens_saved_total ", engine.prefix_tokens_saved, "\n");
+  AppendHeader(&out, "steady_prefix_cache_entries", "gauge", "States in the prefix cache.");
+  absl::StrAppend(&out, "steady_prefix_cache_entries ", engine.prefix_entries, "\n");
+  AppendHeader(&out, "steady_prefix_cache_bytes", "gauge", "Bytes the prefix cache holds.");
+  absl::StrAppend(&out, "steady_prefix_cache_bytes ", engine.prefix_bytes, "\n");
   if (store == nullptr) return out;
   const StoreStats& st = store->stats();
   AppendHeader(&out, "steady_durable_turns_total", "counter",

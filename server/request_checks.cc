@@ -83,6 +83,8 @@ absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.max_prompt_tokens < 1) return bad("max_prompt_tokens", o.max_prompt_tokens, ">= 1");
   if (o.max_new_tokens < 0) return bad("max_new_tokens", o.max_new_tokens, ">= 0");
   if (o.max_sessions < 1) return bad("max_sessions", o.max_sessions, ">= 1");
+  if (o.prefix_cache_bytes < 0) return bad("prefix_cache_bytes", o.prefix_cache_bytes, ">= 0");
+  if (o.prefix_cache_interval < 1) return bad("prefix_cache_interval", o.prefix_cache_interval, ">= 1");
   return absl::OkStatus();
 }
 

@@ -84,6 +84,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       u->set_prompt_tokens(usage.prompt_tokens);
       u->set_completion_tokens(usage.completion_tokens);
       u->set_session_position(usage.session_position);
+      u->set_cached_tokens(usage.cached_tokens);
       has_next_ = true;
     }
     AdvanceLocked();

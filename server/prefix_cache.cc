@@ -1,0 +1,83 @@
+#include "server/prefix_cache.h"
+
+#include <algorithm>
+
+namespace steady {
+
+std::vector<uint64_t> PrefixCache::PrefixHashes(const std::vector<int32_t>& tokens, size_t n) {
+  std::vector<uint64_t> h(n + 1);
+  uint64_t x = 0x9e3779b97f4a7c15ULL ^ 0x5ee4dULL;
+  h[0] = x;
+  for (size_t i = 0; i < n; ++i) {
+    // splitmix64's finalizer over (running hash + token): every prefix length gets its own value.
+    x += 0x9e3779b97f4a7c15ULL + uint64_t(uint32_t(tokens[i]));
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    x = z ^ (z >> 31);
+    h[i + 1] = x;
+  }
+  return h;
+}
+
+PrefixCache::Lru::iterator PrefixCache::Find(const std::vector<int32_t>& tokens, size_t length, uint64_t hash) const {
+  auto [first, last] = index_.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    const Entry& e = **it->second;
+    if (e.tokens.size() == length && std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) return it->second;
+  }
+  return const_cast<Lru&>(lru_).end();
+}
+
+std::shared_ptr<const PrefixCache::Entry> PrefixCache::Longest(const std::vector<int32_t>& tokens) {
+  if (!lru_.empty() && tokens.size() >= 2) {
+    const std::vector<uint64_t> h = PrefixHashes(tokens, tokens.size() - 1);
+    for (size_t k = tokens.size() - 1; k >= 1; --k) {
+      if (index_.count(h[k]) == 0) continue;
+      auto it = Find(tokens, k, h[k]);
+      if (it == lru_.end()) continue;
+      lru_.splice(lru_.begin(), lru_, it);  // most recently used
+      ++stats_.hits;
+      stats_.tokens_saved += int64_t(k);
+      return *it;
+    }
+  }
+  ++stats_.misses;
+  return nullptr;
+}
+
+bool PrefixCache::Contains(const std::vector<int32_t>& tokens, size_t length) const {
+  if (length == 0 || length > tokens.size()) return false;
+  return Find(tokens, length, PrefixHashes(tokens, length)[length]) != lru_.end();
+}
+
+void PrefixCache::Insert(const std::vector<int32_t>& tokens, size_t length, SessionSnapshot state) {
+  auto entry = std::make_shared<Entry>();
+  entry->tokens.assign(tokens.begin(), tokens.begin() + length);
+  entry->bytes = state.StateBytes() + int64_t(length * sizeof(int32_t));
+  entry->state = std::move(state);
+  if (entry->bytes > capacity_ || Contains(tokens, length)) return;
+  while (stats_.bytes + entry->bytes > capacity_ && !lru_.empty()) {
+    const std::shared_ptr<const Entry>& victim = lru_.back();
+    const uint64_t h = PrefixHashes(victim->tokens, victim->tokens.size()).back();
+    auto [first, last] = index_.equal_range(h);
+    for (auto it = first; it != last; ++it) {
+      if (it->second == std::prev(lru_.end())) {
+        index_.erase(it);
+        break;
+      }
+    }
+    stats_.bytes -= victim->bytes;
+    --stats_.entries;
+    ++stats_.evictions;
+    lru_.pop_back();
+  }
+  const uint64_t h = PrefixHashes(entry->tokens, length).back();
+  stats_.bytes += entry->bytes;
+  ++stats_.entries;
+  ++stats_.inserts;
+  lru_.push_front(std::move(entry));
+  index_.emplace(h, lru_.begin());
+}
+
+}  // namespace steady
