@@ -23,6 +23,33 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
+namespace {
+
+double LogSumExp(const float* logits, int vocab) {
+  const double max = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  return max + std::log(sum);
+}
+
+}  // namespace
+
+float Logprob(const float* logits, int vocab, int32_t token) {
+  return float(double(logits[token]) - LogSumExp(logits, vocab));
+}
+
+std::vector<TokenLogprob> TopLogprobs(const float* logits, int vocab, int n) {
+  n = std::clamp(n, 0, vocab);
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), more_likely);
+  const double lse = LogSumExp(logits, vocab);
+  std::vector<TokenLogprob> top;
+  for (int i = 0; i < n; ++i) top.push_back({ids[i], float(double(logits[ids[i]]) - lse)});
+  return top;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& context) {

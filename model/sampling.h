@@ -23,6 +23,17 @@ struct SamplingParams {
 // INVALID_ARGUMENT naming the field for NaN or out-of-range values.
 absl::Status ValidateSamplingParams(const SamplingParams& p);
 
+// A token and its log-probability.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// log-softmax(logits)[token], computed in double.
+float Logprob(const float* logits, int vocab, int32_t token);
+// The n most likely tokens under softmax(logits), most likely first (ties: lower id first).
+std::vector<TokenLogprob> TopLogprobs(const float* logits, int vocab, int n);
+
 // Samples one token per call. The same params, seed and logits give the same tokens.
 class Sampler {
  public:

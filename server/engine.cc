@@ -106,7 +106,7 @@ void Engine::ImportSession(std::string blob, std::string id, std::function<void(
 }
 
 void Engine::Submit(GenerateJob job) {
-  if (!job.on_output) job.on_output = [](const std::string&, const std::vector<int32_t>&) {};
+  if (!job.on_output) job.on_output = [](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {};
   if (!job.on_done) job.on_done = [](const absl::Status&, const std::string&, const Usage&) {};
   if (!job.cancelled) job.cancelled = std::make_shared<std::atomic<bool>>(false);
   Impl& impl = *impl_;
@@ -120,15 +120,24 @@ void Engine::Submit(GenerateJob job) {
     return reject(std::move(job), absl::ResourceExhaustedError(absl::StrCat(
                                       "the queue is full (", impl.options.max_queue, " Generate jobs); retry later")));
   }
-  auto tokens = impl.tokenizer.Encode(job.prompt);
+  const bool by_ids = !job.prompt_token_ids.empty();
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      by_ids ? absl::StatusOr<std::vector<int32_t>>(job.prompt_token_ids) : impl.tokenizer.Encode(job.prompt);
+  const char* field = by_ids ? "prompt_token_ids" : "prompt";
   absl::Status st = tokens.status();
   if (st.ok() && int64_t(tokens->size()) > impl.options.max_prompt_tokens) {
-    st = absl::InvalidArgumentError(absl::StrCat("prompt: ", tokens->size(), " tokens, more than max_prompt_tokens (",
+    st = absl::InvalidArgumentError(absl::StrCat(tokens->size(), " tokens, more than max_prompt_tokens (",
                                                  impl.options.max_prompt_tokens, ")"));
+  }
+  for (size_t i = 0; st.ok() && by_ids && i < tokens->size(); ++i) {
+    const int32_t id = (*tokens)[i];
+    if (id < 0 || id >= impl.model.vocab_size()) {
+      st = absl::InvalidArgumentError(absl::StrCat("[", i, "] = ", id, " is not in [0, ", impl.model.vocab_size(), ")"));
+    }
   }
   if (!st.ok()) {
     impl.unfinished_jobs.fetch_sub(1);
-    return reject(std::move(job), absl::InvalidArgumentError(absl::StrCat("prompt: ", st.message())));
+    return reject(std::move(job), absl::InvalidArgumentError(absl::StrCat(field, ": ", st.message())));
   }
   auto shared_tokens = std::make_shared<std::vector<int32_t>>(*std::move(tokens));
   if (!impl.Post([&impl, job, shared_tokens] { impl.Accept(job, std::move(*shared_tokens)); })) {

@@ -76,18 +76,40 @@ struct Usage {
   int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prefix cache instead of prefilled
 };
 
+// A token's text inside running text ("\\xNN" escapes for a piece of a UTF-8 character) and its
+// log-probability under the model (before temperature, top-k, top-p and the repetition penalty).
+struct TokenChoice {
+  int32_t token = 0;
+  std::string text;
+  float logprob = 0.0f;
+};
+struct TokenLogprobs {
+  TokenChoice chosen;
+  std::vector<TokenChoice> top;  // the most likely tokens at that step, most likely first
+};
+inline constexpr int kMaxTopLogprobs = 20;
+
 // One Generate call. Callbacks run on the engine thread.
 struct GenerateJob {
   std::string session_id;  // empty: an ephemeral session, freed at the end
   std::string prompt;      // appended to the session
+  // Instead of prompt (which must then be empty): its token ids. On an empty session BOS goes in
+  // front unless they begin with it.
+  std::vector<int32_t> prompt_token_ids;
   int64_t max_tokens = 0;  // 0: prefill only
   SamplingParams sampling;
   std::vector<std::string> stop;
   // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries).
   std::optional<int64_t> expected_position;
-  // New text (never part of a stop string) and the ids sampled since the last call. Called once per
-  // sampled token (text may be empty while held back) and once more for a released tail (ids empty).
-  std::function<void(const std::string& text, const std::vector<int32_t>& token_ids)> on_output;
+  // -1: no log-probabilities; 0..kMaxTopLogprobs: each sampled token's, with this many of the most
+  // likely tokens at its step.
+  int top_logprobs = -1;
+  // New text (never part of a stop string) and the ids sampled since the last call, with their
+  // log-probabilities when asked for (else empty). Called once per sampled token (text may be empty
+  // while held back) and once more for a released tail (ids empty).
+  std::function<void(const std::string& text, const std::vector<int32_t>& token_ids,
+                     const std::vector<TokenLogprobs>& logprobs)>
+      on_output;
   // Exactly once, last: OK with finish_reason "stop" | "length" | "cancelled", or an error status.
   std::function<void(const absl::Status& status, const std::string& finish_reason, const Usage& usage)> on_done;
   // Set by the RPC layer on client cancel / deadline; the engine stops this job within one step and

@@ -77,6 +77,7 @@ struct Engine::Impl {
   std::mt19937_64 id_rng;
   bool stopping = false;  // copy of stop_requested, read after the last inbox drain
   std::unique_ptr<PrefixCache> prefix_cache;  // null when off
+  std::map<int32_t, std::string> token_texts;  // TokenText's cache
   // Sessions whose blob in the store could not be read at start: id -> the error they answer.
   std::map<std::string, absl::Status> unreadable;
   // Generates that finished with OK on a named session this step; acknowledged by CommitTurns once
@@ -173,9 +174,15 @@ struct Engine::Impl {
   int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
   void CachePrefix(const EngineJob& job, const Session& s);
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
-  void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids) {
-    if (!text.empty() || !ids.empty()) job.request.on_output(text, ids);
+  void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids,
+            const std::vector<TokenLogprobs>& logprobs = {}) {
+    if (!text.empty() || !ids.empty()) job.request.on_output(text, ids, logprobs);
   }
+  // `token`'s log-probability under `logits` (taken before sampling changes them), and the `top` most
+  // likely tokens'.
+  TokenLogprobs Logprobs(const std::vector<float>& logits, int32_t token, int top);
+  // A token's text inside running text, cached; "\\xNN" escapes for part of a UTF-8 character.
+  const std::string& TokenText(int32_t token);
 
   // Control operations (engine thread).
   absl::StatusOr<SessionInfo> Create(std::string id);

@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "base/status.h"
 #include "server/engine_impl.h"
+#include "server/request_checks.h"
 
 namespace steady {
 
@@ -81,7 +82,10 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
                                                 *request.expected_position,
                                                 " (an earlier attempt of this turn may have been applied)")));
   }
-  if (position == 0 && model.config().bos_token_id >= 0) prompt.push_back(model.config().bos_token_id);
+  const int bos = model.config().bos_token_id;
+  if (position == 0 && bos >= 0 && (request.prompt_token_ids.empty() || tokens.empty() || tokens[0] != bos)) {
+    prompt.push_back(bos);
+  }
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
   if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
@@ -131,6 +135,35 @@ void Engine::Impl::CachePrefix(const EngineJob& job, const Session& s) {
   if (done % size_t(options.prefix_cache_interval) != 0 && done != job.prompt.size()) return;
   if (prefix_cache->Contains(job.prompt, done)) return;
   prefix_cache->Insert(job.prompt, done, CaptureSlot(*pool, s.slot));
+}
+
+const std::string& Engine::Impl::TokenText(int32_t token) {
+  auto [it, added] = token_texts.try_emplace(token);
+  if (!added) return it->second;
+  std::string text;
+  if (token < tokenizer.vocab_size()) {
+    TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);
+    auto head = streamer.Add(token);
+    auto tail = streamer.Flush();
+    if (head.ok() && tail.ok()) text = *head + *tail;
+  }
+  if (!IsValidUtf8(text)) {  // part of a character: its bytes, escaped
+    std::string escaped;
+    for (unsigned char c : text) absl::StrAppend(&escaped, "\\x", absl::Hex(c, absl::kZeroPad2));
+    text = std::move(escaped);
+  }
+  it->second = std::move(text);
+  return it->second;
+}
+
+TokenLogprobs Engine::Impl::Logprobs(const std::vector<float>& logits, int32_t token, int top) {
+  const int vocab = model.vocab_size();
+  TokenLogprobs out;
+  out.chosen = {token, TokenText(token), Logprob(logits.data(), vocab, token)};
+  for (const TokenLogprob& t : TopLogprobs(logits.data(), vocab, top)) {
+    out.top.push_back({t.token, TokenText(t.token), t.logprob});
+  }
+  return out;
 }
 
 void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std::string& reason) {
@@ -260,6 +293,8 @@ bool Engine::Impl::Step() {
   for (int64_t id : plan.decode) {
     EngineJob& job = *jobs.at(id);
     job.last_advanced = step;
+    std::vector<float> raw;  // the logits before Sample changes them, for the log-probabilities
+    if (job.request.top_logprobs >= 0) raw = job.logits;
     const int token = job.drawn ? *job.drawn : job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
     job.drawn.reset();
     if (model.config().IsEos(token)) {
@@ -276,7 +311,9 @@ bool Engine::Impl::Step() {
       }
       text = job.stops.Add(*piece);
     }
-    Emit(job, text, {token});
+    std::vector<TokenLogprobs> logprobs;
+    if (job.request.top_logprobs >= 0) logprobs.push_back(Logprobs(raw, token, job.request.top_logprobs));
+    Emit(job, text, {token}, logprobs);
     // The sampled token enters the state even when it ends generation (as in GenerateText), so
     // the session continues right after the last token the client saw.
     segments.push_back({sessions.Find(job.session_id)->slot, {token}, false});
@@ -298,10 +335,13 @@ bool Engine::Impl::Step() {
   // These sessions' states change now: the store holds them again after a commit (or an offload).
   for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
   if (!segments.empty()) {
-    // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the
-    // repetition penalty, which the host Sampler applies to the logits.
+    // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the logits:
+    // for the repetition penalty, which the host Sampler applies, or for log-probabilities.
     bool on_device = options.device_sampling && pool->DrawsOnDevice();
-    for (const Row& row : rows) on_device = on_device && row.job->request.sampling.repetition_penalty == 1.0f;
+    for (const Row& row : rows) {
+      const GenerateJob& r = row.job->request;
+      on_device = on_device && r.sampling.repetition_penalty == 1.0f && r.top_logprobs < 0;
+    }
     std::vector<float> logits;
     std::vector<int32_t> drawn;
     if (on_device) {

@@ -54,6 +54,13 @@ absl::Status CheckGenerateJob(const GenerateJob& job, const EngineOptions& optio
     if (absl::Status s = CheckSessionId(job.session_id, "session_id"); !s.ok()) return s;
   }
   if (!IsValidUtf8(job.prompt)) return absl::InvalidArgumentError("prompt: not valid UTF-8");
+  if (!job.prompt.empty() && !job.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError("prompt and prompt_token_ids: give one, not both");
+  }
+  if (job.top_logprobs < -1 || job.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", job.top_logprobs));
+  }
   if (job.max_tokens < 0 || job.max_tokens > options.max_new_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens: must be in [0, ", options.max_new_tokens, "], got ", job.max_tokens));

@@ -70,8 +70,11 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   GenerateJob job;
   job.session_id = r.session_id();
   job.prompt = r.prompt();
+  job.prompt_token_ids.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
   if (r.messages_size() > 0) {
-    if (!r.prompt().empty()) return absl::InvalidArgumentError("prompt and messages: give one, not both");
+    if (!r.prompt().empty() || r.prompt_token_ids_size() > 0) {
+      return absl::InvalidArgumentError("messages: give prompt, prompt_token_ids or messages, only one");
+    }
     std::vector<ChatMessage> messages;
     for (const v1::ChatMessage& m : r.messages()) messages.push_back({m.role(), m.content()});
     auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
@@ -87,6 +90,14 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   job.stop.assign(r.stop().begin(), r.stop().end());
   if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop.begin(), chat.stop.end());
   if (r.has_expected_position()) job.expected_position = r.expected_position().value();
+  if (r.top_logprobs() != 0 && !r.logprobs()) {
+    return absl::InvalidArgumentError("top_logprobs: needs logprobs = true");
+  }
+  if (r.top_logprobs() < 0 || r.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs()));
+  }
+  if (r.logprobs()) job.top_logprobs = r.top_logprobs();
   return job;
 }
 

@@ -32,7 +32,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Wires the job's callbacks to this reactor.
   void Attach(GenerateJob& job) {
     cancelled_ = job.cancelled;
-    job.on_output = [this](const std::string& text, const std::vector<int32_t>& ids) { OnOutput(text, ids); };
+    job.on_output = [this](const std::string& text, const std::vector<int32_t>& ids,
+                           const std::vector<TokenLogprobs>& logprobs) { OnOutput(text, ids, logprobs); };
     job.on_done = [this](const absl::Status& status, const std::string& finish_reason, const Usage& usage) {
       OnEngineDone(status, finish_reason, usage);
     };
@@ -55,7 +56,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
  private:
-  void OnOutput(const std::string& text, const std::vector<int32_t>& ids) {
+  void OnOutput(const std::string& text, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs) {
     const Clock::time_point now = Clock::now();
     std::lock_guard lock(mu_);
     if (!ids.empty()) {
@@ -70,8 +71,19 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     }
     next_.mutable_text()->append(text);
     next_.mutable_token_ids()->Add(ids.begin(), ids.end());
+    for (const TokenLogprobs& l : logprobs) {
+      v1::TokenLogprob* out = next_.add_logprobs();
+      SetChoice(l.chosen, out);
+      for (const TokenChoice& t : l.top) SetChoice(t, out->add_top_logprobs());
+    }
     has_next_ = true;
     AdvanceLocked();
+  }
+
+  static void SetChoice(const TokenChoice& c, v1::TokenLogprob* out) {
+    out->set_token_id(c.token);
+    out->set_token(c.text);
+    out->set_logprob(c.logprob);
   }
 
   void OnEngineDone(const absl::Status& status, const std::string& finish_reason, const Usage& usage) {

@@ -159,7 +159,7 @@ TEST(DurabilityTest, ATurnInFlightIsWhollyAbsent) {
   // A long prompt (several prefill chunks) and a long generation; copy the store while it runs.
   std::atomic<int> seen{0};
   GenerateJob job = testing::Job("a", Prompt(40) + " " + Prompt(41) + " " + Prompt(42), 2000);
-  job.on_output = [&](const std::string&, const std::vector<int32_t>& ids) { seen += int(ids.size()); };
+  job.on_output = [&](const std::string&, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>&) { seen += int(ids.size()); };
   auto running = testing::SubmitAsync(*e, std::move(job));
   while (seen.load() < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string image = CrashImage(dir, "inflight_image");

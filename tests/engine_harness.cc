@@ -38,10 +38,12 @@ std::future<Outcome> SubmitAsync(Engine& e, GenerateJob job) {
   auto promise = std::make_shared<std::promise<Outcome>>();
   auto future = promise->get_future();
   auto user_output = job.on_output;
-  job.on_output = [outcome, user_output](const std::string& text, const std::vector<int32_t>& ids) {
+  job.on_output = [outcome, user_output](const std::string& text, const std::vector<int32_t>& ids,
+                                         const std::vector<TokenLogprobs>& logprobs) {
     outcome->text += text;
     outcome->ids.insert(outcome->ids.end(), ids.begin(), ids.end());
-    if (user_output) user_output(text, ids);
+    outcome->logprobs.insert(outcome->logprobs.end(), logprobs.begin(), logprobs.end());
+    if (user_output) user_output(text, ids, logprobs);
   };
   job.on_done = [outcome, promise](const absl::Status& st, const std::string& reason, const Usage& usage) {
     outcome->status = st;

@@ -33,6 +33,7 @@ struct Outcome {
   absl::Status status;
   std::string finish_reason, text;
   std::vector<int32_t> ids;
+  std::vector<TokenLogprobs> logprobs;
   Usage usage;
 };
 

@@ -110,6 +110,65 @@ TEST(EngineTest, StopStringsAndSeededSamplingMatchGenerateText) {
   }
 }
 
+TEST(EngineTest, TokenIdPromptsEqualTextPrompts) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  for (int i = 0; i < 4; ++i) {
+    const Outcome by_text = Generate(*engine, "", Prompt(i), 8);
+    auto ids = TestTokenizer().Encode(Prompt(i));
+    ASSERT_TRUE(ids.ok());
+    GenerateJob j = Job("", "", 8);
+    j.prompt_token_ids = *ids;  // BOS goes in front on the empty session
+    const Outcome by_ids = SubmitAsync(*engine, j).get();
+    ASSERT_TRUE(by_ids.status.ok()) << by_ids.status;
+    EXPECT_EQ(by_ids.ids, by_text.ids);
+    EXPECT_EQ(by_ids.usage.prompt_tokens, by_text.usage.prompt_tokens);
+    j.prompt_token_ids.insert(j.prompt_token_ids.begin(), m.config().bos_token_id);  // ... once, not twice
+    const Outcome with_bos = SubmitAsync(*engine, j).get();
+    EXPECT_EQ(with_bos.ids, by_text.ids);
+    EXPECT_EQ(with_bos.usage.prompt_tokens, by_text.usage.prompt_tokens);
+  }
+  GenerateJob out_of_range = Job("", "", 3);
+  out_of_range.prompt_token_ids = {1, m.vocab_size()};
+  const Outcome refused = SubmitAsync(*engine, out_of_range).get();
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(refused.status.message()).find("prompt_token_ids: [1]"), std::string::npos) << refused.status;
+  GenerateJob both = Job("", "hi", 3);
+  both.prompt_token_ids = {5};
+  EXPECT_EQ(SubmitAsync(*engine, both).get().status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Each sampled token's log-probability equals log-softmax of the logits a plain CPU run computes at
+// that step; the top tokens are the most likely, and greedy picks the first of them.
+TEST(EngineTest, LogprobsMatchAPlainForwardPass) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  GenerateJob j = Job("", Prompt(2), 10);
+  j.top_logprobs = 5;
+  const Outcome got = SubmitAsync(*engine, j).get();
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  ASSERT_EQ(got.logprobs.size(), got.ids.size());
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(m, {});
+  std::vector<int32_t> prompt = {m.config().bos_token_id};
+  auto ids = TestTokenizer().Encode(Prompt(2));
+  ASSERT_TRUE(ids.ok());
+  prompt.insert(prompt.end(), ids->begin(), ids->end());
+  std::vector<float> logits = Prefill(*cpu, 0, prompt, 64);
+  for (size_t t = 0; t < got.ids.size(); ++t) {
+    const TokenLogprobs& l = got.logprobs[t];
+    EXPECT_EQ(l.chosen.token, got.ids[t]);
+    EXPECT_NEAR(l.chosen.logprob, Logprob(logits.data(), m.vocab_size(), got.ids[t]), 1e-3) << "token " << t;
+    ASSERT_EQ(l.top.size(), 5u);
+    EXPECT_EQ(l.top[0].token, l.chosen.token);  // greedy
+    for (size_t k = 1; k < l.top.size(); ++k) EXPECT_LE(l.top[k].logprob, l.top[k - 1].logprob);
+    EXPECT_FALSE(l.chosen.text.empty());
+    logits = Prefill(*cpu, 0, {got.ids[t]}, 1);
+  }
+  const Outcome plain = Generate(*engine, "", Prompt(2), 10);
+  EXPECT_EQ(plain.ids, got.ids);  // asking for log-probabilities changes nothing
+  EXPECT_TRUE(plain.logprobs.empty());
+}
+
 TEST(EngineTest, ForkThenGenerateEqualsFreshSessionWithTheSamePrefix) {
   const Model m = Taylor();
   auto engine = StartEngine(m, Options());
@@ -253,7 +312,7 @@ TEST(EngineTest, CancelStopsWithinAStepAndKeepsTheSessionConsistent) {
   GenerateJob j = Job("c", Prompt(4), 60000);
   auto flag = j.cancelled;
   int seen = 0;
-  j.on_output = [&](const std::string&, const std::vector<int32_t>& ids) {
+  j.on_output = [&](const std::string&, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>&) {
     seen += int(ids.size());
     if (seen == 5) flag->store(true);
   };
@@ -285,7 +344,7 @@ TEST(EngineTest, CancelMidPromptRollsThePromptBack) {
   auto flag = long_prompt.cancelled;
   GenerateJob ticker = Job("", "tick", 4);
   int ticks = 0;
-  ticker.on_output = [&](const std::string&, const std::vector<int32_t>&) {
+  ticker.on_output = [&](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {
     if (++ticks == 3) flag->store(true);
   };
   auto t = SubmitAsync(*engine, ticker);
@@ -357,6 +416,9 @@ TEST(EngineTest, BadInputsGetTheRightCodesNamingTheField) {
   GenerateJob empty_stop = Job("", "hi", 3);
   empty_stop.stop = {""};
   ExpectInvalid(SubmitAsync(*engine, empty_stop).get(), "stop[0]");
+  GenerateJob too_many = Job("", "hi", 3);
+  too_many.top_logprobs = kMaxTopLogprobs + 1;
+  ExpectInvalid(SubmitAsync(*engine, too_many).get(), "top_logprobs");
   EXPECT_EQ(Generate(*engine, "nobody", "hi", 3).status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Get(*engine, "nobody").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Create(*engine, "bad id").status().code(), absl::StatusCode::kInvalidArgument);

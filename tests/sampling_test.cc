@@ -88,6 +88,32 @@ TEST(SamplingTest, ValidationNamesTheField) {
   EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
 }
 
+TEST(LogprobTest, MatchesThePlainSoftmaxAndSumsToOne) {
+  // Large offsets: a naive exp would overflow float.
+  std::vector<float> logits = RandomLogits(40, 7);
+  for (float& x : logits) x += 200.0f;
+  double total = 0;
+  for (int t = 0; t < 40; ++t) {
+    double sum = 0;  // the plain reference, shifted by the known offset
+    for (float x : logits) sum += std::exp(double(x) - 200.0);
+    EXPECT_NEAR(Logprob(logits.data(), 40, t), double(logits[t]) - 200.0 - std::log(sum), 1e-4);
+    total += std::exp(double(Logprob(logits.data(), 40, t)));
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);
+}
+
+TEST(LogprobTest, TopLogprobsAreTheMostLikelyInOrder) {
+  std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f};
+  const std::vector<TokenLogprob> top = TopLogprobs(logits.data(), 5, 3);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].token, 1);  // a tie goes to the lower id
+  EXPECT_EQ(top[1].token, 3);
+  EXPECT_EQ(top[2].token, 4);
+  for (const TokenLogprob& t : top) EXPECT_FLOAT_EQ(t.logprob, Logprob(logits.data(), 5, t.token));
+  EXPECT_EQ(TopLogprobs(logits.data(), 5, 0).size(), 0u);
+  EXPECT_EQ(TopLogprobs(logits.data(), 5, 9).size(), 5u);  // at most the vocabulary
+}
+
 TEST(StopMatcherTest, HoldsBackPossibleStopPrefixesAndCutsAtTheStop) {
   StopMatcher m({"END", "\n\n"});
   std::string out;

@@ -362,7 +362,9 @@ TEST_F(ServiceTest, ChatMessagesAreRenderedWithTheTemplate) {
   both.set_prompt("x");
   const Streamed refused = Generate(both);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(refused.status.error_message().find("prompt and messages"), std::string::npos);
+  EXPECT_NE(refused.status.error_message().find("messages: give prompt, prompt_token_ids or messages"),
+            std::string::npos)
+      << refused.status.error_message();
   v1::GenerateRequest unknown = Request("", "", 2);
   auto* tool = unknown.add_messages();
   tool->set_role("tool");
@@ -371,6 +373,44 @@ TEST_F(ServiceTest, ChatMessagesAreRenderedWithTheTemplate) {
   EXPECT_EQ(refused_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(refused_role.status.error_message().find("messages[0].role"), std::string::npos)
       << refused_role.status.error_message();
+}
+
+// Log-probabilities come one per streamed id, with the asked number of alternatives; the tokens'
+// texts spell the streamed text. A token-id prompt gives what its text gives.
+TEST_F(ServiceTest, LogprobsAndTokenIdPrompts) {
+  v1::GenerateRequest r = Request("", "This License", 10);
+  r.set_logprobs(true);
+  r.set_top_logprobs(3);
+  const Streamed s = Generate(r);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  std::string spelled;
+  bool escaped = false;
+  int logprobs = 0;
+  for (const v1::GenerateResponse& m : s.messages) {
+    ASSERT_EQ(m.logprobs_size(), m.token_ids_size());
+    for (int i = 0; i < m.logprobs_size(); ++i) {
+      const v1::TokenLogprob& l = m.logprobs(i);
+      EXPECT_EQ(l.token_id(), m.token_ids(i));
+      EXPECT_LE(l.logprob(), 0.0f);
+      ASSERT_EQ(l.top_logprobs_size(), 3);
+      EXPECT_EQ(l.top_logprobs(0).token_id(), l.token_id());  // greedy
+      EXPECT_FLOAT_EQ(l.top_logprobs(0).logprob(), l.logprob());
+      spelled += l.token();
+      escaped = escaped || l.token().find("\\x") != std::string::npos;
+      ++logprobs;
+    }
+  }
+  EXPECT_EQ(logprobs, int(s.ids.size()));
+  if (!escaped) EXPECT_EQ(spelled, s.text);
+
+  auto ids = tokenizer_->Encode("This License");
+  ASSERT_TRUE(ids.ok());
+  v1::GenerateRequest by_ids = Request("", "", 10);
+  by_ids.mutable_prompt_token_ids()->Add(ids->begin(), ids->end());
+  const Streamed t = Generate(by_ids);
+  ASSERT_TRUE(t.status.ok()) << t.status.error_message();
+  EXPECT_EQ(t.ids, s.ids);
+  EXPECT_EQ(t.text, s.text);
 }
 
 TEST_F(ServiceTest, BadGenerateRequestsMapToCodesNamingTheField) {
@@ -404,6 +444,22 @@ TEST_F(ServiceTest, BadGenerateRequestsMapToCodesNamingTheField) {
        grpc::StatusCode::INVALID_ARGUMENT, "session_id"},
       {"unknown session", [](v1::GenerateRequest* r) { r->set_session_id("nobody"); }, grpc::StatusCode::NOT_FOUND,
        "nobody"},
+      {"top_logprobs without logprobs", [](v1::GenerateRequest* r) { r->set_top_logprobs(3); },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_logprobs"},
+      {"too many top_logprobs",
+       [](v1::GenerateRequest* r) {
+         r->set_logprobs(true);
+         r->set_top_logprobs(21);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_logprobs"},
+      {"prompt and prompt_token_ids", [](v1::GenerateRequest* r) { r->add_prompt_token_ids(5); },
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt_token_ids"},
+      {"token id out of range",
+       [](v1::GenerateRequest* r) {
+         r->clear_prompt();
+         r->add_prompt_token_ids(-1);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt_token_ids: [0]"},
   };
   for (const BadGenerate& c : cases) {
     v1::GenerateRequest r = Request("ok", "hello", 4);
