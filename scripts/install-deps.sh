@@ -23,7 +23,12 @@ packages=(
   # Container images and the compose topology (docker/, tests/docker): podman with runc (crun fails on
   # cgroup v1 hosts), DNS between containers, mmdebstrap for the registry-free base image.
   podman runc podman-compose mmdebstrap golang-github-containernetworking-plugin-dnsname
+  # OpenAI-compatible endpoints: the official `openai` npm package runs on Node (tests/node); the web
+  # playground is tested in headless Chromium over the DevTools protocol (tests/browser).
+  nodejs chromium python3-websocket
 )
+# Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
+command -v npm > /dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

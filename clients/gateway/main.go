@@ -48,6 +48,8 @@ func main() {
 	usage := func(w io.Writer) {
 		fmt.Fprintln(w, "usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]")
 		fmt.Fprintln(w, "\nServes steady-server's gRPC API as HTTP/JSON (docs/api.md); /v1/generate streams.")
+		fmt.Fprintln(w, "OpenAI-compatible: GET /v1/models, POST /v1/completions, POST /v1/chat/completions.")
+		fmt.Fprintln(w, "A web playground at / (open http://HOST:PORT/ in a browser).")
 		flag.CommandLine.SetOutput(w)
 		flag.PrintDefaults()
 	}
@@ -96,7 +98,8 @@ func main() {
 	}
 }
 
-// newHandler routes /openapi.json and /healthz itself and everything else to the generated gateway.
+// newHandler routes /openapi.json, /healthz, the OpenAI-compatible endpoints (openai.go) and the
+// playground (playground.go) itself and everything else to the generated gateway.
 func newHandler(conn *grpc.ClientConn) http.Handler {
 	// Field names as in the proto (session_id, not sessionId). Fields at their default value (0, "",
 	// false, empty lists, unset messages) are left out, as the proto3 JSON mapping does: a streamed
@@ -119,7 +122,8 @@ func newHandler(conn *grpc.ClientConn) http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		serveHealth(w, r, health)
 	})
-	mux.Handle("/", routeBySession(gateway))
+	(&openAI{client: steadyv1.NewInferenceClient(conn)}).register(mux)
+	mux.Handle("/", withPlayground(routeBySession(gateway)))
 	return mux
 }
 

@@ -7,46 +7,10 @@ set -euo pipefail
 bin=$1
 src=$2
 source "$(dirname "$0")/lib.bash"
-server_pid=""
-gateway_pid=""
-
 "$bin/steady" init --out "$tmp/model" --preset tiny --tokenizer "$src/tests/data/tokenizer/tokenizer.model" \
   --mechanism taylor --order 2 > /dev/null
 mkdir -p "$tmp/sessions"
-"$bin/steady-server" --model "$tmp/model" --port 0 --state-memory 16M --session-dir "$tmp/sessions" \
-  2> "$tmp/server.log" &
-server_pid=$!
-started_pids+=("$server_pid")
-port=$(wait_for_line "$tmp/server.log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
-[ -n "$port" ] || { echo "steady-server did not start:"; cat "$tmp/server.log"; exit 1; }
-"$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 2> "$tmp/gateway.log" &
-gateway_pid=$!
-started_pids+=("$gateway_pid")
-http_port=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p')
-[ -n "$http_port" ] || { echo "steady-gateway did not start:"; cat "$tmp/gateway.log"; exit 1; }
-url="http://127.0.0.1:$http_port"
-
-# call METHOD PATH [BODY]: the response body goes to $tmp/body, the HTTP status to stdout.
-call() {
-  local args=(-s -o "$tmp/body" -w '%{http_code}' -X "$1" --max-time 60)
-  [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
-  curl "${args[@]}" "$url$2" || echo "curl-failed"
-}
-# check NAME WANT_STATUS METHOD PATH [BODY] -- PYTHON: the call must answer WANT_STATUS and the
-# Python expression (over `b`, the parsed JSON body) must hold.
-check() {
-  local name=$1 want=$2 method=$3 path=$4 body="" got
-  shift 4
-  if [ "$1" != "--" ]; then body=$1; shift; fi
-  shift
-  if [ -n "$body" ]; then got=$(call "$method" "$path" "$body"); else got=$(call "$method" "$path"); fi
-  if [ "$got" = "$want" ] && python3 -c "import json, sys; b = json.load(open(sys.argv[1])); assert $1, b" \
-       "$tmp/body" 2> "$tmp/assert"; then
-    pass "$name"
-  else
-    fail "$name: HTTP $got, body $(head -c 500 "$tmp/body"), $(tail -n 1 "$tmp/assert")"
-  fi
-}
+serve_gateway "$bin" "$tmp/model" --state-memory 16M --session-dir "$tmp/sessions"
 
 check "GET /healthz: 200 SERVING" 200 GET /healthz -- 'b["status"] == "SERVING"'
 check "GET /v1/model: ModelInfo" 200 GET /v1/model -- \
