@@ -66,8 +66,10 @@ absl::StatusOr<ChatTemplate> ParseChatTemplate(const nlohmann::json& j, const st
 }
 
 absl::StatusOr<std::string> RenderChat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt) {
+                                       bool add_generation_prompt, size_t* system_bytes) {
   std::string out;
+  if (system_bytes) *system_bytes = 0;
+  bool leading_system = true;
   for (size_t i = 0; i < messages.size(); ++i) {
     auto it = t.roles.find(messages[i].role);
     if (it == t.roles.end()) {
@@ -80,6 +82,8 @@ absl::StatusOr<std::string> RenderChat(const ChatTemplate& t, const std::vector<
     const size_t at = it->second.find(kContent);
     absl::StrAppend(&out, it->second.substr(0, at), messages[i].content,
                     it->second.substr(at + sizeof(kContent) - 1));
+    leading_system = leading_system && messages[i].role == "system";
+    if (system_bytes && leading_system) *system_bytes = out.size();
   }
   if (add_generation_prompt) out += t.generation_prompt;
   return out;

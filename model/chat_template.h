@@ -44,9 +44,11 @@ const ChatTemplate& DefaultChatTemplate();
 // {content}, a non-string, an unknown key.
 absl::StatusOr<ChatTemplate> ParseChatTemplate(const nlohmann::json& j, const std::string& where);
 // The messages as prompt text, then the generation prompt when `add_generation_prompt`.
-// INVALID_ARGUMENT naming a role the template does not know.
+// INVALID_ARGUMENT naming a role the template does not know. `system_bytes`, when given, gets the
+// length of the text of the leading "system" messages (0 without any): where requests that share a
+// system prompt part ways.
 absl::StatusOr<std::string> RenderChat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt);
+                                       bool add_generation_prompt, size_t* system_bytes = nullptr);
 
 }  // namespace steady
 

@@ -2,6 +2,7 @@
 // (engine_loop.cc) or answers from thread-safe state.
 #include "server/engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -139,8 +140,18 @@ void Engine::Submit(GenerateJob job) {
     impl.unfinished_jobs.fetch_sub(1);
     return reject(std::move(job), absl::InvalidArgumentError(absl::StrCat(field, ": ", st.message())));
   }
+  // A cache point in tokens: where the encodings of the prompt and of its first `bytes` agree up to
+  // (the tokenizer may merge across the byte boundary, so the common token prefix, not its length).
+  std::vector<int64_t> cache_points;
+  for (size_t bytes : job.cache_at_bytes) {
+    if (by_ids || bytes == 0 || bytes >= job.prompt.size()) continue;
+    auto head = impl.tokenizer.Encode(job.prompt.substr(0, bytes));
+    if (!head.ok()) continue;
+    auto mismatch = std::mismatch(head->begin(), head->end(), tokens->begin(), tokens->end());
+    if (const int64_t common = mismatch.first - head->begin(); common > 0) cache_points.push_back(common);
+  }
   auto shared_tokens = std::make_shared<std::vector<int32_t>>(*std::move(tokens));
-  if (!impl.Post([&impl, job, shared_tokens] { impl.Accept(job, std::move(*shared_tokens)); })) {
+  if (!impl.Post([&impl, job, shared_tokens, cache_points] { impl.Accept(job, std::move(*shared_tokens), cache_points); })) {
     impl.unfinished_jobs.fetch_sub(1);
     job.on_done(Unavailable(), "", Usage{});
   }

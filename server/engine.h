@@ -96,6 +96,9 @@ struct GenerateJob {
   // Instead of prompt (which must then be empty): its token ids. On an empty session BOS goes in
   // front unless they begin with it.
   std::vector<int32_t> prompt_token_ids;
+  // Byte offsets into prompt where the prefix cache also keeps the state (the end of a chat's system
+  // messages: where requests sharing a system prompt part ways), besides its regular boundaries.
+  std::vector<size_t> cache_at_bytes;
   int64_t max_tokens = 0;  // 0: prefill only
   SamplingParams sampling;
   std::vector<std::string> stop;

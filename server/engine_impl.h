@@ -43,6 +43,8 @@ struct EngineJob {
   std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
   std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample)
   bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
+  std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval
+  PrefixCache::Ids cache_ids;        // the prompt's ids as the cache's entries share them
   int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache
   int64_t generated = 0;
   int64_t last_advanced = -1;
@@ -166,13 +168,14 @@ struct Engine::Impl {
   int64_t last_idle_scan_ms = 0;  // engine thread only
 
   // Jobs.
-  void Accept(GenerateJob request, std::vector<int32_t> tokens);
+  // `cache_points`: token counts into `tokens` where the prefix cache keeps the state too.
+  void Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points);
   // A job entering prefill on an empty session starts from the longest cached prefix of its prompt.
   void StartFromPrefixCache(EngineJob& job, Session& s);
   // How many of the job's next `tokens` prompt tokens to feed: with the prefix cache, chunks end at
   // its boundaries (multiples of the interval, the prompt's end), where CachePrefix keeps the state.
   int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
-  void CachePrefix(const EngineJob& job, const Session& s);
+  void CachePrefix(EngineJob& job, const Session& s);
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
   void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids,
             const std::vector<TokenLogprobs>& logprobs = {}) {

@@ -52,7 +52,7 @@ void Engine::Impl::ReleaseIdle() {
   }
 }
 
-void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
+void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points) {
   auto fail = [&](absl::Status st) {
     unfinished_jobs.fetch_sub(1);
     request.on_done(st, "", Usage{});
@@ -105,6 +105,9 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens) {
   job->prompt = std::move(prompt);
   job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
   job->from_empty = position == 0;
+  const size_t shift = job->prompt.size() - tokens.size();  // BOS in front
+  for (int64_t p : cache_points) job->cache_points.push_back(size_t(p) + shift);
+  std::sort(job->cache_points.begin(), job->cache_points.end());
   sessions.SetJob(*s, job->id);
   sessions.Touch(*s, NowUnixMs());
   if (job->phase == JobPhase::kPrefill) StartFromPrefixCache(*job, *s);
@@ -116,8 +119,8 @@ void Engine::Impl::StartFromPrefixCache(EngineJob& job, Session& s) {
   std::shared_ptr<const PrefixCache::Entry> hit = prefix_cache->Longest(job.prompt);
   if (!hit) return;
   RestoreSlot(hit->state, *pool, s.slot);
-  job.prompt_done = hit->tokens.size();
-  job.cached_tokens = int64_t(hit->tokens.size());
+  job.prompt_done = hit->length;
+  job.cached_tokens = int64_t(hit->length);
   job.before_prompt = empty_state;  // a cancel mid-prompt goes back to the empty session
   s.stored = false;
 }
@@ -125,16 +128,23 @@ void Engine::Impl::StartFromPrefixCache(EngineJob& job, Session& s) {
 int64_t Engine::Impl::PrefillTake(const EngineJob& job, int64_t tokens) const {
   if (!prefix_cache || !job.from_empty) return tokens;
   const int64_t interval = options.prefix_cache_interval;
-  const int64_t next = std::min<int64_t>(int64_t(job.prompt.size()), (int64_t(job.prompt_done) / interval + 1) * interval);
+  int64_t next = std::min<int64_t>(int64_t(job.prompt.size()), (int64_t(job.prompt_done) / interval + 1) * interval);
+  auto point = std::upper_bound(job.cache_points.begin(), job.cache_points.end(), job.prompt_done);
+  if (point != job.cache_points.end()) next = std::min(next, int64_t(*point));
   return std::min(tokens, next - int64_t(job.prompt_done));
 }
 
-void Engine::Impl::CachePrefix(const EngineJob& job, const Session& s) {
+void Engine::Impl::CachePrefix(EngineJob& job, const Session& s) {
   if (!prefix_cache || !job.from_empty) return;
   const size_t done = job.prompt_done;
-  if (done % size_t(options.prefix_cache_interval) != 0 && done != job.prompt.size()) return;
+  if (done % size_t(options.prefix_cache_interval) != 0 && done != job.prompt.size() &&
+      !std::binary_search(job.cache_points.begin(), job.cache_points.end(), done)) {
+    return;
+  }
   if (prefix_cache->Contains(job.prompt, done)) return;
-  prefix_cache->Insert(job.prompt, done, CaptureSlot(*pool, s.slot));
+  // One copy of the prompt's ids, shared by every entry cut from it.
+  if (!job.cache_ids) job.cache_ids = std::make_shared<const std::vector<int32_t>>(job.prompt);
+  prefix_cache->Insert(job.cache_ids, done, CaptureSlot(*pool, s.slot));
 }
 
 const std::string& Engine::Impl::TokenText(int32_t token) {

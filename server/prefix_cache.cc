@@ -24,7 +24,7 @@ PrefixCache::Lru::iterator PrefixCache::Find(const std::vector<int32_t>& tokens,
   auto [first, last] = index_.equal_range(hash);
   for (auto it = first; it != last; ++it) {
     const Entry& e = **it->second;
-    if (e.tokens.size() == length && std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) return it->second;
+    if (e.length == length && std::equal(e.ids->begin(), e.ids->begin() + length, tokens.begin())) return it->second;
   }
   return const_cast<Lru&>(lru_).end();
 }
@@ -51,33 +51,44 @@ bool PrefixCache::Contains(const std::vector<int32_t>& tokens, size_t length) co
   return Find(tokens, length, PrefixHashes(tokens, length)[length]) != lru_.end();
 }
 
-void PrefixCache::Insert(const std::vector<int32_t>& tokens, size_t length, SessionSnapshot state) {
-  auto entry = std::make_shared<Entry>();
-  entry->tokens.assign(tokens.begin(), tokens.begin() + length);
-  entry->bytes = state.StateBytes() + int64_t(length * sizeof(int32_t));
-  entry->state = std::move(state);
-  if (entry->bytes > capacity_ || Contains(tokens, length)) return;
-  while (stats_.bytes + entry->bytes > capacity_ && !lru_.empty()) {
-    const std::shared_ptr<const Entry>& victim = lru_.back();
-    const uint64_t h = PrefixHashes(victim->tokens, victim->tokens.size()).back();
-    auto [first, last] = index_.equal_range(h);
-    for (auto it = first; it != last; ++it) {
-      if (it->second == std::prev(lru_.end())) {
-        index_.erase(it);
-        break;
-      }
+void PrefixCache::EvictLast() {
+  const Entry& victim = *lru_.back();
+  auto [first, last] = index_.equal_range(victim.hash);
+  for (auto it = first; it != last; ++it) {
+    if (it->second == std::prev(lru_.end())) {
+      index_.erase(it);
+      break;
     }
-    stats_.bytes -= victim->bytes;
-    --stats_.entries;
-    ++stats_.evictions;
-    lru_.pop_back();
   }
-  const uint64_t h = PrefixHashes(entry->tokens, length).back();
-  stats_.bytes += entry->bytes;
+  stats_.bytes -= victim.state_bytes;
+  if (auto holders = id_holders_.find(victim.ids.get()); --holders->second == 0) {
+    stats_.bytes -= IdBytes(victim.ids);
+    id_holders_.erase(holders);
+  }
+  --stats_.entries;
+  ++stats_.evictions;
+  lru_.pop_back();
+}
+
+void PrefixCache::Insert(Ids ids, size_t length, SessionSnapshot state) {
+  if (length == 0 || length > ids->size() || Contains(*ids, length)) return;
+  auto entry = std::make_shared<Entry>();
+  entry->state_bytes = state.StateBytes();
+  if (entry->state_bytes + IdBytes(ids) > capacity_) return;
+  entry->hash = PrefixHashes(*ids, length).back();
+  entry->length = length;
+  entry->state = std::move(state);
+  entry->ids = std::move(ids);
+  // What keeping it adds: its state, and its ids unless another entry holds them already.
+  auto adds = [&] { return entry->state_bytes + (id_holders_.count(entry->ids.get()) ? 0 : IdBytes(entry->ids)); };
+  while (stats_.bytes + adds() > capacity_ && !lru_.empty()) EvictLast();
+  if (id_holders_[entry->ids.get()]++ == 0) stats_.bytes += IdBytes(entry->ids);
+  stats_.bytes += entry->state_bytes;
   ++stats_.entries;
   ++stats_.inserts;
+  const uint64_t hash = entry->hash;
   lru_.push_front(std::move(entry));
-  index_.emplace(h, lru_.begin());
+  index_.emplace(hash, lru_.begin());
 }
 
 }  // namespace steady

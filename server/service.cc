@@ -77,9 +77,11 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
     }
     std::vector<ChatMessage> messages;
     for (const v1::ChatMessage& m : r.messages()) messages.push_back({m.role(), m.content()});
-    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
+    size_t system_bytes = 0;
+    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true, &system_bytes);
     if (!rendered.ok()) return rendered.status();
     job.prompt = *std::move(rendered);
+    if (system_bytes > 0) job.cache_at_bytes.push_back(system_bytes);
   }
   job.max_tokens = r.max_tokens();
   job.sampling.temperature = r.temperature();

@@ -102,6 +102,13 @@ TEST(ChatTemplateTest, ParsedRenderedAndDefaulted) {
   auto rendered = RenderChat(DefaultChatTemplate(), {{"system", "Be brief."}, {"user", "Hi"}}, true);
   ASSERT_TRUE(rendered.ok());
   EXPECT_EQ(*rendered, "Be brief.\n\nUser: Hi\nAssistant:");
+  size_t system_bytes = 99;  // the leading system messages' text: where prompts sharing them part
+  ASSERT_TRUE(RenderChat(DefaultChatTemplate(), {{"system", "A."}, {"system", "B."}, {"user", "Hi"}, {"system", "C."}},
+                         true, &system_bytes)
+                  .ok());
+  EXPECT_EQ(system_bytes, std::string("A.\nB.\n").size());
+  ASSERT_TRUE(RenderChat(DefaultChatTemplate(), {{"user", "Hi"}}, true, &system_bytes).ok());
+  EXPECT_EQ(system_bytes, 0u);
 
   nlohmann::json j = nlohmann::json::parse(kLlama);
   j["chat_template"] = {{"user", "<u>{content}</u>"}, {"assistant", "<a>{content}</a>"}, {"generation_prompt", "<a>"},

@@ -38,14 +38,14 @@ TEST(PrefixCacheTest, LongestPrefixLeavesATokenAndComparesIds) {
   cache.Insert(a, 6, StateOf(6, 4));
   auto hit = cache.Longest(Tokens({1, 5, 6, 7, 8, 9, 10}));
   ASSERT_TRUE(hit);
-  EXPECT_EQ(hit->tokens.size(), 6u);
+  EXPECT_EQ(hit->length, 6u);
   EXPECT_EQ(hit->state.position, 6);
   // The same six tokens: the whole prompt cannot come from the cache (its last logits are needed).
   hit = cache.Longest(a);
   ASSERT_TRUE(hit);
-  EXPECT_EQ(hit->tokens.size(), 4u);
+  EXPECT_EQ(hit->length, 4u);
   EXPECT_EQ(cache.Longest(Tokens({1, 5, 99, 7})).get(), cache.Longest(Tokens({1, 5, 99, 7})).get());
-  EXPECT_EQ(cache.Longest(Tokens({1, 5, 99, 7}))->tokens.size(), 2u);
+  EXPECT_EQ(cache.Longest(Tokens({1, 5, 99, 7}))->length, 2u);
   EXPECT_FALSE(cache.Longest(Tokens({2, 5, 6, 7})));  // no shared prefix
   EXPECT_TRUE(cache.Contains(a, 4));
   EXPECT_FALSE(cache.Contains(Tokens({1, 5, 6, 8}), 4)) << "the same length, other ids";
@@ -72,6 +72,25 @@ TEST(PrefixCacheTest, EvictsLeastRecentlyUsedWithinTheBound) {
   EXPECT_TRUE(cache.Contains(t, 4));
   cache.Insert(t, 5, StateOf(5, 10000));  // larger than the whole cache: not kept
   EXPECT_FALSE(cache.Contains(t, 5));
+}
+
+TEST(PrefixCacheTest, EntriesCutFromOnePromptShareItsIds) {
+  PrefixCache cache(1 << 20);
+  auto ids = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>(1000, 7));
+  for (size_t k : {250, 500, 750}) cache.Insert(ids, k, StateOf(int64_t(k), 100));
+  const int64_t id_bytes = 1000 * sizeof(int32_t), state = 400;
+  EXPECT_EQ(cache.stats().bytes, 3 * state + id_bytes) << "the ids once, not once per entry";
+  // Evicting every entry but one keeps the ids; the last one out takes them.
+  PrefixCache small(2 * state + id_bytes + 3 * int64_t(sizeof(int32_t)));
+  for (size_t k : {250, 500}) small.Insert(ids, k, StateOf(int64_t(k), 100));
+  small.Insert(Tokens({1, 2, 3}), 3, StateOf(3, 100));  // other ids: the 250-token entry goes
+  EXPECT_EQ(small.stats().evictions, 1);
+  EXPECT_EQ(small.stats().bytes, 2 * state + id_bytes + 3 * int64_t(sizeof(int32_t)));
+  EXPECT_FALSE(small.Contains(*ids, 250));
+  EXPECT_TRUE(small.Contains(*ids, 500));
+  small.Insert(Tokens({4, 5, 6}), 3, StateOf(3, 100));  // the 500-token entry goes, and its ids with it
+  EXPECT_EQ(small.stats().bytes, 2 * state + 6 * int64_t(sizeof(int32_t)));
+  EXPECT_EQ(small.stats().entries, 2);
 }
 
 EngineOptions WithCache(int interval) {
@@ -116,6 +135,30 @@ TEST(PrefixCacheEngineTest, ASharedPrefixStartsFromTheCachedStateWithTheSameOutp
   EXPECT_EQ(later.usage.cached_tokens, 0);
   EXPECT_GT(cached->stats().prefix_hits, 0);
   EXPECT_GT(cached->stats().prefix_tokens_saved, 0);
+}
+
+// A chat's system messages end where requests sharing them part ways: the cache keeps that state too
+// (GenerateJob.cache_at_bytes), not only at interval boundaries, with the same output as no cache.
+TEST(PrefixCacheEngineTest, TheEndOfASharedSystemPromptIsCached) {
+  const Model m = Taylor();
+  auto cached = StartEngine(m, WithCache(4096));  // no interval boundary inside these prompts
+  auto plain = StartEngine(m, Options());
+  const std::string system = Prompt(40) + " " + Prompt(41) + "\n\n";
+  auto system_tokens = testing::TestTokenizer().Encode(system);
+  ASSERT_TRUE(system_tokens.ok());
+  for (int i = 0; i < 3; ++i) {
+    GenerateJob j = testing::Job("", system + "User: " + Prompt(i) + "\nAssistant:", 8);
+    j.cache_at_bytes = {system.size()};
+    const Outcome a = SubmitAsync(*cached, j).get();
+    const Outcome b = SubmitAsync(*plain, j).get();
+    ASSERT_TRUE(a.status.ok() && b.status.ok());
+    if (i > 0) {
+      // BOS + the system prompt's tokens, less any the tokenizer merges across the boundary.
+      EXPECT_GE(a.usage.cached_tokens, int64_t(system_tokens->size()) - 1) << i;
+      EXPECT_LE(a.usage.cached_tokens, int64_t(system_tokens->size()) + 1) << i;
+    }
+    EXPECT_EQ(a.ids, b.ids) << i;
+  }
 }
 
 // A stateless chat sends the whole history each turn: each call starts from the state at the end
