@@ -101,33 +101,25 @@ async function main() {
     await fetch(baseURL + "/v1/sessions/" + session, { method: "DELETE" });
   });
 
-  await check("an unknown model is a NotFoundError with code model_not_found", async () => {
+  // The call must throw the package's `cls` with the given HTTP status and fields.
+  const refused = (name, call, cls, status, fields) => check(name, async () => {
+    let error = null;
     try {
-      await client.chat.completions.create({ model: "gpt-4o", messages });
+      await call();
     } catch (e) {
-      assert(e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === "model_not_found", e);
-      return;
+      error = e;
     }
-    throw new Error("no error");
+    assert(error instanceof cls && error.status === status, "got " + error);
+    for (const [key, value] of Object.entries(fields)) assert(error[key] === value, key + " = " + error[key]);
   });
-  await check("n > 1 is a BadRequestError naming n", async () => {
-    try {
-      await client.chat.completions.create({ model, messages, n: 2 });
-    } catch (e) {
-      assert(e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "n", e);
-      return;
-    }
-    throw new Error("no error");
-  });
-  await check("an unknown session, streamed, is an error before any chunk", async () => {
-    try {
-      await collect(await client.chat.completions.create({ model, messages, stream: true, session_id: "nobody" }));
-    } catch (e) {
-      assert(e instanceof OpenAI.NotFoundError && e.code === "session_not_found", e);
-      return;
-    }
-    throw new Error("no error");
-  });
+  await refused("an unknown model is a NotFoundError with code model_not_found",
+    () => client.chat.completions.create({ model: "gpt-4o", messages }), OpenAI.NotFoundError, 404,
+    { code: "model_not_found" });
+  await refused("n > 1 is a BadRequestError naming n",
+    () => client.chat.completions.create({ model, messages, n: 2 }), OpenAI.BadRequestError, 400, { param: "n" });
+  await refused("an unknown session, streamed, is an error before any chunk",
+    async () => collect(await client.chat.completions.create({ model, messages, stream: true, session_id: "nobody" })),
+    OpenAI.NotFoundError, 404, { code: "session_not_found" });
 
   console.log(`openai_client: ${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
