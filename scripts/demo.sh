@@ -38,6 +38,10 @@ if [ -x build/bin/steady-gateway ]; then
   for _ in $(seq 50); do curl -sf "127.0.0.1:$((port + 2))/healthz" > /dev/null && break; sleep 0.2; done
   echo "== HTTP/JSON through steady-gateway: curl -N -d '{...}' 127.0.0.1:$((port + 2))/v1/generate"
   curl -sN -d '{"session_id": "demo", "prompt": " Then he said", "max_tokens": 12, "temperature": 0.8, "top_p": 0.95, "seed": 3}' "127.0.0.1:$((port + 2))/v1/generate"
+  echo "== OpenAI-compatible: POST 127.0.0.1:$((port + 2))/v1/chat/completions (any OpenAI client works)"
+  curl -s -d '{"model": "tiny-softmax", "messages": [{"role": "user", "content": "Tell me of the sea."}], "max_tokens": 24, "seed": 4}' \
+    "127.0.0.1:$((port + 2))/v1/chat/completions"
+  echo "(the web playground: http://127.0.0.1:$((port + 2))/ while a gateway runs)"
 fi
 echo "== metrics: curl 127.0.0.1:$((port + 1))/metrics"
 curl -s "127.0.0.1:$((port + 1))/metrics" | grep -E '^steady_(generated_tokens_total|sessions)' || true
