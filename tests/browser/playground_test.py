@@ -76,7 +76,12 @@ def start_chromium(binary, profile):
             f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
             "--window-size=1280,800", "about:blank"]
     log = open(os.path.join(profile, "chromium.log"), "w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # Chromium puts its own scratch (org.chromium.Chromium.*) in $TMPDIR: keep it inside the profile,
+    # which is removed at the end, so the run leaves nothing behind.
+    scratch = os.path.join(profile, "tmp")
+    os.makedirs(scratch, exist_ok=True)
+    env = dict(os.environ, TMPDIR=scratch, HOME=profile)
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     port_file = os.path.join(profile, "DevToolsActivePort")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
