@@ -26,6 +26,9 @@ packages=(
   # OpenAI-compatible endpoints: the official `openai` npm package runs on Node (tests/node); the web
   # playground is tested in headless Chromium over the DevTools protocol (tests/browser).
   nodejs chromium python3-websocket
+  # Security (docs/security.md): OpenSSL's libcrypto (API key hashes, signed snapshots) and the openssl
+  # command the TLS tests make their certificates with.
+  libssl-dev openssl
 )
 # Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
 command -v npm > /dev/null || packages+=(npm)

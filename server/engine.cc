@@ -61,8 +61,8 @@ namespace {
 absl::Status Unavailable() { return absl::UnavailableError("the engine is shutting down"); }
 }  // namespace
 
-void Engine::CreateSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done) {
-  if (!impl_->Post([this, id = std::move(id), done] { done(impl_->Create(id)); })) done(Unavailable());
+void Engine::CreateSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done, SessionQuota quota) {
+  if (!impl_->Post([this, id = std::move(id), done, quota] { done(impl_->Create(id, quota)); })) done(Unavailable());
 }
 
 void Engine::GetSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done) {
@@ -87,9 +87,9 @@ void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> don
 }
 
 void Engine::ForkSession(std::string source_id, std::string new_id,
-                         std::function<void(absl::StatusOr<SessionInfo>)> done) {
-  if (!impl_->Post([this, source_id = std::move(source_id), new_id = std::move(new_id), done] {
-        done(impl_->Fork(source_id, new_id));
+                         std::function<void(absl::StatusOr<SessionInfo>)> done, SessionQuota quota) {
+  if (!impl_->Post([this, source_id = std::move(source_id), new_id = std::move(new_id), done, quota] {
+        done(impl_->Fork(source_id, new_id, quota));
       })) {
     done(Unavailable());
   }
@@ -99,9 +99,10 @@ void Engine::ExportSession(std::string id, std::function<void(absl::StatusOr<std
   if (!impl_->Post([this, id = std::move(id), done] { done(impl_->Export(id)); })) done(Unavailable());
 }
 
-void Engine::ImportSession(std::string blob, std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done) {
+void Engine::ImportSession(std::string blob, std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done,
+                           SessionQuota quota) {
   auto shared_blob = std::make_shared<std::string>(std::move(blob));  // not copied with the closure
-  if (!impl_->Post([this, shared_blob, id = std::move(id), done] { done(impl_->Import(*shared_blob, id)); })) {
+  if (!impl_->Post([this, shared_blob, id = std::move(id), done, quota] { done(impl_->Import(*shared_blob, id, quota)); })) {
     done(Unavailable());
   }
 }

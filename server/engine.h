@@ -89,6 +89,19 @@ struct TokenLogprobs {
 };
 inline constexpr int kMaxTopLogprobs = 20;
 
+// A tenant's limits on its sessions (docs/security.md). Its sessions' ids begin with TenantPrefix(tenant)
+// ("alice~"); the engine thread checks the limits where sessions are made (Create, Fork, Import) and
+// where a Generate starts, counting this server's sessions of the tenant. A Generate's tenant is also
+// its fair-share group: each step shares its decode rows and prefill tokens equally among the tenants
+// that have work (server/scheduler.h).
+struct SessionQuota {
+  std::string tenant;           // empty: none (no limits, one shared group)
+  int64_t max_sessions = 0;     // named sessions; 0: unlimited
+  int64_t max_state_bytes = 0;  // their state bytes (resident or offloaded); 0: unlimited
+};
+// "tenant~": sessions of a tenant are "tenant~id" inside the engine and the store.
+inline std::string TenantPrefix(const std::string& tenant) { return tenant.empty() ? "" : tenant + "~"; }
+
 // One Generate call. Callbacks run on the engine thread.
 struct GenerateJob {
   std::string session_id;  // empty: an ephemeral session, freed at the end
@@ -107,6 +120,7 @@ struct GenerateJob {
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each sampled token's, with this many of the most
   // likely tokens at its step.
   int top_logprobs = -1;
+  SessionQuota quota;  // the caller's tenant: its fair share of steps, and its state-bytes limit
   // New text (never part of a stop string) and the ids sampled since the last call, with their
   // log-probabilities when asked for (else empty). Called once per sampled token (text may be empty
   // while held back) and once more for a released tail (ids empty).
@@ -133,15 +147,19 @@ class Engine {
   ~Engine();
 
   // Thread-safe. `done` runs on the engine thread.
-  void CreateSession(std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  // Create, Fork and Import: RESOURCE_EXHAUSTED naming the quota when the new session would exceed it.
+  void CreateSession(std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done,
+                     SessionQuota quota = {});
   void GetSession(std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
   void ListSessions(std::function<void(std::vector<SessionInfo>)> done);
   void DeleteSession(std::string session_id, std::function<void(absl::Status)> done);
   // A new session with a copy of the state: O(state bytes).
-  void ForkSession(std::string source_id, std::string new_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  void ForkSession(std::string source_id, std::string new_id, std::function<void(absl::StatusOr<SessionInfo>)> done,
+                   SessionQuota quota = {});
   // The session's state as a versioned, checksummed snapshot blob (server/snapshot.h).
   void ExportSession(std::string session_id, std::function<void(absl::StatusOr<std::string>)> done);
-  void ImportSession(std::string blob, std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done);
+  void ImportSession(std::string blob, std::string session_id, std::function<void(absl::StatusOr<SessionInfo>)> done,
+                     SessionQuota quota = {});
   // RESOURCE_EXHAUSTED at once (through on_done, on the engine thread, before its next step) when
   // options.max_queue jobs are accepted and not yet done; FAILED_PRECONDITION when
   // the session already runs a Generate; NOT_FOUND for an unknown session; INVALID_ARGUMENT naming

@@ -34,6 +34,7 @@ struct EngineJob {
         stops(this->request.stop) {}
   int64_t id;
   int64_t arrival = 0;
+  int64_t group = 0;             // the scheduler's fair-share group: one per tenant
   GenerateJob request;
   std::string session_id;        // the table's key (an internal id for ephemeral sessions)
   JobPhase phase = JobPhase::kWaiting;
@@ -91,6 +92,7 @@ struct Engine::Impl {
     Usage usage;
   };
   std::vector<FinishedTurn> to_commit;
+  std::map<std::string, int64_t> share_groups;  // tenant -> the scheduler's fair-share group
 
   // --- Guarded by mu ---
   std::mutex mu;
@@ -147,6 +149,9 @@ struct Engine::Impl {
   SessionInfo Info(const Session& s) const;
   std::string NewSessionId();
   absl::Status CheckCapacity() const;
+  // RESOURCE_EXHAUSTED naming the quota when the tenant's sessions (this server's) would exceed it
+  // with `new_sessions` more sessions holding `new_bytes` more state bytes.
+  absl::Status CheckQuota(const SessionQuota& quota, int64_t new_sessions, int64_t new_bytes) const;
   // Writes `state` as s's blob (s keeps any slot it has); on OK s.stored.
   absl::Status Persist(Session& s, const SessionSnapshot& state);
   // The session's blob from the store, decoded and checked against this model and backend.
@@ -188,11 +193,11 @@ struct Engine::Impl {
   const std::string& TokenText(int32_t token);
 
   // Control operations (engine thread).
-  absl::StatusOr<SessionInfo> Create(std::string id);
+  absl::StatusOr<SessionInfo> Create(std::string id, const SessionQuota& quota);
   absl::Status Delete(const std::string& id);
-  absl::StatusOr<SessionInfo> Fork(const std::string& source_id, std::string new_id);
+  absl::StatusOr<SessionInfo> Fork(const std::string& source_id, std::string new_id, const SessionQuota& quota);
   absl::StatusOr<std::string> Export(const std::string& id);
-  absl::StatusOr<SessionInfo> Import(const std::string& blob, std::string id);
+  absl::StatusOr<SessionInfo> Import(const std::string& blob, std::string id, const SessionQuota& quota);
 };
 
 }  // namespace steady

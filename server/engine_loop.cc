@@ -74,6 +74,9 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, cons
     if (s->job != 0) {
       return fail(absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate")));
     }
+    // A softmax session grows: a tenant already over its state bytes gets no more.
+    const SessionQuota& q = request.quota;
+    if (absl::Status st = CheckQuota({q.tenant, 0, q.max_state_bytes}, 0, 0); !st.ok()) return fail(st);
   }
   std::vector<int32_t> prompt;
   const int64_t position = s ? Position(*s) : 0;
@@ -100,6 +103,7 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, cons
   }
   auto job = std::make_unique<EngineJob>(next_job_id++, std::move(request), tokenizer);
   job->arrival = job->id;
+  job->group = share_groups.try_emplace(job->request.quota.tenant, int64_t(share_groups.size())).first->second;
   job->session_id = key;
   job->context = prompt;
   job->prompt = std::move(prompt);
@@ -276,7 +280,8 @@ bool Engine::Impl::Step() {
   in.prefill_budget = options.prefill_budget;
   in.slots_available = sessions.free_slots() + (store() ? sessions.evictable() : 0);
   for (const auto& [id, job] : jobs) {
-    in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced});
+    in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced,
+                       job->group});
   }
   const StepPlan plan = Schedule(in);
   if (plan.empty()) return !cancelled.empty();

@@ -183,6 +183,27 @@ absl::Status Engine::Impl::CheckCapacity() const {
   return absl::OkStatus();
 }
 
+absl::Status Engine::Impl::CheckQuota(const SessionQuota& quota, int64_t new_sessions, int64_t new_bytes) const {
+  if (quota.tenant.empty() || (quota.max_sessions <= 0 && quota.max_state_bytes <= 0)) return absl::OkStatus();
+  const std::string prefix = TenantPrefix(quota.tenant);
+  int64_t count = new_sessions, bytes = new_bytes;
+  for (const Session* s : sessions.Named()) {
+    if (s->id.compare(0, prefix.size(), prefix) != 0) continue;
+    ++count;
+    bytes += Info(*s).state_bytes;
+  }
+  if (quota.max_sessions > 0 && count > quota.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota max_sessions of tenant ", quota.tenant, " (", quota.max_sessions, ") reached"));
+  }
+  if (quota.max_state_bytes > 0 && bytes > quota.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("quota max_state_bytes of tenant ", quota.tenant, " (",
+                                                     quota.max_state_bytes, ") reached: its sessions would hold ",
+                                                     bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 void Engine::Impl::FreeSlot(Session& s) {
   const int slot = s.slot;
   sessions.ReleaseSlot(s);
@@ -349,10 +370,11 @@ absl::Status Engine::Impl::Recover() {
 // Control operations
 // ---------------------------------------------------------------------------------------------
 
-absl::StatusOr<SessionInfo> Engine::Impl::Create(std::string id) {
+absl::StatusOr<SessionInfo> Engine::Impl::Create(std::string id, const SessionQuota& quota) {
   if (id.empty()) id = NewSessionId();
   if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+  if (absl::Status st = CheckQuota(quota, 1, empty_state.StateBytes()); !st.ok()) return st;
   if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;  // last: it may take a lease
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = NowUnixMs();
@@ -385,7 +407,8 @@ absl::Status Engine::Impl::Delete(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std::string new_id) {
+absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std::string new_id,
+                                               const SessionQuota& quota) {
   if (absl::Status st = CheckSessionId(source_id, "source_id"); !st.ok()) return st;
   if (!new_id.empty()) {
     if (absl::Status st = CheckSessionId(new_id, "new_id"); !st.ok()) return st;
@@ -396,6 +419,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
   if (source->job != 0) return absl::FailedPreconditionError(absl::StrCat("session ", source_id, " is running a Generate"));
   if (new_id.empty()) new_id = NewSessionId();
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+  if (absl::Status st = CheckQuota(quota, 1, Info(*source).state_bytes); !st.ok()) return st;
   auto state = Snapshot(*source);
   if (!state.ok()) return state.status();
   // A source that never held state (no slot, nothing stored) forks into another empty session.
@@ -423,7 +447,7 @@ absl::StatusOr<std::string> Engine::Impl::Export(const std::string& id) {
   return EncodeSnapshot(*snap, shape.fingerprint);
 }
 
-absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::string id) {
+absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::string id, const SessionQuota& quota) {
   if (!id.empty()) {
     if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
   }
@@ -431,6 +455,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Import(const std::string& blob, std::s
   if (!snap.ok()) return snap.status();
   if (id.empty()) id = NewSessionId();
   if (absl::Status st = CheckCapacity(); !st.ok()) return st;
+  if (absl::Status st = CheckQuota(quota, 1, snap->StateBytes()); !st.ok()) return st;
   if (absl::Status st = CheckNew(id, "session_id"); !st.ok()) return st;  // last: it may take a lease
   Session& s = sessions.Add(id, false);
   s.created_unix_ms = snap->created_unix_ms;

@@ -2,7 +2,8 @@
 // reflection and Prometheus metrics. SIGTERM / SIGINT drain gracefully: new calls are refused,
 // running streams end at the next engine step, the engine persists every session to --session-dir.
 // With --durability turn (the default with --session-dir) every acknowledged change is already
-// there, so a kill -9 loses nothing acknowledged either (docs/durability.md).
+// there, so a kill -9 loses nothing acknowledged either (docs/durability.md). SIGHUP reloads
+// --api-keys (docs/security.md).
 #include <pthread.h>
 #include <unistd.h>
 #include <signal.h>
@@ -21,7 +22,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "base/file_io.h"
 #include "base/status.h"
+#include "server/api_keys.h"
+#include "server/snapshot_signing.h"
 #include "model/model.h"
 #include "model/model_flags.h"
 #include "model/tokenizer.h"
@@ -41,6 +46,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--max-context N]
+                    [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
+                    [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
   --port N            gRPC port (default 50051; 0 picks a free one, printed on stderr)
   --host ADDR         listen address (default 127.0.0.1)
@@ -74,6 +81,17 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --max-sessions N    resident and offloaded sessions together (1048576)
   --drain-timeout S   on SIGTERM/SIGINT, seconds running calls get to finish (10); Generates still
                       running in its last second end with finish_reason "cancelled"
+
+Security (docs/security.md):
+  --tls-cert PEM, --tls-key PEM   serve gRPC over TLS with this certificate chain and key
+  --tls-client-ca PEM mutual TLS: require a client certificate signed by this CA
+  --api-keys FILE     tenants, the SHA-256 of their keys and their quotas (JSON); every call then
+                      needs "authorization: Bearer KEY" and sees its tenant's sessions only.
+                      SIGHUP reloads the file (a removed key stops working at once)
+  --snapshot-key-file FILE   sign exported snapshots (HMAC-SHA-256 over the snapshot and the
+                      tenant, key: the file's bytes, at least 32) and import only signed ones
+  --allow-unsigned-imports   with --snapshot-key-file: import unsigned snapshots too
+  A non-loopback --host without TLS or without --api-keys logs a warning.
 )";
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -139,6 +157,36 @@ absl::StatusOr<std::shared_ptr<SessionStore>> StoreFromFlags(const Flags& flags,
   return RedisStore::Open(o);
 }
 
+std::string ReadPem(const std::string& path, absl::Status* error) {
+  auto text = ReadWholeFile(path);
+  if (!text.ok() && error->ok()) *error = text.status();
+  return text.ok() ? *text : "";
+}
+
+// Plaintext without --tls-cert; TLS with it; mutual TLS with --tls-client-ca too.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFromFlags(const Flags& flags) {
+  if (!flags.Has("tls-cert") && !flags.Has("tls-key")) {
+    if (flags.Has("tls-client-ca")) return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    return grpc::InsecureServerCredentials();
+  }
+  if (!flags.Has("tls-cert") || !flags.Has("tls-key")) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both");
+  }
+  absl::Status error;
+  grpc::SslServerCredentialsOptions tls(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  tls.pem_key_cert_pairs.push_back({ReadPem(flags.Get("tls-key"), &error), ReadPem(flags.Get("tls-cert"), &error)});
+  if (flags.Has("tls-client-ca")) {
+    tls.pem_root_certs = ReadPem(flags.Get("tls-client-ca"), &error);
+    tls.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  if (!error.ok()) return error;
+  return grpc::SslServerCredentials(tls);
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 // The directory's own name ("models/tiny-softmax/" -> "tiny-softmax").
 std::string ModelName(const std::string& dir) {
   std::filesystem::path p(dir);
@@ -152,9 +200,10 @@ absl::Status Run(int argc, char** argv) {
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
                                  "drain-timeout", "device",       "max-context", "durability",
                                  "session-store", "lease-ms",      "replica-name", "prefix-cache-memory",
-                                 "prefix-cache-interval"};
+                                 "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
+                                 "api-keys",      "snapshot-key-file"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
-  auto flags = Flags::Parse(argc, argv, {.with_value = known});
+  auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"allow-unsigned-imports"}});
   if (!flags.ok()) return flags.status();
   if (flags->help()) {
     std::fputs(kUsage, stdout);
@@ -172,6 +221,33 @@ absl::Status Run(int argc, char** argv) {
     return s;
   }
   const std::string host = flags->Get("host", "127.0.0.1");
+  auto credentials = CredentialsFromFlags(*flags);
+  if (!credentials.ok()) return credentials.status();
+  ServiceOptions service_options;
+  service_options.model_name = ModelName(*dir);
+  if (flags->Has("api-keys")) {
+    auto auth = Authenticator::Load(flags->Get("api-keys"));
+    if (!auth.ok()) return WithContext(auth.status(), "--api-keys");
+    service_options.auth = *std::move(auth);
+  }
+  if (flags->Has("snapshot-key-file")) {
+    auto key = LoadSnapshotKey(flags->Get("snapshot-key-file"));
+    if (!key.ok()) return WithContext(key.status(), "--snapshot-key-file");
+    service_options.snapshot_key = *std::move(key);
+  } else if (flags->Has("allow-unsigned-imports")) {
+    return absl::InvalidArgumentError("--allow-unsigned-imports needs --snapshot-key-file");
+  }
+  service_options.allow_unsigned_imports = flags->Has("allow-unsigned-imports");
+  if (!IsLoopback(host) && (!flags->Has("tls-cert") || !service_options.auth)) {
+    std::fprintf(stderr, "steady-server: WARNING: listening on %s %s: anyone who can reach the port can %s "
+                 "(docs/security.md)\n", host.c_str(),
+                 !flags->Has("tls-cert") ? "without TLS" : "without --api-keys",
+                 !flags->Has("tls-cert") ? "read the traffic" : "use every session");
+  }
+  if (service_options.auth && service_options.snapshot_key.empty()) {
+    std::fprintf(stderr, "steady-server: note: --api-keys without --snapshot-key-file: exported snapshots are "
+                 "unsigned and any well-formed snapshot imports (docs/security.md)\n");
+  }
 
   auto model = Model::Load(*dir, *override);
   if (!model.ok()) return model.status();
@@ -197,8 +273,6 @@ absl::Status Run(int argc, char** argv) {
     std::fprintf(stderr, "steady-server: metrics on http://%s:%d/metrics\n", host.c_str(), metrics_server->port());
   }
 
-  ServiceOptions service_options;
-  service_options.model_name = ModelName(*dir);
   InferenceService service(**engine, metrics, service_options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -206,21 +280,34 @@ absl::Status Run(int argc, char** argv) {
   int bound_port = 0;
   const std::string address = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", *port)
                                                                    : absl::StrCat(host, ":", *port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(address, *credentials, &bound_port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d\n", service_options.model_name.c_str(),
+  std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d%s\n", service_options.model_name.c_str(),
                model->DescribeAttention()[0].value("mechanism", "").c_str(), (*engine)->device().c_str(), host.c_str(),
-               bound_port);
+               bound_port, flags->Has("tls-cert") ? " (TLS)" : "");
 
   // Signals are blocked in every thread (see main), so this is the only place they arrive.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  for (;;) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    // Streams keep running; every call from now on is checked against the file as it is now.
+    if (!service_options.auth) {
+      std::fprintf(stderr, "steady-server: SIGHUP: no --api-keys to reload\n");
+    } else if (absl::Status s = service_options.auth->Reload(); s.ok()) {
+      std::fprintf(stderr, "steady-server: SIGHUP: reloaded %s (%zu tenants)\n", service_options.auth->path().c_str(),
+                   service_options.auth->TenantNames().size());
+    } else {
+      std::fprintf(stderr, "steady-server: SIGHUP: %s; the previous keys stay in force\n", std::string(s.message()).c_str());
+    }
+  }
   std::fprintf(stderr, "steady-server: %s, draining\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
 
   server->GetHealthCheckService()->SetServingStatus(false);
@@ -262,6 +349,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const absl::Status status = steady::Run(argc - 1, argv + 1);
   if (!status.ok()) {

@@ -33,6 +33,16 @@ void Metrics::CountRequest(const std::string& rpc, const std::string& code) {
   ++requests_[{rpc, code}];
 }
 
+void Metrics::CountAuthFailure(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  ++auth_failures_[reason];
+}
+
+void Metrics::CountQuotaRefusal(const std::string& tenant, const std::string& quota) {
+  std::lock_guard lock(mu_);
+  ++quota_refusals_[{tenant, quota}];
+}
+
 void Metrics::ObserveTimeToFirstToken(double seconds) { ttft_.Observe(seconds); }
 void Metrics::ObserveInterTokenLatency(double seconds) { inter_token_.Observe(seconds); }
 
@@ -43,6 +53,18 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
     std::lock_guard lock(mu_);
     for (const auto& [key, count] : requests_) {
       absl::StrAppend(&out, "steady_requests_total{rpc=\"", key.first, "\",code=\"", key.second, "\"} ", count, "\n");
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    AppendHeader(&out, "steady_auth_failures_total", "counter", "Calls refused for their API key, by reason.");
+    for (const auto& [reason, count] : auth_failures_) {
+      absl::StrAppend(&out, "steady_auth_failures_total{reason=\"", reason, "\"} ", count, "\n");
+    }
+    AppendHeader(&out, "steady_quota_refusals_total", "counter", "Calls refused over a tenant's quota.");
+    for (const auto& [key, count] : quota_refusals_) {
+      absl::StrAppend(&out, "steady_quota_refusals_total{tenant=\"", key.first, "\",quota=\"", key.second, "\"} ",
+                      count, "\n");
     }
   }
   AppendHeader(&out, "steady_prompt_tokens_total", "counter", "Prompt tokens absorbed into session states.");

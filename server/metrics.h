@@ -25,6 +25,11 @@ class Metrics {
   Metrics();
   // One finished RPC; `code` is the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
   void CountRequest(const std::string& rpc, const std::string& code);
+  // A call refused for its API key: reason "missing" or "unknown" (a bounded label: an unknown key
+  // names no tenant).
+  void CountAuthFailure(const std::string& reason);
+  // A tenant's call refused over a quota (tenants: bounded by --api-keys; quota: one of four names).
+  void CountQuotaRefusal(const std::string& tenant, const std::string& quota);
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
   // Every metric, with the engine's gauges and counters from `engine` and the session store's
@@ -34,6 +39,8 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, int64_t> requests_;  // guarded by mu_: (rpc, code) -> count
+  std::map<std::string, int64_t> auth_failures_;                     // guarded by mu_: reason -> count
+  std::map<std::pair<std::string, std::string>, int64_t> quota_refusals_;  // guarded by mu_: (tenant, quota)
   Histogram ttft_, inter_token_;
 };
 

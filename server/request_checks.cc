@@ -37,6 +37,18 @@ bool IsValidUtf8(std::string_view text) {
 }
 
 absl::Status CheckSessionId(std::string_view id, std::string_view field) {
+  if (const size_t tilde = id.find('~'); tilde != std::string_view::npos) {
+    const std::string_view tenant = id.substr(0, tilde);
+    bool ok = !tenant.empty() && tenant.size() <= kMaxTenantChars;
+    for (char c : tenant) {
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(field), ": a tenant prefix must be 1..", kMaxTenantChars, " of [A-Za-z0-9_-]"));
+    }
+    id.remove_prefix(tilde + 1);
+  }
   if (id.empty() || id.size() > kMaxSessionIdChars) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(field), ": must be 1..", kMaxSessionIdChars, " characters, got ", id.size()));

@@ -10,12 +10,14 @@
 namespace steady {
 
 inline constexpr size_t kMaxSessionIdChars = 128;
+inline constexpr size_t kMaxTenantChars = 64;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopBytes = 256;
 
 // Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequences.
 bool IsValidUtf8(std::string_view text);
-// 1..128 characters of [A-Za-z0-9_.-].
+// 1..128 characters of [A-Za-z0-9_.-], optionally behind a tenant's prefix "TENANT~" (TENANT: 1..64
+// of [A-Za-z0-9_-]; server/engine.h, SessionQuota).
 absl::Status CheckSessionId(std::string_view id, std::string_view field);
 // Everything that needs neither the tokenizer nor the session table: session_id (when set),
 // prompt (UTF-8), max_tokens, sampling, stop.

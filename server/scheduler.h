@@ -3,13 +3,18 @@
 // feeds. No model, no sessions, no clocks: tests/scheduler_test.cc drives it with plain structs.
 //
 // Policy:
-//   - Admission: waiting jobs (no slot yet) get one in arrival order while slots are available.
+//   - Groups: every job belongs to a fair-share group (a tenant). Each resource below is shared
+//     equally among the groups that want it, so a group with 64 jobs cannot starve a group with one;
+//     with a single group the policy is plain FIFO / round robin as described.
+//   - Admission: waiting jobs (no slot yet) get one while slots are available, the groups taking
+//     turns (a job each, in order of their earliest waiting job), each group in arrival order.
 //   - Decode: every decoding job advances one token per step, up to max_batch rows; beyond that the
-//     jobs that advanced least recently go first (round robin), ties in arrival order.
-//   - Prefill: prefilling jobs (admitted ones included) in arrival order (FIFO) share prefill_budget
-//     tokens; the first takes what it still needs up to the budget, the next the rest, and so on. A
-//     prompt longer than the budget is fed in chunks over several steps, so it never stalls decoding
-//     jobs for more than one chunk.
+//     groups take turns, each offering its job that advanced least recently (round robin), ties in
+//     arrival order.
+//   - Prefill: prefilling jobs (admitted ones included) share prefill_budget tokens: a max-min fair
+//     split over the groups, and inside a group in arrival order (FIFO): the first takes what it still
+//     needs up to the group's share, the next the rest, and so on. A prompt longer than the budget is
+//     fed in chunks over several steps, so it never stalls decoding jobs for more than one chunk.
 #ifndef STEADY_SERVER_SCHEDULER_H_
 #define STEADY_SERVER_SCHEDULER_H_
 
@@ -30,6 +35,7 @@ struct ScheduledJob {
   int64_t prompt_tokens_left = 0;  // kWaiting / kPrefill: prompt tokens not yet in the state (> 0)
   int64_t arrival = 0;             // lower: earlier
   int64_t last_advanced = -1;      // kDecode: step at which the job last got a row (-1: never)
+  int64_t group = 0;               // fair-share group
 };
 
 struct SchedulerInput {

@@ -5,8 +5,11 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "server/snapshot_signing.h"
 
 namespace steady {
 
@@ -186,6 +189,63 @@ std::string InferenceService::SessionIdOrNew(const std::string& id) {
   return absl::StrFormat("s-%016x", id_rng_());
 }
 
+absl::StatusOr<std::shared_ptr<const Tenant>> InferenceService::Authorize(grpc::CallbackServerContext* context) {
+  if (!options_.auth) return std::shared_ptr<const Tenant>();
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  const std::string_view header = it == metadata.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+  auto tenant = options_.auth->Authenticate(header);
+  if (!tenant.ok()) {
+    metrics_.CountAuthFailure(header.empty() ? "missing" : "unknown");
+    return tenant.status();
+  }
+  return tenant;
+}
+
+std::string InferenceService::Internal(const Tenant* tenant, const std::string& id) {
+  return tenant ? TenantPrefix(tenant->name) + id : id;
+}
+
+SessionQuota InferenceService::QuotaOf(const Tenant* tenant) {
+  if (!tenant) return {};
+  return {tenant->name, tenant->quotas.max_sessions, tenant->quotas.max_state_bytes};
+}
+
+absl::Status InferenceService::Outward(const Tenant* tenant, const absl::Status& status) {
+  if (!tenant || status.ok()) return status;
+  const std::string message(status.message());
+  if (status.code() == absl::StatusCode::kResourceExhausted && absl::StartsWith(message, "quota ")) {
+    const std::string quota = message.substr(6, message.find(' ', 6) - 6);
+    metrics_.CountQuotaRefusal(tenant->name, quota);
+  }
+  return absl::Status(status.code(), absl::StrReplaceAll(message, {{TenantPrefix(tenant->name), ""}}));
+}
+
+void InferenceService::ToProtoFor(const Tenant* tenant, const SessionInfo& info, v1::Session* out) {
+  ToProto(info, out);
+  if (tenant && absl::StartsWith(info.session_id, TenantPrefix(tenant->name))) {
+    out->set_session_id(info.session_id.substr(TenantPrefix(tenant->name).size()));
+  }
+}
+
+absl::StatusOr<std::string> InferenceService::CheckSignature(const Tenant* tenant, std::string blob) const {
+  const std::string tenant_name = tenant ? tenant->name : "";
+  if (IsSignedSnapshot(blob)) {
+    if (options_.snapshot_key.empty()) {
+      return absl::FailedPreconditionError(
+          "snapshot: signed, but this server has no --snapshot-key-file to check the signature with");
+    }
+    auto inner = VerifySignedSnapshot(options_.snapshot_key, tenant_name, blob);
+    if (!inner.ok()) return inner.status();
+    return std::string(*inner);
+  }
+  if (!options_.snapshot_key.empty() && !options_.allow_unsigned_imports) {
+    return absl::PermissionDeniedError(
+        "snapshot: unsigned; this server imports only snapshots it signed (--allow-unsigned-imports accepts others)");
+  }
+  return blob;
+}
+
 void InferenceService::TrackGenerate(const std::shared_ptr<std::atomic<bool>>& cancelled) {
   std::lock_guard lock(mu_);
   running_.insert(cancelled);
@@ -198,6 +258,8 @@ void InferenceService::UntrackGenerate(const std::shared_ptr<std::atomic<bool>>&
 
 grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetModelInfoRequest*, v1::ModelInfo* response) {
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(context->DefaultReactor(), "GetModelInfo", tenant.status());
   // The model is const: no engine round trip.
   *response = model_info_;
   return Finish(context->DefaultReactor(), "GetModelInfo", absl::OkStatus());
@@ -208,15 +270,20 @@ grpc::ServerUnaryReactor* InferenceService::CreateSession(grpc::CallbackServerCo
                                                           v1::Session* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   static constexpr char kRpc[] = "CreateSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
   if (absl::Status s = ValidateSessionId("session_id", request->session_id(), true); !s.ok()) {
     return Finish(reactor, kRpc, s);
   }
-  const std::string id = SessionIdOrNew(request->session_id());
+  const std::string id = Internal(tenant->get(), SessionIdOrNew(request->session_id()));
   const bool queued = Enqueue([&] {
-    engine_.CreateSession(id, [this, reactor, response](absl::StatusOr<SessionInfo> info) {
-      if (info.ok()) ToProto(*info, response);
-      Finish(reactor, kRpc, info.status());
-    });
+    engine_.CreateSession(
+        id,
+        [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+          if (info.ok()) ToProtoFor(t.get(), *info, response);
+          Finish(reactor, kRpc, Outward(t.get(), info.status()));
+        },
+        QuotaOf(tenant->get()));
   });
   return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
 }
@@ -225,14 +292,17 @@ grpc::ServerUnaryReactor* InferenceService::GetSession(grpc::CallbackServerConte
                                                        const v1::GetSessionRequest* request, v1::Session* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   static constexpr char kRpc[] = "GetSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
   if (absl::Status s = ValidateSessionId("session_id", request->session_id(), false); !s.ok()) {
     return Finish(reactor, kRpc, s);
   }
   const bool queued = Enqueue([&] {
-    engine_.GetSession(request->session_id(), [this, reactor, response](absl::StatusOr<SessionInfo> info) {
-      if (info.ok()) ToProto(*info, response);
-      Finish(reactor, kRpc, info.status());
-    });
+    engine_.GetSession(Internal(tenant->get(), request->session_id()),
+                       [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+                         if (info.ok()) ToProtoFor(t.get(), *info, response);
+                         Finish(reactor, kRpc, Outward(t.get(), info.status()));
+                       });
   });
   return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
 }
@@ -242,11 +312,17 @@ grpc::ServerUnaryReactor* InferenceService::ListSessions(grpc::CallbackServerCon
                                                          v1::ListSessionsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   static constexpr char kRpc[] = "ListSessions";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
   const bool queued = Enqueue([&] {
-    engine_.ListSessions([this, reactor, response](std::vector<SessionInfo> sessions) {
+    engine_.ListSessions([this, reactor, response, t = *tenant](std::vector<SessionInfo> sessions) {
       std::sort(sessions.begin(), sessions.end(),
                 [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
-      for (const SessionInfo& info : sessions) ToProto(info, response->add_sessions());
+      // A tenant sees its own sessions only.
+      const std::string prefix = t ? TenantPrefix(t->name) : "";
+      for (const SessionInfo& info : sessions) {
+        if (absl::StartsWith(info.session_id, prefix)) ToProtoFor(t.get(), info, response->add_sessions());
+      }
       Finish(reactor, kRpc, absl::OkStatus());
     });
   });
@@ -258,12 +334,15 @@ grpc::ServerUnaryReactor* InferenceService::DeleteSession(grpc::CallbackServerCo
                                                           v1::DeleteSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   static constexpr char kRpc[] = "DeleteSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
   if (absl::Status s = ValidateSessionId("session_id", request->session_id(), false); !s.ok()) {
     return Finish(reactor, kRpc, s);
   }
   const bool queued = Enqueue([&] {
-    engine_.DeleteSession(request->session_id(),
-                          [this, reactor](absl::Status status) { Finish(reactor, kRpc, status); });
+    engine_.DeleteSession(Internal(tenant->get(), request->session_id()), [this, reactor, t = *tenant](absl::Status status) {
+      Finish(reactor, kRpc, Outward(t.get(), status));
+    });
   });
   return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
 }
@@ -272,16 +351,22 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerCont
                                                         const v1::ForkSessionRequest* request, v1::Session* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   static constexpr char kRpc[] = "ForkSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
   for (const absl::Status& s : {ValidateSessionId("session_id", request->session_id(), false),
                                 ValidateSessionId("new_session_id", request->new_session_id(), true)}) {
     if (!s.ok()) return Finish(reactor, kRpc, s);
   }
-  const std::string new_id = SessionIdOrNew(request->new_session_id());
+  const Tenant* t = tenant->get();
+  const std::string new_id = Internal(t, SessionIdOrNew(request->new_session_id()));
   const bool queued = Enqueue([&] {
-    engine_.ForkSession(request->session_id(), new_id, [this, reactor, response](absl::StatusOr<SessionInfo> info) {
-      if (info.ok()) ToProto(*info, response);
-      Finish(reactor, kRpc, info.status());
-    });
+    engine_.ForkSession(
+        Internal(t, request->session_id()), new_id,
+        [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+          if (info.ok()) ToProtoFor(t.get(), *info, response);
+          Finish(reactor, kRpc, Outward(t.get(), info.status()));
+        },
+        QuotaOf(t));
   });
   return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
 }

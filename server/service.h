@@ -21,8 +21,10 @@
 
 #include "absl/status/status.h"
 #include "model/chat_template.h"
+#include "server/api_keys.h"
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "server/tenant_limits.h"
 #include "steady/v1/inference.grpc.pb.h"
 
 namespace steady {
@@ -34,6 +36,10 @@ struct ServiceOptions {
   int64_t max_stop_bytes = 256;                    // per stop string
   int64_t max_snapshot_bytes = int64_t(1) << 32;   // ImportSession
   int64_t export_chunk_bytes = int64_t(1) << 20;   // ExportSession message size (gRPC's default cap is 4 MiB)
+  // Security (docs/security.md). Null: every caller is anonymous and sees every session.
+  std::shared_ptr<Authenticator> auth;              // --api-keys
+  std::string snapshot_key;                         // --snapshot-key-file's bytes; empty: exports unsigned
+  bool allow_unsigned_imports = false;              // --allow-unsigned-imports (with a snapshot key)
 };
 constexpr int64_t kMaxSessionIdBytes = 128;
 
@@ -99,6 +105,19 @@ class InferenceService final : public v1::Inference::CallbackService {
   }
   // Finishes a unary call with `status` and counts it.
   grpc::ServerUnaryReactor* Finish(grpc::ServerUnaryReactor* reactor, const char* rpc, const absl::Status& status);
+
+  // --- Tenants (null tenant: no --api-keys). Inside the engine a tenant's session "x" is "tenant~x".
+  // The caller's tenant from its `authorization` metadata; UNAUTHENTICATED (counted) without a valid
+  // key. OK with null when the server has no keys.
+  absl::StatusOr<std::shared_ptr<const Tenant>> Authorize(grpc::CallbackServerContext* context);
+  static std::string Internal(const Tenant* tenant, const std::string& id);
+  static SessionQuota QuotaOf(const Tenant* tenant);
+  // `status` as the tenant may see it: its own prefix removed from the message; quota refusals counted.
+  absl::Status Outward(const Tenant* tenant, const absl::Status& status);
+  // The session as the tenant sees it.
+  static void ToProtoFor(const Tenant* tenant, const SessionInfo& info, v1::Session* out);
+  // ImportSession: the snapshot inside `blob` once its signature checks (docs/security.md).
+  absl::StatusOr<std::string> CheckSignature(const Tenant* tenant, std::string blob) const;
   // `id` when set, else a fresh random one.
   std::string SessionIdOrNew(const std::string& id);
   void TrackGenerate(const std::shared_ptr<std::atomic<bool>>& cancelled);
@@ -109,6 +128,7 @@ class InferenceService final : public v1::Inference::CallbackService {
   Metrics& metrics_;
   const ServiceOptions options_;
   v1::ModelInfo model_info_;
+  TenantLimits limits_;  // thread-safe
 
   // Held shared while a handler enqueues to the engine, exclusively to start draining.
   std::shared_mutex gate_;

@@ -18,8 +18,15 @@ using Clock = std::chrono::steady_clock;
 // engine's on_done, the last moment the engine touches it.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(Metrics& metrics, std::function<void()> on_destroy)
-      : metrics_(metrics), on_destroy_(std::move(on_destroy)), start_(Clock::now()) {}
+  GenerateReactor(Metrics& metrics, grpc::CallbackServerContext* context, std::function<void()> on_destroy)
+      : metrics_(metrics), context_(context), on_destroy_(std::move(on_destroy)), start_(Clock::now()) {}
+
+  // A quota refusal that knows when to retry: trailing metadata "retry-after" (seconds), which the
+  // gateway turns into HTTP's Retry-After.
+  void RejectRetryAfter(const absl::Status& status, int64_t seconds) {
+    context_->AddTrailingMetadata("retry-after", std::to_string(seconds));
+    Reject(status);
+  }
 
   // A request refused before it reached the engine.
   void Reject(const absl::Status& status) {
@@ -123,6 +130,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   // Constant after construction.
   Metrics& metrics_;
+  grpc::CallbackServerContext* const context_;
   const std::function<void()> on_destroy_;
   const Clock::time_point start_;
   std::shared_ptr<std::atomic<bool>> cancelled_;  // set before the job is submitted
@@ -144,15 +152,38 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                            const v1::GenerateRequest* request) {
-  absl::StatusOr<GenerateJob> job = JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template);
+  absl::StatusOr<std::shared_ptr<const Tenant>> tenant = Authorize(context);
+  absl::StatusOr<GenerateJob> job =
+      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template)
+                  : absl::StatusOr<GenerateJob>(tenant.status());
   if (!job.ok()) {
-    auto* reactor = new GenerateReactor(metrics_, nullptr);
+    auto* reactor = new GenerateReactor(metrics_, context, nullptr);
     reactor->Reject(job.status());
     return reactor;
   }
+  std::shared_ptr<const Tenant> t = *tenant;
+  if (t) {
+    int64_t retry_after = 0;
+    if (absl::Status s = limits_.BeginGenerate(*t, &retry_after); !s.ok()) {
+      auto* reactor = new GenerateReactor(metrics_, context, nullptr);
+      s = Outward(t.get(), s);
+      retry_after > 0 ? reactor->RejectRetryAfter(s, retry_after) : reactor->Reject(s);
+      return reactor;
+    }
+    if (!job->session_id.empty()) job->session_id = Internal(t.get(), job->session_id);
+    job->quota = QuotaOf(t.get());
+  }
   std::shared_ptr<std::atomic<bool>> cancelled = job->cancelled;
-  auto* reactor = new GenerateReactor(metrics_, [this, cancelled] { UntrackGenerate(cancelled); });
+  auto* reactor = new GenerateReactor(metrics_, context, [this, cancelled] { UntrackGenerate(cancelled); });
   reactor->Attach(*job);
+  if (t) {
+    // The tenant's usage ends with the engine's part: tokens charged, the call no longer counted.
+    job->on_done = [this, t, done = std::move(job->on_done)](const absl::Status& status, const std::string& reason,
+                                                             const Usage& usage) {
+      limits_.EndGenerate(*t, usage.prompt_tokens + usage.completion_tokens);
+      done(Outward(t.get(), status), reason, usage);
+    };
+  }
   // A call whose deadline has already passed, or that the client already cancelled, still goes
   // through the engine: OnCancel will set the flag and the engine ends the job at once.
   const bool queued = Enqueue([&] {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/service.h"
+#include "server/snapshot_signing.h"
 
 namespace steady {
 
@@ -71,8 +72,13 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ImportSessionRequ
  public:
   using SubmitFn = std::function<bool(ImportReactor*)>;  // false: draining
 
-  ImportReactor(Metrics& metrics, int64_t max_bytes, v1::Session* response, SubmitFn submit)
+  // A call refused up front (`refused` not OK) finishes at once without reading.
+  ImportReactor(Metrics& metrics, int64_t max_bytes, v1::Session* response, const absl::Status& refused, SubmitFn submit)
       : metrics_(metrics), max_bytes_(max_bytes), response_(response), submit_(std::move(submit)) {
+    if (!refused.ok()) {
+      FinishWith(refused);
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -103,10 +109,10 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ImportSessionRequ
     StartRead(&request_);
   }
 
-  // Engine thread: the imported session.
-  void OnImported(absl::StatusOr<SessionInfo> info) {
-    if (info.ok()) ToProto(*info, response_);
-    FinishWith(info.status());
+  // Engine thread: the imported session, as the caller sees it.
+  void OnImported(absl::StatusOr<v1::Session> session) {
+    if (session.ok()) *response_ = *std::move(session);
+    FinishWith(session.status());
   }
 
   void FinishWith(const absl::Status& status) {
@@ -135,13 +141,24 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ImportSessionRequ
 grpc::ServerWriteReactor<v1::SessionChunk>* InferenceService::ExportSession(grpc::CallbackServerContext* context,
                                                                             const v1::ExportSessionRequest* request) {
   auto* reactor = new ExportReactor(metrics_, options_.export_chunk_bytes);
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) {
+    reactor->OnSnapshot(tenant.status());
+    return reactor;
+  }
   if (absl::Status s = ValidateSessionId("session_id", request->session_id(), false); !s.ok()) {
     reactor->OnSnapshot(s);
     return reactor;
   }
   const bool queued = Enqueue([&] {
-    engine_.ExportSession(request->session_id(),
-                          [reactor](absl::StatusOr<std::string> blob) { reactor->OnSnapshot(std::move(blob)); });
+    engine_.ExportSession(Internal(tenant->get(), request->session_id()),
+                          [this, reactor, t = *tenant](absl::StatusOr<std::string> blob) {
+                            // Signed for the exporting tenant: only it can import the blob back.
+                            if (blob.ok() && !options_.snapshot_key.empty()) {
+                              blob = SignSnapshot(options_.snapshot_key, t ? t->name : "", *blob);
+                            }
+                            reactor->OnSnapshot(blob.ok() ? std::move(blob) : Outward(t.get(), blob.status()));
+                          });
   });
   if (!queued) reactor->OnSnapshot(ShuttingDownError());
   return reactor;
@@ -149,16 +166,36 @@ grpc::ServerWriteReactor<v1::SessionChunk>* InferenceService::ExportSession(grpc
 
 grpc::ServerReadReactor<v1::ImportSessionRequest>* InferenceService::ImportSession(grpc::CallbackServerContext* context,
                                                                                    v1::Session* response) {
-  return new ImportReactor(metrics_, options_.max_snapshot_bytes, response, [this](ImportReactor* reactor) {
+  // Authorized before the first byte is read: an unauthenticated client cannot make the server
+  // buffer a snapshot.
+  auto tenant = Authorize(context);
+  return new ImportReactor(metrics_, options_.max_snapshot_bytes, response, tenant.status(),
+                           [this, t = tenant.ok() ? *tenant : nullptr](ImportReactor* reactor) {
     const std::string& requested = reactor->session_id();
     if (absl::Status s = ValidateSessionId("session_id", requested, true); !s.ok()) {
       reactor->FinishWith(s);
       return true;
     }
-    const std::string id = SessionIdOrNew(requested);
+    // The signature before anything parses the snapshot.
+    auto blob = CheckSignature(t.get(), reactor->TakeBlob());
+    if (!blob.ok()) {
+      reactor->FinishWith(blob.status());
+      return true;
+    }
+    const std::string id = Internal(t.get(), SessionIdOrNew(requested));
     return Enqueue([&] {
-      engine_.ImportSession(reactor->TakeBlob(), id,
-                            [reactor](absl::StatusOr<SessionInfo> info) { reactor->OnImported(std::move(info)); });
+      engine_.ImportSession(
+          *std::move(blob), id,
+          [this, reactor, t](absl::StatusOr<SessionInfo> info) {
+            if (info.ok()) {
+              v1::Session session;
+              ToProtoFor(t.get(), *info, &session);
+              reactor->OnImported(session);
+            } else {
+              reactor->OnImported(Outward(t.get(), info.status()));
+            }
+          },
+          QuotaOf(t.get()));
     });
   });
 }

@@ -23,13 +23,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
+#include "clients/common/channel.h"
 #include "base/status.h"
 #include "steady/v1/inference.grpc.pb.h"
 
 namespace steady::cli {
 namespace {
 
-constexpr char kGlobalUsage[] = R"(usage: steady-cli [--addr HOST:PORT] [--timeout SECONDS] COMMAND ...
+constexpr char kGlobalUsage[] = R"(usage: steady-cli [--addr HOST:PORT] [--timeout SECONDS] [--api-key KEY] [--tls-ca PEM ...] COMMAND ...
 
   --addr HOST:PORT   the server (default $STEADY_ADDR, else 127.0.0.1:50051)
   --timeout SECONDS  deadline of each call (default: none)
@@ -271,7 +272,11 @@ absl::Status SessionsImport(const Client& c, const Flags& a) {
   return absl::OkStatus();
 }
 
-const std::set<std::string> kGlobalFlags = {"addr", "timeout"};
+const std::set<std::string> kGlobalFlags = [] {
+  std::set<std::string> flags = {"addr", "timeout"};
+  flags.insert(kChannelFlags.begin(), kChannelFlags.end());
+  return flags;
+}();
 
 const Command kCommands[] = {
     {"info", "\n    the model: mechanism, shape, state bytes per session, limits (JSON)", {}, {}, {}, Info},
@@ -297,7 +302,7 @@ const Command kCommands[] = {
 };
 
 std::string Usage(const Command* only) {
-  std::string out = kGlobalUsage;
+  std::string out = std::string(kGlobalUsage) + kChannelUsage;
   out += only ? "\n" : "\ncommands:\n";
   for (const Command& c : kCommands) {
     if (only == nullptr || only == &c) out += std::string("  ") + c.name + c.usage + "\n";
@@ -349,8 +354,11 @@ absl::Status Run(const std::vector<std::string>& argv) {
   if (!timeout.ok()) return timeout.status();
   const char* env_addr = std::getenv("STEADY_ADDR");
   Client client;
-  client.channel = grpc::CreateChannel(args->Get("addr", env_addr ? env_addr : "127.0.0.1:50051"),
-                                       grpc::InsecureChannelCredentials());
+  auto channel_options = ChannelOptionsFromFlags(*args, args->Get("addr", env_addr ? env_addr : "127.0.0.1:50051"));
+  if (!channel_options.ok()) return channel_options.status();
+  auto channel = OpenChannel(*channel_options);
+  if (!channel.ok()) return channel.status();
+  client.channel = *std::move(channel);
   client.stub = v1::Inference::NewStub(client.channel);
   client.timeout_seconds = *timeout;
   return command->run(client, *args);

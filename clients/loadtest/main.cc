@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/flags.h"
+#include "clients/common/channel.h"
 #include "base/status.h"
 #include "clients/loadtest/driver.h"
 #include "clients/loadtest/stats.h"
@@ -54,10 +55,15 @@ report:
   --json FILE            config, summary, every request, per-turn aggregates (multi-turn)
   --label TEXT           a name stored in the JSON's config (plot legends)
   --addr HOST:PORT       the server (default $STEADY_ADDR, else 127.0.0.1:50051)
-
+)";
+constexpr char kExitUsage[] = R"(
 Exit status: 0 when the run completed (failed requests are counted in the report), 1 when the server
 could not be reached, 2 for usage errors.
 )";
+
+void PrintUsage() {
+  std::printf("%s\nconnection (docs/security.md):\n%s%s", kUsage, kChannelUsage, kExitUsage);
+}
 
 const std::set<std::string> kFlags = {
     "addr",        "concurrency",  "request-rate", "burstiness",  "requests",       "duration",
@@ -211,10 +217,12 @@ std::string Describe(const Config& c) {
 }
 
 absl::Status Run(const std::vector<std::string>& argv) {
-  auto args = Flags::Parse(argv, {.with_value = kFlags});
+  std::set<std::string> flags = kFlags;
+  flags.insert(kChannelFlags.begin(), kChannelFlags.end());
+  auto args = Flags::Parse(argv, {.with_value = flags});
   if (!args.ok()) return args.status();
   if (args->help()) {
-    std::fputs(kUsage, stdout);
+    PrintUsage();
     return absl::OkStatus();
   }
   auto config = ConfigFromArgs(*args);
@@ -222,7 +230,11 @@ absl::Status Run(const std::vector<std::string>& argv) {
   Config& c = *config;
 
   Target target;
-  target.channel = grpc::CreateChannel(c.addr, grpc::InsecureChannelCredentials());
+  auto channel_options = ChannelOptionsFromFlags(*args, c.addr);
+  if (!channel_options.ok()) return channel_options.status();
+  auto channel = OpenChannel(*channel_options);
+  if (!channel.ok()) return channel.status();
+  target.channel = *std::move(channel);
   target.stub = v1::Inference::NewStub(target.channel);
   v1::ModelInfo info;
   {
@@ -293,7 +305,7 @@ absl::Status Run(const std::vector<std::string>& argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "help") {
-    std::fputs(steady::loadtest::kUsage, stdout);
+    steady::loadtest::PrintUsage();
     return 0;
   }
   const absl::Status s = steady::loadtest::Run(std::vector<std::string>(argv + 1, argv + argc));
