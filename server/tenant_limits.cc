@@ -25,7 +25,7 @@ int64_t TokenBucket::RetryAfterSeconds(int64_t per_minute, Clock::time_point now
   Refill(per_minute, now);
   if (level_ > 0) return 0;
   // Until the level is above zero again.
-  const double seconds = (-level_ + 1e-9) * 60.0 / double(per_minute);
+  const double seconds = -level_ * 60.0 / double(per_minute);
   return std::max<int64_t>(1, int64_t(std::ceil(seconds)));
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "model/generate.h"
 #include "model/backend.h"
@@ -574,4 +575,58 @@ TEST(EngineTest, CudaDeviceSamplingMatchesHostSamplingWhenGreedy) {
 }
 
 }  // namespace
+// Tenants share each step fairly (server/scheduler.h): tenant A's 16 streams cannot starve tenant B's
+// one. Measured in steps, not seconds: the engine thread runs every on_output in order, so the A
+// tokens between two B tokens count the steps B waited (max_batch 4: at most 3 A rows a step beside B).
+// Without tenants the same load makes B wait for its turn in the round robin.
+std::vector<int64_t> ATokensBetweenBTokens(bool tenants) {
+  Model m = Taylor(/*eos=*/-1);
+  auto engine = StartEngine(m, Options(/*max_batch=*/4, int64_t(1) << 24));
+  std::mutex mu;
+  std::string order;  // 'A' or 'B' per sampled token, in the engine thread's order
+  auto job = [&](char who, int64_t max_tokens) {
+    GenerateJob j = Job("", Prompt(0), max_tokens);
+    if (tenants) j.quota.tenant = std::string(1, who);
+    j.on_output = [&, who](const std::string&, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>&) {
+      std::lock_guard lock(mu);
+      order.append(ids.size(), who);
+    };
+    return j;
+  };
+  std::vector<std::future<Outcome>> a;
+  for (int i = 0; i < 16; ++i) a.push_back(SubmitAsync(*engine, job('A', 60)));
+  // B arrives once every A stream decodes (their first tokens come with their prefill, in one step).
+  for (;;) {
+    {
+      std::lock_guard lock(mu);
+      if (order.size() >= 32) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Outcome b = SubmitAsync(*engine, job('B', 20)).get();
+  EXPECT_TRUE(b.status.ok()) << b.status;
+  for (auto& f : a) EXPECT_TRUE(f.get().status.ok());
+  std::lock_guard lock(mu);
+  std::vector<int64_t> gaps;
+  int64_t since = -1;  // A tokens since B's last token; -1 before B's first
+  for (char c : order) {
+    if (c == 'B') {
+      if (since >= 0) gaps.push_back(since);
+      since = 0;
+    } else if (since >= 0) {
+      ++since;
+    }
+  }
+  return gaps;
+}
+
+TEST(EngineTest, ATenantsFloodDoesNotSlowAnotherTenantsStream) {
+  const std::vector<int64_t> fair = ATokensBetweenBTokens(/*tenants=*/true);
+  ASSERT_EQ(fair.size(), 19u);
+  for (int64_t gap : fair) EXPECT_LE(gap, 3);  // one step between B's tokens: its unloaded pace
+  const std::vector<int64_t> shared = ATokensBetweenBTokens(/*tenants=*/false);
+  ASSERT_EQ(shared.size(), 19u);
+  EXPECT_GT(*std::max_element(shared.begin(), shared.end()), 3);  // the control: B waits its turn
+}
+
 }  // namespace steady

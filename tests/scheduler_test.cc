@@ -111,5 +111,80 @@ TEST(SchedulerTest, SimulationChunksLongPromptsAndStarvesNoOne) {
   EXPECT_EQ(prefill_steps_of_long, (1000 + kBudget - 1) / kBudget);
 }
 
+
+// Fair shares across groups (tenants): a group with many jobs cannot starve a group with one.
+ScheduledJob InGroup(ScheduledJob j, int64_t group) {
+  j.group = group;
+  return j;
+}
+
+TEST(SchedulerTest, DecodeRowsAreSharedAcrossGroups) {
+  // Group 0 floods with 64 decoding jobs that arrived first; group 1 has one. With 8 rows a step,
+  // group 1's job advances every step instead of every ninth.
+  SchedulerInput in{{}, 8, 16, 0};
+  for (int64_t i = 0; i < 64; ++i) in.jobs.push_back(InGroup(Decode(i, i), 0));
+  in.jobs.push_back(InGroup(Decode(100, 100), 1));
+  std::map<int64_t, int64_t> rows;
+  int64_t lone_advanced = 0;
+  for (int64_t step = 0; step < 40; ++step) {
+    const StepPlan p = Schedule(in);
+    ASSERT_EQ(p.decode.size(), 8u);
+    for (int64_t id : p.decode) {
+      ++rows[id];
+      for (ScheduledJob& j : in.jobs) {
+        if (j.id == id) j.last_advanced = step;
+      }
+      lone_advanced += id == 100;
+    }
+  }
+  EXPECT_EQ(lone_advanced, 40);
+  // The flooding group's 7 rows a step still rotate over all of its jobs.
+  for (int64_t i = 0; i < 64; ++i) EXPECT_GE(rows[i], 4) << i;
+  // One group alone keeps the plain round robin (the test above), and the same jobs in one group
+  // would give the lone job 8/65 of the steps.
+  for (ScheduledJob& j : in.jobs) j.group = 0, j.last_advanced = -1;
+  lone_advanced = 0;
+  for (int64_t step = 0; step < 40; ++step) {
+    const StepPlan p = Schedule(in);
+    for (int64_t id : p.decode) {
+      for (ScheduledJob& j : in.jobs) {
+        if (j.id == id) j.last_advanced = step;
+      }
+      lone_advanced += id == 100;
+    }
+  }
+  EXPECT_LE(lone_advanced, 6);
+}
+
+TEST(SchedulerTest, PrefillBudgetIsSharedAcrossGroups) {
+  // Group 0's two long prompts arrived first; group 1's short one still gets its whole need, and
+  // group 0 the rest, FIFO inside the group.
+  SchedulerInput in{{InGroup(Prefill(1, 1000, 10), 0), InGroup(Prefill(2, 1000, 20), 0), InGroup(Prefill(3, 100, 30), 1)},
+                    8, 512, 0};
+  const StepPlan p = Schedule(in);
+  std::map<int64_t, int64_t> got;
+  for (const PrefillChunk& c : p.prefill) got[c.id] = c.tokens;
+  EXPECT_EQ(got[3], 100);
+  EXPECT_EQ(got[1], 412);
+  EXPECT_EQ(got.count(2), 0u);
+  EXPECT_EQ(PrefillTokens(p), 512);
+  // Two groups that both want more than half split the budget evenly.
+  in.jobs[2].prompt_tokens_left = 1000;
+  const StepPlan q = Schedule(in);
+  got.clear();
+  for (const PrefillChunk& c : q.prefill) got[c.id] = c.tokens;
+  EXPECT_EQ(got[1], 256);
+  EXPECT_EQ(got[3], 256);
+}
+
+TEST(SchedulerTest, AdmissionTakesTurnsAcrossGroups) {
+  // Two slots, group 0's ten waiting jobs first in line: group 1's job still gets one of them.
+  SchedulerInput in{{}, 8, 16, 2};
+  for (int64_t i = 0; i < 10; ++i) in.jobs.push_back(InGroup(Waiting(i, 4, i), 0));
+  in.jobs.push_back(InGroup(Waiting(50, 4, 50), 1));
+  const StepPlan p = Schedule(in);
+  EXPECT_EQ(p.admit, (std::vector<int64_t>{0, 50}));
+}
+
 }  // namespace
 }  // namespace steady

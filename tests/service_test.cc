@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <future>
 #include <limits>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "server/snapshot_signing.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -49,7 +51,7 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override { StartServer(); }
   void TearDown() override { StopServer(); }
 
-  void StartServer(EngineOptions options = {}) {
+  void StartServer(EngineOptions options = {}, ServiceOptions security = {}) {
     options.state_memory_bytes = 1 << 24;
     auto store = DirectoryStore::Open(testing::MakeTempDir("service_sessions"));
     ASSERT_TRUE(store.ok()) << store.status();
@@ -58,7 +60,7 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
     metrics_ = std::make_unique<Metrics>();
-    ServiceOptions service_options;
+    ServiceOptions service_options = security;
     service_options.model_name = "tiny-taylor";
     service_options.export_chunk_bytes = 1000;  // several chunks even for a tiny state
     service_ = std::make_unique<InferenceService>(*engine_, *metrics_, service_options);
@@ -708,6 +710,177 @@ TEST(StatusMapping, EveryCodeMapsOneToOneKeepingTheMessage) {
     EXPECT_EQ(g.error_message(), "field: reason");
   }
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+
+// --- Tenants (docs/security.md): every RPC with and without keys, across tenants.
+class TenantServiceTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    const std::string dir = testing::MakeTempDir("tenants");
+    std::ofstream(dir + "/keys.json") << R"({"tenants": {
+        "alice": {"keys_sha256": [")" + HexDigest(Sha256("alice-key")) + R"("], "max_sessions": 3},
+        "bob": {"keys_sha256": [")" + HexDigest(Sha256("bob-key")) + R"("]}}})";
+    auto auth = Authenticator::Load(dir + "/keys.json");
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    ServiceOptions security;
+    security.auth = *std::move(auth);
+    security.snapshot_key = std::string(32, 'k');
+    StartServer({}, security);
+  }
+
+  // A context carrying `key` (none when empty).
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& key) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!key.empty()) context->AddMetadata("authorization", "Bearer " + key);
+    return context;
+  }
+  grpc::Status Create(const std::string& key, const std::string& id) {
+    v1::CreateSessionRequest r;
+    r.set_session_id(id);
+    v1::Session out;
+    return stub_->CreateSession(As(key).get(), r, &out);
+  }
+  grpc::Status Get(const std::string& key, const std::string& id, v1::Session* out) {
+    v1::GetSessionRequest r;
+    r.set_session_id(id);
+    return stub_->GetSession(As(key).get(), r, out);
+  }
+  std::vector<std::string> List(const std::string& key, grpc::Status* status = nullptr) {
+    v1::ListSessionsResponse out;
+    grpc::Status s = stub_->ListSessions(As(key).get(), {}, &out);
+    if (status) *status = s;
+    std::vector<std::string> ids;
+    for (const v1::Session& session : out.sessions()) ids.push_back(session.session_id());
+    return ids;
+  }
+  Streamed GenerateAs(const std::string& key, const v1::GenerateRequest& request) {
+    auto context = As(key);
+    Streamed out;
+    auto reader = stub_->Generate(context.get(), request);
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) out.text += m.text();
+    out.status = reader->Finish();
+    return out;
+  }
+  grpc::Status Fork(const std::string& key, const std::string& id, const std::string& new_id) {
+    v1::ForkSessionRequest r;
+    r.set_session_id(id);
+    r.set_new_session_id(new_id);
+    v1::Session out;
+    return stub_->ForkSession(As(key).get(), r, &out);
+  }
+  grpc::Status Delete(const std::string& key, const std::string& id) {
+    v1::DeleteSessionRequest r;
+    r.set_session_id(id);
+    v1::DeleteSessionResponse out;
+    return stub_->DeleteSession(As(key).get(), r, &out);
+  }
+  grpc::Status Export(const std::string& key, const std::string& id, std::string* blob) {
+    v1::ExportSessionRequest r;
+    r.set_session_id(id);
+    auto context = As(key);
+    auto reader = stub_->ExportSession(context.get(), r);
+    v1::SessionChunk chunk;
+    blob->clear();
+    while (reader->Read(&chunk)) blob->append(chunk.data());
+    return reader->Finish();
+  }
+  grpc::Status Import(const std::string& key, const std::string& id, const std::string& blob) {
+    auto context = As(key);
+    v1::Session out;
+    auto writer = stub_->ImportSession(context.get(), &out);
+    v1::ImportSessionRequest r;
+    r.set_session_id(id);
+    r.set_data(blob);
+    writer->Write(r);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+};
+
+TEST_F(TenantServiceTest, EveryRpcNeedsAKey) {
+  for (const std::string key : {"", "wrong-key"}) {
+    v1::ModelInfo info;
+    EXPECT_EQ(stub_->GetModelInfo(As(key).get(), {}, &info).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(Create(key, "x").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::Session s;
+    EXPECT_EQ(Get(key, "x", &s).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    grpc::Status list;
+    List(key, &list);
+    EXPECT_EQ(list.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(GenerateAs(key, Request("", "Hello", 2)).status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(Fork(key, "x", "y").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(Delete(key, "x").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    std::string blob;
+    EXPECT_EQ(Export(key, "x", &blob).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(Import(key, "x", "bytes").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  v1::ModelInfo info;
+  EXPECT_TRUE(stub_->GetModelInfo(As("alice-key").get(), {}, &info).ok());
+}
+
+TEST_F(TenantServiceTest, AnotherTenantsSessionIsNotFound) {
+  ASSERT_TRUE(Create("alice-key", "s").ok());
+  const Streamed turn = GenerateAs("alice-key", Request("s", "Hello there", 6));
+  ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
+  // Bob gets what a session that does not exist gets, on every RPC, and alice's session is untouched.
+  v1::Session got;
+  for (const std::string id : {"s", "no-such"}) {
+    grpc::Status get = Get("bob-key", id, &got);
+    EXPECT_EQ(get.error_code(), grpc::StatusCode::NOT_FOUND) << id;
+    EXPECT_EQ(get.error_message(), "session_id: no session " + id);
+    EXPECT_EQ(GenerateAs("bob-key", Request(id, "more", 2)).status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(Fork("bob-key", id, "mine").error_code(), grpc::StatusCode::NOT_FOUND);
+    std::string blob;
+    EXPECT_EQ(Export("bob-key", id, &blob).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(Delete("bob-key", id).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  ASSERT_TRUE(Get("alice-key", "s", &got).ok());
+  const int64_t alice_position = got.position();
+  EXPECT_GT(alice_position, 0);
+  // The same id under two tenants: two sessions, each listing only its own.
+  ASSERT_TRUE(Create("bob-key", "s").ok());
+  EXPECT_EQ(List("alice-key"), std::vector<std::string>{"s"});
+  EXPECT_EQ(List("bob-key"), std::vector<std::string>{"s"});
+  ASSERT_TRUE(Get("bob-key", "s", &got).ok());
+  EXPECT_EQ(got.position(), 0);
+  ASSERT_TRUE(Delete("bob-key", "s").ok());
+  ASSERT_TRUE(Get("alice-key", "s", &got).ok());
+  EXPECT_EQ(got.position(), alice_position);
+  // Quota: alice may hold 3 sessions.
+  ASSERT_TRUE(Create("alice-key", "t").ok());
+  ASSERT_TRUE(Fork("alice-key", "s", "u").ok());
+  grpc::Status over = Create("alice-key", "v");
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(over.error_message().find("max_sessions"), std::string::npos) << over.error_message();
+  EXPECT_EQ(Fork("alice-key", "s", "w").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Create("bob-key", "v").ok());  // bob's own count
+}
+
+TEST_F(TenantServiceTest, SnapshotsImportOnlyForTheTenantThatSignedThem) {
+  ASSERT_TRUE(Create("alice-key", "s").ok());
+  ASSERT_TRUE(GenerateAs("alice-key", Request("s", "Hello there", 6)).status.ok());
+  std::string blob;
+  ASSERT_TRUE(Export("alice-key", "s", &blob).ok());
+  ASSERT_TRUE(IsSignedSnapshot(blob));
+  // Another tenant's, a modified one, a truncated one, an unsigned one: refused before parsing.
+  EXPECT_EQ(Import("bob-key", "stolen", blob).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  std::string modified = blob;
+  modified[modified.size() / 2] ^= 0x40;
+  EXPECT_EQ(Import("alice-key", "m", modified).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Import("alice-key", "t", blob.substr(0, blob.size() - 1)).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  grpc::Status unsigned_import = Import("alice-key", "u", blob.substr(kSignedSnapshotHeaderBytes));
+  EXPECT_EQ(unsigned_import.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(unsigned_import.error_message().find("unsigned"), std::string::npos) << unsigned_import.error_message();
+  EXPECT_TRUE(List("bob-key").empty());
+  // Its own tenant imports it, and the copy continues like the original.
+  ASSERT_TRUE(Import("alice-key", "copy", blob).ok());
+  const Streamed a = GenerateAs("alice-key", Request("s", " and then", 8));
+  const Streamed b = GenerateAs("alice-key", Request("copy", " and then", 8));
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.text, b.text);
 }
 
 }  // namespace
