@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "server/request_checks.h"
 
 namespace steady {
 
@@ -23,7 +24,8 @@ constexpr uint64_t kMul1 = 0x9E3779B97F4A7C15ull, kMul2 = 0xC2B2AE3D27D4EB4Full;
 // then the checksum. Fields before the id have fixed offsets.
 constexpr size_t kMinSnapshotBytes = 8 + 4 + 8 + 4 + 8 * 3 + 8 + 4 + 8;
 constexpr int64_t kMaxPosition = int64_t(1) << 40;
-constexpr size_t kMaxSessionIdBytes = 128;
+// An engine id: a tenant's prefix "TENANT~" and the client's id (server/request_checks.h).
+constexpr size_t kMaxSessionIdBytes = kMaxTenantChars + 1 + kMaxSessionIdChars;
 
 template <typename T>
 std::string_view AsBytes(const std::vector<T>& v) {

@@ -875,6 +875,13 @@ TEST_F(TenantServiceTest, SnapshotsImportOnlyForTheTenantThatSignedThem) {
   EXPECT_EQ(unsigned_import.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(unsigned_import.error_message().find("unsigned"), std::string::npos) << unsigned_import.error_message();
   EXPECT_TRUE(List("bob-key").empty());
+  // The longest id behind a tenant's prefix goes through a snapshot too.
+  const std::string longest(kMaxSessionIdBytes, 'z');
+  ASSERT_TRUE(Create("alice-key", longest).ok());
+  std::string long_blob;
+  ASSERT_TRUE(Export("alice-key", longest, &long_blob).ok());
+  ASSERT_TRUE(Delete("alice-key", longest).ok());
+  EXPECT_TRUE(Import("alice-key", longest, long_blob).ok());
   // Its own tenant imports it, and the copy continues like the original.
   ASSERT_TRUE(Import("alice-key", "copy", blob).ok());
   const Streamed a = GenerateAs("alice-key", Request("s", " and then", 8));
