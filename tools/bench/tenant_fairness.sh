@@ -5,7 +5,11 @@
 # its turn in the round robin). Served as taylor P=2, for each --max-batch.
 # Usage: [MODEL=DIR] [REQUESTS=N] [TOKENS=N] tools/bench/tenant_fairness.sh [FLOOD] [MAX_BATCHES]
 #   (from the source root, after the build; defaults: models/tiny-softmax, B's 20 requests of 64
-#   tokens, 64 streams, "8 64")
+#   tokens, 64 streams, "8 64"). The 57M-parameter model of docs/benchmarks.md:
+#   {"vocab_size": 8192, "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8,
+#    "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64, "tie_word_embeddings": true,
+#    "attention": {"mechanism": "taylor", "order": 2}, ...the rest as models/tiny-softmax/config.json}
+#   build/bin/steady init --out /tmp/midmodel --config mid.json --tokenizer models/tiny-softmax/tokenizer.model
 set -euo pipefail
 bin=build/bin
 flood=${1:-64}
