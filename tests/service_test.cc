@@ -837,6 +837,9 @@ TEST_F(TenantServiceTest, AnotherTenantsSessionIsNotFound) {
     EXPECT_EQ(Export("bob-key", id, &blob).error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_EQ(Delete("bob-key", id).error_code(), grpc::StatusCode::NOT_FOUND);
   }
+  // Naming the engine's id of another tenant's session is not a way in: '~' is not an id character.
+  EXPECT_EQ(Get("bob-key", "alice~s", &got).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(GenerateAs("bob-key", Request("alice~s", "more", 2)).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(Get("alice-key", "s", &got).ok());
   const int64_t alice_position = got.position();
   EXPECT_GT(alice_position, 0);
