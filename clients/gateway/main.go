@@ -4,6 +4,9 @@
 // internals.
 //
 // Usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]
+//
+//	[--tls-cert PEM --tls-key PEM] [--upstream-ca PEM [--upstream-cert PEM --upstream-key PEM]
+//	[--upstream-server-name NAME]]
 package main
 
 import (
@@ -45,11 +48,21 @@ func main() {
 	grpcAddr := flag.String("grpc-addr", "127.0.0.1:50051", "steady-server's gRPC address, HOST:PORT")
 	httpHost := flag.String("http-host", "127.0.0.1", "address to serve HTTP on")
 	httpPort := flag.Int("http-port", 8080, "port to serve HTTP on (0: pick a free one)")
+	var tlsFiles tlsFlags
+	flag.StringVar(&tlsFiles.cert, "tls-cert", "", "serve HTTPS with this certificate chain (PEM; with --tls-key)")
+	flag.StringVar(&tlsFiles.key, "tls-key", "", "the private key of --tls-cert (PEM)")
+	flag.StringVar(&tlsFiles.upstreamCA, "upstream-ca", "", "dial steady-server over TLS, verifying its certificate against this CA (PEM); without it: plaintext")
+	flag.StringVar(&tlsFiles.upstreamServerName, "upstream-server-name", "", "the name steady-server's certificate must carry (default: the host of --grpc-addr)")
+	flag.StringVar(&tlsFiles.upstreamCert, "upstream-cert", "", "a client certificate for mutual TLS to steady-server (PEM; with --upstream-key and --upstream-ca)")
+	flag.StringVar(&tlsFiles.upstreamKey, "upstream-key", "", "the private key of --upstream-cert (PEM)")
 	usage := func(w io.Writer) {
 		fmt.Fprintln(w, "usage: steady-gateway --grpc-addr HOST:PORT --http-port N [--http-host 127.0.0.1]")
+		fmt.Fprintln(w, "         [--tls-cert PEM --tls-key PEM] [--upstream-ca PEM [--upstream-cert PEM --upstream-key PEM]")
+		fmt.Fprintln(w, "         [--upstream-server-name NAME]]")
 		fmt.Fprintln(w, "\nServes steady-server's gRPC API as HTTP/JSON (docs/api.md); /v1/generate streams.")
 		fmt.Fprintln(w, "OpenAI-compatible: GET /v1/models, POST /v1/completions, POST /v1/chat/completions.")
 		fmt.Fprintln(w, "A web playground at / (open http://HOST:PORT/ in a browser).")
+		fmt.Fprintln(w, "A client's \"Authorization: Bearer KEY\" header reaches steady-server as its API key.")
 		flag.CommandLine.SetOutput(w)
 		flag.PrintDefaults()
 	}
@@ -66,20 +79,47 @@ func main() {
 		os.Exit(2)
 	}
 
+	if err := tlsFiles.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(2)
+	}
+	serverTLS, err := tlsFiles.serverTLS()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(1)
+	}
+	upstream, err := tlsFiles.upstreamCredentials(*grpcAddr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
+		os.Exit(1)
+	}
+
+	upstreamMode := tlsFiles.upstreamMode()
+	unary, stream := upstreamInterceptors(upstreamMode)
+
 	// Dialing is lazy: the gateway starts before the server is up and reconnects when it restarts.
-	conn, err := grpc.Dial(*grpcAddr, grpc.WithInsecure())
+	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
 		os.Exit(1)
 	}
 	defer conn.Close()
 
+	if serverTLS == nil && !isLoopback(*httpHost) {
+		// API keys and prompts would cross the network in the clear.
+		fmt.Fprintf(os.Stderr, "steady-gateway: WARNING: listening on %s without TLS: anyone on the path can read "+
+			"the traffic, API keys included (--tls-cert, --tls-key; docs/security.md)\n", *httpHost)
+	}
 	listener, err := net.Listen("tcp", net.JoinHostPort(*httpHost, strconv.Itoa(*httpPort)))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
 		os.Exit(1)
 	}
-	server := &http.Server{Handler: newHandler(conn)}
+	server := &http.Server{Handler: newHandler(conn), TLSConfig: serverTLS}
+	scheme := "http"
+	if serverTLS != nil {
+		scheme = "https"
+	}
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
@@ -91,8 +131,13 @@ func main() {
 	}()
 
 	// Tests and scripts read the port from this line.
-	fmt.Fprintf(os.Stderr, "steady-gateway: listening on http://%s (gRPC %s)\n", listener.Addr(), *grpcAddr)
-	if err := server.Serve(listener); err != nil && err != http.ErrServerClosed {
+	fmt.Fprintf(os.Stderr, "steady-gateway: listening on %s://%s (gRPC %s, %s)\n", scheme, listener.Addr(), *grpcAddr, upstreamMode)
+	if serverTLS != nil {
+		err = server.ServeTLS(listener, "", "") // the certificate is in TLSConfig
+	} else {
+		err = server.Serve(listener)
+	}
+	if err != nil && err != http.ErrServerClosed {
 		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
 		os.Exit(1)
 	}
@@ -105,7 +150,8 @@ func newHandler(conn *grpc.ClientConn) http.Handler {
 	// false, empty lists, unset messages) are left out, as the proto3 JSON mapping does: a streamed
 	// Generate line carries text and token_ids, and only the last one finish_reason and usage.
 	marshaler := strictJSON{&runtime.JSONPb{OrigName: true, EmitDefaults: false}}
-	gateway := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler))
+	gateway := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithIncomingHeaderMatcher(incomingHeader))
 	// Unknown paths and methods: JSON like every other error instead of the default plain text.
 	runtime.OtherErrorHandler = writeJSONError
 	if err := steadyv1.RegisterInferenceHandlerClient(context.Background(), gateway,
@@ -124,7 +170,7 @@ func newHandler(conn *grpc.ClientConn) http.Handler {
 	})
 	(&openAI{client: steadyv1.NewInferenceClient(conn)}).register(mux)
 	mux.Handle("/", withPlayground(routeBySession(gateway)))
-	return mux
+	return withRefusalHeaders(mux)
 }
 
 // maxPeekBytes bounds the request bodies read for their session_id (a Generate or CreateSession body

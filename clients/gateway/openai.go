@@ -72,10 +72,17 @@ func invalid(w http.ResponseWriter, param, message string) {
 	writeOpenAIError(w, http.StatusBadRequest, "invalid_request_error", param, "", message)
 }
 
-// grpcToOpenAI maps a server error to OpenAI's status and type.
+// grpcToOpenAI maps a server error to OpenAI's status, type and code. The API key and rate limit
+// refusals use OpenAI's own values (401 invalid_api_key, 429 rate_limit_exceeded), which its clients
+// turn into AuthenticationError and RateLimitError; a 429 carries Retry-After when the server said
+// when to retry (auth.go).
 func grpcToOpenAI(err error) (int, string, string) {
 	s, _ := status.FromError(err)
 	switch s.Code() {
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized, "invalid_request_error", "invalid_api_key"
+	case codes.PermissionDenied:
+		return http.StatusForbidden, "invalid_request_error", "permission_denied"
 	case codes.InvalidArgument, codes.OutOfRange:
 		return http.StatusBadRequest, "invalid_request_error", ""
 	case codes.NotFound:
@@ -83,7 +90,7 @@ func grpcToOpenAI(err error) (int, string, string) {
 	case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists:
 		return http.StatusConflict, "invalid_request_error", ""
 	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests, "rate_limit_error", ""
+		return http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded"
 	case codes.Unavailable:
 		return http.StatusServiceUnavailable, "server_error", ""
 	case codes.DeadlineExceeded:
@@ -109,10 +116,10 @@ func (o *openAI) models(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusMethodNotAllowed, "invalid_request_error", "", "", "use GET")
 		return
 	}
-	info, err := o.modelInfo(r.Context())
+	info, err := o.modelInfo(withAPIKey(r.Context(), r))
 	if err != nil {
-		code, typ, _ := grpcToOpenAI(err)
-		writeOpenAIError(w, code, typ, "", "", status.Convert(err).Message())
+		code, typ, errCode := grpcToOpenAI(err)
+		writeOpenAIError(w, code, typ, "", errCode, status.Convert(err).Message())
 		return
 	}
 	body, _ := json.Marshal(map[string]interface{}{
@@ -419,11 +426,11 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		invalid(w, "", "the request body is not valid JSON: "+err.Error())
 		return
 	}
-	ctx := r.Context()
+	ctx := withAPIKey(r.Context(), r) // every call of this request carries the client's key
 	info, err := o.modelInfo(ctx)
 	if err != nil {
-		code, typ, _ := grpcToOpenAI(err)
-		writeOpenAIError(w, code, typ, "", "", status.Convert(err).Message())
+		code, typ, errCode := grpcToOpenAI(err)
+		writeOpenAIError(w, code, typ, "", errCode, status.Convert(err).Message())
 		return
 	}
 	model := info.ModelName

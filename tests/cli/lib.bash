@@ -36,29 +36,35 @@ wait_for_line() {
   echo "$value"
 }
 
+# Extra flags, empty unless a test sets them: gateway_flags for serve_gateway's steady-gateway
+# (--tls-cert, --upstream-ca, ...), curl_flags for call's and check's curl (--cacert, -H ...).
+gateway_flags=()
+curl_flags=()
+
 # serve_gateway BIN MODEL_DIR [steady-server flags...]: steady-server on a free port and steady-gateway
-# in front of it (logs in $tmp/server.log, $tmp/gateway.log), stopped on exit; sets server_pid,
-# gateway_pid, port (gRPC) and url (http://127.0.0.1:PORT). Exits when either does not start.
+# in front of it with $gateway_flags (logs in $tmp/server.log, $tmp/gateway.log), stopped on exit;
+# sets server_pid, gateway_pid, port (gRPC) and url (http://127.0.0.1:PORT, or https:// with
+# --tls-cert). Exits when either does not start.
 serve_gateway() {
-  local bin=$1 model=$2 http_port
+  local bin=$1 model=$2 http_url
   shift 2
   "$bin/steady-server" --model "$model" --port 0 "$@" 2> "$tmp/server.log" &
   server_pid=$!
   started_pids+=("$server_pid")
   port=$(wait_for_line "$tmp/server.log" "$server_pid" 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p')
   [ -n "$port" ] || { echo "steady-server did not start:"; cat "$tmp/server.log"; exit 1; }
-  "$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 2> "$tmp/gateway.log" &
+  "$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 "${gateway_flags[@]}" 2> "$tmp/gateway.log" &
   gateway_pid=$!
   started_pids+=("$gateway_pid")
-  http_port=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p')
-  [ -n "$http_port" ] || { echo "steady-gateway did not start:"; cat "$tmp/gateway.log"; exit 1; }
-  url="http://127.0.0.1:$http_port"
+  http_url=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on \(https\{0,1\}://127\.0\.0\.1:[0-9]*\).*|\1|p')
+  [ -n "$http_url" ] || { echo "steady-gateway did not start:"; cat "$tmp/gateway.log"; exit 1; }
+  url=$http_url
 }
 
 # HTTP checks against $url (serve_gateway).
 # call METHOD PATH [BODY]: the response body goes to $tmp/body, the HTTP status to stdout.
 call() {
-  local args=(-s -o "$tmp/body" -w '%{http_code}' -X "$1" --max-time 60)
+  local args=(-s -o "$tmp/body" -w '%{http_code}' -X "$1" --max-time 60 "${curl_flags[@]}")
   [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
   curl "${args[@]}" "$url$2" || echo "curl-failed"
 }

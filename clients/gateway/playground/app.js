@@ -2,6 +2,8 @@
 // new message sent: the session holds the conversation), forks and deletes sessions through the
 // steady.v1 routes, and shows the session's position, its state bytes and per-token latency.
 // body[data-state] is "loading", "ready", "generating" or "failed": the headless browser test waits on it.
+// An API key (steady-server's --api-keys), typed under Settings, is kept in this browser's
+// localStorage and sent with every call as "Authorization: Bearer KEY".
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -18,6 +20,34 @@ function updateButtons() {
 }
 
 function showError(message) { $("error").textContent = message || ""; }
+
+const apiKeyItem = "steady.apiKey";
+
+// localStorage may be unavailable (storage disabled): the key then lasts as long as the page.
+function loadApiKey() {
+  try { return localStorage.getItem(apiKeyItem) || ""; } catch (e) { return ""; }
+}
+
+function saveApiKey(key) {
+  try {
+    if (key) localStorage.setItem(apiKeyItem, key);
+    else localStorage.removeItem(apiKeyItem);
+  } catch (e) { /* kept in the field only */ }
+}
+
+// headers plus the API key's Authorization header, when there is a key.
+function withApiKey(headers) {
+  const key = $("api-key").value.trim();
+  if (key) headers.Authorization = "Bearer " + key;
+  return headers;
+}
+
+// An HTTP error with its status (401: the key is missing or wrong).
+async function httpError(response) {
+  const e = new Error(await errorOf(response));
+  e.status = response.status;
+  return e;
+}
 
 function formatBytes(n) {
   n = Number(n);
@@ -37,13 +67,13 @@ async function errorOf(response) {
 }
 
 async function api(method, path, body) {
-  const init = { method, headers: {} };
+  const init = { method, headers: withApiKey({}) };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
   const response = await fetch(path, init);
-  if (!response.ok) throw new Error(await errorOf(response));
+  if (!response.ok) throw await httpError(response);
   return response.json();
 }
 
@@ -178,14 +208,14 @@ async function send(text) {
   const latencies = [];
   const response = await fetch("/v1/chat/completions", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: withApiKey({ "Content-Type": "application/json" }),
     body: JSON.stringify({
       model: state.model, session_id: state.current, messages, stream: true,
       stream_options: { include_usage: true }, logprobs: true,
       temperature: Number($("temperature").value), max_tokens: Number($("max-tokens").value),
     }),
   });
-  if (!response.ok) throw new Error(await errorOf(response));
+  if (!response.ok) throw await httpError(response);
   await readEvents(response, (chunk) => {
     if (chunk.error) throw new Error(chunk.error.message);
     const now = performance.now();
@@ -230,6 +260,10 @@ async function guarded(action, busy = "busy") {
 }
 
 async function start() {
+  setState("loading");
+  showError("");
+  state.current = "";
+  state.transcripts = new Map(); // another key may be another tenant, with other sessions
   try {
     const models = await api("GET", "/v1/models");
     state.model = models.data[0].id;
@@ -241,7 +275,8 @@ async function start() {
     else await newSession();
     setState("ready");
   } catch (e) {
-    showError("cannot reach the server: " + e.message);
+    showError(e.status === 401 || e.status === 403 ? "set the API key under Settings: " + e.message
+                                                    : "cannot reach the server: " + e.message);
     setState("failed");
   }
 }
@@ -262,4 +297,10 @@ $("input").onkeydown = (event) => {
 $("new").onclick = () => guarded(newSession);
 $("fork").onclick = () => guarded(forkSession);
 $("delete").onclick = () => guarded(deleteSession);
+$("api-key").value = loadApiKey();
+$("api-key").onchange = () => {
+  saveApiKey($("api-key").value.trim());
+  // The sessions are the new key's; a call under way finishes first, and the next uses the new key.
+  if (["ready", "failed"].includes(document.body.dataset.state)) start();
+};
 start();
