@@ -163,7 +163,7 @@ TEST(DurabilityTest, ATurnInFlightIsWhollyAbsent) {
   auto running = testing::SubmitAsync(*e, std::move(job));
   while (seen.load() < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string image = CrashImage(dir, "inflight_image");
-  Call<absl::Status>([&](auto done) { e->DeleteSession("nobody", done); });  // (the engine still answers)
+  (void)Call<absl::Status>([&](auto done) { e->DeleteSession("nobody", done); });  // (the engine still answers)
   auto r = StartEngine(m, Durable(image));
   EXPECT_EQ(PositionOf(*r, "a"), durable);
   e.reset();  // ends the running job (UNAVAILABLE) and the engine

@@ -174,7 +174,9 @@ TEST(PrefixCacheEngineTest, AStatelessChatStartsEachTurnFromThePreviousPrompt) {
     const Outcome a = Send(*cached, "", history, 6);
     const Outcome b = Send(*plain, "", history, 6);
     ASSERT_TRUE(a.status.ok() && b.status.ok());
-    if (turn > 0) EXPECT_GT(a.usage.cached_tokens, 0) << "turn " << turn;
+    if (turn > 0) {
+      EXPECT_GT(a.usage.cached_tokens, 0) << "turn " << turn;
+    }
     EXPECT_EQ(a.ids, b.ids) << "turn " << turn;
     history += a.text;
   }
