@@ -28,8 +28,10 @@ for file in "$src/docker/Containerfile" "$src/docker/Containerfile.cuda"; do
     echo "$options" | grep -qx -- "$o" || { fail "$name sets -D$o, which no CMakeLists.txt declares"; bad=1; }
   done
   # steady-server and steady-cli flags in ENTRYPOINT / HEALTHCHECK.
+  # (The usage is read whole first: `grep -q` leaving a pipe early would fail the writer with SIGPIPE.)
+  server_usage=$("$bin/steady-server" --help)
   for f in $(sed -n '/ENTRYPOINT \["steady-server"/,/\]/p' "$file" | grep -oE -- '"--[a-z-]+"' | tr -d '"' | sort -u); do
-    "$bin/steady-server" --help | grep -q -- "$f" || { fail "$name passes steady-server $f, which it does not accept"; bad=1; }
+    grep -q -- "$f" <<< "$server_usage" || { fail "$name passes steady-server $f, which it does not accept"; bad=1; }
   done
   if grep -q 'steady-cli' "$file"; then
     "$bin/steady-cli" health --help > /dev/null || { fail "$name: steady-cli health is gone"; bad=1; }
