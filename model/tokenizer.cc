@@ -11,6 +11,24 @@
 
 namespace steady {
 
+namespace {
+// RTLD_DEEPBIND keeps the module's protobuf-lite apart from gRPC's (docs/architecture.md).
+// AddressSanitizer cannot run a DEEPBIND library; in its builds (the fuzz targets, docs/fuzzing.md)
+// the one program that loads the tokenizer, tokenizer_fuzz, links no gRPC, so it loads the module
+// without the flag.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kDeepBind = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr int kDeepBind = 0;
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
+}  // namespace
+
 // Function table of the loaded module; loaded once per process.
 struct Tokenizer::Module {
   void* (*load)(const char*, char*, size_t);
@@ -62,7 +80,7 @@ absl::StatusOr<const Tokenizer::Module*> LoadModule() {
       absl::StrAppend(&tried, " ", path, " (absent)");
       continue;
     }
-    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | kDeepBind);
     if (!lib) {
       absl::StrAppend(&tried, " ", path, " (", dlerror(), ")");
       continue;

@@ -1,11 +1,8 @@
 // libFuzzer target for the safetensors reader: any byte string must give either a clean error that
 // names the file, or a SafeTensors whose tensors tile the data and convert without surprises.
 //
-//   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DSTEADY_FUZZ=ON -DSTEADY_BUILD_TESTS=OFF \
-//       -DSTEADY_BUILD_BENCHMARKS=OFF -DENABLE_CUDA=OFF
-//   cmake --build build-fuzz --target safetensors_fuzz
-//   build-fuzz/bin/safetensors_fuzz CORPUS_DIR tests/data/safetensors/valid \
-//       tests/data/safetensors/malformed -dict=tests/data/safetensors/fuzz.dict -max_total_time=600
+// Build and run: tools/fuzz/run.sh safetensors_fuzz [SECONDS] (docs/fuzzing.md; seeds:
+// tests/data/safetensors/valid and malformed, dictionary tests/data/safetensors/fuzz.dict).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
