@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -156,13 +158,17 @@ TEST(DurabilityTest, ATurnInFlightIsWhollyAbsent) {
   ASSERT_TRUE(Create(*e, "a").ok());
   ASSERT_TRUE(Generate(*e, "a", Prompt(9), 3).status.ok());
   const int64_t durable = PositionOf(*e, "a");
-  // A long prompt (several prefill chunks) and a long generation; copy the store while it runs.
+  // A long prompt (several prefill chunks) and a generation far too long to end while the test runs
+  // (it once was 2,000 tokens, which a fast machine finished before the copy below: a flaky test);
+  // copy the store while it runs, and check that it still ran when the copy was done.
   std::atomic<int> seen{0};
-  GenerateJob job = testing::Job("a", Prompt(40) + " " + Prompt(41) + " " + Prompt(42), 2000);
+  GenerateJob job = testing::Job("a", Prompt(40) + " " + Prompt(41) + " " + Prompt(42), Options().max_new_tokens);
   job.on_output = [&](const std::string&, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>&) { seen += int(ids.size()); };
   auto running = testing::SubmitAsync(*e, std::move(job));
   while (seen.load() < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string image = CrashImage(dir, "inflight_image");
+  ASSERT_EQ(running.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the turn ended before the store was copied: the test did not copy a turn in flight";
   (void)Call<absl::Status>([&](auto done) { e->DeleteSession("nobody", done); });  // (the engine still answers)
   auto r = StartEngine(m, Durable(image));
   EXPECT_EQ(PositionOf(*r, "a"), durable);
