@@ -2,8 +2,8 @@ package main
 
 // Go's native fuzzing of the gateway's JSON handling (docs/fuzzing.md): the OpenAI request bodies
 // through the real handlers, against a fake upstream, and the steady.v1 request bodies through the
-// strict JSON decoder. `go test` replays the seed corpus in testdata/fuzz (a ctest); tools/fuzz/run.sh
-// gateway runs the fuzzers.
+// strict JSON decoder. `go test` replays the seed corpus in testdata/fuzz (a ctest); one fuzzer runs
+// with tools/fuzz/run.sh FuzzChatCompletions [SECONDS] (or FuzzCompletions, FuzzStrictJSONGenerateRequest).
 
 import (
 	"bytes"
@@ -109,6 +109,11 @@ func FuzzStrictJSONGenerateRequest(f *testing.F) {
 		var back steadyv1.GenerateRequest
 		if err := m.Unmarshal(out, &back); err != nil {
 			t.Fatalf("%q does not decode back: %v", out, err)
+		}
+		// The encoding is a fixed point (bytes, not proto.Equal: a NaN temperature is not equal to itself).
+		again, err := m.Marshal(&back)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("%q decoded and encoded again gives %q (%v)", out, again, err)
 		}
 	})
 }
