@@ -7,6 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev
+  libhwy-dev  # Highway: the CPU kernels' SIMD, dispatched at run time (kernels/cpu/matmul.cc)
   clang libclang-rt-14-dev valgrind
   # Trainer (tools/train) and its smoke test: Debian's CPU PyTorch with OpenBLAS.
   python3-numpy python3-torch python3-sentencepiece libopenblas0-pthread

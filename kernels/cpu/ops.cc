@@ -5,9 +5,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/matmul.h"
+
 namespace steady::cpu {
 
 void MatMulNT(const float* x, int rows, int in, const float* w, int out, float* y) {
+  // OpenBLAS packs the whole weight matrix on every sgemm call, a second pass over memory that a
+  // decode step of a few rows cannot amortize (docs/cpu.md): those go through our kernel.
+  if (rows <= kSmallRowsMax && SmallRowKernelInUse()) {
+    MatMulNTSmallRows(x, rows, in, w, out, y);
+    return;
+  }
   if (rows == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
     return;

@@ -1,5 +1,5 @@
 // CPU compute over plain buffers and shapes. Knows nothing of configs, sessions or checkpoints.
-// Row-major throughout; GEMMs go through OpenBLAS.
+// Row-major throughout; small-row GEMMs run on kernels/cpu/matmul.cc, larger ones on OpenBLAS.
 #ifndef STEADY_KERNELS_CPU_OPS_H_
 #define STEADY_KERNELS_CPU_OPS_H_
 
@@ -8,7 +8,8 @@
 namespace steady::cpu {
 
 // y[rows, out] = x[rows, in] * w[out, in]^T  (w in the PyTorch Linear layout). Weights are read
-// once for all rows: a decode step of B sessions is one GEMM per projection.
+// once for all rows: a decode step of B sessions is one GEMM per projection. Up to kSmallRowsMax
+// rows run on our own kernel (matmul.h: batch-invariant, threaded), more on OpenBLAS's sgemm.
 void MatMulNT(const float* x, int rows, int in, const float* w, int out, float* y);
 
 // out[r, :] = x[r, :] / rms(x[r, :]) * weight; rms = sqrt(mean(x^2) + eps). out may alias x.

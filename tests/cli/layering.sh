@@ -14,7 +14,7 @@ declare -A allowed=(
   [model]="model kernels base absl"
   [server]="server model base absl steady"
   [clients]="clients base absl steady"
-  [tools]="tools server model base absl"
+  [tools]="tools server model kernels base absl"  # kernels: the kernel benchmarks (tools/bench)
 )
 
 for folder in "${!allowed[@]}"; do

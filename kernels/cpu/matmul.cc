@@ -1,0 +1,149 @@
+// Highway compiles this file once per x86 instruction set (foreach_target.h) and HWY_DYNAMIC_DISPATCH
+// picks the best one the CPU supports at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/matmul.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace steady::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Weight rows per register tile: with 32 vector registers (AVX-512) a 4 x 4 tile of accumulators
+// plus 4 weight vectors and one x vector fits; with 16 (AVX2, SSE4) a 4 x 3 tile does.
+constexpr int kTileCols = HWY_MAX_BYTES >= 64 ? 4 : 3;
+
+// Rows of x handled per pass over a block of weight rows, and the stretch of `in` their
+// accumulators run over before moving to the next 4 rows: a chunk of C weight rows (C KB) stays in
+// L1 while every row of x uses it, so the weights stream from memory at an even pace while the
+// arithmetic runs, instead of in bursts between stretches of pure arithmetic.
+constexpr int kPassRows = 32;
+constexpr int64_t kChunk = 256;
+
+// Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
+// of x and C rows of w, each `in` long.
+template <int R, int C>
+HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t k0, int64_t k1,
+                          float* HWY_RESTRICT acc) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  V a[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) a[r][c] = hn::Load(d, acc + (r * C + c) * lanes);
+  }
+  for (int64_t k = k0; k < k1; k += lanes) {
+    V wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = hn::LoadU(d, w + c * in + k);
+    for (int r = 0; r < R; ++r) {
+      const V xv = hn::LoadU(d, x + r * in + k);
+      for (int c = 0; c < C; ++c) a[r][c] = hn::MulAdd(xv, wv[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) hn::Store(a[r][c], d, acc + (r * C + c) * lanes);
+  }
+}
+
+// y[r, c] (row stride `out`) = dot(x[r, :], w[c, :]) for every row of x and C rows of w. Each
+// element's accumulator sums its own products lane by lane over whole vectors in order of k, then
+// its lanes, then the scalar tail: the same arithmetic whatever the number of rows, the tile it
+// falls in or the thread that runs it.
+template <int C>
+HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const float* w, float* y, int64_t out) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  const int64_t vec_end = in - in % lanes;
+  HWY_ALIGN float acc[kPassRows * C * HWY_MAX_BYTES / sizeof(float)];
+  for (int r0 = 0; r0 < rows; r0 += kPassRows) {
+    const int n = std::min(kPassRows, rows - r0);
+    const float* xp = x + r0 * in;
+    for (int64_t i = 0; i < n * C * lanes; i += lanes) hn::Store(hn::Zero(d), d, acc + i);
+    for (int64_t k0 = 0; k0 < vec_end; k0 += kChunk) {
+      const int64_t k1 = std::min(vec_end, k0 + kChunk);
+      int r = 0;
+      for (; r + 4 <= n; r += 4) TileChunk<4, C>(xp + r * in, in, w, k0, k1, acc + r * C * lanes);
+      float* a = acc + r * C * lanes;
+      switch (n - r) {
+        case 3: TileChunk<3, C>(xp + r * in, in, w, k0, k1, a); break;
+        case 2: TileChunk<2, C>(xp + r * in, in, w, k0, k1, a); break;
+        case 1: TileChunk<1, C>(xp + r * in, in, w, k0, k1, a); break;
+        default: break;
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      for (int c = 0; c < C; ++c) {
+        float s = hn::GetLane(hn::SumOfLanes(d, hn::Load(d, acc + (r * C + c) * lanes)));
+        for (int64_t t = vec_end; t < in; ++t) s += xp[r * in + t] * w[c * in + t];
+        y[(r0 + r) * out + c] = s;
+      }
+    }
+  }
+}
+
+// Output columns [begin, end) of y[rows, out].
+void MatMulNTColumns(const float* x, int rows, int64_t in, const float* w, int64_t out, int64_t begin, int64_t end,
+                     float* y) {
+  int64_t j = begin;
+  for (; j + kTileCols <= end; j += kTileCols) Columns<kTileCols>(x, rows, in, w + j * in, y + j, out);
+  for (; j < end; ++j) Columns<1>(x, rows, in, w + j * in, y + j, out);
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace steady::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <atomic>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+
+namespace steady::cpu {
+namespace {
+std::atomic<bool> small_row_kernel{true};
+}  // namespace
+
+void UseSmallRowKernel(bool on) { small_row_kernel.store(on); }
+bool SmallRowKernelInUse() { return small_row_kernel.load(std::memory_order_relaxed); }
+
+HWY_EXPORT(MatMulNTColumns);
+HWY_EXPORT(TargetName);
+
+void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y) {
+  // Column chunks a multiple of 48 (both tile widths, 3 and 4, divide it), about 4 per thread so that a
+  // thread that starts late still finds work.
+  // Below ~64K multiply-adds (a few microseconds) handing work to the pool costs more than it saves.
+  if (int64_t(rows) * in * out < (int64_t(1) << 16)) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTColumns)(x, rows, in, w, out, 0, out, y);
+    return;
+  }
+  const int threads = ComputeThreads();
+  const int64_t per_task = std::max<int64_t>(48, (int64_t(out) / (4 * threads) + 47) / 48 * 48);
+  const int tasks = int((out + per_task - 1) / per_task);
+  ParallelFor(tasks, [&](int t) {
+    const int64_t begin = t * per_task, end = std::min<int64_t>(out, begin + per_task);
+    HWY_DYNAMIC_DISPATCH(MatMulNTColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * w[int64_t(j) * in + k];
+      y[int64_t(r) * out + j] = float(s);
+    }
+  }
+}
+
+const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+}  // namespace steady::cpu
+#endif  // HWY_ONCE

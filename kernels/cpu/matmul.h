@@ -1,0 +1,31 @@
+// y = x w^T for the few rows of a decode step, reading each weight once (kernels/cpu/matmul.cc).
+#ifndef STEADY_KERNELS_CPU_MATMUL_H_
+#define STEADY_KERNELS_CPU_MATMUL_H_
+
+namespace steady::cpu {
+
+// MatMulNT's kernel for up to kSmallRowsMax rows (ops.h). Each weight row streams from memory once
+// into a register tile of up to 4 x rows by 4 weight rows (Highway SIMD, the widest instruction set
+// the CPU has, chosen at run time); the output columns are split over the compute threads
+// (parallel.h). Every y[r, j] is the same sum in the same order whatever the number of rows, their
+// order or the thread count, so a session's logits do not depend on what else is in the batch.
+// Up to 32 rows this kernel is ahead of OpenBLAS's sgemm at llama1b's shapes (3.3x at 4 rows, 1.3x
+// at 16, 1.1x at 32); at 64, sgemm's cache blocking wins (tools/bench/matmul_bench.cc, docs/cpu.md).
+inline constexpr int kSmallRowsMax = 32;
+void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y);
+
+// Whether MatMulNT takes this kernel for small row counts (the default), or OpenBLAS for every
+// count (sgemv for one row), as before it existed: `steady bench --cpu-gemm openblas` measures both
+// in one run.
+void UseSmallRowKernel(bool on);
+bool SmallRowKernelInUse();
+
+// The plain reference the kernels are tested against: a double-precision dot product per element.
+void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y);
+
+// The instruction set the SIMD kernels run with on this CPU (e.g. "AVX3", "AVX2").
+const char* SimdTargetName();
+
+}  // namespace steady::cpu
+
+#endif  // STEADY_KERNELS_CPU_MATMUL_H_

@@ -1,0 +1,24 @@
+// A process-wide pool of compute threads for the CPU kernels. Work is split so that every output
+// element is computed by the same arithmetic whatever the thread count: results are bit-identical
+// with 1 thread or many (tests/cpu_kernels_test.cc checks it).
+#ifndef STEADY_KERNELS_CPU_PARALLEL_H_
+#define STEADY_KERNELS_CPU_PARALLEL_H_
+
+#include <functional>
+
+namespace steady::cpu {
+
+// How many threads the CPU kernels use, counting the caller's: n >= 1, or 0 for every core the
+// process may run on (the default). Takes effect at the next ParallelFor; OpenBLAS (prefill's large
+// GEMMs) is set to the same count.
+void SetComputeThreads(int n);
+int ComputeThreads();
+
+// Runs fn(task) for every task in [0, tasks) and returns when all are done; the calling thread takes
+// tasks too. Tasks must be independent. A call made while the pool is busy (another thread's call,
+// or a call from inside a task) runs its tasks on the calling thread alone.
+void ParallelFor(int tasks, const std::function<void(int)>& fn);
+
+}  // namespace steady::cpu
+
+#endif  // STEADY_KERNELS_CPU_PARALLEL_H_

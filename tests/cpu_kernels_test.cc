@@ -1,0 +1,148 @@
+// The CPU kernels against their plain references (kernels/cpu): the small-row GEMM against a
+// double-precision dot product, its batch and thread invariance, and the thread pool itself.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+// Restores the default thread count when a test that changes it ends, also on failure.
+struct ThreadsGuard {
+  ~ThreadsGuard() { cpu::SetComputeThreads(0); }
+};
+
+struct Problem {
+  int rows, in, out;
+  std::vector<float> x, w;
+};
+
+Problem MakeProblem(int rows, int in, int out, std::mt19937_64& rng) {
+  return {rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
+          testing::RandomNormal<float>(size_t(out) * in, rng)};
+}
+
+std::vector<float> Multiply(const Problem& p, void (*fn)(const float*, int, int, const float*, int, float*)) {
+  std::vector<float> y(size_t(p.rows) * p.out, NAN);
+  fn(p.x.data(), p.rows, p.in, p.w.data(), p.out, y.data());
+  return y;
+}
+
+// fp32 products summed in fp32 lanes: each element is within a few ulps of sum |x_k w_k| per term
+// (the bound of a sum of `in` terms in any order is in * eps * sum |x_k w_k|; the lanes make it far
+// tighter in practice, so `in` * eps is a safe, still failing-capable bound).
+void ExpectClose(const Problem& p, const std::vector<float>& got, const std::vector<float>& want) {
+  for (int r = 0; r < p.rows; ++r) {
+    for (int j = 0; j < p.out; ++j) {
+      double mag = 0;
+      for (int k = 0; k < p.in; ++k) mag += std::abs(double(p.x[size_t(r) * p.in + k]) * p.w[size_t(j) * p.in + k]);
+      const size_t i = size_t(r) * p.out + j;
+      ASSERT_NEAR(got[i], want[i], 1e-30 + p.in * 1.2e-7 * mag)
+          << "rows " << p.rows << " in " << p.in << " out " << p.out << " at (" << r << ", " << j << ")";
+    }
+  }
+}
+
+TEST(CpuMatMulTest, SmallRowsMatchTheReferenceAtEveryShape) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64}) {
+    for (int in : {1, 7, 16, 33, 64, 257}) {
+      for (int out : {1, 3, 5, 47, 48, 49, 130}) {
+        const Problem p = MakeProblem(rows, in, out, rng);
+        ExpectClose(p, Multiply(p, cpu::MatMulNTSmallRows), Multiply(p, cpu::MatMulNTReference));
+      }
+    }
+  }
+  SUCCEED() << "SIMD target " << cpu::SimdTargetName();
+}
+
+TEST(CpuMatMulTest, MatMulNTMatchesTheReferenceOnBothSidesOfTheSmallRowLimit) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, cpu::kSmallRowsMax, cpu::kSmallRowsMax + 1, 100}) {
+    const Problem p = MakeProblem(rows, 96, 200, rng);
+    ExpectClose(p, Multiply(p, cpu::MatMulNT), Multiply(p, cpu::MatMulNTReference));
+  }
+}
+
+// A row's result is bit for bit the same alone, in any batch, at any position in it: a session's
+// logits do not depend on which other sessions share its decode step.
+TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int in : {64, 100}) {
+    const Problem batch = MakeProblem(cpu::kSmallRowsMax, in, 150, rng);
+    const std::vector<float> all = Multiply(batch, cpu::MatMulNTSmallRows);
+    std::vector<int> order(batch.rows);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int n : {1, 3, 4, 9}) {
+      Problem sub{n, in, batch.out, {}, batch.w};
+      for (int i = 0; i < n; ++i) {
+        sub.x.insert(sub.x.end(), batch.x.begin() + size_t(order[i]) * in, batch.x.begin() + size_t(order[i] + 1) * in);
+      }
+      const std::vector<float> got = Multiply(sub, cpu::MatMulNTSmallRows);
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < batch.out; ++j) {
+          ASSERT_EQ(got[size_t(i) * batch.out + j], all[size_t(order[i]) * batch.out + j])
+              << "row " << order[i] << " in a batch of " << n << ", column " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMatMulTest, ThreadCountDoesNotChangeABit) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const Problem p = MakeProblem(16, 200, 1000, rng);
+  cpu::SetComputeThreads(1);
+  const std::vector<float> one = Multiply(p, cpu::MatMulNTSmallRows);
+  for (int threads : {2, 3, 8}) {
+    cpu::SetComputeThreads(threads);
+    EXPECT_EQ(cpu::ComputeThreads(), threads);
+    EXPECT_EQ(Multiply(p, cpu::MatMulNTSmallRows), one) << threads << " threads";
+  }
+}
+
+TEST(ParallelForTest, EveryTaskRunsOnceAlsoNestedAndFromSeveralThreads) {
+  ThreadsGuard restore;
+  cpu::SetComputeThreads(4);
+  for (int tasks : {0, 1, 2, 5, 64, 1000}) {
+    std::vector<std::atomic<int>> runs(tasks);
+    cpu::ParallelFor(tasks, [&](int t) { runs[t].fetch_add(1); });
+    for (int t = 0; t < tasks; ++t) ASSERT_EQ(runs[t].load(), 1) << "task " << t << " of " << tasks;
+  }
+  // A ParallelFor inside a task runs on that task's thread.
+  std::vector<std::atomic<int>> inner(8 * 8);
+  cpu::ParallelFor(8, [&](int outer) { cpu::ParallelFor(8, [&](int t) { inner[outer * 8 + t].fetch_add(1); }); });
+  for (auto& n : inner) ASSERT_EQ(n.load(), 1);
+  // Callers on several threads at once (engines of one process): each gets all its tasks run.
+  std::vector<std::thread> callers;
+  std::vector<std::vector<int>> sums(4, std::vector<int>(200));
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < 200; ++round) {
+        std::atomic<int> sum{0};
+        cpu::ParallelFor(37, [&](int t) { sum.fetch_add(t); });
+        sums[c][round] = sum.load();
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (const auto& s : sums) {
+    for (int v : s) ASSERT_EQ(v, 37 * 36 / 2);
+  }
+}
+
+}  // namespace
+}  // namespace steady

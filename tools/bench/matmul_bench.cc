@@ -1,0 +1,75 @@
+// The decode GEMM y[rows, out] = x[rows, in] w[out, in]^T at llama1b's projection shapes: our
+// small-row kernel (kernels/cpu/matmul.cc) against OpenBLAS's sgemm/sgemv on the same buffers, in
+// one run (docs/cpu.md, docs/benchmarks.md). bytes_per_second counts the weights read once.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+
+namespace steady {
+namespace {
+
+struct Buffers {
+  std::vector<float> x, w, y;
+};
+
+Buffers Make(int rows, int in, int out) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Buffers b{std::vector<float>(size_t(rows) * in), std::vector<float>(size_t(out) * in), std::vector<float>(size_t(rows) * out)};
+  for (float& v : b.x) v = g(rng);
+  for (float& v : b.w) v = g(rng);
+  return b;
+}
+
+void Report(benchmark::State& state, int rows, int in, int out) {
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(float)));
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = cpu::ComputeThreads();
+}
+
+// Args: rows, in, out.
+void BM_SmallRowsKernel(benchmark::State& state) {
+  const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
+  Buffers b = Make(rows, in, out);
+  for (auto _ : state) {
+    cpu::MatMulNTSmallRows(b.x.data(), rows, in, b.w.data(), out, b.y.data());
+    benchmark::DoNotOptimize(b.y.data());
+  }
+  Report(state, rows, in, out);
+  state.SetLabel(cpu::SimdTargetName());
+}
+
+// What MatMulNT called before: sgemv for one row, sgemm (transposed weight) for more.
+void BM_OpenBlas(benchmark::State& state) {
+  const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
+  Buffers b = Make(rows, in, out);
+  for (auto _ : state) {
+    if (rows == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, b.w.data(), in, b.x.data(), 1, 0.0f, b.y.data(), 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, b.x.data(), in, b.w.data(), in, 0.0f,
+                  b.y.data(), out);
+    }
+    benchmark::DoNotOptimize(b.y.data());
+  }
+  Report(state, rows, in, out);
+}
+
+// llama1b: q/o 2048x2048, gate/up 5632x2048, down 2048x5632.
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 5632}, std::pair{5632, 2048}}) {
+    for (int rows : {1, 2, 4, 16, 32, 64}) b->Args({rows, in, out});
+  }
+}
+BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_OpenBlas)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace steady
+
+BENCHMARK_MAIN();
