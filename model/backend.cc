@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/parallel.h"
 #include "model/sampling.h"
 #include "model/state_pool.h"
 
@@ -176,7 +177,9 @@ absl::Status CheckDevice(std::string_view device) {
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
                                                      const BackendOptions& options) {
   if (options.slots < 1) return absl::InvalidArgumentError("backend: slots must be >= 1");
+  if (options.cpu_threads < 0) return absl::InvalidArgumentError("backend: cpu_threads must be >= 0");
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  cpu::SetComputeThreads(options.cpu_threads);
   if (device == "cpu") return MakeCpuBackend(model, options);
   if (device == "cuda") return MakeCudaBackend(model, options);
   if (CudaDevicePresent()) {

@@ -20,6 +20,9 @@ namespace steady {
 
 struct BackendOptions {
   int slots = 1;
+  // CPU: threads for the kernels (kernels/cpu/parallel.h, process-wide), counting the engine's own;
+  // 0: every core the process may use.
+  int cpu_threads = 0;
   // Tokens of context a slot can hold where the state grows (softmax's KV cache): the CUDA backend
   // preallocates this much per slot and layer; the CPU backend grows without a bound.
   int64_t max_context = 4096;

@@ -7,7 +7,7 @@ namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
-const std::set<std::string> kDeviceFlags = {"device"};
+const std::set<std::string> kDeviceFlags = {"device", "threads"};
 
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags) {
   if (!flags.Has("mechanism")) {
@@ -63,7 +63,11 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {
 
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options) {
-  return MakeBackend(model, flags.Get("device", "auto"), options);
+  BackendOptions o = options;
+  auto threads = flags.GetInt("threads", 0, 0, 4096);
+  if (!threads.ok()) return threads.status();
+  o.cpu_threads = int(*threads);
+  return MakeBackend(model, flags.Get("device", "auto"), o);
 }
 
 }  // namespace steady

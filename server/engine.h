@@ -45,6 +45,7 @@ struct EngineOptions {
   int64_t max_new_tokens = 1 << 16;
   int64_t max_sessions = 1 << 20;                 // resident + offloaded
   std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend.h)
+  int cpu_threads = 0;                            // --threads: CPU kernels' threads (0: all cores)
   int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
                                                   // the backend preallocates it (CUDA, softmax layers)
   // With a shared store: a resident session idle this long is offloaded and its lease released, so

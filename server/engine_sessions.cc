@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, c
   BackendOptions b;
   b.slots = SlotCount(model, o);
   b.max_context = o.max_context;
+  b.cpu_threads = o.cpu_threads;
   return MakeBackend(model, o.device, b);
 }
 

@@ -130,6 +130,15 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
   grep -q '^| list b2 L32 | softmax | 2 x 32 |' "$tmp/report.md" &&
   pass "bench: gpu_report tables" || fail "gpu_report: $(cat "$tmp/report.md" "$tmp/err")"
 
+# --threads and --cpu-gemm reach the report; bad values are refused naming the flag.
+run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
+  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"], r' \
+    "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
+expect_error "bench: --cpu-gemm bogus" nonzero "--cpu-gemm" "$steady" bench --device cpu --preset tiny --batch 1 \
+  --context 8 --cpu-gemm bogus
+expect_error "bench: --threads -1" nonzero "--threads" "$steady" bench --device cpu --preset tiny --batch 1 \
+  --context 8 --threads -1
+
 if nvidia-smi -L > /dev/null 2>&1; then
   echo "skip - bench --device cuda without a GPU (a GPU is visible)"
 else

@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -308,6 +310,11 @@ absl::Status RunBench(const Flags& flags) {
   }
   // Refuse an unusable --device before spending seconds on a large random model.
   if (absl::Status s = CheckDevice(flags.Get("device", "auto")); !s.ok()) return s;
+  const std::string gemm = flags.Get("cpu-gemm", "auto");
+  if (gemm != "auto" && gemm != "openblas") {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu-gemm: expected auto or openblas, got \"", gemm, "\""));
+  }
+  cpu::UseSmallRowKernel(gemm == "auto");
   auto model = BenchModel(flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
@@ -331,6 +338,9 @@ absl::Status RunBench(const Flags& flags) {
       Backend& b = **backend;
       nlohmann::json report = {
           {"device", b.Name()},
+          {"cpu_threads", cpu::ComputeThreads()},
+          {"cpu_simd", cpu::SimdTargetName()},
+          {"cpu_gemm", gemm},
           {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
                      {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
                      {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
@@ -374,12 +384,13 @@ absl::Status RunBench(const Flags& flags) {
 
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
-                    --context L[,L...] [--device D] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
+                    --context L[,L...] [--device D] [--threads N] [--cpu-gemm auto|openblas] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
                     [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
-checkpoint). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
+checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-gemm openblas: every
+CPU GEMM through OpenBLAS, as before the small-row kernel, for a baseline in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, then the
 position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
 other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),
@@ -394,7 +405,7 @@ so 2 x state bytes per slot for constant state; KV cache + one row for softmax. 
 step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot, N tokens
 (default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
 )",
-          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
+          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed", "cpu-gemm"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
 }
 
 }  // namespace steady

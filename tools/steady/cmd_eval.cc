@@ -87,7 +87,7 @@ absl::Status RunEval(const Flags& flags) {
 }  // namespace
 
 Command EvalCommand() {
-  return {"eval", R"(usage: steady eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D]
+  return {"eval", R"(usage: steady eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D] [--threads N]
                    [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Perplexity of a text file through the recurrent (decode) path, and state bytes per session;
