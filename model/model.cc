@@ -13,6 +13,7 @@
 #include "base/file_io.h"
 #include "base/status.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
 #include "model/state_pool.h"
 
 namespace steady {
@@ -244,6 +245,16 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     }
   }
   cpu::GatherRows(embed_.data(), hidden, ids.data(), rows, ws.x.data());
+  // Each segment's attention reads and writes only its own slot and its own rows, so segments run
+  // on the compute threads side by side (the same arithmetic as one after another: bit-identical);
+  // two segments of one slot would share a state and run in order instead.
+  std::vector<int> first_row(segments.size());
+  std::set<int> slots;
+  for (size_t i = 0, row = 0; i < segments.size(); row += segments[i].tokens.size(), ++i) {
+    first_row[i] = int(row);
+    slots.insert(segments[i].slot);
+  }
+  const int attention_tasks = slots.size() == segments.size() ? int(segments.size()) : 1;
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
@@ -260,13 +271,17 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       cpu::Rope(ws.q.data(), rows, c.num_heads, hd, ws.positions.data(), rope_inv_freq_.data());
       cpu::Rope(ws.k.data(), rows, c.num_kv_heads, hd, ws.positions.data(), rope_inv_freq_.data());
     }
-    int row = 0;
-    for (const Segment& s : segments) {
-      const int n = int(s.tokens.size());
-      AttentionForward<float>(w.attention, n, ws.q.data() + size_t(row) * q_dim, ws.k.data() + size_t(row) * kv_dim,
-                              ws.v.data() + size_t(row) * kv_dim, pool.View(s.slot, l),
-                              ws.att.data() + size_t(row) * q_dim);
-      row += n;
+    auto attend = [&](size_t i) {
+      const Segment& s = segments[i];
+      const size_t row = size_t(first_row[i]);
+      AttentionForward<float>(w.attention, int(s.tokens.size()), ws.q.data() + row * q_dim,
+                              ws.k.data() + row * kv_dim, ws.v.data() + row * kv_dim, pool.View(s.slot, l),
+                              ws.att.data() + row * q_dim);
+    };
+    if (attention_tasks > 1) {
+      cpu::ParallelFor(attention_tasks, [&](int i) { attend(size_t(i)); });
+    } else {
+      for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
     cpu::MatMulNT(ws.att.data(), rows, q_dim, w.wo.data(), hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -13,6 +14,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
+#include "model/model.h"
+#include "model/state_pool.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -141,6 +144,39 @@ TEST(ParallelForTest, EveryTaskRunsOnceAlsoNestedAndFromSeveralThreads) {
   for (auto& t : callers) t.join();
   for (const auto& s : sums) {
     for (int v : s) ASSERT_EQ(v, 37 * 36 / 2);
+  }
+}
+
+// A step mixing prefill and decode segments of several slots, whose attention runs on the compute
+// threads segment by segment: logits and every slot's state are the same bits with one thread or two.
+TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {
+  ThreadsGuard restore;
+  for (const char* mechanism : {"taylor", "slay", "dark", "softmax", "sliced_relu"}) {
+    const Model m = testing::TinyModel(mechanism, nlohmann::json::object(), 99);
+    auto run = [&](int threads) {
+      cpu::SetComputeThreads(threads);
+      StatePool pool(m, 6);
+      ForwardWorkspace ws;
+      std::vector<float> logits;
+      // Prefill, then decode steps of every slot with a prefill chunk of one of them in between.
+      std::vector<Segment> prefill;
+      for (int s = 0; s < 6; ++s) prefill.push_back({s, std::vector<int32_t>(5 + 3 * s, int32_t(7 + s)), false});
+      m.Forward(prefill, pool, ws, &logits);
+      std::vector<float> all = logits;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<Segment> segs;
+        for (int s = 0; s < 6; ++s) segs.push_back({s, {int32_t(20 + step + s)}, false});
+        segs[2].tokens.assign(9, int32_t(30 + step));
+        m.Forward(segs, pool, ws, &logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      for (int s = 0; s < 6; ++s) all.insert(all.end(), pool.SlotData(s), pool.SlotData(s) + m.StateFloats());
+      return all;
+    };
+    const std::vector<float> one = run(1);
+    const std::vector<float> two = run(2);
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << mechanism;
   }
 }
 
