@@ -14,6 +14,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/state_update.h"
 #include "model/model.h"
 #include "model/state_pool.h"
 #include "tests/testutil.h"
@@ -144,6 +145,33 @@ TEST(ParallelForTest, EveryTaskRunsOnceAlsoNestedAndFromSeveralThreads) {
   for (auto& t : callers) t.join();
   for (const auto& s : sums) {
     for (int v : s) ASSERT_EQ(v, 37 * 36 / 2);
+  }
+}
+
+// The SIMD state updates equal the scalar reference bit for bit, sums and compensations, over many
+// updates of rows whose magnitudes straddle the products' (both branches of the compensated add),
+// at lengths that end inside a vector.
+TEST(CpuStateUpdateTest, SimdEqualsTheScalarReferenceBitForBit) {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<float> scale(-6.0f, 6.0f);
+  for (int n : {1, 3, 8, 15, 16, 17, 33, 64, 65, 127}) {
+    std::vector<float> row = testing::RandomNormal<float>(n, rng), comp(n, 0.0f);
+    for (float& r : row) r *= std::exp2(scale(rng));
+    std::vector<float> row_ref = row, comp_ref = comp, plain = row, plain_ref = row;
+    for (int update = 0; update < 200; ++update) {
+      const std::vector<float> v = testing::RandomNormal<float>(n, rng);
+      const float x = float(std::exp2(scale(rng))) * (update % 2 ? 1.0f : -1.0f);
+      cpu::KahanAxpy(x, v.data(), row.data(), comp.data(), n);
+      cpu::KahanAxpyReference(x, v.data(), row_ref.data(), comp_ref.data(), n);
+      cpu::Axpy(x, v.data(), plain.data(), n);
+      cpu::AxpyReference(x, v.data(), plain_ref.data(), n);
+    }
+    EXPECT_EQ(0, std::memcmp(row.data(), row_ref.data(), n * sizeof(float))) << "sums, n " << n;
+    EXPECT_EQ(0, std::memcmp(comp.data(), comp_ref.data(), n * sizeof(float))) << "compensations, n " << n;
+    EXPECT_EQ(0, std::memcmp(plain.data(), plain_ref.data(), n * sizeof(float))) << "plain, n " << n;
+    bool compensated = false;
+    for (float c : comp) compensated |= c != 0.0f;
+    EXPECT_TRUE(compensated) << "n " << n << ": the test never exercised the compensation";
   }
 }
 

@@ -5,6 +5,9 @@
 #define STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
 
 #include <cstddef>
+#include <type_traits>
+
+#include "kernels/cpu/state_update.h"
 
 #include "model/mechanisms/common.h"
 
@@ -33,7 +36,8 @@ FeatureState<T> FeatureStateAt(T* base, size_t m, size_t dv, Accumulation acc) {
   return h;
 }
 
-// S += w phi_k v^T, z += w phi_k for one key.
+// S += w phi_k v^T, z += w phi_k for one key. fp32 rows go through the SIMD kernels, which equal
+// the scalar loops (the fp64 path, and their reference) bit for bit.
 template <typename T>
 void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
   for (int f = 0; f < m; ++f) {
@@ -41,10 +45,18 @@ void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
     T* row = h.S + size_t(f) * dv;
     if (h.S_comp) {
       T* comp = h.S_comp + size_t(f) * dv;
-      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::KahanAxpy(x, v, row, comp, dv);
+      } else {
+        for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
+      }
       KahanAdd(h.z[f], h.z_comp[f], x);
     } else {
-      for (int d = 0; d < dv; ++d) row[d] += x * v[d];
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::Axpy(x, v, row, dv);
+      } else {
+        for (int d = 0; d < dv; ++d) row[d] += x * v[d];
+      }
       h.z[f] += x;
     }
   }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/state_update.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
 
@@ -118,10 +120,18 @@ void AddKey(const TaylorParams& p, int dv, const T* fk, const T* v, HeadState<T>
     const T f = fk[r];
     if (hs.comp != nullptr) {
       T* comp = hs.comp + size_t(r) * width;
-      for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], f * v[d]);
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::KahanAxpy(f, v, row, comp, dv);  // = the scalar loop below, bit for bit
+      } else {
+        for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], f * v[d]);
+      }
       KahanAdd(row[dv], comp[dv], f);
     } else {
-      for (int d = 0; d < dv; ++d) row[d] += f * v[d];
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::Axpy(f, v, row, dv);
+      } else {
+        for (int d = 0; d < dv; ++d) row[d] += f * v[d];
+      }
       row[dv] += f;
     }
   }

@@ -384,13 +384,14 @@ absl::Status RunBench(const Flags& flags) {
 
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
-                    --context L[,L...] [--device D] [--threads N] [--cpu-gemm auto|openblas] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
-                    [--copy-bytes N] [--seed S] [--json]
+                    --context L[,L...] [--device D] [--threads N] [--cpu-gemm auto|openblas] [--steps N]
+                    [--prefill-tokens N] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-gemm openblas: every
-CPU GEMM through OpenBLAS, as before the small-row kernel, for a baseline in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
+CPU GEMM through OpenBLAS, as before the small-row kernel, for a baseline in the same run
+(docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, then the
 position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
 other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),
