@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/ops.h"
+#include "model/cpu_weights.h"
 #include "model/model.h"
 
 namespace steady {
@@ -23,6 +24,9 @@ struct BackendOptions {
   // CPU: threads for the kernels (kernels/cpu/parallel.h, process-wide), counting the engine's own;
   // 0: every core the process may use.
   int cpu_threads = 0;
+  // CPU: the projection matrices in fp32 (the reference) or bf16 (half the bytes a decode step reads;
+  // model/cpu_weights.h). The CUDA backend holds bf16 weights whatever this says (cuda_bf16).
+  CpuWeights cpu_weights = CpuWeights::kF32;
   // Tokens of context a slot can hold where the state grows (softmax's KV cache): the CUDA backend
   // preallocates this much per slot and layer; the CPU backend grows without a bound.
   int64_t max_context = 4096;

@@ -12,8 +12,10 @@
 #include "base/check.h"
 #include "base/file_io.h"
 #include "base/status.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
+#include "model/cpu_weights.h"
 #include "model/state_pool.h"
 
 namespace steady {
@@ -214,7 +216,7 @@ nlohmann::json Model::DescribeAttention() const {
 }
 
 void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
-                    std::vector<float>* logits) const {
+                    std::vector<float>* logits, const Bf16Matrices* bf16) const {
   const ModelConfig& c = config_;
   const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
             inter = c.intermediate_size;
@@ -258,11 +260,21 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
+    const Bf16Matrices::Layer* w16 = bf16 != nullptr ? &bf16->layers[l] : nullptr;
+    // y[rows, out] = x[rows, in] W^T, from the matrix in the precision the caller chose.
+    using Bf16Matrix = const std::vector<uint16_t> Bf16Matrices::Layer::*;
+    auto project = [&](const float* x, int in, const std::vector<float>& w32, Bf16Matrix m16, int out, float* y) {
+      if (w16 != nullptr) {
+        cpu::MatMulNTBf16(x, rows, in, (w16->*m16).data(), out, y);
+      } else {
+        cpu::MatMulNT(x, rows, in, w32.data(), out, y);
+      }
+    };
     // Attention block.
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    cpu::MatMulNT(ws.h.data(), rows, hidden, w.wq.data(), q_dim, ws.q.data());
-    cpu::MatMulNT(ws.h.data(), rows, hidden, w.wk.data(), kv_dim, ws.k.data());
-    cpu::MatMulNT(ws.h.data(), rows, hidden, w.wv.data(), kv_dim, ws.v.data());
+    project(ws.h.data(), hidden, w.wq, &Bf16Matrices::Layer::wq, q_dim, ws.q.data());
+    project(ws.h.data(), hidden, w.wk, &Bf16Matrices::Layer::wk, kv_dim, ws.k.data());
+    project(ws.h.data(), hidden, w.wv, &Bf16Matrices::Layer::wv, kv_dim, ws.v.data());
     if (c.qk_norm) {
       cpu::RmsNorm(ws.q.data(), w.q_norm.data(), rows * c.num_heads, hd, float(c.rms_norm_eps), ws.q.data());
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
@@ -283,14 +295,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     } else {
       for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
-    cpu::MatMulNT(ws.att.data(), rows, q_dim, w.wo.data(), hidden, ws.proj.data());
+    project(ws.att.data(), q_dim, w.wo, &Bf16Matrices::Layer::wo, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    cpu::MatMulNT(ws.h.data(), rows, hidden, w.w_gate.data(), inter, ws.gate.data());
-    cpu::MatMulNT(ws.h.data(), rows, hidden, w.w_up.data(), inter, ws.up.data());
+    project(ws.h.data(), hidden, w.w_gate, &Bf16Matrices::Layer::w_gate, inter, ws.gate.data());
+    project(ws.h.data(), hidden, w.w_up, &Bf16Matrices::Layer::w_up, inter, ws.up.data());
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
-    cpu::MatMulNT(ws.gate.data(), rows, inter, w.w_down.data(), hidden, ws.proj.data());
+    project(ws.gate.data(), inter, w.w_down, &Bf16Matrices::Layer::w_down, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
   }
 
@@ -309,7 +321,11 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   }
   logits->resize(size_t(out_rows) * c.vocab_size);
   const std::vector<float>& head = c.tie_word_embeddings ? embed_ : lm_head_;
-  cpu::MatMulNT(ws.logits_in.data(), out_rows, hidden, head.data(), c.vocab_size, logits->data());
+  if (bf16 != nullptr) {
+    cpu::MatMulNTBf16(ws.logits_in.data(), out_rows, hidden, bf16->lm_head.data(), c.vocab_size, logits->data());
+  } else {
+    cpu::MatMulNT(ws.logits_in.data(), out_rows, hidden, head.data(), c.vocab_size, logits->data());
+  }
 }
 
 }  // namespace steady

@@ -7,7 +7,7 @@ namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
-const std::set<std::string> kDeviceFlags = {"device", "threads"};
+const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights"};
 
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags) {
   if (!flags.Has("mechanism")) {
@@ -67,6 +67,9 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, co
   auto threads = flags.GetInt("threads", 0, 0, 4096);
   if (!threads.ok()) return threads.status();
   o.cpu_threads = int(*threads);
+  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
+  if (!weights.ok()) return weights.status();
+  o.cpu_weights = *weights;
   return MakeBackend(model, flags.Get("device", "auto"), o);
 }
 

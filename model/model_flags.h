@@ -22,7 +22,8 @@ extern const std::set<std::string> kMechanismFlags;  // --mechanism --order --pa
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags);
 extern const std::set<std::string> kSamplingFlags;  // --temperature --top-k --top-p --repetition-penalty --seed
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
-extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores)
+extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
+                                                  // --cpu-weights f32|bf16
 // The backend --device names for `model` (model/backend.h).
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options = {});

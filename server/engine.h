@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/cpu_weights.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "model/tokenizer.h"
@@ -46,6 +47,7 @@ struct EngineOptions {
   int64_t max_sessions = 1 << 20;                 // resident + offloaded
   std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend.h)
   int cpu_threads = 0;                            // --threads: CPU kernels' threads (0: all cores)
+  CpuWeights cpu_weights = CpuWeights::kF32;      // --cpu-weights f32|bf16 (model/cpu_weights.h)
   int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
                                                   // the backend preallocates it (CUDA, softmax layers)
   // With a shared store: a resident session idle this long is offloaded and its lease released, so

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, c
   b.slots = SlotCount(model, o);
   b.max_context = o.max_context;
   b.cpu_threads = o.cpu_threads;
+  b.cpu_weights = o.cpu_weights;
   return MakeBackend(model, o.device, b);
 }
 

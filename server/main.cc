@@ -45,7 +45,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
-                    [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N] [--max-context N]
+                    [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
+                    [--cpu-weights f32|bf16] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -69,6 +70,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       have CUDA kernels, else cpu)
   --threads N         CPU backend: threads for the decode GEMMs and prefill (default 0: every core
                       the process may use; docs/cpu.md)
+  --cpu-weights W     CPU backend: the projection matrices in f32 (default) or bf16, converted at
+                      start: half the bytes per decode step, at a small quality cost (docs/cpu.md)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with
@@ -117,6 +120,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   auto threads = flags.GetInt("threads", 0, 0, 4096);
   if (!threads.ok()) return threads.status();
   o.cpu_threads = int(*threads);
+  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
+  if (!weights.ok()) return weights.status();
+  o.cpu_weights = *weights;
   auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
   if (!max_context.ok()) return max_context.status();
   o.max_context = *max_context;
@@ -203,7 +209,7 @@ absl::Status Run(int argc, char** argv) {
   std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
-                                 "drain-timeout", "device",       "max-context", "durability", "threads",
+                                 "drain-timeout", "device",       "max-context", "durability", "threads", "cpu-weights",
                                  "session-store", "lease-ms",      "replica-name", "prefix-cache-memory",
                                  "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
                                  "api-keys",      "snapshot-key-file"};

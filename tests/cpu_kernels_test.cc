@@ -15,6 +15,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/state_update.h"
+#include "model/cpu_weights.h"
 #include "model/model.h"
 #include "model/state_pool.h"
 #include "tests/testutil.h"
@@ -103,6 +104,41 @@ TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
       }
     }
   }
+}
+
+// bf16 weights: the kernel against a double-precision product with the same stored weights, at
+// any row count (prefill too), and each row's result independent of the batch.
+TEST(CpuMatMulTest, Bf16WeightsMatchTheReferenceAndTheBatch) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 3, 4, 16, 33, 100}) {
+    for (int in : {7, 64, 257}) {
+      Problem p = MakeProblem(rows, in, 97, rng);
+      std::vector<uint16_t> w16(p.w.size());
+      for (size_t i = 0; i < w16.size(); ++i) {
+        w16[i] = cpu::FloatToBf16(p.w[i]);
+        p.w[i] = cpu::Bf16ToFloat(w16[i]);  // the weights as stored, for the error bound
+      }
+      std::vector<float> got(size_t(rows) * p.out), want(got.size()), alone(p.out);
+      cpu::MatMulNTBf16(p.x.data(), rows, in, w16.data(), p.out, got.data());
+      cpu::MatMulNTBf16Reference(p.x.data(), rows, in, w16.data(), p.out, want.data());
+      ExpectClose(p, got, want);
+      const int r = rows - 1;
+      cpu::MatMulNTBf16(p.x.data() + size_t(r) * in, 1, in, w16.data(), p.out, alone.data());
+      EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + size_t(r) * p.out, alone.size() * sizeof(float)))
+          << "the last row alone differs from the same row in a batch of " << rows;
+    }
+  }
+}
+
+TEST(CpuMatMulTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(cpu::FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(cpu::Bf16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(cpu::FloatToBf16(1.0f + 0x1p-8f), 0x3f80);  // halfway: to the even neighbour (down)
+  EXPECT_EQ(cpu::FloatToBf16(1.0f + 0x3p-8f), 0x3f82);  // halfway: to the even neighbour (up)
+  EXPECT_EQ(cpu::FloatToBf16(1.0f + 0x1p-7f + 0x1p-9f), 0x3f81);
+  EXPECT_EQ(cpu::FloatToBf16(-2.5f), 0xc020);
+  EXPECT_TRUE(std::isnan(cpu::Bf16ToFloat(cpu::FloatToBf16(NAN))));
+  EXPECT_EQ(cpu::Bf16ToFloat(cpu::FloatToBf16(INFINITY)), INFINITY);
 }
 
 TEST(CpuMatMulTest, ThreadCountDoesNotChangeABit) {
@@ -205,6 +241,40 @@ TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {
     const std::vector<float> two = run(2);
     ASSERT_EQ(one.size(), two.size());
     EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << mechanism;
+  }
+}
+
+// bf16 matrices through Forward: on a checkpoint whose weights are already bf16 values (saved as
+// bf16), the bf16 path reads the same numbers as the fp32 path and does the same arithmetic
+// (segments of up to 32 rows), so logits and states agree bit for bit.
+TEST(CpuForwardTest, Bf16MatricesGiveTheFp32ResultOnBf16Weights) {
+  for (const char* mechanism : {"taylor", "softmax"}) {
+    const Model original = testing::TinyModel(mechanism, nlohmann::json::object(), 5);
+    const std::string dir = testing::MakeTempDir("bf16_model");
+    ASSERT_TRUE(original.Save(dir, DType::kBF16).ok());
+    auto rounded = Model::Load(dir);
+    ASSERT_TRUE(rounded.ok()) << rounded.status();
+    const Bf16Matrices bf16 = Bf16Matrices::From(*rounded);
+    EXPECT_EQ(bf16.Bytes() % 2, 0);
+    auto run = [&](const Model& model, const Bf16Matrices* matrices) {
+      StatePool pool(model, 3);
+      ForwardWorkspace ws;
+      std::vector<float> logits, all;
+      for (int step = 0; step < 4; ++step) {
+        std::vector<Segment> segs;
+        for (int s = 0; s < 3; ++s) segs.push_back({s, std::vector<int32_t>(step == 0 ? 9 + s : 1, int32_t(11 + step + s)), false});
+        model.Forward(segs, pool, ws, &logits, matrices);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      return all;
+    };
+    const std::vector<float> f32 = run(*rounded, nullptr), b16 = run(*rounded, &bf16);
+    ASSERT_EQ(f32.size(), b16.size());
+    EXPECT_EQ(0, std::memcmp(f32.data(), b16.data(), f32.size() * sizeof(float))) << mechanism;
+    // The original's fp32 matrices are not bf16 values: there the two paths must differ (the bf16
+    // matrices are really what the step reads).
+    const Bf16Matrices original_bf16 = Bf16Matrices::From(original);
+    EXPECT_NE(run(original, nullptr), run(original, &original_bf16)) << mechanism;
   }
 }
 

@@ -24,10 +24,25 @@ constexpr int kTileCols = HWY_MAX_BYTES >= 64 ? 4 : 3;
 constexpr int kPassRows = 32;
 constexpr int64_t kChunk = 256;
 
+// A vector of weights as fp32: loaded as they are, or bf16 bits (the top half of an fp32) widened
+// exactly, so every product below is the fp32 product of the stored weight.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w) {
+  return hn::LoadU(d, w);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const uint16_t* HWY_RESTRICT w) {
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint16_t, D> du16;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, w))));
+}
+inline float WeightValue(float w) { return w; }
+inline float WeightValue(uint16_t w) { return hwy::F32FromBF16(hwy::bfloat16_t{w}); }
+
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
-template <int R, int C>
-HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t k0, int64_t k1,
+template <int R, int C, typename W>
+HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const W* HWY_RESTRICT w, int64_t k0, int64_t k1,
                           float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -38,7 +53,7 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const float* 
   }
   for (int64_t k = k0; k < k1; k += lanes) {
     V wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = hn::LoadU(d, w + c * in + k);
+    for (int c = 0; c < C; ++c) wv[c] = LoadWeights(d, w + c * in + k);
     for (int r = 0; r < R; ++r) {
       const V xv = hn::LoadU(d, x + r * in + k);
       for (int c = 0; c < C; ++c) a[r][c] = hn::MulAdd(xv, wv[c], a[r][c]);
@@ -53,8 +68,8 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const float* 
 // element's accumulator sums its own products lane by lane over whole vectors in order of k, then
 // its lanes, then the scalar tail: the same arithmetic whatever the number of rows, the tile it
 // falls in or the thread that runs it.
-template <int C>
-HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const float* w, float* y, int64_t out) {
+template <int C, typename W>
+HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const W* w, float* y, int64_t out) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
   const int64_t vec_end = in - in % lanes;
@@ -78,7 +93,7 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const float* w, 
     for (int r = 0; r < n; ++r) {
       for (int c = 0; c < C; ++c) {
         float s = hn::GetLane(hn::SumOfLanes(d, hn::Load(d, acc + (r * C + c) * lanes)));
-        for (int64_t t = vec_end; t < in; ++t) s += xp[r * in + t] * w[c * in + t];
+        for (int64_t t = vec_end; t < in; ++t) s += xp[r * in + t] * WeightValue(w[c * in + t]);
         y[(r0 + r) * out + c] = s;
       }
     }
@@ -86,11 +101,19 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const float* w, 
 }
 
 // Output columns [begin, end) of y[rows, out].
-void MatMulNTColumns(const float* x, int rows, int64_t in, const float* w, int64_t out, int64_t begin, int64_t end,
-                     float* y) {
+template <typename W>
+void ColumnRange(const float* x, int rows, int64_t in, const W* w, int64_t out, int64_t begin, int64_t end, float* y) {
   int64_t j = begin;
   for (; j + kTileCols <= end; j += kTileCols) Columns<kTileCols>(x, rows, in, w + j * in, y + j, out);
   for (; j < end; ++j) Columns<1>(x, rows, in, w + j * in, y + j, out);
+}
+void MatMulNTColumns(const float* x, int rows, int64_t in, const float* w, int64_t out, int64_t begin, int64_t end,
+                     float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+void MatMulNTBf16Columns(const float* x, int rows, int64_t in, const uint16_t* w, int64_t out, int64_t begin,
+                         int64_t end, float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
@@ -101,6 +124,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <cstring>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
@@ -114,23 +138,66 @@ void UseSmallRowKernel(bool on) { small_row_kernel.store(on); }
 bool SmallRowKernelInUse() { return small_row_kernel.load(std::memory_order_relaxed); }
 
 HWY_EXPORT(MatMulNTColumns);
+HWY_EXPORT(MatMulNTBf16Columns);
 HWY_EXPORT(TargetName);
 
-void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y) {
-  // Column chunks a multiple of 48 (both tile widths, 3 and 4, divide it), about 4 per thread so that a
-  // thread that starts late still finds work.
+namespace {
+
+// Splits y's columns over the compute threads; `columns(begin, end)` computes a range of them.
+template <typename Fn>
+void SplitColumns(int rows, int in, int out, const Fn& columns) {
   // Below ~64K multiply-adds (a few microseconds) handing work to the pool costs more than it saves.
-  if (int64_t(rows) * in * out < (int64_t(1) << 16)) {
-    HWY_DYNAMIC_DISPATCH(MatMulNTColumns)(x, rows, in, w, out, 0, out, y);
-    return;
-  }
+  if (int64_t(rows) * in * out < (int64_t(1) << 16)) return columns(0, out);
+  // Column chunks a multiple of 48 (both tile widths, 3 and 4, divide it), about 4 per thread so that
+  // a thread that starts late still finds work.
   const int threads = ComputeThreads();
   const int64_t per_task = std::max<int64_t>(48, (int64_t(out) / (4 * threads) + 47) / 48 * 48);
   const int tasks = int((out + per_task - 1) / per_task);
   ParallelFor(tasks, [&](int t) {
-    const int64_t begin = t * per_task, end = std::min<int64_t>(out, begin + per_task);
+    const int64_t begin = t * per_task;
+    columns(begin, std::min<int64_t>(out, begin + per_task));
+  });
+}
+
+}  // namespace
+
+void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTColumns)(x, rows, in, w, out, begin, end, y);
   });
+}
+
+void MatMulNTBf16(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTBf16Columns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) {
+        s += double(x[int64_t(r) * in + k]) * double(Bf16ToFloat(w[int64_t(j) * in + k]));
+      }
+      y[int64_t(r) * out + j] = float(s);
+    }
+  }
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                           // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
 }
 
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y) {

@@ -2,6 +2,8 @@
 #ifndef STEADY_KERNELS_CPU_MATMUL_H_
 #define STEADY_KERNELS_CPU_MATMUL_H_
 
+#include <cstdint>
+
 namespace steady::cpu {
 
 // MatMulNT's kernel for up to kSmallRowsMax rows (ops.h). Each weight row streams from memory once
@@ -13,6 +15,15 @@ namespace steady::cpu {
 // at 16, 1.1x at 32); at 64, sgemm's cache blocking wins (tools/bench/matmul_bench.cc, docs/cpu.md).
 inline constexpr int kSmallRowsMax = 32;
 void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y);
+
+// y = x w^T with w in bf16 (each value the top 16 bits of an fp32: half the bytes to read), any
+// number of rows: the same kernel, each weight widened exactly to fp32 in registers, so y is the
+// fp32 product of x and the stored weights; batch- and thread-invariant like MatMulNTSmallRows.
+void MatMulNTBf16(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
+void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
+// fp32 -> bf16, rounded to nearest even (NaN stays NaN); and back, exactly.
+uint16_t FloatToBf16(float f);
+float Bf16ToFloat(uint16_t b);
 
 // Whether MatMulNT takes this kernel for small row counts (the default), or OpenBLAS for every
 // count (sgemv for one row), as before it existed: `steady bench --cpu-gemm openblas` measures both

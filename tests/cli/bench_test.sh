@@ -134,6 +134,16 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
+# bf16 matrices: the backend says so and a step reads about half the weight bytes.
+run_bench "$tmp/bf16.json" --context 64 --cpu-weights bf16 "${small[@]}" &&
+  "$py" -c '
+import json, sys
+b, f = (json.load(open(p)) for p in sys.argv[1:])
+assert b["device"] == "cpu (bf16 weights)", b["device"]
+assert 0.45 * f["weight_bytes"] < b["weight_bytes"] < 0.6 * f["weight_bytes"], (b["weight_bytes"], f["weight_bytes"])
+' "$tmp/bf16.json" "$tmp/softmax64.json" && pass "bench: --cpu-weights bf16 halves the weight bytes" || fail "bench --cpu-weights bf16"
+expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \
+  --context 8 --cpu-weights f16
 expect_error "bench: --cpu-gemm bogus" nonzero "--cpu-gemm" "$steady" bench --device cpu --preset tiny --batch 1 \
   --context 8 --cpu-gemm bogus
 expect_error "bench: --threads -1" nonzero "--threads" "$steady" bench --device cpu --preset tiny --batch 1 \

@@ -25,6 +25,18 @@ tok="$src/tests/data/tokenizer/tokenizer.model"
 "$steady" init --out "$tmp/t" --preset tiny --tokenizer "$tok" --mechanism taylor --order 3 --dtype bf16 > /dev/null \
   && pass "init tiny taylor bf16"
 
+# --cpu-weights bf16: on a checkpoint saved in bf16 the bf16 matrices hold the same numbers, so the
+# greedy text is the f32 path's; an unknown precision is refused naming the flag.
+a=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 2> /dev/null)
+b=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights bf16 2> /dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "generate --cpu-weights bf16 on bf16 weights = f32" || fail "bf16 generate: '$a' vs '$b'"
+if "$steady" generate --model "$tmp/m" --prompt "x" --max-tokens 2 --cpu-weights f8 > /dev/null 2> "$tmp/err"; then
+  fail "--cpu-weights f8 was accepted"
+elif grep -q -- "--cpu-weights: expected f32 or bf16" "$tmp/err"; then
+  pass "generate --cpu-weights f8 refused"
+else
+  fail "--cpu-weights f8: $(cat "$tmp/err")"
+fi
 # generate: greedy is deterministic; seeded sampling is deterministic; text is streamed to stdout.
 a=$("$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 20 2> /dev/null)
 b=$("$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 20 2> /dev/null)
