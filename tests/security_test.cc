@@ -18,7 +18,8 @@ std::string Hash(const std::string& key) { return HexDigest(Sha256(key)); }
 
 std::string KeysJson(const std::string& alice_key, const std::string& bob_key) {
   return R"({"tenants": {"alice": {"keys_sha256": [")" + Hash(alice_key) +
-         R"("], "max_sessions": 3, "tokens_per_minute": 600},
+         R"("], "max_sessions": 3, "max_state_bytes": 4096,
+                                       "tokens_per_minute": 600},
                          "bob": {"keys_sha256": [")" + Hash(bob_key) + R"("]}}})";
 }
 
@@ -38,6 +39,7 @@ TEST(ApiKeysTest, ParsesTenantsKeysAndQuotas) {
   const Tenant& alice = *keys->tenants[0];
   EXPECT_EQ(alice.name, "alice");
   EXPECT_EQ(alice.quotas.max_sessions, 3);
+  EXPECT_EQ(alice.quotas.max_state_bytes, 4096);
   EXPECT_EQ(alice.quotas.tokens_per_minute, 600);
   EXPECT_EQ(alice.quotas.max_concurrent_generates, 0);
   ASSERT_EQ(alice.keys.size(), 1u);
@@ -54,6 +56,7 @@ TEST(ApiKeysTest, BadFilesAreRefusedNamingTheProblem) {
       {R"({"tenants": {"a": {"keys_sha256": [")" + h + R"("]}, "b": {"keys_sha256": [")" + h + R"("]}}})",
        "listed twice"},
       {R"({"tenants": {"a": {"max_sessions": -1}}})", "tenants.a.max_sessions"},
+      {R"({"tenants": {"a": {"max_state_bytes": -1}}})", "tenants.a.max_state_bytes"},
       {R"({"tenants": {"a": {"max_session": 1}}})", "unknown field"},
   };
   for (const auto& [text, expected] : cases) {
