@@ -2,8 +2,10 @@
 # steady-gateway with TLS and API keys (docs/api.md, "TLS and API keys"; docs/security.md), in front
 # of a steady-server that serves mutual TLS and requires keys: HTTPS to the gateway, mutual TLS
 # behind it; the client's Authorization header reaches the server on the grpc-gateway routes, the
-# OpenAI routes and a stream of each; 401 (with OpenAI's body on its routes), 429 with Retry-After
-# from a tokens-per-minute quota; plain HTTP to the HTTPS port fails; flags that do not go together
+# OpenAI routes and a stream of each; another tenant's session answers every session route exactly as
+# a missing one; 401 (with OpenAI's body on its routes), 429 with Retry-After from a tokens-per-minute
+# quota, 429 for max_sessions and max_state_bytes; the server's /metrics counts the refused keys and
+# the quota refusals; plain HTTP to the HTTPS port fails; flags that do not go together
 # are refused; an upstream the gateway cannot verify fails calls (503) instead of going plaintext.
 # Certificates are made now by openssl (tests/cli/certs.bash).
 # Usage: gateway_tls.sh BIN_DIR SOURCE_DIR
@@ -16,11 +18,14 @@ command -v openssl > /dev/null || { echo "SKIP: needs the openssl command (scrip
 make_certs "$tmp/pki"
 pki=$tmp/pki
 
-# alice: no quota; carol: 6 tokens a minute (her first call uses more, so the next waits); dave: one session.
+# alice and bob: no quota; carol: 6 tokens a minute (her first call uses more, so the next waits);
+# dave: one session; erin: 1 byte of state (raised below by a SIGHUP once a session's size is known).
 key_hash() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 cat > "$tmp/keys.json" << EOF
 {"tenants": {
   "alice": {"keys_sha256": ["$(key_hash alice-key)"]},
+  "bob": {"keys_sha256": ["$(key_hash bob-key)"]},
+  "erin": {"keys_sha256": ["$(key_hash erin-key)"], "max_state_bytes": 1},
   "carol": {"keys_sha256": ["$(key_hash carol-key)"], "tokens_per_minute": 6},
   "dave": {"keys_sha256": ["$(key_hash dave-key)"], "max_sessions": 1}}}
 EOF
@@ -28,9 +33,21 @@ EOF
 server_tls=(--tls-cert "$pki/server.pem" --tls-key "$pki/server.key")
 gateway_flags=("${server_tls[@]}" --upstream-ca "$pki/ca.pem" --upstream-cert "$pki/client.pem" --upstream-key "$pki/client.key")
 serve_gateway "$bin" "$src/models/tiny-softmax" --mechanism taylor --order 2 --state-memory 64M \
-  "${server_tls[@]}" --tls-client-ca "$pki/ca.pem" --api-keys "$tmp/keys.json"
+  "${server_tls[@]}" --tls-client-ca "$pki/ca.pem" --api-keys "$tmp/keys.json" --metrics-port 0
 [[ $url == https://* ]] && grep -q "(gRPC 127.0.0.1:$port, mutual TLS)" "$tmp/gateway.log" \
   && pass "the gateway serves HTTPS, mutual TLS to the server" || fail "gateway: $url, $(cat "$tmp/gateway.log")"
+metrics_url=$(sed -n 's|.*metrics on \(http://127\.0\.0\.1:[0-9]*/metrics\)$|\1|p' "$tmp/server.log")
+[ -n "$metrics_url" ] || { echo "steady-server serves no metrics:"; cat "$tmp/server.log"; exit 1; }
+# metric 'NAME{LABELS}': its value on the server's /metrics page (0 while the page does not list it).
+metric() {
+  curl -s --max-time 10 "$metrics_url" | awk -v m="$1" '$1 == m { v = $2 } END { print v == "" ? 0 : v }'
+}
+# moved NAME METRIC BEFORE DELTA: METRIC now reads BEFORE + DELTA.
+moved() {
+  local now
+  now=$(metric "$2")
+  [ "$now" = $(($3 + $4)) ] && pass "$1" || fail "$1: $2 is $now, was $3, expected +$4"
+}
 
 # use_key KEY: call's and check's curl trusts the test CA, sends KEY (none: no header) and keeps the
 # response headers in $tmp/headers.
@@ -72,7 +89,44 @@ code=$(curl -s -o "$tmp/page" -w '%{http_code}' "${curl_flags[@]}" "$url/")
 [ "$code" = 200 ] && grep -q 'id="api-key"' "$tmp/page" && pass "the playground has an API key field" \
   || fail "playground: HTTP $code"
 
+# Another tenant's session answers every session route as a missing one does: the same status and
+# the same body but for the id; the owner's session is untouched and nothing is made.
+use_key alice-key
+check "alice's session diary" 200 POST /v1/sessions '{"session_id": "diary"}' -- 'b["session_id"] == "diary"'
+curl -s -N --max-time 60 "${curl_flags[@]}" -X POST "$url/v1/generate" \
+  -d '{"session_id": "diary", "prompt": "Dear diary", "max_tokens": 4}' > /dev/null || true
+check "... with a turn in it" 200 GET /v1/sessions/diary -- 'int(b["position"]) > 4'
+cp "$tmp/body" "$tmp/diary.before"
+use_key bob-key
+# like_missing METHOD PATH [BODY]: bob's call on alice's diary (@ in PATH and BODY) answers 404 with
+# the body his call on a session that exists nowhere gets, the ids aside.
+like_missing() {
+  local method=$1 path=$2 body=${3:-} theirs missing
+  theirs=$(call "$method" "${path//@/diary}" ${body:+"${body//@/diary}"})
+  cp "$tmp/body" "$tmp/theirs"
+  missing=$(call "$method" "${path//@/nobody}" ${body:+"${body//@/nobody}"})
+  if [ "$theirs" = 404 ] && [ "$missing" = 404 ] && [ -s "$tmp/theirs" ] \
+      && [ "$(sed 's/diary/ID/g' "$tmp/theirs")" = "$(sed 's/nobody/ID/g' "$tmp/body")" ]; then
+    pass "another tenant's session as a missing one: $method ${path//@/\{id\}} ($(head -c 100 "$tmp/theirs"))"
+  else
+    fail "$method $path: HTTP $theirs $(head -c 300 "$tmp/theirs"), missing: HTTP $missing $(head -c 300 "$tmp/body")"
+  fi
+}
+like_missing GET /v1/sessions/@
+like_missing POST /v1/generate '{"session_id": "@", "prompt": " and more", "max_tokens": 2}'
+like_missing POST /v1/chat/completions "${chat_body%\}}, \"session_id\": \"@\"}"
+like_missing POST /v1/sessions/@:fork '{"new_session_id": "mine"}'
+like_missing GET /v1/sessions/@:export
+like_missing DELETE /v1/sessions/@
+check "... and bob has no session" 200 GET /v1/sessions -- 'b.get("sessions", []) == []'
+use_key alice-key
+check "... and alice's diary is as it was" 200 GET /v1/sessions/diary -- \
+  'b == json.load(open(sys.argv[1][:-len("body")] + "diary.before"))'
+check "... until alice deletes it" 200 DELETE /v1/sessions/diary -- 'b == {}'
+
 # No key, a wrong key, a key sent any other way: 401.
+missing_before=$(metric 'steady_auth_failures_total{reason="missing"}')
+unknown_before=$(metric 'steady_auth_failures_total{reason="unknown"}')
 use_key ""
 check "no key: GET /v1/sessions is 401 (code UNAUTHENTICATED)" 401 GET /v1/sessions -- 'b["code"] == 16 and "API key" in b["message"]'
 [[ $(header www-authenticate) == Bearer* ]] && pass "a 401 carries WWW-Authenticate: Bearer" || fail "no WWW-Authenticate: $(cat "$tmp/headers")"
@@ -87,6 +141,8 @@ check "a wrong key: POST /v1/chat/completions is 401 with OpenAI's body" 401 POS
   'b["error"] == {"message": b["error"]["message"], "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}'
 check "a wrong key: GET /v1/models is 401" 401 GET /v1/models -- 'b["error"]["code"] == "invalid_api_key"'
 check "a wrong key: GET /v1/sessions/chat is 401" 401 GET /v1/sessions/chat -- 'b["code"] == 16'
+moved "/metrics counts the 4 calls without a key" 'steady_auth_failures_total{reason="missing"}' "$missing_before" 4
+moved "/metrics counts the 3 calls with an unknown key" 'steady_auth_failures_total{reason="unknown"}' "$unknown_before" 3
 use_key carol-key
 check "another tenant's session is 404" 404 GET /v1/sessions/chat -- 'b["code"] == 5'
 
@@ -105,6 +161,32 @@ check "dave's first session" 200 POST /v1/sessions '{"session_id": "one"}' -- 'b
 check "max_sessions reached: POST /v1/sessions is 429" 429 POST /v1/sessions '{"session_id": "two"}' -- \
   'b["code"] == 8 and "max_sessions" in b["message"]'
 [ -z "$(header retry-after)" ] && pass "... without Retry-After (no time would help)" || fail "Retry-After: $(cat "$tmp/headers")"
+use_key erin-key
+check "max_state_bytes: a session over erin's 1 byte is 429" 429 POST /v1/sessions '{"session_id": "one"}' -- \
+  'b["code"] == 8 and b["message"].startswith("quota max_state_bytes of tenant erin (1) reached")'
+# Room for one session and a half, by a SIGHUP.
+use_key alice-key
+check "a session's state bytes" 200 GET /v1/sessions/chat -- 'int(b["state_bytes"]) > 0'
+session_bytes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["state_bytes"])' "$tmp/body")
+python3 - "$tmp/keys.json" $((session_bytes * 3 / 2)) << 'PY'
+import json, sys
+keys = json.load(open(sys.argv[1]))
+keys["tenants"]["erin"]["max_state_bytes"] = int(sys.argv[2])
+json.dump(keys, open(sys.argv[1], "w"))
+PY
+kill -HUP "$server_pid"
+[ -n "$(wait_for_line "$tmp/server.log" "$server_pid" '/SIGHUP: reloaded/p')" ] || fail "no reload: $(tail -n 3 "$tmp/server.log")"
+use_key erin-key
+check "... erin's first session fits" 200 POST /v1/sessions '{"session_id": "one"}' -- 'b["session_id"] == "one"'
+check "... a second one is 429 naming max_state_bytes" 429 POST /v1/sessions '{"session_id": "two"}' -- \
+  'b["code"] == 8 and "max_state_bytes of tenant erin" in b["message"]'
+[ -z "$(header retry-after)" ] && pass "... without Retry-After" || fail "Retry-After: $(cat "$tmp/headers")"
+check "... so is a fork" 429 POST /v1/sessions/one:fork '{"new_session_id": "two"}' -- 'b["code"] == 8 and "max_state_bytes" in b["message"]'
+check "... and erin holds the first only" 200 GET /v1/sessions -- '[s["session_id"] for s in b["sessions"]] == ["one"]'
+# Every refusal above, by tenant and quota (none was counted before).
+moved "/metrics: carol's tokens_per_minute refusals" 'steady_quota_refusals_total{tenant="carol",quota="tokens_per_minute"}' 0 2
+moved "/metrics: dave's max_sessions refusal" 'steady_quota_refusals_total{tenant="dave",quota="max_sessions"}' 0 1
+moved "/metrics: erin's max_state_bytes refusals" 'steady_quota_refusals_total{tenant="erin",quota="max_state_bytes"}' 0 3
 
 # Plain HTTP to the HTTPS port, and HTTPS without trusting the CA.
 code=$(curl -s -o "$tmp/plain" -w '%{http_code}' --max-time 10 -H "Authorization: Bearer alice-key" "http://${url#https://}/v1/sessions" || true)
