@@ -575,8 +575,8 @@ TEST(EngineTest, CudaDeviceSamplingMatchesHostSamplingWhenGreedy) {
 }
 
 }  // namespace
-// Tenants share each step fairly (server/scheduler.h): tenant A's 16 streams cannot starve tenant B's
-// one. Measured in steps, not seconds: the engine thread runs every on_output in order, so the A
+// Tenants share each step fairly (server/scheduler.h): tenant A's 64 streams (the load) cannot
+// starve tenant B's one. Measured in steps, not seconds: the engine thread runs every on_output in order, so the A
 // tokens between two B tokens count the steps B waited (max_batch 4: at most 3 A rows a step beside B).
 // Without tenants the same load makes B wait for its turn in the round robin.
 std::vector<int64_t> ATokensBetweenBTokens(bool tenants) {
@@ -593,13 +593,14 @@ std::vector<int64_t> ATokensBetweenBTokens(bool tenants) {
     };
     return j;
   };
+  constexpr int kAStreams = 64;
   std::vector<std::future<Outcome>> a;
-  for (int i = 0; i < 16; ++i) a.push_back(SubmitAsync(*engine, job('A', 60)));
-  // B arrives once every A stream decodes (their first tokens come with their prefill, in one step).
+  for (int i = 0; i < kAStreams; ++i) a.push_back(SubmitAsync(*engine, job('A', 60)));
+  // B arrives once every A stream decodes (their first tokens come with their prefill).
   for (;;) {
     {
       std::lock_guard lock(mu);
-      if (order.size() >= 32) break;
+      if (order.size() >= 2 * kAStreams) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
