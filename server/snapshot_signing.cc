@@ -64,16 +64,17 @@ bool IsSignedSnapshot(std::string_view blob) { return blob.substr(0, kSignedSnap
 
 absl::StatusOr<std::string_view> VerifySignedSnapshot(std::string_view key, std::string_view tenant,
                                                       std::string_view blob) {
-  if (blob.size() < kSignedSnapshotHeaderBytes || !IsSignedSnapshot(blob)) {
+  if (!IsSignedSnapshot(blob)) {
     return absl::InvalidArgumentError(absl::StrCat("snapshot: not a signed snapshot (", blob.size(), " bytes)"));
   }
+  const absl::Status does_not_verify = absl::PermissionDeniedError(
+      "snapshot: the signature does not verify (modified, forged, truncated, exported by another tenant, or "
+      "signed with another --snapshot-key-file)");
+  // Cut inside its MAC: truncated like any other (docs/security.md), not a different kind of input.
+  if (blob.size() < kSignedSnapshotHeaderBytes) return does_not_verify;
   const std::string_view snapshot = blob.substr(kSignedSnapshotHeaderBytes);
   const std::string mac = Mac(key, tenant, snapshot);
-  if (CRYPTO_memcmp(mac.data(), blob.data() + kSignedSnapshotMagic.size(), mac.size()) != 0) {
-    return absl::PermissionDeniedError(
-        "snapshot: the signature does not verify (modified, forged, truncated, exported by another tenant, or "
-        "signed with another --snapshot-key-file)");
-  }
+  if (CRYPTO_memcmp(mac.data(), blob.data() + kSignedSnapshotMagic.size(), mac.size()) != 0) return does_not_verify;
   return snapshot;
 }
 

@@ -31,8 +31,8 @@ std::string SignSnapshot(std::string_view key, std::string_view tenant, std::str
 bool IsSignedSnapshot(std::string_view blob);
 
 // The snapshot inside a signed blob: PERMISSION_DENIED when the MAC does not verify under `key` for
-// `tenant` (modified, forged, truncated, or another tenant's), INVALID_ARGUMENT when it is shorter
-// than the header. A view into `blob`.
+// `tenant` (modified, forged, truncated, even inside the header, or another tenant's),
+// INVALID_ARGUMENT when it does not begin with the magic. A view into `blob`.
 absl::StatusOr<std::string_view> VerifySignedSnapshot(std::string_view key, std::string_view tenant,
                                                       std::string_view blob);
 

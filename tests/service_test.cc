@@ -907,6 +907,8 @@ TEST_F(TenantServiceTest, SnapshotsImportOnlyForTheTenantThatSignedThem) {
   modified[modified.size() / 2] ^= 0x40;
   EXPECT_EQ(Import("alice-key", "m", modified).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Import("alice-key", "t", blob.substr(0, blob.size() - 1)).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Import("alice-key", "h", blob.substr(0, kSignedSnapshotHeaderBytes - 1)).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);  // cut inside the MAC
   grpc::Status unsigned_import = Import("alice-key", "u", blob.substr(kSignedSnapshotHeaderBytes));
   EXPECT_EQ(unsigned_import.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(unsigned_import.error_message().find("unsigned"), std::string::npos) << unsigned_import.error_message();
