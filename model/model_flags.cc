@@ -61,15 +61,20 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {
   return p;
 }
 
+absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
+  auto threads = flags.GetInt("threads", 0, 0, 4096);
+  if (!threads.ok()) return threads.status();
+  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
+  if (!weights.ok()) return weights.status();
+  options->cpu_threads = int(*threads);
+  options->cpu_weights = *weights;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options) {
   BackendOptions o = options;
-  auto threads = flags.GetInt("threads", 0, 0, 4096);
-  if (!threads.ok()) return threads.status();
-  o.cpu_threads = int(*threads);
-  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
-  if (!weights.ok()) return weights.status();
-  o.cpu_weights = *weights;
+  if (absl::Status s = CpuOptionsFromFlags(flags, &o); !s.ok()) return s;
   return MakeBackend(model, flags.Get("device", "auto"), o);
 }
 

@@ -24,7 +24,9 @@ extern const std::set<std::string> kSamplingFlags;  // --temperature --top-k --t
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
                                                   // --cpu-weights f32|bf16
-// The backend --device names for `model` (model/backend.h).
+// --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
+absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
+// The backend --device names for `model` (model/backend.h), with the CPU flags applied to `options`.
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options = {});
 

@@ -117,12 +117,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   }
   o.durability = durability == "turn" ? Durability::kTurn : Durability::kShutdown;
   o.device = flags.Get("device", "auto");
-  auto threads = flags.GetInt("threads", 0, 0, 4096);
-  if (!threads.ok()) return threads.status();
-  o.cpu_threads = int(*threads);
-  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
-  if (!weights.ok()) return weights.status();
-  o.cpu_weights = *weights;
+  BackendOptions cpu;
+  if (absl::Status s = CpuOptionsFromFlags(flags, &cpu); !s.ok()) return s;
+  o.cpu_threads = cpu.cpu_threads;
+  o.cpu_weights = cpu.cpu_weights;
   auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
   if (!max_context.ok()) return max_context.status();
   o.max_context = *max_context;
