@@ -30,10 +30,14 @@ int64_t WeightFloats(const Model& m) {
 class CpuBackend : public Backend {
  public:
   CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {
-    if (options.cpu_weights == CpuWeights::kBf16) bf16_ = std::make_unique<Bf16Matrices>(Bf16Matrices::From(model));
+    if (options.cpu_weights != CpuWeights::kF32) {
+      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights));
+    }
   }
 
-  std::string Name() const override { return bf16_ ? "cpu (bf16 weights)" : "cpu"; }
+  std::string Name() const override {
+    return reduced_ ? "cpu (" + CpuWeightsName(reduced_->precision) + " weights)" : "cpu";
+  }
   int slots() const override { return pool_.slots(); }
   int64_t position(int slot) const override { return pool_.position(slot); }
   void Reset(int slot) override {
@@ -41,7 +45,7 @@ class CpuBackend : public Backend {
     for (int l = 0; l < model_.config().num_layers; ++l) std::vector<float>().swap(pool_.Growing(slot, l));
   }
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override {
-    model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_, bf16_.get());
+    model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_, reduced_.get());
   }
   SlotState ReadSlot(int slot) override {
     SlotState s;
@@ -81,8 +85,8 @@ class CpuBackend : public Backend {
   }
   int64_t WeightBytes() const override {
     // The matrices at their precision; norms (and the gathered embedding rows) stay fp32.
-    const int64_t matrices = bf16_ ? bf16_->Bytes() / int64_t(sizeof(uint16_t)) : 0;
-    return (WeightFloats(model_) - matrices) * int64_t(sizeof(float)) + (bf16_ ? bf16_->Bytes() : 0);
+    if (!reduced_) return WeightFloats(model_) * int64_t(sizeof(float));
+    return (WeightFloats(model_) - reduced_->Weights()) * int64_t(sizeof(float)) + reduced_->Bytes();
   }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
   int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
@@ -104,7 +108,7 @@ class CpuBackend : public Backend {
   StatePool pool_;
   ForwardWorkspace ws_;
   std::vector<float> scratch_logits_;
-  std::unique_ptr<Bf16Matrices> bf16_;  // null: the model's fp32 matrices
+  std::unique_ptr<CpuMatrices> reduced_;  // null: the model's fp32 matrices
 };
 
 }  // namespace

@@ -216,7 +216,7 @@ nlohmann::json Model::DescribeAttention() const {
 }
 
 void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
-                    std::vector<float>* logits, const Bf16Matrices* bf16) const {
+                    std::vector<float>* logits, const CpuMatrices* reduced) const {
   const ModelConfig& c = config_;
   const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
             inter = c.intermediate_size;
@@ -260,21 +260,21 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    const Bf16Matrices::Layer* w16 = bf16 != nullptr ? &bf16->layers[l] : nullptr;
+    const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
     // y[rows, out] = x[rows, in] W^T, from the matrix in the precision the caller chose.
-    using Bf16Matrix = const std::vector<uint16_t> Bf16Matrices::Layer::*;
-    auto project = [&](const float* x, int in, const std::vector<float>& w32, Bf16Matrix m16, int out, float* y) {
-      if (w16 != nullptr) {
-        cpu::MatMulNTBf16(x, rows, in, (w16->*m16).data(), out, y);
+    using ReducedOf = const ReducedMatrix CpuMatrices::Layer::*;
+    auto project = [&](const float* x, int in, const std::vector<float>& w32, ReducedOf m, int out, float* y) {
+      if (wr != nullptr) {
+        MatMulReduced(x, rows, in, wr->*m, out, y);
       } else {
         cpu::MatMulNT(x, rows, in, w32.data(), out, y);
       }
     };
     // Attention block.
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.wq, &Bf16Matrices::Layer::wq, q_dim, ws.q.data());
-    project(ws.h.data(), hidden, w.wk, &Bf16Matrices::Layer::wk, kv_dim, ws.k.data());
-    project(ws.h.data(), hidden, w.wv, &Bf16Matrices::Layer::wv, kv_dim, ws.v.data());
+    project(ws.h.data(), hidden, w.wq, &CpuMatrices::Layer::wq, q_dim, ws.q.data());
+    project(ws.h.data(), hidden, w.wk, &CpuMatrices::Layer::wk, kv_dim, ws.k.data());
+    project(ws.h.data(), hidden, w.wv, &CpuMatrices::Layer::wv, kv_dim, ws.v.data());
     if (c.qk_norm) {
       cpu::RmsNorm(ws.q.data(), w.q_norm.data(), rows * c.num_heads, hd, float(c.rms_norm_eps), ws.q.data());
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
@@ -295,14 +295,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     } else {
       for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
-    project(ws.att.data(), q_dim, w.wo, &Bf16Matrices::Layer::wo, hidden, ws.proj.data());
+    project(ws.att.data(), q_dim, w.wo, &CpuMatrices::Layer::wo, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.w_gate, &Bf16Matrices::Layer::w_gate, inter, ws.gate.data());
-    project(ws.h.data(), hidden, w.w_up, &Bf16Matrices::Layer::w_up, inter, ws.up.data());
+    project(ws.h.data(), hidden, w.w_gate, &CpuMatrices::Layer::w_gate, inter, ws.gate.data());
+    project(ws.h.data(), hidden, w.w_up, &CpuMatrices::Layer::w_up, inter, ws.up.data());
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
-    project(ws.gate.data(), inter, w.w_down, &Bf16Matrices::Layer::w_down, hidden, ws.proj.data());
+    project(ws.gate.data(), inter, w.w_down, &CpuMatrices::Layer::w_down, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
   }
 
@@ -321,8 +321,8 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   }
   logits->resize(size_t(out_rows) * c.vocab_size);
   const std::vector<float>& head = c.tie_word_embeddings ? embed_ : lm_head_;
-  if (bf16 != nullptr) {
-    cpu::MatMulNTBf16(ws.logits_in.data(), out_rows, hidden, bf16->lm_head.data(), c.vocab_size, logits->data());
+  if (reduced != nullptr) {
+    MatMulReduced(ws.logits_in.data(), out_rows, hidden, reduced->lm_head, c.vocab_size, logits->data());
   } else {
     cpu::MatMulNT(ws.logits_in.data(), out_rows, hidden, head.data(), c.vocab_size, logits->data());
   }

@@ -36,7 +36,7 @@ struct MechanismOverride {
 };
 
 class StatePool;
-struct Bf16Matrices;
+struct CpuMatrices;
 
 // Fixed state floats per session for a configuration, without weights (for sizing and reports).
 absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
@@ -84,10 +84,10 @@ class Model {
   // rows (weights read once per step), attention per segment against its slot's state (prefill
   // chunks for segments of more than one token, the recurrent step for one). Advances each slot's
   // position. Writes logits [rows_out, vocab] where rows_out counts one row per segment, or every
-  // row for segments with all_logits, in segment order. With `bf16` (model/cpu_weights.h) the
-  // projections and the LM head read its matrices instead of the fp32 ones.
+  // row for segments with all_logits, in segment order. With `reduced` (model/cpu_weights.h) the
+  // projections and the LM head read its bf16 or q8 matrices instead of the fp32 ones.
   void Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
-               std::vector<float>* logits, const Bf16Matrices* bf16 = nullptr) const;
+               std::vector<float>* logits, const CpuMatrices* reduced = nullptr) const;
 
  private:
   friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);

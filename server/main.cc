@@ -46,7 +46,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights f32|bf16] [--max-context N]
+                    [--cpu-weights f32|bf16|q8] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -70,8 +70,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       have CUDA kernels, else cpu)
   --threads N         CPU backend: threads for the decode GEMMs and prefill (default 0: every core
                       the process may use; docs/cpu.md)
-  --cpu-weights W     CPU backend: the projection matrices in f32 (default) or bf16, converted at
-                      start: half the bytes per decode step, at a small quality cost (docs/cpu.md)
+  --cpu-weights W     CPU backend: the projection matrices in f32 (default), bf16 or q8 (8-bit
+                      blocks of 32 with a scale), converted at start: a half or about a quarter of
+                      the bytes per decode step, at a small quality cost (docs/cpu.md)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with

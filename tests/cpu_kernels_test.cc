@@ -130,6 +130,42 @@ TEST(CpuMatMulTest, Bf16WeightsMatchTheReferenceAndTheBatch) {
   }
 }
 
+// q8_0 weights: quantization within half a step of each weight, the kernel against a double
+// reference, and (up to 32 rows) bit for bit the fp32 kernel on the dequantized weights.
+TEST(CpuMatMulTest, Q8WeightsQuantizeWithinHalfAStepAndMatchTheFp32Kernel) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int in : {5, 32, 64, 100, 257}) {
+    const int out = 41, blocks = (in + cpu::kQ8Block - 1) / cpu::kQ8Block;
+    std::vector<float> w = testing::RandomNormal<float>(size_t(out) * in, rng);
+    w[3] = 0.0f;
+    for (int k = 0; k < std::min(in, cpu::kQ8Block); ++k) w[size_t(out - 1) * in + k] = 0.0f;  // an all-zero block
+    std::vector<int8_t> q(w.size());
+    std::vector<float> scales(size_t(out) * blocks), dequantized(w.size());
+    cpu::QuantizeQ8(w.data(), out, in, q.data(), scales.data());
+    for (int j = 0; j < out; ++j) {
+      for (int k = 0; k < in; ++k) {
+        const size_t i = size_t(j) * in + k;
+        const float scale = scales[size_t(j) * blocks + k / cpu::kQ8Block];
+        dequantized[i] = float(q[i]) * scale;
+        ASSERT_LE(std::abs(dequantized[i] - w[i]), 0.5f * scale * (1 + 1e-5f) + 1e-30f) << "weight " << i;
+        ASSERT_LE(std::abs(int(q[i])), 127);
+      }
+    }
+    for (int rows : {1, 4, 16, 32, 45}) {
+      Problem p = MakeProblem(rows, in, out, rng);
+      p.w = dequantized;
+      std::vector<float> got(size_t(rows) * out), want(got.size()), fp32(got.size());
+      cpu::MatMulNTQ8(p.x.data(), rows, in, {q.data(), scales.data()}, out, got.data());
+      cpu::MatMulNTQ8Reference(p.x.data(), rows, in, {q.data(), scales.data()}, out, want.data());
+      ExpectClose(p, got, want);
+      if (rows <= cpu::kSmallRowsMax) {
+        cpu::MatMulNTSmallRows(p.x.data(), rows, in, dequantized.data(), out, fp32.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), fp32.data(), got.size() * sizeof(float))) << rows << " x " << in;
+      }
+    }
+  }
+}
+
 TEST(CpuMatMulTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(cpu::FloatToBf16(1.0f), 0x3f80);
   EXPECT_EQ(cpu::Bf16ToFloat(0x3f80), 1.0f);
@@ -244,6 +280,31 @@ TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {
   }
 }
 
+// q8 matrices through Forward: logits close to the fp32 path's (8-bit weights move them by a few
+// hundredths of their spread on these random weights) and not equal to them; the same greedy choice
+// on most rows.
+TEST(CpuForwardTest, Q8MatricesStayCloseToFp32) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 21);
+  const CpuMatrices q8 = CpuMatrices::From(m, CpuWeights::kQ8);
+  EXPECT_LT(q8.Bytes(), q8.Weights() * 1.2) << "about 1.125 bytes a weight";
+  auto run = [&](const CpuMatrices* matrices) {
+    StatePool pool(m, 2);
+    ForwardWorkspace ws;
+    std::vector<float> logits;
+    m.Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, pool, ws, &logits, matrices);
+    return logits;
+  };
+  const std::vector<float> f32 = run(nullptr), got = run(&q8);
+  ASSERT_EQ(f32.size(), got.size());
+  double spread = 0, err = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    spread = std::max(spread, double(std::abs(f32[i])));
+    err = std::max(err, double(std::abs(f32[i] - got[i])));
+  }
+  EXPECT_GT(err, 0.0) << "the q8 matrices were not read";
+  EXPECT_LT(err, 0.05 * spread) << "q8 moved the logits by " << err << " of " << spread;
+}
+
 // bf16 matrices through Forward: on a checkpoint whose weights are already bf16 values (saved as
 // bf16), the bf16 path reads the same numbers as the fp32 path and does the same arithmetic
 // (segments of up to 32 rows), so logits and states agree bit for bit.
@@ -254,9 +315,9 @@ TEST(CpuForwardTest, Bf16MatricesGiveTheFp32ResultOnBf16Weights) {
     ASSERT_TRUE(original.Save(dir, DType::kBF16).ok());
     auto rounded = Model::Load(dir);
     ASSERT_TRUE(rounded.ok()) << rounded.status();
-    const Bf16Matrices bf16 = Bf16Matrices::From(*rounded);
+    const CpuMatrices bf16 = CpuMatrices::From(*rounded, CpuWeights::kBf16);
     EXPECT_EQ(bf16.Bytes() % 2, 0);
-    auto run = [&](const Model& model, const Bf16Matrices* matrices) {
+    auto run = [&](const Model& model, const CpuMatrices* matrices) {
       StatePool pool(model, 3);
       ForwardWorkspace ws;
       std::vector<float> logits, all;
@@ -273,7 +334,7 @@ TEST(CpuForwardTest, Bf16MatricesGiveTheFp32ResultOnBf16Weights) {
     EXPECT_EQ(0, std::memcmp(f32.data(), b16.data(), f32.size() * sizeof(float))) << mechanism;
     // The original's fp32 matrices are not bf16 values: there the two paths must differ (the bf16
     // matrices are really what the step reads).
-    const Bf16Matrices original_bf16 = Bf16Matrices::From(original);
+    const CpuMatrices original_bf16 = CpuMatrices::From(original, CpuWeights::kBf16);
     EXPECT_NE(run(original, nullptr), run(original, &original_bf16)) << mechanism;
   }
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/matmul.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace steady::cpu {
 namespace HWY_NAMESPACE {
@@ -24,25 +26,42 @@ constexpr int kTileCols = HWY_MAX_BYTES >= 64 ? 4 : 3;
 constexpr int kPassRows = 32;
 constexpr int64_t kChunk = 256;
 
-// A vector of weights as fp32: loaded as they are, or bf16 bits (the top half of an fp32) widened
-// exactly, so every product below is the fp32 product of the stored weight.
+// The weight matrices the kernel reads, as fp32 values: fp32 as they are; bf16 bits (the top half
+// of an fp32) widened exactly; q8_0 blocks as q * the block's scale, rounded to fp32. Every product
+// below is the fp32 product of that value. Shift() moves a matrix to its row j, LoadWeights() reads
+// a vector of a row from column k, WeightValue() one weight.
+HWY_INLINE const float* Shift(const float* w, int64_t in, int64_t j) { return w + j * in; }
+HWY_INLINE const uint16_t* Shift(const uint16_t* w, int64_t in, int64_t j) { return w + j * in; }
+HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
+  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
+  return {w.q + j * in, w.scales + j * blocks};
+}
+
 template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w) {
-  return hn::LoadU(d, w);
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w, int64_t k) {
+  return hn::LoadU(d, w + k);
 }
 template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, const uint16_t* HWY_RESTRICT w) {
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const uint16_t* HWY_RESTRICT w, int64_t k) {
   const hn::RebindToUnsigned<D> du32;
   const hn::Rebind<uint16_t, D> du16;
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, w))));
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, w + k))));
 }
-inline float WeightValue(float w) { return w; }
-inline float WeightValue(uint16_t w) { return hwy::F32FromBF16(hwy::bfloat16_t{w}); }
+// A vector never straddles two blocks: lanes (4, 8 or 16) divide kQ8Block and k is a multiple of them.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
+  const hn::RebindToSigned<D> di32;
+  const hn::Rebind<int8_t, D> di8;
+  return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, w.q + k))), hn::Set(d, w.scales[k / kQ8Block]));
+}
+HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
+HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
+HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.scales[k / kQ8Block]; }
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
 template <int R, int C, typename W>
-HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const W* HWY_RESTRICT w, int64_t k0, int64_t k1,
+HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, W w, int64_t k0, int64_t k1,
                           float* HWY_RESTRICT acc) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -51,9 +70,11 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const W* HWY_
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) a[r][c] = hn::Load(d, acc + (r * C + c) * lanes);
   }
+  W rows[C];
+  for (int c = 0; c < C; ++c) rows[c] = Shift(w, in, c);
   for (int64_t k = k0; k < k1; k += lanes) {
     V wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = LoadWeights(d, w + c * in + k);
+    for (int c = 0; c < C; ++c) wv[c] = LoadWeights(d, rows[c], k);
     for (int r = 0; r < R; ++r) {
       const V xv = hn::LoadU(d, x + r * in + k);
       for (int c = 0; c < C; ++c) a[r][c] = hn::MulAdd(xv, wv[c], a[r][c]);
@@ -69,7 +90,7 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, const W* HWY_
 // its lanes, then the scalar tail: the same arithmetic whatever the number of rows, the tile it
 // falls in or the thread that runs it.
 template <int C, typename W>
-HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const W* w, float* y, int64_t out) {
+HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, int64_t out) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
   const int64_t vec_end = in - in % lanes;
@@ -93,7 +114,8 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const W* w, floa
     for (int r = 0; r < n; ++r) {
       for (int c = 0; c < C; ++c) {
         float s = hn::GetLane(hn::SumOfLanes(d, hn::Load(d, acc + (r * C + c) * lanes)));
-        for (int64_t t = vec_end; t < in; ++t) s += xp[r * in + t] * WeightValue(w[c * in + t]);
+        const W row = Shift(w, in, c);
+        for (int64_t t = vec_end; t < in; ++t) s += xp[r * in + t] * WeightValue(row, t);
         y[(r0 + r) * out + c] = s;
       }
     }
@@ -102,10 +124,10 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, const W* w, floa
 
 // Output columns [begin, end) of y[rows, out].
 template <typename W>
-void ColumnRange(const float* x, int rows, int64_t in, const W* w, int64_t out, int64_t begin, int64_t end, float* y) {
+void ColumnRange(const float* x, int rows, int64_t in, W w, int64_t out, int64_t begin, int64_t end, float* y) {
   int64_t j = begin;
-  for (; j + kTileCols <= end; j += kTileCols) Columns<kTileCols>(x, rows, in, w + j * in, y + j, out);
-  for (; j < end; ++j) Columns<1>(x, rows, in, w + j * in, y + j, out);
+  for (; j + kTileCols <= end; j += kTileCols) Columns<kTileCols>(x, rows, in, Shift(w, in, j), y + j, out);
+  for (; j < end; ++j) Columns<1>(x, rows, in, Shift(w, in, j), y + j, out);
 }
 void MatMulNTColumns(const float* x, int rows, int64_t in, const float* w, int64_t out, int64_t begin, int64_t end,
                      float* y) {
@@ -113,6 +135,11 @@ void MatMulNTColumns(const float* x, int rows, int64_t in, const float* w, int64
 }
 void MatMulNTBf16Columns(const float* x, int rows, int64_t in, const uint16_t* w, int64_t out, int64_t begin,
                          int64_t end, float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
+void MatMulNTQ8Columns(const float* x, int rows, int64_t in, Q8Weights w, int64_t out, int64_t begin, int64_t end,
+                       float* y) {
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
@@ -124,9 +151,9 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 
 namespace steady::cpu {
@@ -139,6 +166,7 @@ bool SmallRowKernelInUse() { return small_row_kernel.load(std::memory_order_rela
 
 HWY_EXPORT(MatMulNTColumns);
 HWY_EXPORT(MatMulNTBf16Columns);
+HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(TargetName);
 
 namespace {
@@ -171,6 +199,41 @@ void MatMulNTBf16(const float* x, int rows, int in, const uint16_t* w, int out, 
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTBf16Columns)(x, rows, in, w, out, begin, end, y);
   });
+}
+
+void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ8Columns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ8Reference(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
+  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) {
+        const float weight = float(w.q[int64_t(j) * in + k]) * w.scales[j * blocks + k / kQ8Block];
+        s += double(x[int64_t(r) * in + k]) * double(weight);
+      }
+      y[int64_t(r) * out + j] = float(s);
+    }
+  }
+}
+
+void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales) {
+  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t k0 = b * kQ8Block, k1 = std::min<int64_t>(in, k0 + kQ8Block);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(w[r * in + k]));
+      const float scale = amax / 127.0f;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      scales[r * blocks + b] = scale;
+      for (int64_t k = k0; k < k1; ++k) q[r * in + k] = int8_t(std::lrint(w[r * in + k] * inv));
+    }
+  }
 }
 
 void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {

@@ -25,6 +25,21 @@ void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, 
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t b);
 
+// q8_0-style 8-bit weights (after llama.cpp's q8_0): each row of `in` weights in blocks of kQ8Block,
+// a block holding kQ8Block int8 values and one fp32 scale (the last block of a row may be shorter).
+// A weight is q * scale rounded to fp32. q [out, in]; scales [out, ceil(in / kQ8Block)].
+inline constexpr int kQ8Block = 32;
+struct Q8Weights {
+  const int8_t* q = nullptr;
+  const float* scales = nullptr;
+};
+// y = x w^T with q8_0 weights: the same kernel and properties as MatMulNTBf16, about a quarter of
+// the fp32 bytes (1.125 bytes a weight).
+void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y);
+void MatMulNTQ8Reference(const float* x, int rows, int in, Q8Weights w, int out, float* y);
+// w [rows, in] -> q, scales: per block, scale = max |w| / 127 and q = round(w / scale) (|q| <= 127).
+void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales);
+
 // Whether MatMulNT takes this kernel for small row counts (the default), or OpenBLAS for every
 // count (sgemv for one row), as before it existed: `steady bench --cpu-gemm openblas` measures both
 // in one run.

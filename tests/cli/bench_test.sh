@@ -142,6 +142,13 @@ b, f = (json.load(open(p)) for p in sys.argv[1:])
 assert b["device"] == "cpu (bf16 weights)", b["device"]
 assert 0.45 * f["weight_bytes"] < b["weight_bytes"] < 0.6 * f["weight_bytes"], (b["weight_bytes"], f["weight_bytes"])
 ' "$tmp/bf16.json" "$tmp/softmax64.json" && pass "bench: --cpu-weights bf16 halves the weight bytes" || fail "bench --cpu-weights bf16"
+run_bench "$tmp/q8.json" --context 64 --cpu-weights q8 "${small[@]}" &&
+  "$py" -c '
+import json, sys
+q, f = (json.load(open(p)) for p in sys.argv[1:])
+assert q["device"] == "cpu (q8 weights)", q["device"]
+assert 0.2 * f["weight_bytes"] < q["weight_bytes"] < 0.35 * f["weight_bytes"], (q["weight_bytes"], f["weight_bytes"])
+' "$tmp/q8.json" "$tmp/softmax64.json" && pass "bench: --cpu-weights q8 reads about a quarter of the weight bytes" || fail "bench --cpu-weights q8"
 expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \
   --context 8 --cpu-weights f16
 expect_error "bench: --cpu-gemm bogus" nonzero "--cpu-gemm" "$steady" bench --device cpu --preset tiny --batch 1 \

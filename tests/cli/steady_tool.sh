@@ -30,9 +30,11 @@ tok="$src/tests/data/tokenizer/tokenizer.model"
 a=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 2> /dev/null)
 b=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights bf16 2> /dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "generate --cpu-weights bf16 on bf16 weights = f32" || fail "bf16 generate: '$a' vs '$b'"
+"$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 8 --cpu-weights q8 > "$tmp/q8.txt" 2> "$tmp/err" &&
+  [ -s "$tmp/q8.txt" ] && pass "generate --cpu-weights q8" || fail "generate q8: $(cat "$tmp/err")"
 if "$steady" generate --model "$tmp/m" --prompt "x" --max-tokens 2 --cpu-weights f8 > /dev/null 2> "$tmp/err"; then
   fail "--cpu-weights f8 was accepted"
-elif grep -q -- "--cpu-weights: expected f32 or bf16" "$tmp/err"; then
+elif grep -q -- "--cpu-weights: expected f32, bf16 or q8" "$tmp/err"; then
   pass "generate --cpu-weights f8 refused"
 else
   fail "--cpu-weights f8: $(cat "$tmp/err")"
