@@ -33,7 +33,7 @@ ReducedMatrix Reduce(const std::vector<float>& w, int64_t in, CpuWeights precisi
     return m;
   }
   STEADY_CHECK(precision == CpuWeights::kQ8);
-  const int64_t blocks = (in + cpu::kQ8Block - 1) / cpu::kQ8Block;
+  const int64_t blocks = cpu::Q8BlocksPerRow(in);
   m.q8.resize(w.size());
   m.q8_scales.resize(rows * blocks);
   ByRowBands(rows, in, [&](int64_t r0, int64_t r1) {
@@ -88,21 +88,20 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision) {
   return m;
 }
 
-int64_t CpuMatrices::Bytes() const {
-  int64_t n = lm_head.Bytes();
+int64_t CpuMatrices::Sum(int64_t (*of)(const ReducedMatrix&)) const {
+  int64_t n = of(lm_head);
   for (const Layer& l : layers) {
-    for (const ReducedMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += w->Bytes();
+    for (const ReducedMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += of(*w);
   }
   return n;
 }
 
+int64_t CpuMatrices::Bytes() const {
+  return Sum([](const ReducedMatrix& w) { return w.Bytes(); });
+}
+
 int64_t CpuMatrices::Weights() const {
-  auto count = [](const ReducedMatrix& w) { return int64_t(w.bf16.size() + w.q8.size()); };
-  int64_t n = count(lm_head);
-  for (const Layer& l : layers) {
-    for (const ReducedMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += count(*w);
-  }
-  return n;
+  return Sum([](const ReducedMatrix& w) { return int64_t(w.bf16.size() + w.q8.size()); });
 }
 
 }  // namespace steady

@@ -47,6 +47,10 @@ struct CpuMatrices {
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).
   int64_t Weights() const;
+
+ private:
+  // `of` summed over every matrix.
+  int64_t Sum(int64_t (*of)(const ReducedMatrix&)) const;
 };
 
 }  // namespace steady

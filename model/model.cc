@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -221,8 +222,12 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   const int hidden = c.hidden_size, hd = c.head_dim, q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd,
             inter = c.intermediate_size;
   int rows = 0, out_rows = 0;
+  ws.first_row.clear();
+  ws.slots.clear();
   for (const Segment& s : segments) {
     STEADY_CHECK(!s.tokens.empty());
+    ws.first_row.push_back(rows);
+    ws.slots.push_back(s.slot);
     rows += int(s.tokens.size());
     out_rows += s.all_logits ? int(s.tokens.size()) : 1;
   }
@@ -250,31 +255,26 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   // Each segment's attention reads and writes only its own slot and its own rows, so segments run
   // on the compute threads side by side (the same arithmetic as one after another: bit-identical);
   // two segments of one slot would share a state and run in order instead.
-  std::vector<int> first_row(segments.size());
-  std::set<int> slots;
-  for (size_t i = 0, row = 0; i < segments.size(); row += segments[i].tokens.size(), ++i) {
-    first_row[i] = int(row);
-    slots.insert(segments[i].slot);
-  }
-  const int attention_tasks = slots.size() == segments.size() ? int(segments.size()) : 1;
+  std::sort(ws.slots.begin(), ws.slots.end());
+  const bool distinct_slots = std::adjacent_find(ws.slots.begin(), ws.slots.end()) == ws.slots.end();
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
-    // y[rows, out] = x[rows, in] W^T, from the matrix in the precision the caller chose.
-    using ReducedOf = const ReducedMatrix CpuMatrices::Layer::*;
-    auto project = [&](const float* x, int in, const std::vector<float>& w32, ReducedOf m, int out, float* y) {
-      if (wr != nullptr) {
-        MatMulReduced(x, rows, in, wr->*m, out, y);
+    // y[rows, out] = x[rows, in] W^T from the caller's reduced copy of W when there is one.
+    auto project = [&](const float* x, int in, const std::vector<float>& w32, const ReducedMatrix* w16, int out,
+                       float* y) {
+      if (w16 != nullptr) {
+        MatMulReduced(x, rows, in, *w16, out, y);
       } else {
         cpu::MatMulNT(x, rows, in, w32.data(), out, y);
       }
     };
     // Attention block.
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.wq, &CpuMatrices::Layer::wq, q_dim, ws.q.data());
-    project(ws.h.data(), hidden, w.wk, &CpuMatrices::Layer::wk, kv_dim, ws.k.data());
-    project(ws.h.data(), hidden, w.wv, &CpuMatrices::Layer::wv, kv_dim, ws.v.data());
+    project(ws.h.data(), hidden, w.wq, wr ? &wr->wq : nullptr, q_dim, ws.q.data());
+    project(ws.h.data(), hidden, w.wk, wr ? &wr->wk : nullptr, kv_dim, ws.k.data());
+    project(ws.h.data(), hidden, w.wv, wr ? &wr->wv : nullptr, kv_dim, ws.v.data());
     if (c.qk_norm) {
       cpu::RmsNorm(ws.q.data(), w.q_norm.data(), rows * c.num_heads, hd, float(c.rms_norm_eps), ws.q.data());
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
@@ -285,24 +285,24 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     }
     auto attend = [&](size_t i) {
       const Segment& s = segments[i];
-      const size_t row = size_t(first_row[i]);
+      const size_t row = size_t(ws.first_row[i]);
       AttentionForward<float>(w.attention, int(s.tokens.size()), ws.q.data() + row * q_dim,
                               ws.k.data() + row * kv_dim, ws.v.data() + row * kv_dim, pool.View(s.slot, l),
                               ws.att.data() + row * q_dim);
     };
-    if (attention_tasks > 1) {
-      cpu::ParallelFor(attention_tasks, [&](int i) { attend(size_t(i)); });
+    if (distinct_slots) {
+      cpu::ParallelFor(int(segments.size()), [&](int i) { attend(size_t(i)); });
     } else {
       for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
-    project(ws.att.data(), q_dim, w.wo, &CpuMatrices::Layer::wo, hidden, ws.proj.data());
+    project(ws.att.data(), q_dim, w.wo, wr ? &wr->wo : nullptr, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.w_gate, &CpuMatrices::Layer::w_gate, inter, ws.gate.data());
-    project(ws.h.data(), hidden, w.w_up, &CpuMatrices::Layer::w_up, inter, ws.up.data());
+    project(ws.h.data(), hidden, w.w_gate, wr ? &wr->w_gate : nullptr, inter, ws.gate.data());
+    project(ws.h.data(), hidden, w.w_up, wr ? &wr->w_up : nullptr, inter, ws.up.data());
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
-    project(ws.gate.data(), inter, w.w_down, &CpuMatrices::Layer::w_down, hidden, ws.proj.data());
+    project(ws.gate.data(), inter, w.w_down, wr ? &wr->w_down : nullptr, hidden, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
   }
 

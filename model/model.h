@@ -47,6 +47,7 @@ int64_t KvCacheFloatsPerToken(const ModelConfig& config);
 struct ForwardWorkspace {
   std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in;
   std::vector<int64_t> positions;
+  std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
 };
 
 // One session's rows in a forward step: `tokens` appended to the state in `slot`.

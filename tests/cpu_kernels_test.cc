@@ -234,9 +234,9 @@ TEST(CpuStateUpdateTest, SimdEqualsTheScalarReferenceBitForBit) {
       const std::vector<float> v = testing::RandomNormal<float>(n, rng);
       const float x = float(std::exp2(scale(rng))) * (update % 2 ? 1.0f : -1.0f);
       cpu::KahanAxpy(x, v.data(), row.data(), comp.data(), n);
-      cpu::KahanAxpyReference(x, v.data(), row_ref.data(), comp_ref.data(), n);
+      cpu::KahanAxpyReference<float>(x, v.data(), row_ref.data(), comp_ref.data(), n);
       cpu::Axpy(x, v.data(), plain.data(), n);
-      cpu::AxpyReference(x, v.data(), plain_ref.data(), n);
+      cpu::AxpyReference<float>(x, v.data(), plain_ref.data(), n);
     }
     EXPECT_EQ(0, std::memcmp(row.data(), row_ref.data(), n * sizeof(float))) << "sums, n " << n;
     EXPECT_EQ(0, std::memcmp(comp.data(), comp_ref.data(), n * sizeof(float))) << "compensations, n " << n;
@@ -316,7 +316,7 @@ TEST(CpuForwardTest, Bf16MatricesGiveTheFp32ResultOnBf16Weights) {
     auto rounded = Model::Load(dir);
     ASSERT_TRUE(rounded.ok()) << rounded.status();
     const CpuMatrices bf16 = CpuMatrices::From(*rounded, CpuWeights::kBf16);
-    EXPECT_EQ(bf16.Bytes() % 2, 0);
+    EXPECT_EQ(bf16.Bytes(), 2 * bf16.Weights()) << "bf16 matrices only";
     auto run = [&](const Model& model, const CpuMatrices* matrices) {
       StatePool pool(model, 3);
       ForwardWorkspace ws;

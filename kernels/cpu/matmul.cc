@@ -33,8 +33,7 @@ constexpr int64_t kChunk = 256;
 HWY_INLINE const float* Shift(const float* w, int64_t in, int64_t j) { return w + j * in; }
 HWY_INLINE const uint16_t* Shift(const uint16_t* w, int64_t in, int64_t j) { return w + j * in; }
 HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
-  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
-  return {w.q + j * in, w.scales + j * blocks};
+  return {w.q + j * in, w.scales + j * Q8BlocksPerRow(in)};
 }
 
 template <class D>
@@ -187,6 +186,18 @@ void SplitColumns(int rows, int in, int out, const Fn& columns) {
   });
 }
 
+// y[r, j] = sum over k of x[r, k] * weight(j, k), in double: the references of the three formats.
+template <typename WeightAt>
+void ReferenceProduct(const float* x, int rows, int in, int out, float* y, const WeightAt& weight) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * double(weight(j, k));
+      y[int64_t(r) * out + j] = float(s);
+    }
+  }
+}
+
 }  // namespace
 
 void MatMulNTSmallRows(const float* x, int rows, int in, const float* w, int out, float* y) {
@@ -208,21 +219,14 @@ void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y
 }
 
 void MatMulNTQ8Reference(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
-  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) {
-        const float weight = float(w.q[int64_t(j) * in + k]) * w.scales[j * blocks + k / kQ8Block];
-        s += double(x[int64_t(r) * in + k]) * double(weight);
-      }
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
+  const int64_t blocks = Q8BlocksPerRow(in);
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) {
+    return float(w.q[j * in + k]) * w.scales[j * blocks + k / kQ8Block];
+  });
 }
 
 void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales) {
-  const int64_t blocks = (in + kQ8Block - 1) / kQ8Block;
+  const int64_t blocks = Q8BlocksPerRow(in);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t k0 = b * kQ8Block, k1 = std::min<int64_t>(in, k0 + kQ8Block);
@@ -237,15 +241,7 @@ void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales) 
 }
 
 void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) {
-        s += double(x[int64_t(r) * in + k]) * double(Bf16ToFloat(w[int64_t(j) * in + k]));
-      }
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return Bf16ToFloat(w[j * in + k]); });
 }
 
 uint16_t FloatToBf16(float f) {
@@ -264,13 +260,7 @@ float Bf16ToFloat(uint16_t b) {
 }
 
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * w[int64_t(j) * in + k];
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return w[j * in + k]; });
 }
 
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }

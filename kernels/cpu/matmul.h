@@ -29,6 +29,7 @@ float Bf16ToFloat(uint16_t b);
 // a block holding kQ8Block int8 values and one fp32 scale (the last block of a row may be shorter).
 // A weight is q * scale rounded to fp32. q [out, in]; scales [out, ceil(in / kQ8Block)].
 inline constexpr int kQ8Block = 32;
+inline int64_t Q8BlocksPerRow(int64_t in) { return (in + kQ8Block - 1) / kQ8Block; }
 struct Q8Weights {
   const int8_t* q = nullptr;
   const float* scales = nullptr;

@@ -32,7 +32,7 @@ class Pool {
   ~Pool() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      stop_.store(true);
       generation_.fetch_add(1);
     }
     wake_.notify_all();
@@ -81,10 +81,7 @@ class Pool {
         g = generation_.load();
       }
       seen = g;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
-      }
+      if (stop_.load(std::memory_order_acquire)) return;
       Work();
       pending_.fetch_sub(1, std::memory_order_release);
     }
@@ -93,7 +90,7 @@ class Pool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;                    // guarded by mu_
+  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> generation_{0};  // moves once per job (and at shutdown)
   const std::function<void(int)>* fn_ = nullptr;
   int tasks_ = 0;
@@ -136,14 +133,12 @@ void ParallelFor(int tasks, const std::function<void(int)>& fn) {
   std::shared_ptr<Pool> p = CurrentPool();
   std::unique_lock<std::mutex> busy(p->busy_, std::try_to_lock);
   if (p->threads() == 1 || !busy.owns_lock()) return serial();
-  in_task = true;
+  // A ParallelFor from inside a task (on any thread) finds in_task set and runs serially.
   p->Run(tasks, [&](int t) {
-    const bool outer = in_task;
     in_task = true;
     fn(t);
-    in_task = outer;
+    in_task = false;
   });
-  in_task = false;
 }
 
 }  // namespace steady::cpu

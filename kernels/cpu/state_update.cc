@@ -58,15 +58,8 @@ void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
   HWY_DYNAMIC_DISPATCH(KahanAxpyLanes)(x, v, row, comp, n);
 }
 
-void KahanAxpyReference(float x, const float* v, float* row, float* comp, int n) {
-  for (int i = 0; i < n; ++i) KahanAdd(row[i], comp[i], x * v[i]);
-}
-
 void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(AxpyLanes)(x, v, row, n); }
 
-void AxpyReference(float x, const float* v, float* row, int n) {
-  for (int i = 0; i < n; ++i) row[i] += x * v[i];
-}
 
 }  // namespace steady::cpu
 #endif  // HWY_ONCE

@@ -5,7 +5,6 @@
 #define STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
 
 #include <cstddef>
-#include <type_traits>
 
 #include "kernels/cpu/state_update.h"
 
@@ -37,7 +36,7 @@ FeatureState<T> FeatureStateAt(T* base, size_t m, size_t dv, Accumulation acc) {
 }
 
 // S += w phi_k v^T, z += w phi_k for one key. fp32 rows go through the SIMD kernels, which equal
-// the scalar loops (the fp64 path, and their reference) bit for bit.
+// their scalar reference (the fp64 path) bit for bit.
 template <typename T>
 void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
   for (int f = 0; f < m; ++f) {
@@ -45,18 +44,10 @@ void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
     T* row = h.S + size_t(f) * dv;
     if (h.S_comp) {
       T* comp = h.S_comp + size_t(f) * dv;
-      if constexpr (std::is_same_v<T, float>) {
-        cpu::KahanAxpy(x, v, row, comp, dv);
-      } else {
-        for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], x * v[d]);
-      }
+      cpu::KahanAxpy(x, v, row, comp, dv);
       KahanAdd(h.z[f], h.z_comp[f], x);
     } else {
-      if constexpr (std::is_same_v<T, float>) {
-        cpu::Axpy(x, v, row, dv);
-      } else {
-        for (int d = 0; d < dv; ++d) row[d] += x * v[d];
-      }
+      cpu::Axpy(x, v, row, dv);
       h.z[f] += x;
     }
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -120,18 +119,10 @@ void AddKey(const TaylorParams& p, int dv, const T* fk, const T* v, HeadState<T>
     const T f = fk[r];
     if (hs.comp != nullptr) {
       T* comp = hs.comp + size_t(r) * width;
-      if constexpr (std::is_same_v<T, float>) {
-        cpu::KahanAxpy(f, v, row, comp, dv);  // = the scalar loop below, bit for bit
-      } else {
-        for (int d = 0; d < dv; ++d) KahanAdd(row[d], comp[d], f * v[d]);
-      }
+      cpu::KahanAxpy(f, v, row, comp, dv);  // SIMD for fp32, bit for bit its scalar reference
       KahanAdd(row[dv], comp[dv], f);
     } else {
-      if constexpr (std::is_same_v<T, float>) {
-        cpu::Axpy(f, v, row, dv);
-      } else {
-        for (int d = 0; d < dv; ++d) row[d] += f * v[d];
-      }
+      cpu::Axpy(f, v, row, dv);
       row[dv] += f;
     }
   }

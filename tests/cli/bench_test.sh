@@ -134,21 +134,21 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
-# bf16 matrices: the backend says so and a step reads about half the weight bytes.
-run_bench "$tmp/bf16.json" --context 64 --cpu-weights bf16 "${small[@]}" &&
-  "$py" -c '
+# bf16 and q8 matrices: the backend says so, and a step reads about a half and a quarter of the
+# weight bytes (against the f32 run above).
+reduced_weights() {  # PRECISION LOW HIGH: weight bytes within (LOW, HIGH) x f32's
+  run_bench "$tmp/$1.json" --context 64 --cpu-weights "$1" "${small[@]}" &&
+    "$py" -c '
 import json, sys
-b, f = (json.load(open(p)) for p in sys.argv[1:])
-assert b["device"] == "cpu (bf16 weights)", b["device"]
-assert 0.45 * f["weight_bytes"] < b["weight_bytes"] < 0.6 * f["weight_bytes"], (b["weight_bytes"], f["weight_bytes"])
-' "$tmp/bf16.json" "$tmp/softmax64.json" && pass "bench: --cpu-weights bf16 halves the weight bytes" || fail "bench --cpu-weights bf16"
-run_bench "$tmp/q8.json" --context 64 --cpu-weights q8 "${small[@]}" &&
-  "$py" -c '
-import json, sys
-q, f = (json.load(open(p)) for p in sys.argv[1:])
-assert q["device"] == "cpu (q8 weights)", q["device"]
-assert 0.2 * f["weight_bytes"] < q["weight_bytes"] < 0.35 * f["weight_bytes"], (q["weight_bytes"], f["weight_bytes"])
-' "$tmp/q8.json" "$tmp/softmax64.json" && pass "bench: --cpu-weights q8 reads about a quarter of the weight bytes" || fail "bench --cpu-weights q8"
+r, f = (json.load(open(p)) for p in sys.argv[1:3])
+low, high = float(sys.argv[4]), float(sys.argv[5])
+assert r["device"] == "cpu (%s weights)" % sys.argv[3], r["device"]
+assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (r["weight_bytes"], f["weight_bytes"])
+' "$tmp/$1.json" "$tmp/softmax64.json" "$1" "$2" "$3" &&
+    pass "bench: --cpu-weights $1 reads $2-$3 of the weight bytes" || fail "bench --cpu-weights $1"
+}
+reduced_weights bf16 0.45 0.6
+reduced_weights q8 0.2 0.35
 expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \
   --context 8 --cpu-weights f16
 expect_error "bench: --cpu-gemm bogus" nonzero "--cpu-gemm" "$steady" bench --device cpu --preset tiny --batch 1 \
