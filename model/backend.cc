@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "model/sampling.h"
 #include "model/state_pool.h"
@@ -30,13 +32,18 @@ int64_t WeightFloats(const Model& m) {
 class CpuBackend : public Backend {
  public:
   CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {
+    // Process-wide, like the thread count: the last backend made decides.
+    cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
     if (options.cpu_weights != CpuWeights::kF32) {
-      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights));
+      const bool amx = options.cpu_weights == CpuWeights::kBf16 && options.cpu_gemm == CpuGemm::kAuto &&
+                       cpu::AmxAvailable();
+      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx));
     }
   }
 
   std::string Name() const override {
-    return reduced_ ? "cpu (" + CpuWeightsName(reduced_->precision) + " weights)" : "cpu";
+    if (!reduced_) return "cpu";
+    return "cpu (" + CpuWeightsName(reduced_->precision) + " weights" + (reduced_->amx ? " on AMX)" : ")");
   }
   int slots() const override { return pool_.slots(); }
   int64_t position(int slot) const override { return pool_.position(slot); }

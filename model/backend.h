@@ -27,6 +27,8 @@ struct BackendOptions {
   // CPU: the projection matrices in fp32 (the reference) or bf16 (half the bytes a decode step reads;
   // model/cpu_weights.h). The CUDA backend holds bf16 weights whatever this says (cuda_bf16).
   CpuWeights cpu_weights = CpuWeights::kF32;
+  // CPU: which GEMM kernels (AMX for bf16 where the CPU has it by default; model/cpu_weights.h).
+  CpuGemm cpu_gemm = CpuGemm::kAuto;
   // Tokens of context a slot can hold where the state grows (softmax's KV cache): the CUDA backend
   // preallocates this much per slot and layer; the CPU backend grows without a bound.
   int64_t max_context = 4096;

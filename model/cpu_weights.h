@@ -22,11 +22,24 @@ enum class CpuWeights { kF32, kBf16, kQ8 };
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name);
 std::string CpuWeightsName(CpuWeights w);
 
-// One matrix [out, in] in a reduced precision: bf16 values, or q8_0 blocks (kernels/cpu/matmul.h).
+// Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
+//  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
+//         kernels/cpu/amx.h), else the SIMD small-row kernel up to 32 rows and OpenBLAS above;
+//  kSimd: never AMX: the SIMD kernel with fp32 activations whatever the CPU;
+//  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
+//         against; bf16 and q8 weights still take the SIMD kernel).
+enum class CpuGemm { kAuto, kSimd, kOpenBlas };
+absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
+std::string CpuGemmName(CpuGemm g);
+
+// One matrix [out, in] in a reduced precision: bf16 values (row-major, or packed for AMX tiles),
+// or q8_0 blocks (kernels/cpu/matmul.h). Exactly one of bf16, amx_bf16 and q8 is set.
 struct ReducedMatrix {
   std::vector<uint16_t> bf16;
+  std::vector<uint16_t> amx_bf16;  // kernels/cpu/amx.h PackAmxBf16 (zero padding included)
   std::vector<int8_t> q8;
   std::vector<float> q8_scales;
+  int64_t weights = 0;  // out * in
   int64_t Bytes() const;
 };
 
@@ -39,11 +52,12 @@ struct CpuMatrices {
     ReducedMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   CpuWeights precision = CpuWeights::kBf16;
+  bool amx = false;  // the bf16 matrices are packed for AMX tiles
   std::vector<Layer> layers;
   ReducedMatrix lm_head;  // [vocab, hidden]: the embedding table's copy when they are tied
 
-  // `precision` is kBf16 or kQ8.
-  static CpuMatrices From(const Model& model, CpuWeights precision);
+  // `precision` is kBf16 or kQ8; `amx` (bf16 only, where cpu::AmxAvailable()) packs for AMX.
+  static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false);
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).
   int64_t Weights() const;

@@ -7,7 +7,7 @@ namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
-const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights"};
+const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights", "cpu-gemm"};
 
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags) {
   if (!flags.Has("mechanism")) {
@@ -66,8 +66,11 @@ absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
   if (!threads.ok()) return threads.status();
   auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
   if (!weights.ok()) return weights.status();
+  auto gemm = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
+  if (!gemm.ok()) return gemm.status();
   options->cpu_threads = int(*threads);
   options->cpu_weights = *weights;
+  options->cpu_gemm = *gemm;
   return absl::OkStatus();
 }
 

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, c
   b.max_context = o.max_context;
   b.cpu_threads = o.cpu_threads;
   b.cpu_weights = o.cpu_weights;
+  b.cpu_gemm = o.cpu_gemm;
   return MakeBackend(model, o.device, b);
 }
 

@@ -46,7 +46,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights f32|bf16|q8] [--max-context N]
+                    [--cpu-weights f32|bf16|q8] [--cpu-gemm auto|simd|openblas] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -73,6 +73,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --cpu-weights W     CPU backend: the projection matrices in f32 (default), bf16 or q8 (8-bit
                       blocks of 32 with a scale), converted at start: a half or about a quarter of
                       the bytes per decode step, at a small quality cost (docs/cpu.md)
+  --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles where
+                      the CPU has them, activations rounded to bf16), simd (never AMX), openblas
+                      (every fp32 GEMM in OpenBLAS: a baseline to measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with
@@ -122,6 +125,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (absl::Status s = CpuOptionsFromFlags(flags, &cpu); !s.ok()) return s;
   o.cpu_threads = cpu.cpu_threads;
   o.cpu_weights = cpu.cpu_weights;
+  o.cpu_gemm = cpu.cpu_gemm;
   auto max_context = flags.GetInt("max-context", o.max_context, 1, int64_t(1) << 30);
   if (!max_context.ok()) return max_context.status();
   o.max_context = *max_context;
@@ -208,7 +212,7 @@ absl::Status Run(int argc, char** argv) {
   std::set<std::string> known = {"model",         "port",          "host",          "state-memory",
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
-                                 "drain-timeout", "device",       "max-context", "durability", "threads", "cpu-weights",
+                                 "drain-timeout", "device",       "max-context", "durability", "threads", "cpu-weights", "cpu-gemm",
                                  "session-store", "lease-ms",      "replica-name", "prefix-cache-memory",
                                  "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
                                  "api-keys",      "snapshot-key-file"};

@@ -135,20 +135,29 @@ run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${sm
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
 # bf16 and q8 matrices: the backend says so, and a step reads about a half and a quarter of the
-# weight bytes (against the f32 run above).
-reduced_weights() {  # PRECISION LOW HIGH: weight bytes within (LOW, HIGH) x f32's
-  run_bench "$tmp/$1.json" --context 64 --cpu-weights "$1" "${small[@]}" &&
+# weight bytes (against the f32 run above). bf16 goes on AMX tiles by default where the CPU has them
+# (--cpu-gemm simd: never).
+reduced_weights() {  # NAME DEVICE LOW HIGH FLAGS...: weight bytes within (LOW, HIGH) x f32's
+  local name=$1 device=$2 low=$3 high=$4
+  shift 4
+  run_bench "$tmp/$name.json" --context 64 "$@" "${small[@]}" &&
     "$py" -c '
 import json, sys
 r, f = (json.load(open(p)) for p in sys.argv[1:3])
 low, high = float(sys.argv[4]), float(sys.argv[5])
-assert r["device"] == "cpu (%s weights)" % sys.argv[3], r["device"]
+assert r["device"] == sys.argv[3], r["device"]
 assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (r["weight_bytes"], f["weight_bytes"])
-' "$tmp/$1.json" "$tmp/softmax64.json" "$1" "$2" "$3" &&
-    pass "bench: --cpu-weights $1 reads $2-$3 of the weight bytes" || fail "bench --cpu-weights $1"
+' "$tmp/$name.json" "$tmp/softmax64.json" "$device" "$low" "$high" &&
+    pass "bench: $* reads $low-$high of the weight bytes on \"$device\"" || fail "bench $*"
 }
-reduced_weights bf16 0.45 0.6
-reduced_weights q8 0.2 0.35
+reduced_weights bf16 "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm simd
+reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
+if grep -qw amx_bf16 /proc/cpuinfo; then
+  reduced_weights amx "cpu (bf16 weights on AMX)" 0.45 0.6 --cpu-weights bf16
+else
+  echo "skip - bench --cpu-weights bf16 on AMX (this CPU has no AMX-BF16)"
+  reduced_weights amx "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16
+fi
 expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \
   --context 8 --cpu-weights f16
 expect_error "bench: --cpu-gemm bogus" nonzero "--cpu-gemm" "$steady" bench --device cpu --preset tiny --batch 1 \

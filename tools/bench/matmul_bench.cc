@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 
@@ -44,6 +45,36 @@ void BM_SmallRowsKernel(benchmark::State& state) {
   state.SetLabel(cpu::SimdTargetName());
 }
 
+// The same kernel reading bf16 weights (--cpu-weights bf16 where the CPU lacks AMX).
+void BM_SmallRowsBf16(benchmark::State& state) {
+  const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
+  Buffers b = Make(rows, in, out);
+  std::vector<uint16_t> w(b.w.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = cpu::FloatToBf16(b.w[i]);
+  for (auto _ : state) {
+    cpu::MatMulNTBf16(b.x.data(), rows, in, w.data(), out, b.y.data());
+    benchmark::DoNotOptimize(b.y.data());
+  }
+  Report(state, rows, in, out);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(uint16_t)));
+}
+
+// bf16 weights on AMX tiles (kernels/cpu/amx.h), where the CPU has them.
+void BM_AmxBf16(benchmark::State& state) {
+  if (!cpu::AmxAvailable()) return state.SkipWithError("no AMX on this CPU");
+  const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
+  Buffers b = Make(rows, in, out);
+  std::vector<uint16_t> w(b.w.size()), packed(size_t(cpu::AmxPackedSize(out, in)));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = cpu::FloatToBf16(b.w[i]);
+  cpu::PackAmxBf16(w.data(), out, in, packed.data());
+  for (auto _ : state) {
+    cpu::MatMulNTAmxBf16(b.x.data(), rows, in, packed.data(), out, b.y.data());
+    benchmark::DoNotOptimize(b.y.data());
+  }
+  Report(state, rows, in, out);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(uint16_t)));
+}
+
 // What MatMulNT called before: sgemv for one row, sgemm (transposed weight) for more.
 void BM_OpenBlas(benchmark::State& state) {
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
@@ -67,6 +98,8 @@ void Shapes(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SmallRowsBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AmxBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_OpenBlas)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

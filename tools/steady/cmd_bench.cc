@@ -310,11 +310,9 @@ absl::Status RunBench(const Flags& flags) {
   }
   // Refuse an unusable --device before spending seconds on a large random model.
   if (absl::Status s = CheckDevice(flags.Get("device", "auto")); !s.ok()) return s;
-  const std::string gemm = flags.Get("cpu-gemm", "auto");
-  if (gemm != "auto" && gemm != "openblas") {
-    return absl::InvalidArgumentError(absl::StrCat("--cpu-gemm: expected auto or openblas, got \"", gemm, "\""));
-  }
-  cpu::UseSmallRowKernel(gemm == "auto");
+  auto gemm_flag = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
+  if (!gemm_flag.ok()) return gemm_flag.status();
+  const std::string gemm = CpuGemmName(*gemm_flag);
   auto model = BenchModel(flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
@@ -385,15 +383,15 @@ absl::Status RunBench(const Flags& flags) {
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
                     --context L[,L...] [--device D] [--threads N] [--cpu-weights f32|bf16|q8]
-                    [--cpu-gemm auto|openblas] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
+                    [--cpu-gemm auto|simd|openblas] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
                     [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8: the
-CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so); --cpu-gemm openblas: every
-CPU GEMM through OpenBLAS, as before the small-row kernel, for a baseline in the same run
-(docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
+CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so); --cpu-gemm: auto (AMX
+tiles for bf16 weights where the CPU has them), simd (never AMX), openblas (every fp32 GEMM through
+OpenBLAS, as before the small-row kernel), for baselines in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, then the
 position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
 other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),
@@ -408,7 +406,7 @@ so 2 x state bytes per slot for constant state; KV cache + one row for softmax. 
 step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot, N tokens
 (default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
 )",
-          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed", "cpu-gemm"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
+          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
 }
 
 }  // namespace steady

@@ -1,0 +1,163 @@
+// The AMX bf16 GEMM (kernels/cpu/amx.h) against its plain reference, its batch and thread
+// invariance, and the CPU backend's choice of it (--cpu-gemm). Every test reports SKIPPED on a CPU
+// (or a kernel) without AMX.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+#include "model/backend.h"
+#include "model/cpu_weights.h"
+#include "model/model.h"
+#include "model/state_pool.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+#define SKIP_WITHOUT_AMX() \
+  if (!cpu::AmxAvailable()) GTEST_SKIP() << "this CPU or kernel has no AMX-BF16"
+
+// A problem with bf16 weights: row-major (for the reference) and packed for the tiles.
+struct Bf16Problem {
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<uint16_t> w, packed;
+
+  Bf16Problem(int rows_, int in_, int out_, std::mt19937_64& rng) : rows(rows_), in(in_), out(out_) {
+    x = testing::RandomNormal<float>(size_t(rows) * in, rng);
+    const std::vector<float> w32 = testing::RandomNormal<float>(size_t(out) * in, rng);
+    for (float v : w32) w.push_back(cpu::FloatToBf16(v));
+    packed.assign(size_t(cpu::AmxPackedSize(out, in)), 0xffff);  // padding must be overwritten
+    cpu::PackAmxBf16(w.data(), out, in, packed.data());
+  }
+  std::vector<float> Amx(const float* xs, int n) const {
+    std::vector<float> y(size_t(n) * out, NAN);
+    cpu::MatMulNTAmxBf16(xs, n, in, packed.data(), out, y.data());
+    return y;
+  }
+};
+
+// bf16 products are exact in fp32; the tiles sum them in fp32, so each element is within
+// in * eps * sum |x_k w_k| of the double-precision sum of the same rounded values.
+TEST(CpuAmxTest, MatchesTheReferenceAtEveryShape) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 2, 15, 16, 17, 33}) {
+    for (int in : {1, 31, 32, 33, 100}) {
+      for (int out : {1, 15, 16, 17, 63, 64, 65, 130}) {
+        const Bf16Problem p(rows, in, out, rng);
+        const std::vector<float> got = p.Amx(p.x.data(), rows);
+        std::vector<float> want(got.size());
+        cpu::MatMulNTAmxBf16Reference(p.x.data(), rows, in, p.w.data(), out, want.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            double mag = 0;
+            for (int k = 0; k < in; ++k) {
+              mag += std::abs(double(cpu::Bf16ToFloat(cpu::FloatToBf16(p.x[size_t(r) * in + k]))) *
+                              cpu::Bf16ToFloat(p.w[size_t(j) * in + k]));
+            }
+            const size_t i = size_t(r) * out + j;
+            ASSERT_NEAR(got[i], want[i], 1e-30 + in * 1.2e-7 * mag)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The activations really are rounded to bf16: an input that bf16 cannot hold gives bf16's answer.
+TEST(CpuAmxTest, RoundsTheActivationsToBf16) {
+  SKIP_WITHOUT_AMX();
+  const float x = 1.0f + 1.0f / 1024;  // between bf16 neighbours 1 and 1 + 1/128: rounds to 1
+  const uint16_t one = cpu::FloatToBf16(1.0f);
+  std::vector<uint16_t> packed(size_t(cpu::AmxPackedSize(1, 1)));
+  cpu::PackAmxBf16(&one, 1, 1, packed.data());
+  float y = NAN;
+  cpu::MatMulNTAmxBf16(&x, 1, 1, packed.data(), 1, &y);
+  EXPECT_EQ(y, 1.0f);
+}
+
+// A row's result is the same bits alone or in any batch, and with one thread or two: a session's
+// logits do not depend on which other sessions share its step.
+TEST(CpuAmxTest, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
+  SKIP_WITHOUT_AMX();
+  struct Restore {
+    ~Restore() { cpu::SetComputeThreads(0); }
+  } restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const Bf16Problem p(40, 300, 700, rng);  // three passes of 16 rows; enough work to split
+  cpu::SetComputeThreads(2);
+  const std::vector<float> all = p.Amx(p.x.data(), p.rows);
+  cpu::SetComputeThreads(1);
+  EXPECT_EQ(all, p.Amx(p.x.data(), p.rows)) << "one thread against two";
+  cpu::SetComputeThreads(2);
+  std::vector<int> order(p.rows);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int n : {1, 5, 17}) {
+    std::vector<float> sub;
+    for (int i = 0; i < n; ++i) {
+      sub.insert(sub.end(), p.x.begin() + size_t(order[i]) * p.in, p.x.begin() + size_t(order[i] + 1) * p.in);
+    }
+    const std::vector<float> got = p.Amx(sub.data(), n);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(0, std::memcmp(got.data() + size_t(i) * p.out, all.data() + size_t(order[i]) * p.out,
+                               size_t(p.out) * sizeof(float)))
+          << "row " << order[i] << " in a batch of " << n;
+    }
+  }
+}
+
+// Through the backend: --cpu-gemm auto puts bf16 weights on the tiles (and says so), simd does
+// not; the two steps' logits are close (bf16 activations move them by a little) but not equal.
+TEST(CpuAmxTest, TheBackendTakesAmxForBf16UnlessTold) {
+  SKIP_WITHOUT_AMX();
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  auto step = [&](CpuGemm gemm, std::string* name) {
+    BackendOptions o;
+    o.slots = 2;
+    o.cpu_weights = CpuWeights::kBf16;
+    o.cpu_gemm = gemm;
+    auto backend = MakeBackend(m, "cpu", o);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    *name = (*backend)->Name();
+    std::vector<float> logits;
+    (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
+    return logits;
+  };
+  std::string amx_name, simd_name;
+  const std::vector<float> amx = step(CpuGemm::kAuto, &amx_name), simd = step(CpuGemm::kSimd, &simd_name);
+  EXPECT_EQ(amx_name, "cpu (bf16 weights on AMX)");
+  EXPECT_EQ(simd_name, "cpu (bf16 weights)");
+  ASSERT_EQ(amx.size(), simd.size());
+  double spread = 0, err = 0;
+  for (size_t i = 0; i < amx.size(); ++i) {
+    spread = std::max(spread, double(std::abs(simd[i])));
+    err = std::max(err, double(std::abs(amx[i] - simd[i])));
+  }
+  EXPECT_GT(err, 0.0) << "the AMX matrices were not read";
+  EXPECT_LT(err, 0.05 * spread) << "bf16 activations moved the logits by " << err << " of " << spread;
+  // The packed copy replaces the row-major one: two bytes a packed value, padding included.
+  const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kBf16, /*amx=*/true);
+  int64_t values = int64_t(packed.lm_head.amx_bf16.size());
+  for (const CpuMatrices::Layer& l : packed.layers) {
+    for (const ReducedMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_TRUE(w->bf16.empty() && !w->amx_bf16.empty());
+      values += int64_t(w->amx_bf16.size());
+    }
+  }
+  EXPECT_EQ(packed.Bytes(), 2 * values);
+  EXPECT_GE(values, packed.Weights());
+}
+
+}  // namespace
+}  // namespace steady
