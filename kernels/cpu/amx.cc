@@ -41,8 +41,8 @@ bool ProbeAmx() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
 }
 
-// The LDTILECFG operand: palette 1, every tile used 16 rows by 64 bytes. Tiles 0-3 accumulate a
-// group's four 16-column blocks, tile 4 holds 16 rows x 32 inputs of x, tiles 5 and 6 weights.
+// The LDTILECFG operand: palette 1, all eight tiles 16 rows by 64 bytes. Tiles 0-3 accumulate
+// (fp32), the others hold 16 rows x 32 inputs of x or a 32x16 weight tile (bf16 pairs).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -53,7 +53,7 @@ struct alignas(64) TileConfig {
 
 STEADY_AMX_TARGET void ConfigureTiles() {
   TileConfig config;
-  for (int t = 0; t < 7; ++t) {
+  for (int t = 0; t < 8; ++t) {
     config.bytes_per_row[t] = 64;
     config.rows[t] = kTileRows;
   }
@@ -73,42 +73,87 @@ STEADY_AMX_TARGET void RoundRows(const float* x, int rows, int in, int64_t in_pa
   }
 }
 
-// y's columns of groups [g0, g1): every 16 rows of x against each group's weights, which stay in L2
-// from the first 16 rows to the last.
+// Copies rows [r0, min(rows, r0 + 16)) of a 16-row accumulator block into y's columns [j0, j0 + cols).
+void StoreRows(const float (*acc)[kAmxGroup], int rows, int r0, int out, int64_t j0, int64_t cols, float* y) {
+  for (int r = r0; r < std::min(rows, r0 + kTileRows); ++r) {
+    std::memcpy(y + int64_t(r) * out + j0, acc[r - r0], size_t(cols) * sizeof(float));
+  }
+}
+
+// 32 rows (tiles 4 and 5) by one group's 64 columns, in two halves of 32 columns: each weight tile
+// (6, 7) serves both row blocks, accumulators 0-1 the first 16 rows, 2-3 the next.
+STEADY_AMX_TARGET void RowPair(const uint16_t* xr, int64_t stride, int64_t blocks, const uint16_t* wg,
+                               float (*top)[kAmxGroup], float (*bottom)[kAmxGroup]) {
+  for (int half = 0; half < 2; ++half) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const uint16_t* w = wg + (kb * kGroupTiles + 2 * half) * kTileValues;
+      _tile_loadd(4, xr + kb * kAmxBlock, stride);
+      _tile_loadd(5, xr + kb * kAmxBlock + kTileRows * stride / 2, stride);
+      _tile_loadd(6, w, 64);
+      _tile_loadd(7, w + kTileValues, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    const int c = half * 32;
+    _tile_stored(0, &top[0][c], kAmxGroup * sizeof(float));
+    _tile_stored(1, &top[0][c + 16], kAmxGroup * sizeof(float));
+    _tile_stored(2, &bottom[0][c], kAmxGroup * sizeof(float));
+    _tile_stored(3, &bottom[0][c + 16], kAmxGroup * sizeof(float));
+  }
+}
+
+// 16 rows (tile 4) by one group's four column tiles (accumulators 0-3), weight tiles 5-7 in turn.
+STEADY_AMX_TARGET void RowBlock(const uint16_t* xr, int64_t stride, int64_t blocks, const uint16_t* wg,
+                                float (*acc)[kAmxGroup]) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const uint16_t* w = wg + kb * kGroupTiles * kTileValues;
+    _tile_loadd(4, xr + kb * kAmxBlock, stride);
+    _tile_loadd(5, w, 64);
+    _tile_loadd(6, w + kTileValues, 64);
+    _tile_loadd(7, w + 2 * kTileValues, 64);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(5, w + 3 * kTileValues, 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, &acc[0][0], kAmxGroup * sizeof(float));
+  _tile_stored(1, &acc[0][16], kAmxGroup * sizeof(float));
+  _tile_stored(2, &acc[0][32], kAmxGroup * sizeof(float));
+  _tile_stored(3, &acc[0][48], kAmxGroup * sizeof(float));
+}
+
+// y's columns of groups [g0, g1): 32 rows of x at a time against each group's weights (then 16),
+// which stay in L2 from the first rows to the last. Every y element is the same chain of tile
+// products over the blocks of `in` whichever path computes it.
 STEADY_AMX_TARGET void Groups(const uint16_t* xb, int rows, int64_t in_pad, const uint16_t* packed, int out,
                               int64_t g0, int64_t g1, float* y) {
   ConfigureTiles();
   const int64_t blocks = in_pad / kAmxBlock;
   const int64_t stride = in_pad * int64_t(sizeof(uint16_t));
-  alignas(64) float acc[kTileRows][kAmxGroup];
+  alignas(64) float top[kTileRows][kAmxGroup], bottom[kTileRows][kAmxGroup];
   for (int64_t g = g0; g < g1; ++g) {
     const uint16_t* wg = packed + g * blocks * kGroupTiles * kTileValues;
     const int64_t j0 = g * kAmxGroup, cols = std::min<int64_t>(kAmxGroup, out - j0);
-    for (int r0 = 0; r0 < rows; r0 += kTileRows) {
-      const uint16_t* xr = xb + r0 * in_pad;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t kb = 0; kb < blocks; ++kb) {
-        const uint16_t* w = wg + kb * kGroupTiles * kTileValues;
-        _tile_loadd(4, xr + kb * kAmxBlock, stride);
-        _tile_loadd(5, w, 64);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(6, w + kTileValues, 64);
-        _tile_dpbf16ps(1, 4, 6);
-        _tile_loadd(5, w + 2 * kTileValues, 64);
-        _tile_dpbf16ps(2, 4, 5);
-        _tile_loadd(6, w + 3 * kTileValues, 64);
-        _tile_dpbf16ps(3, 4, 6);
-      }
-      _tile_stored(0, &acc[0][0], sizeof(acc[0]));
-      _tile_stored(1, &acc[0][16], sizeof(acc[0]));
-      _tile_stored(2, &acc[0][32], sizeof(acc[0]));
-      _tile_stored(3, &acc[0][48], sizeof(acc[0]));
-      for (int r = r0; r < std::min(rows, r0 + kTileRows); ++r) {
-        std::memcpy(y + int64_t(r) * out + j0, acc[r - r0], size_t(cols) * sizeof(float));
-      }
+    int r0 = 0;
+    for (; r0 + kTileRows < rows; r0 += 2 * kTileRows) {
+      RowPair(xb + r0 * in_pad, stride, blocks, wg, top, bottom);
+      StoreRows(top, rows, r0, out, j0, cols, y);
+      StoreRows(bottom, rows, r0 + kTileRows, out, j0, cols, y);
+    }
+    if (r0 < rows) {
+      RowBlock(xb + r0 * in_pad, stride, blocks, wg, top);
+      StoreRows(top, rows, r0, out, j0, cols, y);
     }
   }
   _tile_release();
