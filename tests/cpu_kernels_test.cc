@@ -247,6 +247,39 @@ TEST(CpuStateUpdateTest, SimdEqualsTheScalarReferenceBitForBit) {
   }
 }
 
+// The SIMD state reads equal their scalar references bit for bit: one query into fp32 (slay, dark),
+// with and without compensations, and a group of queries into fp64 (taylor), many rows accumulated,
+// at lengths that end inside a vector and groups wider than the kernel's registers.
+TEST(CpuStateUpdateTest, SimdReadsEqualTheScalarReferenceBitForBit) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int n : {1, 3, 8, 15, 16, 17, 33, 64, 65, 127}) {
+    for (int group : {1, 4, 9}) {
+      const int rows = 40;
+      const std::vector<float> sums = testing::RandomNormal<float>(size_t(rows) * n, rng);
+      std::vector<float> comp = testing::RandomNormal<float>(size_t(rows) * n, rng);
+      for (float& c : comp) c *= 1e-7f;
+      const std::vector<float> w = testing::RandomNormal<float>(size_t(group) * rows, rng);  // [group, rows]
+      for (const float* c : {static_cast<const float*>(comp.data()), static_cast<const float*>(nullptr)}) {
+        std::vector<float> out(n, 0.5f), out_ref = out;
+        std::vector<double> group_out(size_t(group) * n, 0.25), group_ref = group_out;
+        for (int r = 0; r < rows; ++r) {
+          const float* row = sums.data() + size_t(r) * n;
+          const float* crow = c != nullptr ? c + size_t(r) * n : nullptr;
+          cpu::ReadRow(w[r], row, crow, out.data(), n);
+          cpu::ReadRowReference<float>(w[r], row, crow, out_ref.data(), n);
+          cpu::ReadRowGroup(w.data() + r, rows, group, row, crow, group_out.data(), n);
+          cpu::ReadRowGroupReference<float>(w.data() + r, rows, group, row, crow, group_ref.data(), n);
+        }
+        const char* kind = c != nullptr ? "compensated" : "plain";
+        EXPECT_EQ(0, std::memcmp(out.data(), out_ref.data(), n * sizeof(float))) << kind << " row, n " << n;
+        EXPECT_EQ(0, std::memcmp(group_out.data(), group_ref.data(), group_out.size() * sizeof(double)))
+            << kind << " group of " << group << ", n " << n;
+        EXPECT_NE(out[0], 0.5f) << "nothing was read";
+      }
+    }
+  }
+}
+
 // A step mixing prefill and decode segments of several slots, whose attention runs on the compute
 // threads segment by segment: logits and every slot's state are the same bits with one thread or two.
 TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {

@@ -3,6 +3,9 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/host_device.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -42,6 +45,55 @@ void AxpyLanes(float x, const float* HWY_RESTRICT v, float* HWY_RESTRICT row, in
   for (; i < n; ++i) row[i] += x * v[i];
 }
 
+void ReadRowLanes(float w, const float* HWY_RESTRICT row, const float* HWY_RESTRICT comp, float* HWY_RESTRICT out,
+                  int n) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  const auto wv = hn::Set(d, w);
+  int i = 0;
+  if (comp != nullptr) {
+    for (; i + lanes <= n; i += lanes) {
+      const auto r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, comp + i));
+      hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(wv, r)), d, out + i);
+    }
+    for (; i < n; ++i) out[i] += w * (row[i] + comp[i]);
+  } else {
+    for (; i + lanes <= n; i += lanes) {
+      hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(wv, hn::LoadU(d, row + i))), d, out + i);
+    }
+    for (; i < n; ++i) out[i] += w * row[i];
+  }
+}
+
+// Up to kMaxGroup queries' weights in registers; larger groups go in passes.
+constexpr int kMaxGroup = 8;
+
+void ReadRowGroupLanes(const float* HWY_RESTRICT w, int64_t w_stride, int group, const float* HWY_RESTRICT row,
+                       const float* HWY_RESTRICT comp, double* HWY_RESTRICT out, int n) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> df;
+  const int lanes = int(hn::Lanes(d));
+  for (int i0 = 0; i0 < group; i0 += kMaxGroup) {
+    const int g = std::min(kMaxGroup, group - i0);
+    hn::Vec<decltype(d)> wv[kMaxGroup];
+    for (int i = 0; i < g; ++i) wv[i] = hn::Set(d, double(w[(i0 + i) * w_stride]));
+    int k = 0;
+    for (; k + lanes <= n; k += lanes) {
+      auto r = hn::PromoteTo(d, hn::LoadU(df, row + k));
+      if (comp != nullptr) r = hn::Add(r, hn::PromoteTo(d, hn::LoadU(df, comp + k)));
+      for (int i = 0; i < g; ++i) {
+        double* o = out + (i0 + i) * n + k;
+        hn::StoreU(hn::Add(hn::LoadU(d, o), hn::Mul(wv[i], r)), d, o);
+      }
+    }
+    for (; k < n; ++k) {
+      double r = double(row[k]);
+      if (comp != nullptr) r += double(comp[k]);
+      for (int i = 0; i < g; ++i) out[(i0 + i) * n + k] += double(w[(i0 + i) * w_stride]) * r;
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace steady::cpu
 HWY_AFTER_NAMESPACE();
@@ -53,6 +105,8 @@ namespace steady::cpu {
 
 HWY_EXPORT(KahanAxpyLanes);
 HWY_EXPORT(AxpyLanes);
+HWY_EXPORT(ReadRowLanes);
+HWY_EXPORT(ReadRowGroupLanes);
 
 void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
   HWY_DYNAMIC_DISPATCH(KahanAxpyLanes)(x, v, row, comp, n);
@@ -60,6 +114,14 @@ void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
 
 void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(AxpyLanes)(x, v, row, n); }
 
+void ReadRow(float w, const float* row, const float* comp, float* out, int n) {
+  HWY_DYNAMIC_DISPATCH(ReadRowLanes)(w, row, comp, out, n);
+}
+
+void ReadRowGroup(const float* w, int64_t w_stride, int group, const float* row, const float* comp, double* out,
+                  int n) {
+  HWY_DYNAMIC_DISPATCH(ReadRowGroupLanes)(w, w_stride, group, row, comp, out, n);
+}
 
 }  // namespace steady::cpu
 #endif  // HWY_ONCE

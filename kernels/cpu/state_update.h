@@ -1,10 +1,13 @@
-// The inner loop of every linear-state mechanism's update (model/mechanisms: taylor, slay, dark):
-// one state row += a scalar times the value vector, with or without Neumaier compensation. SIMD
+// The inner loops of every linear-state mechanism (model/mechanisms: taylor, slay, dark): the update,
+// one state row += a scalar times the value vector, with or without Neumaier compensation, and the
+// read, a query's weight times a state row (its sums plus their compensations) into the output. SIMD
 // (Highway, dispatched at run time) with the scalar reference beside it; the two agree bit for bit
 // (each lane does KahanAdd's operations in KahanAdd's order, products rounded before the add, no
 // fused multiply-add), tests/cpu_kernels_test.cc checks it.
 #ifndef STEADY_KERNELS_CPU_STATE_UPDATE_H_
 #define STEADY_KERNELS_CPU_STATE_UPDATE_H_
+
+#include <cstdint>
 
 #include "kernels/host_device.h"
 
@@ -28,6 +31,38 @@ void AxpyReference(T x, const T* v, T* row, int n) {
 }
 void Axpy(float x, const float* v, float* row, int n);
 inline void Axpy(double x, const double* v, double* row, int n) { AxpyReference(x, v, row, n); }
+
+// The read of one state row: out[d] += w * (row[d] + comp[d]) for d in [0, n), or out[d] += w * row[d]
+// where comp is null (slay, dark).
+template <typename T>
+void ReadRowReference(T w, const T* row, const T* comp, T* out, int n) {
+  if (comp != nullptr) {
+    for (int i = 0; i < n; ++i) out[i] += w * (row[i] + comp[i]);
+  } else {
+    for (int i = 0; i < n; ++i) out[i] += w * row[i];
+  }
+}
+void ReadRow(float w, const float* row, const float* comp, float* out, int n);
+inline void ReadRow(double w, const double* row, const double* comp, double* out, int n) {
+  ReadRowReference(w, row, comp, out, n);
+}
+
+// The same read in double for `group` queries at once (taylor): with r[d] = double(row[d]) +
+// double(comp[d]) (comp may be null), out[i * n + d] += double(w[i * w_stride]) * r[d] for each
+// query i < group and d in [0, n).
+template <typename T>
+void ReadRowGroupReference(const T* w, int64_t w_stride, int group, const T* row, const T* comp, double* out, int n) {
+  for (int d = 0; d < n; ++d) {
+    double r = double(row[d]);
+    if (comp != nullptr) r += double(comp[d]);
+    for (int i = 0; i < group; ++i) out[i * n + d] += double(w[i * w_stride]) * r;
+  }
+}
+void ReadRowGroup(const float* w, int64_t w_stride, int group, const float* row, const float* comp, double* out, int n);
+inline void ReadRowGroup(const double* w, int64_t w_stride, int group, const double* row, const double* comp,
+                         double* out, int n) {
+  ReadRowGroupReference(w, w_stride, group, row, comp, out, n);
+}
 
 }  // namespace steady::cpu
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/matmul.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"
@@ -123,25 +124,36 @@ void DeriveDarkW(const AttnShape& s, DarkParams* p) {
   }
 }
 
+namespace {
+
+// out[i] = w_i . x for the rows of w [rows, dk]: fp32 through the SIMD GEMM kernel (kernels/cpu/
+// matmul.h, lanes summed in its own order), fp64 in a plain loop (the reference).
+void RowDots(const float* w, int rows, int dk, const float* x, float* out) {
+  cpu::MatMulNTSmallRows(x, 1, dk, w, rows, out);
+}
+void RowDots(const float* w, int rows, int dk, const double* x, double* out) {
+  for (int i = 0; i < rows; ++i) {
+    double dot = 0;
+    for (int d = 0; d < dk; ++d) dot += double(w[size_t(i) * dk + d]) * x[d];
+    out[i] = dot;
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void DarkLogits(const DarkParams& p, const AttnShape& s, int g, const T* x, T* logits) {
   const int m = p.features, r = p.rank, dk = s.head_dim;
-  const float* M = p.M.data() + size_t(g) * r * dk;
-  const float* W = p.W.data() + size_t(g) * m * dk;
   // |M x'|^2 = scale |M x|^2 and w.x' = sqrt(scale) w.x.
+  thread_local std::vector<T> mx;
+  mx.resize(size_t(r));
+  RowDots(p.M.data() + size_t(g) * r * dk, r, dk, x, mx.data());
   T mx2 = 0;
-  for (int i = 0; i < r; ++i) {
-    T row = 0;
-    for (int d = 0; d < dk; ++d) row += T(M[size_t(i) * dk + d]) * x[d];
-    mx2 += row * row;
-  }
+  for (int i = 0; i < r; ++i) mx2 += mx[i] * mx[i];
   const T half_norm = T(p.scale) * mx2 / 2;
   const T root_scale = std::sqrt(T(p.scale));
-  for (int f = 0; f < m; ++f) {
-    T dot = 0;
-    for (int d = 0; d < dk; ++d) dot += T(W[size_t(f) * dk + d]) * x[d];
-    logits[f] = root_scale * dot - half_norm;
-  }
+  RowDots(p.W.data() + size_t(g) * m * dk, m, dk, x, logits);
+  for (int f = 0; f < m; ++f) logits[f] = root_scale * logits[f] - half_norm;
 }
 
 absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, DarkParams* p) {

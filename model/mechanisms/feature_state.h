@@ -59,15 +59,9 @@ T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) 
   T den = 0;
   for (int f = 0; f < m; ++f) {
     const T w = phi_q[f] * factor;
-    const T* row = h.S + size_t(f) * dv;
-    if (h.S_comp) {
-      const T* comp = h.S_comp + size_t(f) * dv;
-      for (int d = 0; d < dv; ++d) num[d] += w * (row[d] + comp[d]);
-      den += w * (h.z[f] + h.z_comp[f]);
-    } else {
-      for (int d = 0; d < dv; ++d) num[d] += w * row[d];
-      den += w * h.z[f];
-    }
+    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
+    cpu::ReadRow(w, h.S + size_t(f) * dv, h.S_comp ? h.S_comp + size_t(f) * dv : nullptr, num, dv);
+    den += h.S_comp ? w * (h.z[f] + h.z_comp[f]) : w * h.z[f];
   }
   return den;
 }

@@ -134,21 +134,16 @@ template <typename T>
 void ReadState(const TaylorParams& p, int dv, int group, const T* gq, HeadState<T> hs, double* num,
                double* den) {
   const int width = dv + 1;
-  std::fill(num, num + group * dv, 0.0);
-  std::fill(den, den + group, 0.0);
-  std::vector<double> row(width);
+  std::vector<double> acc(size_t(group) * width, 0.0);  // [group, dv | den]
   for (int r = 0; r < p.features; ++r) {
-    const T* sums = hs.sums + size_t(r) * width;
-    for (int d = 0; d < width; ++d) row[d] = double(sums[d]);
-    if (hs.comp != nullptr) {
-      const T* comp = hs.comp + size_t(r) * width;
-      for (int d = 0; d < width; ++d) row[d] += double(comp[d]);
-    }
-    for (int i = 0; i < group; ++i) {
-      const double w = double(gq[size_t(i) * p.features + r]);
-      for (int d = 0; d < dv; ++d) num[i * dv + d] += w * row[d];
-      den[i] += w * row[dv];
-    }
+    const size_t at = size_t(r) * width;
+    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
+    cpu::ReadRowGroup(gq + r, p.features, group, hs.sums + at, hs.comp != nullptr ? hs.comp + at : nullptr,
+                      acc.data(), width);
+  }
+  for (int i = 0; i < group; ++i) {
+    std::copy(acc.begin() + i * width, acc.begin() + i * width + dv, num + i * dv);
+    den[i] = acc[size_t(i) * width + dv];
   }
 }
 

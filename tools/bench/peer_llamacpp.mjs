@@ -11,6 +11,10 @@
 //   node peer_llamacpp.mjs compare --steady BIN --model DIR --gguf FILE --rounds R ...
 //       interleaved runs (steady bench and llama.cpp, R times, alternating which goes first; each a
 //       fresh process on the same weights) and the median of each engine's per-run figures.
+//   node peer_llamacpp.mjs serve   --gguf FILE --sequences N --turns T --prompt-tokens P --output-tokens G
+//       llama.cpp serving a multi-turn load: N sequences of one context side by side (node-llama-cpp
+//       batches their steps into one llama_decode), each T turns of P new prompt tokens and G greedy
+//       tokens; one JSON object shaped like steady-loadtest's --json (summary, per-turn latency).
 //   node peer_llamacpp.mjs table COMPARE.json ...
 //       the markdown rows of docs/peer-llamacpp.md.
 //
@@ -212,6 +216,69 @@ async function cmdLlama(flags) {
   }
 }
 
+// --- serving: N sequences, multi-turn -------------------------------------------------------------
+const percentile = (xs, q) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor(q * s.length))] : null;
+};
+const latencyStats = (xs) => ({mean: xs.reduce((a, b) => a + b, 0) / xs.length, p50: median(xs), p90: percentile(xs, 0.9)});
+
+async function cmdServe(flags) {
+  const {llama, threads, release} = await loadLlama(flags);
+  const model = await llama.loadModel({modelPath: flags.gguf, gpuLayers: 0});
+  const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const sequences = parseInt(flags.sequences || "16", 10), turns = parseInt(flags.turns || "30", 10);
+  const promptTokens = parseInt(flags["prompt-tokens"] || "32", 10);
+  const outputTokens = parseInt(flags["output-tokens"] || "16", 10);
+  const seed = parseInt(flags.seed || "1", 10);
+  const kv = (flags.kv || "f32").toUpperCase();
+  const ctx = await model.createContext({
+    contextSize: turns * (promptTokens + outputTokens) + 16, sequences, batchSize: 512,
+    threads: {ideal: threads, min: threads}, flashAttention: flags.flash === "on",
+    experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv, ignoreMemorySafetyChecks: true,
+  });
+  const records = [];
+  const t0 = performance.now();
+  try {
+    await Promise.all(Array.from({length: sequences}, async (_, s) => {
+      const seq = ctx.getSequence();
+      const tokens = tokenStream(vocab, seed * 1000 + s);
+      for (let turn = 1; turn <= turns; ++turn) {
+        const start = performance.now();
+        let first = null, n = 0;
+        // Greedy tokens until G of them (EOS is not a stop here, as max_tokens with random weights).
+        for await (const _token of seq.evaluate(tokens(promptTokens), {temperature: 0})) {
+          if (first === null) first = performance.now();
+          if (++n >= outputTokens) break;
+        }
+        const end = performance.now();
+        records.push({session: s, turn, start_s: (start - t0) / 1000, prompt_tokens: promptTokens, output_tokens: n,
+                      ttft_ms: first - start, e2e_ms: end - start, session_position: seq.nextTokenIndex});
+      }
+    }));
+  } finally {
+    const duration = (performance.now() - t0) / 1000;
+    const out = records.reduce((a, r) => a + r.output_tokens, 0);
+    const byTurn = [];
+    for (let t = 1; t <= turns; ++t) {
+      const rs = records.filter((r) => r.turn === t);
+      if (rs.length) byTurn.push({turn: t, ttft_ms: latencyStats(rs.map((r) => r.ttft_ms)), e2e_ms: latencyStats(rs.map((r) => r.e2e_ms))});
+    }
+    console.log(JSON.stringify({
+      engine: "llama.cpp", release, system_info: llama.systemInfo, gguf: flags.gguf, threads, kv_type: kv.toLowerCase(),
+      flash_attention: ctx.flashAttention, context_size_per_sequence: ctx.contextSize,
+      config: {sessions: sequences, turns, prompt_tokens: promptTokens, output_tokens: outputTokens},
+      summary: {requests: sequences * turns, completed: records.length, duration_s: duration, output_tokens: out,
+                output_tokens_per_s: out / duration, ttft_ms: latencyStats(records.map((r) => r.ttft_ms)),
+                e2e_ms: latencyStats(records.map((r) => r.e2e_ms))},
+      turns: byTurn,
+    }));
+    await ctx.dispose();
+    await model.dispose();
+    await llama.dispose();
+  }
+}
+
 // --- cross-check ------------------------------------------------------------------------------------
 const DEFAULT_PROMPTS = [
   "Once upon a time",
@@ -406,4 +473,5 @@ if (command === "llama") await cmdLlama(flags);
 else if (command === "check") await cmdCheck(flags);
 else if (command === "compare") cmdCompare(flags);
 else if (command === "table") cmdTable(flags);
-else die("usage: peer_llamacpp.mjs check|llama|compare [flags] (see the comment at the top of this file)");
+else if (command === "serve") await cmdServe(flags);
+else die("usage: peer_llamacpp.mjs check|llama|compare|serve|table [flags] (see the comment at the top of this file)");

@@ -7,7 +7,9 @@
 #                                          # tokens, tokenizer and NLL of both engines compared
 #   tools/bench/peer_llamacpp.sh bench     # a random llama1b-shaped checkpoint to GGUF; decode tokens/s
 #                                          # at batch 1 and each depth, prefill tokens/s, interleaved runs
-#   tools/bench/peer_llamacpp.sh all       # the three in order
+#   tools/bench/peer_llamacpp.sh serve     # a multi-turn serving load (16 sessions x 30 turns) on
+#                                          # steady-server and on llama.cpp's parallel sequences
+#   tools/bench/peer_llamacpp.sh all       # install, check and bench
 #
 # Knobs (environment): PEER_CACHE (default ~/.cache/steady-peer-llamacpp), STEADY (build/bin/steady),
 # NLC_VERSION (3.22.1), THREADS (all cores), LLAMA_THREADS (llama.cpp's threads; default THREADS),
@@ -16,7 +18,9 @@
 # pairs with Steady's q8),
 # KV (f32: llama.cpp's KV cache type; Steady's is f32), FLASH (on|off|auto for llama.cpp), DATA (text for
 # the NLL check; default corpus-data/valid.txt when present), CHECK_TOKENS (greedy tokens per prompt, 256),
-# CHECK_THREADS (llama.cpp threads in the check, 1).
+# CHECK_THREADS (llama.cpp threads in the check, 1); serve: SESSIONS (16), TURNS (30), PROMPT (32 new
+# prompt tokens a turn), OUTPUT (16 tokens a turn), SERVE_WEIGHTS (bf16: Steady's --cpu-weights and the
+# GGUF type), SERVE_MECHANISMS (Steady's, "taylor softmax").
 # Results (JSON and the markdown table) go to $PEER_CACHE/results/<UTC time>/.
 set -euo pipefail
 
@@ -116,11 +120,73 @@ bench() {
   node "$MJS" table "${outs[@]}" | tee "$RESULTS/table.md"
 }
 
+# serve: the multi-turn serving load on both engines, one after the other on the same llama1b-shaped
+# weights: SESSIONS sessions (llama.cpp: sequences of one context) of TURNS turns, each PROMPT new
+# prompt tokens and OUTPUT greedy tokens. Steady serves each of SERVE_MECHANISMS through
+# steady-server and steady-loadtest (--cpu-weights SERVE_WEIGHTS); llama.cpp serves softmax, all it has.
+serve() {
+  mkdir -p "$WORK" "$RESULTS"
+  local ckpt=$WORK/llama1b-random sessions=${SESSIONS:-16} turns=${TURNS:-30} prompt=${PROMPT:-32} output=${OUTPUT:-16}
+  local weights=${SERVE_WEIGHTS:-bf16} bin
+  bin=$(dirname "$STEADY")
+  local gguf_type=$weights
+  [[ $weights == q8 ]] && gguf_type=q8_0
+  [[ -f $ckpt/model.safetensors ]] || "$STEADY" init --out "$ckpt" --preset llama1b --dtype f16 --seed 1 \
+    --tokenizer "$REPO/models/tiny-softmax/tokenizer.model"
+  convert "$ckpt" "$gguf_type" "$WORK/llama1b-random.$gguf_type.gguf"
+  server_pid=""
+  trap '[[ -n $server_pid ]] && kill $server_pid 2>/dev/null' EXIT
+  local outs=() log=$RESULTS/server.log
+  for m in ${SERVE_MECHANISMS:-taylor softmax}; do
+    local mech=(--mechanism "$m")
+    [[ $m == taylor ]] && mech+=(--order 2)
+    log "steady-server, $m, $weights weights: $sessions sessions x $turns turns of $prompt + $output tokens"
+    "$bin/steady-server" --model "$ckpt" "${mech[@]}" --port 0 --state-memory 8G --prefix-cache-memory 0 \
+      --max-batch "$sessions" --cpu-weights "$weights" --threads "$THREADS" 2>"$log" &
+    server_pid=$!
+    local port=""
+    for _ in $(seq 1200); do
+      port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+      [[ -n $port ]] && break
+      sleep 0.1
+    done
+    [[ -n $port ]] || { cat "$log" >&2; return 1; }
+    "$bin/steady-loadtest" --addr "127.0.0.1:$port" --sessions "$sessions" --turns "$turns" \
+      --prompt-tokens "fixed:$prompt" --output-tokens "fixed:$output" --label "steady $m $weights" \
+      --json "$RESULTS/serve-steady-$m.json" >/dev/null
+    kill "$server_pid"
+    wait "$server_pid" || true
+    server_pid=""
+    outs+=("$RESULTS/serve-steady-$m.json")
+  done
+  log "llama.cpp, softmax, $gguf_type weights, KV $KV: $sessions sequences x $turns turns"
+  node "$MJS" serve --gguf "$WORK/llama1b-random.$gguf_type.gguf" --sequences "$sessions" --turns "$turns" \
+    --prompt-tokens "$prompt" --output-tokens "$output" --threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" \
+    --flash "$FLASH" >"$RESULTS/serve-llamacpp.json"
+  outs+=("$RESULTS/serve-llamacpp.json")
+  "$PYTHON" - "${outs[@]}" <<'EOF' | tee "$RESULTS/serve-table.md"
+import json, sys
+print("| engine | mechanism | output tokens/s, all sessions | turn 1 | turn 10 | turn 30 | prompt tokens a turn |")
+print("|---|---|---|---|---|---|---|")
+for path in sys.argv[1:]:
+    r = json.load(open(path))
+    s, turns = r["summary"], {t["turn"]: t for t in r["turns"]}
+    cell = lambda t: "%.0f ms" % turns[t]["e2e_ms"]["p50"] if t in turns else "-"
+    if r.get("engine") == "llama.cpp":
+        name, mech, prompt = "llama.cpp " + r["release"], "softmax", r["config"]["prompt_tokens"]
+    else:
+        name, mech = "Steady", r["config"]["label"].split()[1]
+        prompt = s["prompt_tokens"] / max(1, s["completed"])
+    print(f"| {name} | {mech} | {s['output_tokens_per_s']:.1f} | {cell(1)} | {cell(10)} | {cell(30)} | {prompt:.0f} |")
+EOF
+}
+
 case ${1:-all} in
   install) install ;;
   check) install; check ;;
   bench) install; bench ;;
+  serve) install; serve ;;
   all) install; check; bench ;;
-  *) echo "usage: $0 [install|check|bench|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|check|bench|serve|all]" >&2; exit 2 ;;
 esac
 log "results in $RESULTS"
