@@ -1,6 +1,7 @@
 // The CPU kernels against their plain references (kernels/cpu): the small-row GEMM against a
 // double-precision dot product, its batch and thread invariance, and the thread pool itself.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/kv_attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
@@ -275,6 +277,49 @@ TEST(CpuStateUpdateTest, SimdReadsEqualTheScalarReferenceBitForBit) {
         EXPECT_EQ(0, std::memcmp(group_out.data(), group_ref.data(), group_out.size() * sizeof(double)))
             << kind << " group of " << group << ", n " << n;
         EXPECT_NE(out[0], 0.5f) << "nothing was read";
+      }
+    }
+  }
+}
+
+// The SIMD softmax attention over a KV cache against a double-precision reference: GQA groups, head
+// sizes that end inside a vector, one cached row to several chunks of them (combined across chunks),
+// and the same bits with one thread or two.
+TEST(CpuKvAttentionTest, MatchesTheReference) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  for (const auto& [kv_heads, group, dk, dv] : {std::array{1, 1, 16, 16}, std::array{2, 4, 64, 64}, std::array{3, 2, 17, 9}}) {
+    for (int64_t len : {1, 2, 15, 16, 17, 300, 1100}) {
+      const int64_t row = int64_t(kv_heads) * (dk + dv);
+      const std::vector<float> q = testing::RandomNormal<float>(size_t(kv_heads) * group * dk, rng, 2.0);
+      const std::vector<float> cache = testing::RandomNormal<float>(size_t(len * row), rng);
+      const float scale = 0.7f;
+      std::vector<float> y(size_t(kv_heads) * group * dv, NAN);
+      cpu::SetComputeThreads(2);
+      cpu::AttendKvCache(kv_heads, group, dk, dv, scale, q.data(), cache.data(), len, y.data());
+      std::vector<float> one_thread(y.size());
+      cpu::SetComputeThreads(1);
+      cpu::AttendKvCache(kv_heads, group, dk, dv, scale, q.data(), cache.data(), len, one_thread.data());
+      ASSERT_EQ(0, std::memcmp(y.data(), one_thread.data(), y.size() * sizeof(float))) << "len " << len;
+      for (int g = 0; g < kv_heads; ++g) {
+        for (int h = 0; h < group; ++h) {
+          const float* qh = q.data() + (size_t(g) * group + h) * dk;
+          std::vector<double> l(len);
+          for (int64_t j = 0; j < len; ++j) {
+            double dot = 0;
+            for (int d = 0; d < dk; ++d) dot += double(qh[d]) * cache[size_t(j * row + g * (dk + dv) + d)];
+            l[j] = scale * dot;
+          }
+          const double top = *std::max_element(l.begin(), l.end());
+          double den = 0;
+          for (double& x : l) den += x = std::exp(x - top);
+          for (int d = 0; d < dv; ++d) {
+            double want = 0;
+            for (int64_t j = 0; j < len; ++j) want += l[j] / den * cache[size_t(j * row + g * (dk + dv) + dk + d)];
+            ASSERT_NEAR(y[(size_t(g) * group + h) * dv + d], want, 2e-5)
+                << "kv_heads " << kv_heads << " group " << group << " dk " << dk << " dv " << dv << " len " << len;
+          }
+        }
       }
     }
   }

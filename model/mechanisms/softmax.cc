@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/kv_attention.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
 
@@ -71,6 +72,14 @@ void AttendCache(const AttnShape& s, double scale, const T* q, const T* cache, i
   }
 }
 
+// The decode step's attention: fp32 in SIMD (kernels/cpu/kv_attention.h), fp64 through the loop above.
+void Attend(const AttnShape& s, double scale, const float* q, const float* cache, int64_t len, float* y) {
+  cpu::AttendKvCache(s.kv_heads, s.group(), s.head_dim, s.value_dim, float(scale), q, cache, len, y);
+}
+void Attend(const AttnShape& s, double scale, const double* q, const double* cache, int64_t len, double* y) {
+  AttendCache(s, scale, q, cache, len, y);
+}
+
 template <typename T>
 void AppendToCache(const AttnShape& s, const T* k, const T* v, std::vector<T>* cache) {
   for (int g = 0; g < s.kv_heads; ++g) {
@@ -87,7 +96,7 @@ void Step(const LayerAttention& a, const SoftmaxParams& p, const T* q, const T* 
   const AttnShape& s = a.shape;
   AppendToCache(s, k, v, st.growing);
   const int64_t len = st.growing->size() / (s.kv_heads * (s.head_dim + s.value_dim));
-  AttendCache(s, p.scale, q, st.growing->data(), len, y);
+  Attend(s, p.scale, q, st.growing->data(), len, y);
 }
 
 template <typename T>

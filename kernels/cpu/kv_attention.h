@@ -1,0 +1,20 @@
+// Softmax attention of one query row against a KV cache, in SIMD (kernels/cpu/kv_attention.cc): the
+// decode step of the softmax mechanism (model/mechanisms/softmax.cc), whose cost grows with the
+// context. The plain template there stays the reference, and the fp64 path.
+#ifndef STEADY_KERNELS_CPU_KV_ATTENTION_H_
+#define STEADY_KERNELS_CPU_KV_ATTENTION_H_
+
+#include <cstdint>
+
+namespace steady::cpu {
+
+// The cache's row j holds, for each of `kv_heads` heads, dk key values then dv value values. q holds
+// kv_heads * group query heads of dk values (the `group` heads of kv head g at g * group); y gets
+// dv values per query head: y_h = sum_j softmax_j(scale * q_h . k_j) v_j over the first `len` rows,
+// max-shifted. Each cached row is read once per kv head for its whole group.
+void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* cache,
+                   int64_t len, float* y);
+
+}  // namespace steady::cpu
+
+#endif  // STEADY_KERNELS_CPU_KV_ATTENTION_H_
