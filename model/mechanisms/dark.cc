@@ -243,20 +243,21 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.features, dv = s.value_dim;
-  std::vector<T> phi_k(m), phi_q(m);
+  const int group = s.group();
+  std::vector<T> phi_k(m), phi_q(size_t(group) * m), cq(group), den(group);
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     const T c_old = *h.c;
     KeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
     if (*h.c > c_old) ScaleState(m, dv, ShiftFactor(c_old, *h.c), h.sums);
     AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h.sums);
-    for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-      const T cq = QueryFeatures(p, s, g, q + hq * s.head_dim, phi_q.data());
-      T* yh = y + hq * dv;
-      std::fill(yh, yh + dv, T(0));
-      const T den = ReadState(m, dv, phi_q.data(), T(1), h.sums, yh);
-      GuardedRatio(dv, den, double(cq) + double(*h.c), p.delta, yh);
+    for (int i = 0; i < group; ++i) {
+      cq[i] = QueryFeatures(p, s, g, q + (g * group + i) * s.head_dim, phi_q.data() + size_t(i) * m);
     }
+    T* yg = y + g * group * dv;
+    std::fill(yg, yg + group * dv, T(0));
+    ReadStateGroup(m, dv, group, phi_q.data(), h.sums, yg, den.data());  // the state read once per group
+    for (int i = 0; i < group; ++i) GuardedRatio(dv, den[i], double(cq[i]) + double(*h.c), p.delta, yg + i * dv);
   }
 }
 

@@ -66,6 +66,25 @@ T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) 
   return den;
 }
 
+// ReadState for the `group` query heads of one kv head at once, factor 1: num [group, dv] +=
+// phi_q[i]^T S, den[i] = phi_q[i] . z, for phi_q [group, m]. Each state row is read from memory once
+// for the whole group (then from L1); every query's sums are the same operations in the same order
+// as ReadState's, so the results are the same bits.
+template <typename T>
+void ReadStateGroup(int m, int dv, int group, const T* phi_q, FeatureState<T> h, T* num, T* den) {
+  std::fill(den, den + group, T(0));
+  for (int f = 0; f < m; ++f) {
+    const T* row = h.S + size_t(f) * dv;
+    const T* comp = h.S_comp ? h.S_comp + size_t(f) * dv : nullptr;
+    const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
+    for (int i = 0; i < group; ++i) {
+      const T w = phi_q[size_t(i) * m + f] * T(1);
+      cpu::ReadRow(w, row, comp, num + size_t(i) * dv, dv);
+      den[i] += w * z;
+    }
+  }
+}
+
 // a . b over m features (the chunked forms' intra-chunk kernel values).
 template <typename T>
 T Dot(int m, const T* a, const T* b) {

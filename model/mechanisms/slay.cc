@@ -190,17 +190,21 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim;
-  std::vector<T> poly(p.anchors), psi_k(m), psi_q(m);
+  const int group = s.group();
+  std::vector<T> poly(p.anchors), psi_k(m), psi_q(size_t(group) * m), den(group);
   for (int g = 0; g < s.kv_heads; ++g) {
     const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
     FeaturesInto(p, s, g, k + g * s.head_dim, poly.data(), psi_k.data());
     AddKey(m, dv, psi_k.data(), T(1), v + g * dv, h);
-    for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-      FeaturesInto(p, s, g, q + hq * s.head_dim, poly.data(), psi_q.data());
-      T* yh = y + hq * dv;
-      std::fill(yh, yh + dv, T(0));
-      const T den = ReadState(m, dv, psi_q.data(), T(1), h, yh) + T(p.delta);
-      for (int d = 0; d < dv; ++d) yh[d] /= den;
+    for (int i = 0; i < group; ++i) {
+      FeaturesInto(p, s, g, q + (g * group + i) * s.head_dim, poly.data(), psi_q.data() + size_t(i) * m);
+    }
+    T* yg = y + g * group * dv;
+    std::fill(yg, yg + group * dv, T(0));
+    ReadStateGroup(m, dv, group, psi_q.data(), h, yg, den.data());  // the state read once per group
+    for (int i = 0; i < group; ++i) {
+      const T d_i = den[i] + T(p.delta);
+      for (int d = 0; d < dv; ++d) yg[i * dv + d] /= d_i;
     }
   }
 }
