@@ -232,8 +232,13 @@ async function cmdServe(flags) {
   const outputTokens = parseInt(flags["output-tokens"] || "16", 10);
   const seed = parseInt(flags.seed || "1", 10);
   const kv = (flags.kv || "f32").toUpperCase();
+  // node-llama-cpp dispatches a batch on the next event-loop turn after the first sequence queues a
+  // token; sequences whose generators resume later miss it. --batch-wait-ms W waits W ms instead, so
+  // that one llama_decode gathers every sequence's token.
+  const waitMs = parseFloat(flags["batch-wait-ms"] || "0");
+  const batching = waitMs > 0 ? {dispatchSchedule: (dispatch) => setTimeout(dispatch, waitMs)} : {};
   const ctx = await model.createContext({
-    contextSize: turns * (promptTokens + outputTokens) + 16, sequences, batchSize: 512,
+    contextSize: turns * (promptTokens + outputTokens) + 16, sequences, batchSize: 512, batching,
     threads: {ideal: threads, min: threads}, flashAttention: flags.flash === "on",
     experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv, ignoreMemorySafetyChecks: true,
   });
@@ -267,7 +272,7 @@ async function cmdServe(flags) {
     console.log(JSON.stringify({
       engine: "llama.cpp", release, system_info: llama.systemInfo, gguf: flags.gguf, threads, kv_type: kv.toLowerCase(),
       flash_attention: ctx.flashAttention, context_size_per_sequence: ctx.contextSize,
-      config: {sessions: sequences, turns, prompt_tokens: promptTokens, output_tokens: outputTokens},
+      config: {sessions: sequences, turns, prompt_tokens: promptTokens, output_tokens: outputTokens, batch_wait_ms: waitMs},
       summary: {requests: sequences * turns, completed: records.length, duration_s: duration, output_tokens: out,
                 output_tokens_per_s: out / duration, ttft_ms: latencyStats(records.map((r) => r.ttft_ms)),
                 e2e_ms: latencyStats(records.map((r) => r.e2e_ms))},

@@ -88,11 +88,12 @@ absl::Status RunEval(const Flags& flags) {
 
 Command EvalCommand() {
   return {"eval", R"(usage: steady eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D] [--threads N] [--cpu-weights f32|bf16|q8]
-                   [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
+                   [--cpu-gemm auto|simd|openblas] [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Perplexity of a text file through the recurrent (decode) path, and state bytes per session;
 sessions restart every --context tokens. --cpu-weights bf16|q8 measures the CPU backend with its
-matrices in bf16 or 8-bit blocks (the perplexity delta against f32 is their quality cost; docs/cpu.md).
+matrices in bf16 or 8-bit blocks (the perplexity delta against f32 is their quality cost; docs/cpu.md);
+--cpu-gemm simd keeps bf16 off AMX tiles (which also round the activations to bf16).
 )",
           {.with_value = FlagUnion({{"model", "data", "max-tokens", "context"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunEval};
 }

@@ -75,11 +75,12 @@ Command GenerateCommand() {
   return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--chat [--system TEXT]] [--max-tokens N]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
-                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights f32|bf16|q8]
+                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
 
 Streams generated text to stdout; usage figures to stderr. --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
---threads: the CPU backend's threads (default 0: every core); --cpu-weights bf16|q8: its matrices in bf16 or 8-bit blocks.
+--threads: the CPU backend's threads (default 0: every core); --cpu-weights bf16|q8: its matrices in bf16 or 8-bit blocks;
+--cpu-gemm: auto (bf16 on AMX tiles where the CPU has them), simd (never AMX) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template (config.json's
 "chat_template", or the default: docs/checkpoint-format.md), whose stop strings are added.
