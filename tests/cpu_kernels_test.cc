@@ -109,6 +109,32 @@ TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
   }
 }
 
+// sliced_relu's fp64 projections: the SIMD matrix-vector product against the plain loop (within
+// fp64 rounding of a sum in another order), and the same bits with one thread or two.
+TEST(CpuMatMulTest, Fp64MatVecMatchesTheReference) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 7, 64, 300}) {
+    for (int in : {1, 5, 16, 33, 1000}) {
+      const std::vector<float> w = testing::RandomNormal<float>(size_t(rows) * in, rng);
+      const std::vector<float> bias = testing::RandomNormal<float>(rows, rng);
+      const std::vector<double> x = testing::RandomNormal<double>(in, rng);
+      std::vector<double> got(rows), want(rows), one(rows);
+      cpu::SetComputeThreads(2);
+      cpu::MatVecF64(w.data(), rows, in, x.data(), bias.data(), got.data());
+      cpu::MatVecF64Reference(w.data(), rows, in, x.data(), bias.data(), want.data());
+      cpu::SetComputeThreads(1);
+      cpu::MatVecF64(w.data(), rows, in, x.data(), bias.data(), one.data());
+      EXPECT_EQ(got, one) << "rows " << rows << " in " << in;
+      for (int i = 0; i < rows; ++i) {
+        double mag = std::abs(double(bias[i]));
+        for (int k = 0; k < in; ++k) mag += std::abs(double(w[size_t(i) * in + k]) * x[k]);
+        ASSERT_NEAR(got[i], want[i], in * 2.3e-16 * mag) << "rows " << rows << " in " << in << " row " << i;
+      }
+    }
+  }
+}
+
 // bf16 weights: the kernel against a double-precision product with the same stored weights, at
 // any row count (prefill too), and each row's result independent of the batch.
 TEST(CpuMatMulTest, Bf16WeightsMatchTheReferenceAndTheBatch) {
@@ -278,6 +304,38 @@ TEST(CpuStateUpdateTest, SimdReadsEqualTheScalarReferenceBitForBit) {
         EXPECT_EQ(0, std::memcmp(group_out.data(), group_ref.data(), group_out.size() * sizeof(double)))
             << kind << " group of " << group << ", n " << n;
         EXPECT_NE(out[0], 0.5f) << "nothing was read";
+      }
+    }
+  }
+}
+
+// sliced_relu's compensated fp32 pairs: the SIMD insert (AddToSum on a row) and read (ReadSum)
+// equal the scalar reference bit for bit over many inserts of values whose magnitudes straddle the
+// sums' (both branches of the compensated add), compensated and plain.
+TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<double> scale(-8.0, 8.0);
+  for (int n : {1, 5, 8, 9, 31, 131}) {
+    for (bool compensated : {true, false}) {
+      std::vector<float> sums(n, 0.0f), comps(n, 0.0f), sums_ref = sums, comps_ref = comps;
+      float* c = compensated ? comps.data() : nullptr;
+      float* c_ref = compensated ? comps_ref.data() : nullptr;
+      for (int insert = 0; insert < 300; ++insert) {
+        std::vector<double> x = testing::RandomNormal<double>(n, rng);
+        for (double& v : x) v *= std::exp2(scale(rng));
+        cpu::AddRowToSums(x.data(), sums.data(), c, n);
+        cpu::AddRowToSumsReference<float>(x.data(), sums_ref.data(), c_ref, n);
+      }
+      EXPECT_EQ(0, std::memcmp(sums.data(), sums_ref.data(), n * sizeof(float))) << "sums, n " << n;
+      EXPECT_EQ(0, std::memcmp(comps.data(), comps_ref.data(), n * sizeof(float))) << "comps, n " << n;
+      std::vector<double> wide(n), wide_ref(n);
+      cpu::WidenSums(sums.data(), c, wide.data(), n);
+      cpu::WidenSumsReference<float>(sums.data(), c, wide_ref.data(), n);
+      EXPECT_EQ(0, std::memcmp(wide.data(), wide_ref.data(), n * sizeof(double))) << "read, n " << n;
+      if (compensated) {
+        bool used = false;
+        for (float v : comps) used |= v != 0.0f;
+        EXPECT_TRUE(used) << "n " << n << ": the compensations were never exercised";
       }
     }
   }

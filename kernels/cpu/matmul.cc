@@ -121,6 +121,26 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, i
   }
 }
 
+// Rows [begin, end) of MatVecF64.
+void MatVecF64Rows(const float* HWY_RESTRICT w, int in, const double* HWY_RESTRICT x, const float* HWY_RESTRICT bias,
+                   int64_t begin, int64_t end, double* HWY_RESTRICT y) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> df;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  for (int64_t i = begin; i < end; ++i) {
+    const float* row = w + i * in;
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+    int64_t k = 0;
+    for (; k + 2 * lanes <= in; k += 2 * lanes) {
+      a0 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k)), hn::LoadU(d, x + k), a0);
+      a1 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k + lanes)), hn::LoadU(d, x + k + lanes), a1);
+    }
+    double s = double(bias[i]) + hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+    for (; k < in; ++k) s += double(row[k]) * x[k];
+    y[i] = s;
+  }
+}
+
 // Output columns [begin, end) of y[rows, out].
 template <typename W>
 void ColumnRange(const float* x, int rows, int64_t in, W w, int64_t out, int64_t begin, int64_t end, float* y) {
@@ -167,6 +187,7 @@ HWY_EXPORT(MatMulNTColumns);
 HWY_EXPORT(MatMulNTBf16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(MatVecF64Rows);
 
 namespace {
 
@@ -257,6 +278,28 @@ float Bf16ToFloat(uint16_t b) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
+}
+
+void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y) {
+  constexpr int kRowsPerTask = 64;
+  const int tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  const auto run = [&](int t) {
+    const int64_t begin = int64_t(t) * kRowsPerTask;
+    HWY_DYNAMIC_DISPATCH(MatVecF64Rows)(w, in, x, bias, begin, std::min<int64_t>(rows, begin + kRowsPerTask), y);
+  };
+  if (int64_t(rows) * in < (int64_t(1) << 16)) {
+    for (int t = 0; t < tasks; ++t) run(t);
+  } else {
+    ParallelFor(tasks, run);
+  }
+}
+
+void MatVecF64Reference(const float* w, int rows, int in, const double* x, const float* bias, double* y) {
+  for (int i = 0; i < rows; ++i) {
+    double s = bias[i];
+    for (int k = 0; k < in; ++k) s += double(w[int64_t(i) * in + k]) * x[k];
+    y[i] = s;
+  }
 }
 
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y) {

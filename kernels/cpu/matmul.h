@@ -47,6 +47,12 @@ void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales);
 void UseSmallRowKernel(bool on);
 bool SmallRowKernelInUse();
 
+// y[i] = bias[i] + sum over k of double(w[i, k]) * x[k] for the rows of w [rows, in]: fp32 weights,
+// fp64 input and sums (sliced_relu's score projections), SIMD lanes summed in their own order, rows
+// split over the compute threads (each row's sum the same whatever the thread count).
+void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y);
+void MatVecF64Reference(const float* w, int rows, int in, const double* x, const float* bias, double* y);
+
 // The plain reference the kernels are tested against: a double-precision dot product per element.
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y);
 

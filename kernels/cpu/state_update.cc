@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/host_device.h"
+#include "kernels/sliced_bins_math.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace steady::cpu {
@@ -94,6 +95,53 @@ void ReadRowGroupLanes(const float* HWY_RESTRICT w, int64_t w_stride, int group,
   }
 }
 
+void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
+                    int n) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> df;
+  const int lanes = int(hn::Lanes(d));
+  int i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    auto v = hn::PromoteTo(d, hn::LoadU(df, sums + i));
+    if (comps != nullptr) v = hn::Add(v, hn::PromoteTo(d, hn::LoadU(df, comps + i)));
+    hn::StoreU(v, d, out + i);
+  }
+  for (; i < n; ++i) out[i] = comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
+}
+
+// AddToSum lane by lane: KahanAdd in double on the widened pair, then StoreSum's rounding to fp32.
+void AddRowToSumsLanes(const double* HWY_RESTRICT x, float* HWY_RESTRICT sums, float* HWY_RESTRICT comps, int n) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> df;
+  const int lanes = int(hn::Lanes(d));
+  int i = 0;
+  if (comps == nullptr) {
+    for (; i + lanes <= n; i += lanes) {
+      const auto s = hn::Add(hn::PromoteTo(d, hn::LoadU(df, sums + i)), hn::LoadU(d, x + i));
+      hn::StoreU(hn::DemoteTo(df, s), df, sums + i);
+    }
+    for (; i < n; ++i) sums[i] = float(double(sums[i]) + x[i]);
+    return;
+  }
+  for (; i + lanes <= n; i += lanes) {
+    const auto xv = hn::LoadU(d, x + i);
+    const auto hi = hn::PromoteTo(d, hn::LoadU(df, sums + i));
+    auto lo = hn::PromoteTo(d, hn::LoadU(df, comps + i));
+    const auto t = hn::Add(hi, xv);
+    const auto big = hn::Ge(hn::Abs(hi), hn::Abs(xv));
+    lo = hn::Add(lo, hn::IfThenElse(big, hn::Add(hn::Sub(hi, t), xv), hn::Add(hn::Sub(xv, t), hi)));
+    const auto s = hn::Add(t, lo);
+    lo = hn::Sub(lo, hn::Sub(s, t));
+    // StoreSum: sum = fp32(s'), comp = fp32((s' - sum) + lo) where s' = s + lo is KahanAdd's new hi.
+    const auto whole = hn::Add(s, lo);
+    const auto sum32 = hn::DemoteTo(df, whole);
+    const auto rest = hn::Add(hn::Sub(s, hn::PromoteTo(d, sum32)), lo);
+    hn::StoreU(sum32, df, sums + i);
+    hn::StoreU(hn::DemoteTo(df, rest), df, comps + i);
+  }
+  for (; i < n; ++i) AddToSum(x[i], sums + i, comps + i);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace steady::cpu
 HWY_AFTER_NAMESPACE();
@@ -107,6 +155,8 @@ HWY_EXPORT(KahanAxpyLanes);
 HWY_EXPORT(AxpyLanes);
 HWY_EXPORT(ReadRowLanes);
 HWY_EXPORT(ReadRowGroupLanes);
+HWY_EXPORT(WidenSumsLanes);
+HWY_EXPORT(AddRowToSumsLanes);
 
 void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
   HWY_DYNAMIC_DISPATCH(KahanAxpyLanes)(x, v, row, comp, n);
@@ -116,6 +166,14 @@ void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(Axp
 
 void ReadRow(float w, const float* row, const float* comp, float* out, int n) {
   HWY_DYNAMIC_DISPATCH(ReadRowLanes)(w, row, comp, out, n);
+}
+
+void WidenSums(const float* sums, const float* comps, double* out, int n) {
+  HWY_DYNAMIC_DISPATCH(WidenSumsLanes)(sums, comps, out, n);
+}
+
+void AddRowToSums(const double* x, float* sums, float* comps, int n) {
+  HWY_DYNAMIC_DISPATCH(AddRowToSumsLanes)(x, sums, comps, n);
 }
 
 void ReadRowGroup(const float* w, int64_t w_stride, int group, const float* row, const float* comp, double* out,

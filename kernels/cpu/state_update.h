@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/host_device.h"
+#include "kernels/sliced_bins_math.h"
 
 namespace steady::cpu {
 
@@ -62,6 +63,27 @@ void ReadRowGroup(const float* w, int64_t w_stride, int group, const float* row,
 inline void ReadRowGroup(const double* w, int64_t w_stride, int group, const double* row, const double* comp,
                          double* out, int n) {
   ReadRowGroupReference(w, w_stride, group, row, comp, out, n);
+}
+
+// sliced_relu's bucketed state (model/mechanisms/sliced_bins.cc) keeps running sums as an fp32 pair
+// (sum, compensation) read and updated in double (kernels/sliced_bins_math.h ReadSum, AddToSum).
+// WidenSums: out[i] = ReadSum(sums + i, comps + i) (comps may be null); AddRowToSums: AddToSum(x[i],
+// sums + i, comps + i) for i in [0, n). SIMD for fp32 sums, bit for bit the scalar reference.
+template <typename T>
+void WidenSumsReference(const T* sums, const T* comps, double* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = ReadSum(sums + i, comps ? comps + i : nullptr);
+}
+void WidenSums(const float* sums, const float* comps, double* out, int n);
+inline void WidenSums(const double* sums, const double* comps, double* out, int n) {
+  WidenSumsReference(sums, comps, out, n);
+}
+template <typename T>
+void AddRowToSumsReference(const double* x, T* sums, T* comps, int n) {
+  for (int i = 0; i < n; ++i) AddToSum(x[i], sums + i, comps ? comps + i : nullptr);
+}
+void AddRowToSums(const double* x, float* sums, float* comps, int n);
+inline void AddRowToSums(const double* x, double* sums, double* comps, int n) {
+  AddRowToSumsReference(x, sums, comps, n);
 }
 
 }  // namespace steady::cpu

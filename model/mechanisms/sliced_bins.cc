@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/state_update.h"
+
 namespace steady {
 
 using sliced_bins::BinOf;
@@ -26,7 +28,7 @@ void BinsInsert(const SlicedBinsLayout& layout, double z, const T* v, T* head) {
   KeyMoments(z, v, layout.value_dim, key.data());
   // Welford: M2 += (z - old mean)(z - new mean).
   key[m] = sliced_bins::WelfordIncrement(ReadSum(sums, comp(0)), ReadSum(sums + 1, comp(1)), z);
-  for (int i = 0; i < row_floats; ++i) AddToSum(key[i], sums + i, comp(i));
+  cpu::AddRowToSums(key.data(), sums, comps, row_floats);  // SIMD for fp32, bit for bit AddToSum
   const size_t n = layout.HeadFloats();
   head[n - 2] = std::min(head[n - 2], T(z));
   head[n - 1] = std::max(head[n - 1], T(z));
@@ -37,9 +39,7 @@ void BinsSnapshot(const SlicedBinsLayout& layout, const T* head, SlicedBinsSnaps
   const int m = SlicedMomentCount(layout.value_dim), row_floats = layout.BinFloats();
   const size_t cells = size_t(layout.bins + 2) * row_floats;
   out->rows.resize(cells);
-  for (size_t i = 0; i < cells; ++i) {
-    out->rows[i] = ReadSum(head + i, layout.compensated ? head + cells + i : nullptr);
-  }
+  cpu::WidenSums(head, layout.compensated ? head + cells : nullptr, out->rows.data(), int(cells));  // ReadSum each
   out->cum.assign(size_t(layout.bins + 3) * m, 0.0);
   for (int b = 0; b < layout.bins + 2; ++b) {
     const double* row = out->rows.data() + size_t(b) * row_floats;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/matmul.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
 #include "model/mechanisms/sliced_bins.h"
@@ -186,22 +187,14 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
     return;
   }
   std::vector<double> in(x, x + width);
+  // fp32 weights times fp64 activations, summed in fp64 SIMD lanes (kernels/cpu/matmul.h).
   if (kind == SlicedProjection::kMlp) {
     std::vector<double> hidden(width);
-    for (int i = 0; i < width; ++i) {
-      const float* row = w.fc1_weight.data() + int64_t(i) * width;
-      double acc = w.fc1_bias[i];
-      for (int j = 0; j < width; ++j) acc += double(row[j]) * in[j];
-      hidden[i] = Gelu(acc);
-    }
+    cpu::MatVecF64(w.fc1_weight.data(), width, width, in.data(), w.fc1_bias.data(), hidden.data());
+    for (double& h : hidden) h = Gelu(h);
     in = std::move(hidden);
   }
-  for (int g = 0; g < groups; ++g) {
-    const float* row = w.out_weight.data() + int64_t(g) * width;
-    double acc = w.out_bias[g];
-    for (int j = 0; j < width; ++j) acc += double(row[j]) * in[j];
-    z[g] = acc;
-  }
+  cpu::MatVecF64(w.out_weight.data(), groups, width, in.data(), w.out_bias.data(), z);
 }
 
 // Scores of one token: zq [heads], zk [kv_heads]. Keys are rounded to T, as the state holds them.
