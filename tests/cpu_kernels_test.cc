@@ -341,6 +341,22 @@ TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
   }
 }
 
+// dark's feature exps in SIMD against std::exp: within a few ulps, down to underflow.
+TEST(CpuStateUpdateTest, ExpFeaturesMatchStdExp) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int n : {1, 15, 16, 17, 256}) {
+    std::vector<float> x = testing::RandomNormal<float>(n, rng, 30.0);
+    x[0] = -1e30f;  // far below the shift: exp underflows to 0
+    const float shift = *std::max_element(x.begin(), x.end()), scale = 0.0625f;
+    std::vector<float> got = x;
+    cpu::ExpFeatures(got.data(), n, shift, scale);
+    for (int i = 0; i < n; ++i) {
+      const double want = std::exp(double(x[i] - shift)) * scale;  // the difference in fp32, as the kernel
+      EXPECT_NEAR(got[i], want, 4e-7 * want + 1e-38) << "n " << n << " x " << x[i];
+    }
+  }
+}
+
 // slay's and dark's decode step reads the state once for a GQA group: each query's output and
 // denominator are the same bits as a read of its own (ReadState), compensated or plain.
 TEST(CpuStateUpdateTest, AGroupReadEqualsOneReadPerQuery) {

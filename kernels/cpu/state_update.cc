@@ -2,8 +2,10 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/state_update.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/host_device.h"
@@ -95,6 +97,15 @@ void ReadRowGroupLanes(const float* HWY_RESTRICT w, int64_t w_stride, int group,
   }
 }
 
+void ExpFeaturesLanes(float* HWY_RESTRICT x, int n, float shift, float scale) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  const auto sh = hn::Set(d, shift), sc = hn::Set(d, scale);
+  int i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), sh)), sc), d, x + i);
+  for (; i < n; ++i) x[i] = std::exp(x[i] - shift) * scale;
+}
+
 void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
                     int n) {
   const hn::ScalableTag<double> d;
@@ -156,6 +167,7 @@ HWY_EXPORT(AxpyLanes);
 HWY_EXPORT(ReadRowLanes);
 HWY_EXPORT(ReadRowGroupLanes);
 HWY_EXPORT(WidenSumsLanes);
+HWY_EXPORT(ExpFeaturesLanes);
 HWY_EXPORT(AddRowToSumsLanes);
 
 void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
@@ -166,6 +178,10 @@ void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(Axp
 
 void ReadRow(float w, const float* row, const float* comp, float* out, int n) {
   HWY_DYNAMIC_DISPATCH(ReadRowLanes)(w, row, comp, out, n);
+}
+
+void ExpFeatures(float* x, int n, float shift, float scale) {
+  HWY_DYNAMIC_DISPATCH(ExpFeaturesLanes)(x, n, shift, scale);
 }
 
 void WidenSums(const float* sums, const float* comps, double* out, int n) {

@@ -7,6 +7,7 @@
 #ifndef STEADY_KERNELS_CPU_STATE_UPDATE_H_
 #define STEADY_KERNELS_CPU_STATE_UPDATE_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/host_device.h"
@@ -63,6 +64,13 @@ void ReadRowGroup(const float* w, int64_t w_stride, int group, const float* row,
 inline void ReadRowGroup(const double* w, int64_t w_stride, int group, const double* row, const double* comp,
                          double* out, int n) {
   ReadRowGroupReference(w, w_stride, group, row, comp, out, n);
+}
+
+// Positive random features (dark): x[i] = exp(x[i] - shift) * scale for i in [0, n), shift >= every
+// x[i]. fp32 in SIMD with Highway's Exp (within a few ulps of std::exp), fp64 through std::exp.
+void ExpFeatures(float* x, int n, float shift, float scale);
+inline void ExpFeatures(double* x, int n, double shift, double scale) {
+  for (int i = 0; i < n; ++i) x[i] = std::exp(x[i] - shift) * scale;
 }
 
 // sliced_relu's bucketed state (model/mechanisms/sliced_bins.cc) keeps running sums as an fp32 pair

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/state_update.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"
@@ -58,8 +59,7 @@ template <typename T>
 T QueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, T* phi) {
   DarkLogits(p, s, g, q, phi);
   const T top = *std::max_element(phi, phi + p.features);
-  const T inv_sqrt_m = T(1) / std::sqrt(T(p.features));
-  for (int f = 0; f < p.features; ++f) phi[f] = std::exp(phi[f] - top) * inv_sqrt_m;
+  cpu::ExpFeatures(phi, p.features, top, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
   return top;
 }
 
@@ -69,8 +69,7 @@ template <typename T>
 void KeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
   DarkLogits(p, s, g, k, phi);
   *c = std::max(*c, *std::max_element(phi, phi + p.features));
-  const T inv_sqrt_m = T(1) / std::sqrt(T(p.features));
-  for (int f = 0; f < p.features; ++f) phi[f] = std::exp(phi[f] - *c) * inv_sqrt_m;
+  cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
 }
 
 // exp(from - to) for to >= from; an empty reference (-inf) contributes nothing.
