@@ -262,10 +262,10 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     const LayerWeights& w = layers_[l];
     const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
     // y[rows, out] = x[rows, in] W^T from the caller's reduced copy of W when there is one.
-    auto project = [&](const float* x, int in, const std::vector<float>& w32, const ReducedMatrix* w16, int out,
+    auto project = [&](const float* x, int in, const std::vector<float>& w32, const ReducedMatrix* reduced_w, int out,
                        float* y) {
-      if (w16 != nullptr) {
-        MatMulReduced(x, rows, in, *w16, out, y);
+      if (reduced_w != nullptr) {
+        MatMulReduced(x, rows, in, *reduced_w, out, y);
       } else {
         cpu::MatMulNT(x, rows, in, w32.data(), out, y);
       }

@@ -200,9 +200,8 @@ void MatMulNTAmxBf16(const float* x, int rows, int in, const uint16_t* packed, i
   RoundRows(x, rows, in, in_pad, padded_rows, xb.data());
   const uint16_t* rounded = xb.data();  // a task names this thread's buffer, not its own thread's
   const int64_t groups = GroupCount(out);
-  // Below ~64K multiply-adds handing work to the pool costs more than it saves; above, about 4
-  // tasks per thread so that a thread that starts late still finds work.
-  if (int64_t(rows) * in * out < (int64_t(1) << 16)) return Groups(rounded, rows, in_pad, packed, out, 0, groups, y);
+  // About 4 tasks per thread, so that a thread that starts late still finds work.
+  if (int64_t(rows) * in * out < kMinParallelWork) return Groups(rounded, rows, in_pad, packed, out, 0, groups, y);
   const int64_t per_task = std::max<int64_t>(1, groups / (4 * ComputeThreads()));
   ParallelFor(int((groups + per_task - 1) / per_task), [&](int t) {
     const int64_t g0 = t * per_task;

@@ -194,8 +194,7 @@ namespace {
 // Splits y's columns over the compute threads; `columns(begin, end)` computes a range of them.
 template <typename Fn>
 void SplitColumns(int rows, int in, int out, const Fn& columns) {
-  // Below ~64K multiply-adds (a few microseconds) handing work to the pool costs more than it saves.
-  if (int64_t(rows) * in * out < (int64_t(1) << 16)) return columns(0, out);
+  if (int64_t(rows) * in * out < kMinParallelWork) return columns(0, out);
   // Column chunks a multiple of 48 (both tile widths, 3 and 4, divide it), about 4 per thread so that
   // a thread that starts late still finds work.
   const int threads = ComputeThreads();
@@ -283,15 +282,12 @@ float Bf16ToFloat(uint16_t b) {
 void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y) {
   constexpr int kRowsPerTask = 64;
   const int tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  const auto run = [&](int t) {
-    const int64_t begin = int64_t(t) * kRowsPerTask;
-    HWY_DYNAMIC_DISPATCH(MatVecF64Rows)(w, in, x, bias, begin, std::min<int64_t>(rows, begin + kRowsPerTask), y);
+  const auto run = [&](int t0, int t1) {  // the rows of tasks [t0, t1)
+    HWY_DYNAMIC_DISPATCH(MatVecF64Rows)(w, in, x, bias, int64_t(t0) * kRowsPerTask,
+                                        std::min<int64_t>(rows, int64_t(t1) * kRowsPerTask), y);
   };
-  if (int64_t(rows) * in < (int64_t(1) << 16)) {
-    for (int t = 0; t < tasks; ++t) run(t);
-  } else {
-    ParallelFor(tasks, run);
-  }
+  if (int64_t(rows) * in < kMinParallelWork) return run(0, tasks);
+  ParallelFor(tasks, [&](int t) { run(t, t + 1); });
 }
 
 void MatVecF64Reference(const float* w, int rows, int in, const double* x, const float* bias, double* y) {

@@ -4,6 +4,7 @@
 #ifndef STEADY_KERNELS_CPU_PARALLEL_H_
 #define STEADY_KERNELS_CPU_PARALLEL_H_
 
+#include <cstdint>
 #include <functional>
 
 namespace steady::cpu {
@@ -13,6 +14,10 @@ namespace steady::cpu {
 // GEMMs) is set to the same count.
 void SetComputeThreads(int n);
 int ComputeThreads();
+
+// Below about this many multiply-adds (a few microseconds) a kernel's call costs more to hand to the
+// pool than it saves: the kernels run such calls on the calling thread alone.
+inline constexpr int64_t kMinParallelWork = int64_t(1) << 16;
 
 // Runs fn(task) for every task in [0, tasks) and returns when all are done; the calling thread takes
 // tasks too. Tasks must be independent. A call made while the pool is busy (another thread's call,

@@ -255,7 +255,7 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
     }
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
-    ReadStateGroup(m, dv, group, phi_q.data(), h.sums, yg, den.data());  // the state read once per group
+    ReadStateGroup(m, dv, group, phi_q.data(), T(1), h.sums, yg, den.data());  // the state read once per group
     for (int i = 0; i < group; ++i) GuardedRatio(dv, den[i], double(cq[i]) + double(*h.c), p.delta, yg + i * dv);
   }
 }

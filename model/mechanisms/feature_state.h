@@ -4,6 +4,7 @@
 #ifndef STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
 #define STEADY_MODEL_MECHANISMS_FEATURE_STATE_H_
 
+#include <algorithm>
 #include <cstddef>
 
 #include "kernels/cpu/state_update.h"
@@ -53,36 +54,32 @@ void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
   }
 }
 
-// num [dv] += factor * phi_q^T S; returns factor * phi_q . z (compensations included).
+// For `group` queries phi_q [group, m] (each weight times `factor`): num [group, dv] += their
+// weights times S, and den[i] = their weights . z (compensations included). Each state row is read
+// from memory once for the whole group (then from L1); each query's sums are the same operations in
+// the same order as a read of its own.
 template <typename T>
-T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) {
-  T den = 0;
-  for (int f = 0; f < m; ++f) {
-    const T w = phi_q[f] * factor;
-    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
-    cpu::ReadRow(w, h.S + size_t(f) * dv, h.S_comp ? h.S_comp + size_t(f) * dv : nullptr, num, dv);
-    den += h.S_comp ? w * (h.z[f] + h.z_comp[f]) : w * h.z[f];
-  }
-  return den;
-}
-
-// ReadState for the `group` query heads of one kv head at once, factor 1: num [group, dv] +=
-// phi_q[i]^T S, den[i] = phi_q[i] . z, for phi_q [group, m]. Each state row is read from memory once
-// for the whole group (then from L1); every query's sums are the same operations in the same order
-// as ReadState's, so the results are the same bits.
-template <typename T>
-void ReadStateGroup(int m, int dv, int group, const T* phi_q, FeatureState<T> h, T* num, T* den) {
+void ReadStateGroup(int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
   std::fill(den, den + group, T(0));
   for (int f = 0; f < m; ++f) {
     const T* row = h.S + size_t(f) * dv;
     const T* comp = h.S_comp ? h.S_comp + size_t(f) * dv : nullptr;
     const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
     for (int i = 0; i < group; ++i) {
-      const T w = phi_q[size_t(i) * m + f] * T(1);
+      const T w = phi_q[size_t(i) * m + f] * factor;
+      // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
       cpu::ReadRow(w, row, comp, num + size_t(i) * dv, dv);
       den[i] += w * z;
     }
   }
+}
+
+// One query: num [dv] += factor * phi_q^T S; returns factor * phi_q . z.
+template <typename T>
+T ReadState(int m, int dv, const T* phi_q, T factor, FeatureState<T> h, T* num) {
+  T den;
+  ReadStateGroup(m, dv, 1, phi_q, factor, h, num, &den);
+  return den;
 }
 
 // a . b over m features (the chunked forms' intra-chunk kernel values).

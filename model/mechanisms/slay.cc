@@ -201,7 +201,7 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
     }
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
-    ReadStateGroup(m, dv, group, psi_q.data(), h, yg, den.data());  // the state read once per group
+    ReadStateGroup(m, dv, group, psi_q.data(), T(1), h, yg, den.data());  // the state read once per group
     for (int i = 0; i < group; ++i) {
       const T d_i = den[i] + T(p.delta);
       for (int d = 0; d < dv; ++d) yg[i * dv + d] /= d_i;

@@ -128,22 +128,17 @@ void AddKey(const TaylorParams& p, int dv, const T* fk, const T* v, HeadState<T>
   }
 }
 
-// For `group` query heads with weights gq [group, features]: num [group, dv] = H^T g,
-// den [group] = z . g, reading each state row once. Sums over rows in double.
+// For `group` query heads with weights gq [group, features]: acc [group, dv + 1] = (H^T g | z . g),
+// each head's numerator then its denominator, reading each state row once. Sums over rows in double.
 template <typename T>
-void ReadState(const TaylorParams& p, int dv, int group, const T* gq, HeadState<T> hs, double* num,
-               double* den) {
+void ReadState(const TaylorParams& p, int dv, int group, const T* gq, HeadState<T> hs, double* acc) {
   const int width = dv + 1;
-  std::vector<double> acc(size_t(group) * width, 0.0);  // [group, dv | den]
+  std::fill(acc, acc + size_t(group) * width, 0.0);
   for (int r = 0; r < p.features; ++r) {
     const size_t at = size_t(r) * width;
     // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
-    cpu::ReadRowGroup(gq + r, p.features, group, hs.sums + at, hs.comp != nullptr ? hs.comp + at : nullptr,
-                      acc.data(), width);
-  }
-  for (int i = 0; i < group; ++i) {
-    std::copy(acc.begin() + i * width, acc.begin() + i * width + dv, num + i * dv);
-    den[i] = acc[size_t(i) * width + dv];
+    cpu::ReadRowGroup(gq + r, p.features, group, hs.sums + at, hs.comp != nullptr ? hs.comp + at : nullptr, acc,
+                      width);
   }
 }
 
@@ -220,16 +215,18 @@ void Step(const LayerAttention& a, const TaylorParams& p, const T* q, const T* k
   const AttnShape& s = a.shape;
   const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
   std::vector<T> fk(p.features), gq(size_t(group) * p.features);
-  std::vector<double> num(group * dv), den(group);
+  const int width = dv + 1;
+  std::vector<double> acc(size_t(group) * width);  // [group, numerator | denominator]
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> hs = StateOfHead(a, p, st, g);
     KeyFeatures(p, k + g * dk, fk.data());
     AddKey(p, dv, fk.data(), v + g * dv, hs);
     for (int i = 0; i < group; ++i) QueryFeatures(p, q + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
-    ReadState(p, dv, group, gq.data(), hs, num.data(), den.data());
+    ReadState(p, dv, group, gq.data(), hs, acc.data());
     for (int i = 0; i < group; ++i) {
-      const double d = GuardDenominator(den[i]);
-      for (int e = 0; e < dv; ++e) y[(g * group + i) * dv + e] = T(num[i * dv + e] / d);
+      const double* num = acc.data() + size_t(i) * width;
+      const double d = GuardDenominator(num[dv]);
+      for (int e = 0; e < dv; ++e) y[(g * group + i) * dv + e] = T(num[e] / d);
     }
   }
 }
@@ -242,7 +239,8 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
   const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
   const int qrow = s.heads * dk, krow = s.kv_heads * dk, vrow = s.kv_heads * dv, yrow = s.heads * dv;
   std::vector<T> fk(p.features), gq(size_t(group) * p.features);
-  std::vector<double> num(group * dv), den(group);
+  const int width = dv + 1;
+  std::vector<double> acc(size_t(group) * width);  // [group, numerator | denominator]
   for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
     const int c1 = std::min(n, c0 + a.chunk_size);
     for (int g = 0; g < s.kv_heads; ++g) {
@@ -252,9 +250,10 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
         for (int i = 0; i < group; ++i) {
           QueryFeatures(p, q + int64_t(t) * qrow + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
         }
-        ReadState(p, dv, group, gq.data(), hs, num.data(), den.data());
+        ReadState(p, dv, group, gq.data(), hs, acc.data());
         // Inside the chunk: exact kernel values, causal.
         for (int i = 0; i < group; ++i) {
+          double* num = acc.data() + size_t(i) * width;
           const T* qt = q + int64_t(t) * qrow + (g * group + i) * dk;
           for (int j = c0; j <= t; ++j) {
             const T* kj = k + int64_t(j) * krow + g * dk;
@@ -262,11 +261,11 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
             double dot = 0;
             for (int d = 0; d < dk; ++d) dot += double(qt[d]) * double(kj[d]);
             const double w = Kernel<double>(p.order, p.scale * dot);
-            for (int e = 0; e < dv; ++e) num[i * dv + e] += w * double(vj[e]);
-            den[i] += w;
+            for (int e = 0; e < dv; ++e) num[e] += w * double(vj[e]);
+            num[dv] += w;
           }
-          const double d = GuardDenominator(den[i]);
-          for (int e = 0; e < dv; ++e) y[int64_t(t) * yrow + (g * group + i) * dv + e] = T(num[i * dv + e] / d);
+          const double d = GuardDenominator(num[dv]);
+          for (int e = 0; e < dv; ++e) y[int64_t(t) * yrow + (g * group + i) * dv + e] = T(num[e] / d);
         }
       }
       for (int j = c0; j < c1; ++j) {

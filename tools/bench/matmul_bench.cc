@@ -27,10 +27,17 @@ Buffers Make(int rows, int in, int out) {
   return b;
 }
 
-void Report(benchmark::State& state, int rows, int in, int out) {
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(float)));
+// bytes_per_second counts each weight once, at `weight_bytes` bytes.
+void Report(benchmark::State& state, int rows, int in, int out, int64_t weight_bytes = sizeof(float)) {
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * weight_bytes);
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = cpu::ComputeThreads();
+}
+
+std::vector<uint16_t> Bf16(const std::vector<float>& w) {
+  std::vector<uint16_t> out(w.size());
+  for (size_t i = 0; i < w.size(); ++i) out[i] = cpu::FloatToBf16(w[i]);
+  return out;
 }
 
 // Args: rows, in, out.
@@ -49,14 +56,12 @@ void BM_SmallRowsKernel(benchmark::State& state) {
 void BM_SmallRowsBf16(benchmark::State& state) {
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
   Buffers b = Make(rows, in, out);
-  std::vector<uint16_t> w(b.w.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = cpu::FloatToBf16(b.w[i]);
+  const std::vector<uint16_t> w = Bf16(b.w);
   for (auto _ : state) {
     cpu::MatMulNTBf16(b.x.data(), rows, in, w.data(), out, b.y.data());
     benchmark::DoNotOptimize(b.y.data());
   }
-  Report(state, rows, in, out);
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(uint16_t)));
+  Report(state, rows, in, out, sizeof(uint16_t));
 }
 
 // bf16 weights on AMX tiles (kernels/cpu/amx.h), where the CPU has them.
@@ -64,15 +69,13 @@ void BM_AmxBf16(benchmark::State& state) {
   if (!cpu::AmxAvailable()) return state.SkipWithError("no AMX on this CPU");
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
   Buffers b = Make(rows, in, out);
-  std::vector<uint16_t> w(b.w.size()), packed(size_t(cpu::AmxPackedSize(out, in)));
-  for (size_t i = 0; i < w.size(); ++i) w[i] = cpu::FloatToBf16(b.w[i]);
-  cpu::PackAmxBf16(w.data(), out, in, packed.data());
+  std::vector<uint16_t> packed(size_t(cpu::AmxPackedSize(out, in)));
+  cpu::PackAmxBf16(Bf16(b.w).data(), out, in, packed.data());
   for (auto _ : state) {
     cpu::MatMulNTAmxBf16(b.x.data(), rows, in, packed.data(), out, b.y.data());
     benchmark::DoNotOptimize(b.y.data());
   }
-  Report(state, rows, in, out);
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * int64_t(sizeof(uint16_t)));
+  Report(state, rows, in, out, sizeof(uint16_t));
 }
 
 // What MatMulNT called before: sgemv for one row, sgemm (transposed weight) for more.

@@ -308,11 +308,10 @@ absl::Status RunBench(const Flags& flags) {
       !s.ok()) {
     return s;
   }
-  // Refuse an unusable --device before spending seconds on a large random model.
+  // Refuse an unusable --device or CPU flag before spending seconds on a large random model.
   if (absl::Status s = CheckDevice(flags.Get("device", "auto")); !s.ok()) return s;
-  auto gemm_flag = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
-  if (!gemm_flag.ok()) return gemm_flag.status();
-  const std::string gemm = CpuGemmName(*gemm_flag);
+  BackendOptions cpu_flags;
+  if (absl::Status s = CpuOptionsFromFlags(flags, &cpu_flags); !s.ok()) return s;
   auto model = BenchModel(flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
@@ -338,7 +337,7 @@ absl::Status RunBench(const Flags& flags) {
           {"device", b.Name()},
           {"cpu_threads", cpu::ComputeThreads()},
           {"cpu_simd", cpu::SimdTargetName()},
-          {"cpu_gemm", gemm},
+          {"cpu_gemm", CpuGemmName(cpu_flags.cpu_gemm)},
           {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
                      {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
                      {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
