@@ -12,6 +12,7 @@
 //       interleaved runs (steady bench and llama.cpp, R times, alternating which goes first; each a
 //       fresh process on the same weights) and the median of each engine's per-run figures.
 //   node peer_llamacpp.mjs serve   --gguf FILE --sequences N --turns T --prompt-tokens P --output-tokens G
+//                                  [--batch-wait-ms W]
 //       llama.cpp serving a multi-turn load: N sequences of one context side by side (node-llama-cpp
 //       batches their steps into one llama_decode), each T turns of P new prompt tokens and G greedy
 //       tokens; one JSON object shaped like steady-loadtest's --json (summary, per-turn latency).
