@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/backend.h"
-#include "model/model.h"
-#include "model/sampling.h"
-#include "model/state_pool.h"
-#include "model/tokenizer.h"
+#include "model/backend/backend.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
+#include "model/sampling/sampling.h"
+#include "model/text/tokenizer.h"
 
 namespace steady {
 

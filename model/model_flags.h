@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "base/flags.h"
-#include "model/backend.h"
-#include "model/model.h"
-#include "model/sampling.h"
+#include "model/backend/backend.h"
+#include "model/decoder/model.h"
+#include "model/sampling/sampling.h"
 
 namespace steady {
 
@@ -26,7 +26,7 @@ extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (def
                                                   // --cpu-weights f32|bf16
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
-// The backend --device names for `model` (model/backend.h), with the CPU flags applied to `options`.
+// The backend --device names for `model` (model/backend/backend.h), with the CPU flags applied to `options`.
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options = {});
 

@@ -21,7 +21,7 @@ cmake --build "$BUILD" -j"$(nproc)" --target "${BINARIES[@]}" steady_spm >/dev/n
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 for b in "${BINARIES[@]}"; do cp "$BUILD/bin/$b" "$OUT/bin/"; done
-# The sentencepiece module is found next to the binaries' ../lib (model/tokenizer.cc).
+# The sentencepiece module is found next to the binaries' ../lib (model/text/tokenizer.cc).
 cp "$BUILD/lib/libsteady_spm.so" "$OUT/lib/"
 # Libraries other than glibc's and the CUDA toolkit's (present on the GPU image), under the
 # names the binaries ask for.

@@ -1,7 +1,7 @@
-// The backends of model/backend.h: --device parsing, the CPU backend (Model::Forward over a
+// The backends of model/backend/backend.h: --device parsing, the CPU backend (Model::Forward over a
 // StatePool), and the CUDA backend against the CPU one. The CUDA cases need a GPU: without one they
 // report SKIPPED (scripts/gpu_check.sh treats a skip as a failure on a GPU machine).
-#include "model/backend.h"
+#include "model/backend/backend.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <random>
 #include <utility>
 
+#include "model/decoder/state_pool.h"
 #include "model/mechanisms/attention.h"
-#include "model/state_pool.h"
 #include "tests/testutil.h"
 
 #if STEADY_HAVE_CUDA

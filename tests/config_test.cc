@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 #include <gtest/gtest.h>
 

@@ -13,10 +13,10 @@
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
-#include "model/backend.h"
-#include "model/cpu_weights.h"
-#include "model/model.h"
-#include "model/state_pool.h"
+#include "model/backend/backend.h"
+#include "model/decoder/cpu_weights.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "tests/testutil.h"
 
 namespace steady {

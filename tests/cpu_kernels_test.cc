@@ -17,10 +17,10 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/state_update.h"
-#include "model/cpu_weights.h"
+#include "model/decoder/cpu_weights.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "model/mechanisms/feature_state.h"
-#include "model/model.h"
-#include "model/state_pool.h"
 #include "tests/testutil.h"
 
 namespace steady {

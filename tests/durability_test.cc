@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "base/file_io.h"
-#include "server/directory_store.h"
-#include "server/engine.h"
-#include "server/snapshot.h"
+#include "server/engine/engine.h"
+#include "server/store/directory_store.h"
+#include "server/store/snapshot.h"
 #include "tests/engine_harness.h"
 #include "tests/faulty_file_ops.h"
 #include "tests/testutil.h"

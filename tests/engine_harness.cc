@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/directory_store.h"
+#include "server/store/directory_store.h"
 #include "tests/testutil.h"
 
 namespace steady::testing {

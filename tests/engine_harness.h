@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
-#include "server/engine.h"
-#include "server/session_store.h"
+#include "model/decoder/model.h"
+#include "model/text/tokenizer.h"
+#include "server/engine/engine.h"
+#include "server/store/session_store.h"
 
 namespace steady::testing {
 

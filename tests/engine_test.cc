@@ -1,7 +1,7 @@
 // The engine against model/generate.h: greedy output does not depend on batching, batch size, slot
 // count, offloading, restarts, forks or export/import; cancellation, concurrency and bad input give
 // the documented codes. Random tiny models with the test tokenizer.
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <mutex>
 #include <thread>
 
+#include "model/backend/backend.h"
+#include "model/decoder/state_pool.h"
 #include "model/generate.h"
-#include "model/backend.h"
-#include "model/state_pool.h"
-#include "server/snapshot.h"
+#include "server/store/snapshot.h"
 #include "tests/engine_harness.h"
 #include "tests/testutil.h"
 
@@ -575,7 +575,7 @@ TEST(EngineTest, CudaDeviceSamplingMatchesHostSamplingWhenGreedy) {
 }
 
 }  // namespace
-// Tenants share each step fairly (server/scheduler.h): tenant A's 64 streams (the load) cannot
+// Tenants share each step fairly (server/engine/scheduler.h): tenant A's 64 streams (the load) cannot
 // starve tenant B's one. Measured in steps, not seconds: the engine thread runs every on_output in order, so the A
 // tokens between two B tokens count the steps B waited (max_batch 4: at most 3 A rows a step beside B).
 // Without tenants the same load makes B wait for its turn in the round robin.

@@ -1,14 +1,14 @@
 // The decoder around the mechanisms: batched decode == single-session decode, chunked prefill ==
 // token-by-token decode, save/load round trip, fork, strict loading.
-#include "model/model.h"
+#include "model/decoder/model.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "model/decoder/state_pool.h"
 #include "model/generate.h"
-#include "model/state_pool.h"
 #include "tests/testutil.h"
 
 namespace steady {

@@ -1,11 +1,11 @@
 // The prefix cache: the longest cached prefix that leaves a token to feed, ids compared on a hit,
 // least recently used entries out first within the byte bound; and through the engine, a request
 // that starts from a cached state generates what it generates without the cache.
-#include "server/prefix_cache.h"
+#include "server/engine/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "tests/engine_harness.h"
 #include "tests/testutil.h"
 

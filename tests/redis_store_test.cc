@@ -1,15 +1,15 @@
 // The Redis session store against a real redis-server on 127.0.0.1: the store's contract, leases and
 // fencing between two stores (two replicas), Redis going away and coming back; and two engines
 // sharing one Redis as two replicas do (a session moves from one to the other exactly).
-#include "server/redis_store.h"
+#include "server/store/redis_store.h"
 
 #include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
 
-#include "server/engine.h"
-#include "server/snapshot.h"
+#include "server/engine/engine.h"
+#include "server/store/snapshot.h"
 #include "tests/engine_harness.h"
 #include "tests/redis_harness.h"
 #include "tests/testutil.h"

@@ -1,6 +1,6 @@
 // The safetensors reader and writer: conversions, round trips, atomic writes, and one test per
 // class of malformed input the reader must refuse (crafted bytes and the committed corpus).
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "model/sampling.h"
+#include "model/sampling/sampling.h"
 
 #include <gtest/gtest.h>
 

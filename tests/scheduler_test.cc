@@ -1,7 +1,7 @@
 // The scheduler as a pure function of queue state: FIFO prefill within the budget, every decoding
 // job advances every step up to max_batch (round robin beyond), long prompts chunked, admission
 // limited by available slots. A small simulation checks no job starves.
-#include "server/scheduler.h"
+#include "server/engine/scheduler.h"
 
 #include <gtest/gtest.h>
 

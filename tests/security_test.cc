@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
-#include "server/api_keys.h"
-#include "server/snapshot_signing.h"
-#include "server/tenant_limits.h"
+#include "server/auth/api_keys.h"
+#include "server/auth/tenant_limits.h"
+#include "server/store/snapshot_signing.h"
 #include "tests/testutil.h"
 
 namespace steady {

@@ -23,16 +23,16 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
 
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "model/generate.h"
-#include "model/model.h"
-#include "model/state_pool.h"
-#include "model/tokenizer.h"
-#include "server/directory_store.h"
-#include "server/engine.h"
-#include "server/metrics.h"
-#include "server/redis_store.h"
-#include "server/service.h"
-#include "server/snapshot_signing.h"
+#include "model/text/tokenizer.h"
+#include "server/engine/engine.h"
+#include "server/metrics/metrics.h"
+#include "server/rpc/service.h"
+#include "server/store/directory_store.h"
+#include "server/store/redis_store.h"
+#include "server/store/snapshot_signing.h"
 #include "tests/redis_harness.h"
 #include "tests/testutil.h"
 

@@ -1,6 +1,6 @@
-// The directory session store against its contract (server/session_store.h), with faults injected
+// The directory session store against its contract (server/store/session_store.h), with faults injected
 // through its system calls: a full disk, a failed fsync, a crash that left temp files.
-#include "server/directory_store.h"
+#include "server/store/directory_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>

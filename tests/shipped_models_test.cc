@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/safetensors.h"
-#include "model/state_pool.h"
-#include "model/tokenizer.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
+#include "model/text/tokenizer.h"
 #include "tests/testutil.h"
 
 namespace steady {

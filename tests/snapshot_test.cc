@@ -1,6 +1,6 @@
 // Session snapshots: bit-exact round trip, every corruption class refused with its code (never a
 // crash), fingerprint tied to the weights, atomic writes that leave no temp file behind.
-#include "server/snapshot.h"
+#include "server/store/snapshot.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "model/model.h"
-#include "model/state_pool.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "tests/testutil.h"
 
 namespace steady {

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
-#include "model/model.h"
+#include "model/checkpoint/config.h"
+#include "model/decoder/model.h"
 
 namespace steady::testing {
 

@@ -1,4 +1,4 @@
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

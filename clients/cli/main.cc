@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
-#include "clients/common/channel.h"
 #include "base/status.h"
+#include "clients/common/channel.h"
 #include "steady/v1/inference.grpc.pb.h"
 
 namespace steady::cli {

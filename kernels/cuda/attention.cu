@@ -56,7 +56,7 @@ __device__ void RowSquares(const float* x, int vectors, int len, float* out) {
 
 // Raises `kernel`'s dynamic shared-memory limit to `smem` when that is above `allowed` (the caller's
 // static, one per kernel): once per kernel and size, never inside a graph capture (a shape's first
-// step runs eagerly, model/backend_cuda.cc).
+// step runs eagerly, model/backend/backend_cuda.cc).
 template <typename Kernel>
 void AllowSharedMemory(Kernel kernel, size_t smem, size_t& allowed) {
   if (smem <= allowed) return;

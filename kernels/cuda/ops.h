@@ -109,7 +109,7 @@ struct AttnBatch {
   int heads = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
 };
 
-// Where one layer's fixed linear-attention state lies in the pool, in model/state_pool.h's layout:
+// Where one layer's fixed linear-attention state lies in the pool, in model/decoder/state_pool.h's layout:
 // kv head g of slot s starts at pool + s * slot_floats + layer_offset + g * head_stride, its
 // feature sums S[r][d] at + r * s_row + d, z[r] at + z_off + r * z_stride, the Kahan compensations
 // (same sub-layout) at + comp_off (comp_off < 0: plain sums), and one extra float at + extra_off
@@ -252,7 +252,7 @@ void SlicedAttention(const AttnBatch& b, const SlicedStateLayout& st, const floa
                      const double* zk, const float* v, float* y, cudaStream_t stream);
 
 // --- sampling.cu ------------------------------------------------------------------------------
-// One row's sampling parameters (model/sampling.h's SamplingParams without the repetition
+// One row's sampling parameters (model/sampling/sampling.h's SamplingParams without the repetition
 // penalty). counter distinguishes the draws of one seed (e.g. the session's position).
 struct RowSampling {
   float temperature = 0;  // 0: greedy (first maximum)

@@ -1,5 +1,5 @@
 // Token sampling on the device (declared in kernels/cuda/ops.h): one block per row of logits, so a
-// decode step returns only token ids to the host. The semantics are model/sampling.cc's Sampler
+// decode step returns only token ids to the host. The semantics are model/sampling/sampling.cc's Sampler
 // without the repetition penalty: temperature 0 is the first maximum; otherwise logits / T, the
 // top-k tokens, then the smallest set of most likely tokens whose mass reaches top_p, and a draw
 // from what is left. The sets are found by bisection on a logit threshold instead of a sort (ties

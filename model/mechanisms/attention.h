@@ -33,14 +33,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
 #include "model/mechanisms/common.h"
 #include "model/mechanisms/dark.h"
 #include "model/mechanisms/slay.h"
 #include "model/mechanisms/sliced_relu.h"
 #include "model/mechanisms/softmax.h"
 #include "model/mechanisms/taylor.h"
-#include "model/safetensors.h"
 
 namespace steady {
 

@@ -40,7 +40,7 @@ struct StateView {
 // KahanAdd (compensated running sums) is in kernels/host_device.h, shared with the CUDA kernels.
 
 // Declares the functions every mechanism provides for its params struct P (see attention.h).
-// Needs <nlohmann/json.hpp>, absl/status/status.h and model/safetensors.h included first.
+// Needs <nlohmann/json.hpp>, absl/status/status.h and model/checkpoint/safetensors.h included first.
 #define STEADY_DECLARE_MECHANISM(P)                                                               \
   absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, P* p);                    \
   absl::Status LoadTensors(const SafeTensors& st, const std::string& prefix, const AttnShape& s,  \

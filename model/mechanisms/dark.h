@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "model/checkpoint/safetensors.h"
 #include "model/mechanisms/common.h"
-#include "model/safetensors.h"
 
 namespace steady {
 

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint/safetensors.h"
 #include "model/mechanisms/common.h"
-#include "model/safetensors.h"
 
 namespace steady {
 

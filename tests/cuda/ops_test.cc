@@ -342,7 +342,7 @@ TEST_F(CudaOpsTest, SampleRowsGreedyIsTheFirstMaximum) {
   EXPECT_EQ(Download<int32_t>(di, rows), want);
 }
 
-// The kept set and its probabilities as model/sampling.cc computes them (no ties here).
+// The kept set and its probabilities as model/sampling/sampling.cc computes them (no ties here).
 std::vector<double> ReferenceDistribution(const std::vector<float>& x, float temperature, int top_k, float top_p) {
   const int vocab = int(x.size());
   std::vector<int> order(vocab);

@@ -1,6 +1,6 @@
 // libFuzzer target for GenerateRequest validation (docs/security.md, "Fuzzing"): serialized bytes, as
 // gRPC hands them to the server, parsed into steady.v1.GenerateRequest and checked by JobFromRequest
-// (server/service.h) with the default limits and chat template. Any input must give a clean error
+// (server/rpc/service.h) with the default limits and chat template. Any input must give a clean error
 // or a job whose fields are within the limits.
 //
 // Build and run: tools/fuzz/run.sh generate_request_fuzz [SECONDS] (docs/fuzzing.md).
@@ -10,9 +10,9 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "base/check.h"
-#include "model/chat_template.h"
-#include "server/engine.h"
-#include "server/service.h"
+#include "model/text/chat_template.h"
+#include "server/engine/engine.h"
+#include "server/rpc/service.h"
 #include "steady/v1/inference.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

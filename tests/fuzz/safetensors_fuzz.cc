@@ -9,7 +9,7 @@
 #include <string>
 
 #include "base/check.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // libFuzzer target for what ImportSession parses (docs/security.md, "Fuzzing"): the signed-snapshot
-// envelope (server/snapshot_signing.h) and the snapshot decoder (server/snapshot.h) on any bytes.
+// envelope (server/store/snapshot_signing.h) and the snapshot decoder (server/store/snapshot.h) on any bytes.
 // Any input must give a clean error or a snapshot that fits the shape it was checked against; a
 // snapshot that decodes must encode back to the same bytes.
 //
@@ -19,8 +19,8 @@
 #include <string_view>
 
 #include "base/check.h"
-#include "server/snapshot.h"
-#include "server/snapshot_signing.h"
+#include "server/store/snapshot.h"
+#include "server/store/snapshot_signing.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "model/generate.h"
-#include "model/model.h"
-#include "model/state_pool.h"
 
 namespace steady {
 

@@ -13,9 +13,9 @@
 #include <map>
 #include <random>
 
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 #include "model/generate.h"
-#include "model/model.h"
-#include "model/state_pool.h"
 #include "tools/bench/bench_setup.h"
 
 namespace steady {

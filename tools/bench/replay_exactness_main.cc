@@ -14,8 +14,8 @@
 #include <random>
 
 #include "base/flags.h"
-#include "model/model.h"
-#include "model/state_pool.h"
+#include "model/decoder/model.h"
+#include "model/decoder/state_pool.h"
 
 namespace steady {
 namespace {

@@ -1,4 +1,4 @@
-// The session store's write path (server/directory_store.h), Google Benchmark: what turn durability
+// The session store's write path (server/store/directory_store.h), Google Benchmark: what turn durability
 // pays per group commit on this machine's disk, and what a token journal would pay instead.
 //
 //   BM_StorePut/BYTES        one snapshot of BYTES per commit: temp file, write, fsync, rename,
@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <string>
 
-#include "server/directory_store.h"
+#include "server/store/directory_store.h"
 
 namespace steady {
 namespace {

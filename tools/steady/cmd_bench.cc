@@ -1,4 +1,4 @@
-// steady bench: synthetic decode and prefill through the Backend interface (model/backend.h), on
+// steady bench: synthetic decode and prefill through the Backend interface (model/backend/backend.h), on
 // random weights of a shape (--preset, --config) or on a checkpoint (--model), so that one command
 // measures whichever backend --device picks. What it measures, the byte accounting and figures:
 // docs/benchmarks.md ("steady bench").

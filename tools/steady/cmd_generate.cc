@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
-#include "model/chat_template.h"
 #include "model/generate.h"
+#include "model/text/chat_template.h"
 #include "tools/steady/commands.h"
 
 namespace steady {

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/model.h"
+#include "model/decoder/model.h"
 #include "model/model_flags.h"
 
 namespace steady {

@@ -1,0 +1,212 @@
+#include "model/backend/backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+#include "model/decoder/state_pool.h"
+#include "model/sampling/sampling.h"
+
+#ifdef STEADY_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
+
+namespace steady {
+namespace {
+
+int64_t WeightFloats(const Model& m) {
+  // Everything Forward reads per step except the embedding table, of which it gathers rows only
+  // (with tied embeddings the table is the LM head and is read whole).
+  int64_t n = m.ParameterCount();
+  if (!m.config().tie_word_embeddings) n -= int64_t(m.embed().size());
+  return n;
+}
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {
+    // Process-wide, like the thread count: the last backend made decides.
+    cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
+    if (options.cpu_weights != CpuWeights::kF32) {
+      const bool amx = options.cpu_weights == CpuWeights::kBf16 && options.cpu_gemm == CpuGemm::kAuto &&
+                       cpu::AmxAvailable();
+      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx));
+    }
+  }
+
+  std::string Name() const override {
+    if (!reduced_) return "cpu";
+    return "cpu (" + CpuWeightsName(reduced_->precision) + " weights" + (reduced_->amx ? " on AMX)" : ")");
+  }
+  int slots() const override { return pool_.slots(); }
+  int64_t position(int slot) const override { return pool_.position(slot); }
+  void Reset(int slot) override {
+    pool_.Reset(slot);
+    for (int l = 0; l < model_.config().num_layers; ++l) std::vector<float>().swap(pool_.Growing(slot, l));
+  }
+  void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override {
+    model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_, reduced_.get());
+  }
+  SlotState ReadSlot(int slot) override {
+    SlotState s;
+    s.position = pool_.position(slot);
+    s.fixed.assign(pool_.SlotData(slot), pool_.SlotData(slot) + pool_.fixed_floats_per_slot());
+    for (int l = 0; l < model_.config().num_layers; ++l) s.growing.push_back(pool_.Growing(slot, l));
+    return s;
+  }
+  void WriteSlot(int slot, const SlotState& s) override {
+    STEADY_CHECK(s.fixed.size() == pool_.fixed_floats_per_slot());
+    STEADY_CHECK(int(s.growing.size()) == model_.config().num_layers);
+    std::copy(s.fixed.begin(), s.fixed.end(), pool_.SlotData(slot));
+    for (int l = 0; l < model_.config().num_layers; ++l) pool_.Growing(slot, l) = s.growing[l];
+    pool_.set_position(slot, s.position);
+  }
+  void CopySlot(int from, int to) override { pool_.Copy(from, to); }
+  double TimeAttention(int layer, int batch, int reps) override {
+    const LayerAttention& a = model_.layers()[layer].attention;
+    const AttnShape& s = a.shape;
+    std::mt19937_64 rng(layer * 7919 + batch);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> q(size_t(s.heads) * s.head_dim), k(size_t(s.kv_heads) * s.head_dim),
+        v(size_t(s.kv_heads) * s.value_dim), y(size_t(s.heads) * s.value_dim);
+    for (std::vector<float>* x : {&q, &k, &v}) {
+      for (float& e : *x) e = g(rng);
+    }
+    std::vector<double> times;
+    for (int rep = 0; rep <= reps; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int slot = 0; slot < batch; ++slot) {
+        AttentionForward<float>(a, 1, q.data(), k.data(), v.data(), pool_.View(slot, layer), y.data());
+      }
+      if (rep > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+  int64_t WeightBytes() const override {
+    // The matrices at their precision; norms (and the gathered embedding rows) stay fp32.
+    if (!reduced_) return WeightFloats(model_) * int64_t(sizeof(float));
+    return (WeightFloats(model_) - reduced_->Weights()) * int64_t(sizeof(float)) + reduced_->Bytes();
+  }
+  int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
+  int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
+  double CopyBandwidth(int64_t bytes) override {
+    std::vector<char> a(bytes, 1), b(bytes, 0);
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(b.data(), a.data(), a.size());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // Read once and written once: 2 * bytes move per copy, the same accounting as decode steps.
+      best = std::max(best, 2.0 * double(bytes) / std::max(s, 1e-9));
+      if (bytes > rep + 1) a[rep] = b[rep + 1];  // keep the copies observable
+    }
+    return best;
+  }
+
+ private:
+  StatePool pool_;
+  ForwardWorkspace ws_;
+  std::vector<float> scratch_logits_;
+  std::unique_ptr<CpuMatrices> reduced_;  // null: the model's fp32 matrices
+};
+
+}  // namespace
+
+int64_t Backend::LayerStateBytes(int layer) const {
+  return int64_t(model_.LayerStateFloats(layer) * sizeof(float));
+}
+
+void Backend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
+                            std::vector<int32_t>* ids) {
+  std::vector<float> logits;
+  Forward(segments, &logits);
+  const int vocab = int(logits.size() / std::max<size_t>(draws.size(), 1));
+  STEADY_CHECK(size_t(vocab) * draws.size() == logits.size());
+  ids->resize(draws.size());
+  for (size_t r = 0; r < draws.size(); ++r) {
+    const DrawParams& d = draws[r];
+    // splitmix64 of the counter keys the row's generator.
+    uint64_t z = d.counter + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    Sampler sampler(SamplingParams{d.temperature, d.top_k, d.top_p, 1.0f, d.seed ^ z ^ (z >> 31)});
+    (*ids)[r] = sampler.Sample(logits.data() + r * vocab, vocab, {});
+  }
+}
+
+bool CudaBackendBuilt() {
+#ifdef STEADY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool CudaDevicePresent() {
+#ifdef STEADY_HAVE_CUDA
+  return cuda::CudaDeviceAvailable();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> MakeCpuBackend(const Model& model, const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(model, options);
+}
+
+#ifndef STEADY_HAVE_CUDA
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const Model&, const BackendOptions&) {
+  return CheckDevice("cuda");  // this build has no CUDA backend: the error that says so
+}
+#endif
+
+absl::Status CheckReach(const Backend& backend, int64_t tokens) {
+  const int64_t cap = backend.max_context();
+  if (cap < 0 || tokens <= cap) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("the session would reach ", tokens, " tokens, past the ", cap,
+                                            " tokens of KV cache this backend holds per session"));
+}
+
+absl::Status CheckDevice(std::string_view device) {
+  if (device == "cpu" || device == "auto") return absl::OkStatus();
+  if (device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--device: expected cpu, cuda or auto, got \"", std::string(device), "\""));
+  }
+  if (!CudaBackendBuilt()) {
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA backend (nvcc was not found when CMake configured it; "
+        "reconfigure with -DENABLE_CUDA=ON on a machine with the CUDA toolkit)");
+  }
+  if (!CudaDevicePresent()) {
+    return absl::FailedPreconditionError(
+        "--device cuda: no CUDA device is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES hides "
+        "it); use --device cpu or auto");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
+                                                     const BackendOptions& options) {
+  if (options.slots < 1) return absl::InvalidArgumentError("backend: slots must be >= 1");
+  if (options.cpu_threads < 0) return absl::InvalidArgumentError("backend: cpu_threads must be >= 0");
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  cpu::SetComputeThreads(options.cpu_threads);
+  if (device == "cpu") return MakeCpuBackend(model, options);
+  if (device == "cuda") return MakeCudaBackend(model, options);
+  if (CudaDevicePresent()) {
+    auto cuda = MakeCudaBackend(model, options);
+    // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
+    if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;
+  }
+  return MakeCpuBackend(model, options);
+}
+
+}  // namespace steady

@@ -1,0 +1,108 @@
+// A Llama-style decoder (RMSNorm, optional RoPE, GQA, SwiGLU, optional QK-norm) whose attention
+// layers use any mechanism of model/mechanisms. The model is const after loading; every session's
+// attention state lives in a StatePool slot passed to Forward.
+#ifndef STEADY_MODEL_DECODER_MODEL_H_
+#define STEADY_MODEL_DECODER_MODEL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/mechanisms/attention.h"
+
+namespace steady {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;       // [hidden]
+  std::vector<float> wq;              // [heads * head_dim, hidden]
+  std::vector<float> wk;              // [kv_heads * head_dim, hidden]
+  std::vector<float> wv;              // [kv_heads * head_dim, hidden]
+  std::vector<float> wo;              // [hidden, heads * head_dim]
+  std::vector<float> q_norm, k_norm;  // [head_dim], only with qk_norm
+  std::vector<float> mlp_norm;        // [hidden]
+  std::vector<float> w_gate, w_up;    // [intermediate, hidden]
+  std::vector<float> w_down;          // [hidden, intermediate]
+  LayerAttention attention;
+};
+
+// A serving-time mechanism choice that replaces the checkpoint's (`--mechanism taylor --order 4`).
+struct MechanismOverride {
+  std::string mechanism;
+  nlohmann::json params = nlohmann::json::object();
+};
+
+class StatePool;
+struct CpuMatrices;
+
+// Fixed state floats per session for a configuration, without weights (for sizing and reports).
+absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
+// Floats a session's growing state adds per token (softmax layers' KV cache; 0 for constant state).
+int64_t KvCacheFloatsPerToken(const ModelConfig& config);
+
+// Scratch buffers for Forward, reused across steps (resized, never shrunk).
+struct ForwardWorkspace {
+  std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in;
+  std::vector<int64_t> positions;
+  std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
+};
+
+// One session's rows in a forward step: `tokens` appended to the state in `slot`.
+struct Segment {
+  int slot = 0;
+  std::vector<int32_t> tokens;
+  bool all_logits = false;  // logits for every row (eval) instead of the last one only
+};
+
+class Model {
+ public:
+  // Loads config.json and model.safetensors from `dir` (tokenizer.model is loaded separately).
+  static absl::StatusOr<Model> Load(const std::string& dir,
+                                    const std::optional<MechanismOverride>& override = std::nullopt);
+  // Random weights of the given shape (tests, `steady init`, `steady bench`).
+  static absl::StatusOr<Model> Random(const ModelConfig& config, uint64_t seed);
+  // Writes config.json and model.safetensors (F32, F16 or BF16) into `dir` atomically per file.
+  absl::Status Save(const std::string& dir, DType dtype = DType::kF32) const;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const std::vector<float>& embed() const { return embed_; }            // [vocab, hidden]
+  const std::vector<float>& final_norm() const { return final_norm_; }  // [hidden]
+  const std::vector<float>& lm_head() const { return lm_head_; }        // [vocab, hidden]; empty if tied
+  int vocab_size() const { return config_.vocab_size; }
+  // Fixed state floats per session and per layer (the slot size of a StatePool).
+  size_t StateFloats() const;
+  size_t LayerStateFloats(int layer) const { return steady::StateFloats(layers_[layer].attention); }
+  // Number of parameters (weights and mechanism tensors).
+  int64_t ParameterCount() const;
+  // The attention description for GetModelInfo / `steady eval --json`.
+  nlohmann::json DescribeAttention() const;
+
+  // Runs every segment's tokens through the model in one step: projections and MLP as GEMMs over all
+  // rows (weights read once per step), attention per segment against its slot's state (prefill
+  // chunks for segments of more than one token, the recurrent step for one). Advances each slot's
+  // position. Writes logits [rows_out, vocab] where rows_out counts one row per segment, or every
+  // row for segments with all_logits, in segment order. With `reduced` (model/decoder/cpu_weights.h) the
+  // projections and the LM head read its bf16 or q8 matrices instead of the fp32 ones.
+  void Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
+               std::vector<float>* logits, const CpuMatrices* reduced = nullptr) const;
+
+ private:
+  friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
+  // Geometry and mechanisms without weights.
+  static absl::StatusOr<Model> FromConfig(ModelConfig config);
+
+  ModelConfig config_;
+  std::vector<float> embed_;       // [vocab, hidden]
+  std::vector<LayerWeights> layers_;
+  std::vector<float> final_norm_;  // [hidden]
+  std::vector<float> lm_head_;     // [vocab, hidden]; empty when tied to embed_
+  std::vector<float> rope_inv_freq_;  // [head_dim / 2]
+};
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_DECODER_MODEL_H_

@@ -1,0 +1,142 @@
+#include "model/sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace steady {
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0 || p.temperature > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature: must be in [0, 100], got ", p.temperature));
+  }
+  if (p.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k: must be >= 0, got ", p.top_k));
+  if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p: must be in (0, 1], got ", p.top_p));
+  }
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0 || p.repetition_penalty > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty: must be in (0, 100], got ", p.repetition_penalty));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+double LogSumExp(const float* logits, int vocab) {
+  const double max = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  return max + std::log(sum);
+}
+
+}  // namespace
+
+float Logprob(const float* logits, int vocab, int32_t token) {
+  return float(double(logits[token]) - LogSumExp(logits, vocab));
+}
+
+std::vector<TokenLogprob> TopLogprobs(const float* logits, int vocab, int n) {
+  n = std::clamp(n, 0, vocab);
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), more_likely);
+  const double lse = LogSumExp(logits, vocab);
+  std::vector<TokenLogprob> top;
+  for (int i = 0; i < n; ++i) top.push_back({ids[i], float(double(logits[ids[i]]) - lse)});
+  return top;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+int Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& context) {
+  if (params_.repetition_penalty != 1.0f) {
+    // CTRL-style penalty (as in Hugging Face): divide positive logits, multiply negative ones, once
+    // per distinct token.
+    std::vector<int32_t> seen(context);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t t : seen) {
+      if (t < 0 || t >= vocab) continue;
+      logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty : logits[t] * params_.repetition_penalty;
+    }
+  }
+  if (params_.temperature == 0.0f) {
+    return int(std::max_element(logits, logits + vocab) - logits);  // first maximum: deterministic
+  }
+  candidates_.resize(vocab);
+  for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
+  // Order by logit (ties by id, so the order is deterministic), keep top-k.
+  auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  size_t keep = vocab;
+  if (params_.top_k > 0 && params_.top_k < vocab) {
+    keep = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  candidates_.resize(keep);
+  const float max_logit = candidates_[0].first;
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first - max_logit));
+  if (params_.top_p < 1.0f) {
+    // Smallest prefix whose mass reaches top_p (at least one token).
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep && mass < params_.top_p * total) mass += probs[n++];
+    keep = std::max<size_t>(n, 1);
+    probs.resize(keep);
+    total = mass;
+  }
+  std::uniform_real_distribution<double> u(0.0, total);
+  double r = u(rng_), acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (r < acc) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
+}
+
+std::string StopMatcher::Add(std::string_view text) {
+  if (stopped_) return "";
+  pending_.append(text);
+  size_t cut = std::string::npos;
+  for (const std::string& s : stops_) cut = std::min(cut, pending_.find(s));
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = pending_.substr(0, cut);
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest suffix of pending_ that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& s : stops_) {
+    for (size_t len = std::min(s.size() - 1, pending_.size()); len > hold; --len) {
+      if (pending_.compare(pending_.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  std::string out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::Flush() {
+  std::string out;
+  out.swap(pending_);
+  return stopped_ ? "" : out;
+}
+
+}  // namespace steady

@@ -1,0 +1,205 @@
+// The engine's private state, shared by engine.cc (the public methods), engine_loop.cc (thread,
+// steps, jobs) and engine_sessions.cc (session operations, offload and restore). Not part of the
+// API: include server/engine/engine.h.
+#ifndef STEADY_SERVER_ENGINE_ENGINE_IMPL_H_
+#define STEADY_SERVER_ENGINE_ENGINE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "model/backend/backend.h"
+#include "server/engine/engine.h"
+#include "server/engine/prefix_cache.h"
+#include "server/engine/scheduler.h"
+#include "server/engine/session_table.h"
+#include "server/store/snapshot.h"
+
+namespace steady {
+
+int64_t NowUnixMs();
+// Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
+int SlotCount(const Model& model, const EngineOptions& options);
+// The backend options.device names, with SlotCount slots.
+absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, const EngineOptions& options);
+
+// One accepted Generate, owned by the engine thread.
+struct EngineJob {
+  EngineJob(int64_t id, GenerateJob request, const Tokenizer& tokenizer)
+      : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer, TextStreamer::Mode::kContinuation),
+        stops(this->request.stop) {}
+  int64_t id;
+  int64_t arrival = 0;
+  int64_t group = 0;             // the scheduler's fair-share group: one per tenant
+  GenerateJob request;
+  std::string session_id;        // the table's key (an internal id for ephemeral sessions)
+  JobPhase phase = JobPhase::kWaiting;
+  std::vector<int32_t> prompt;   // BOS (when the session is empty) + the encoded prompt
+  size_t prompt_done = 0;        // prompt tokens in the state
+  std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
+  std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
+  std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample)
+  bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
+  std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval
+  PrefixCache::Ids cache_ids;        // the prompt's ids as the cache's entries share them
+  int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache
+  int64_t generated = 0;
+  int64_t last_advanced = -1;
+  // The session before a prompt that takes more than one chunk: a cancel mid-prompt restores it.
+  std::optional<SessionSnapshot> before_prompt;
+  Sampler sampler;
+  TextStreamer streamer;
+  StopMatcher stops;
+};
+
+struct Engine::Impl {
+  Impl(const Model& m, const Tokenizer& t, EngineOptions o, std::unique_ptr<Backend> b)
+      : model(m), tokenizer(t), options(std::move(o)), shape(MeasureSnapshotShape(m)), pool(std::move(b)),
+        sessions(pool->slots()), id_rng(std::random_device{}()) {
+    empty_state = CaptureSlot(*MakeCpuBackend(m, {}), 0);
+    device = pool->Name();
+  }
+
+  // --- Constant after Start ---
+  const Model& model;
+  const Tokenizer& tokenizer;
+  const EngineOptions options;
+  const SnapshotShape shape;
+  SessionSnapshot empty_state;  // a fresh session's state (InitState of every layer)
+  std::string device;           // the backend's Name()
+
+  // --- Engine thread only ---
+  std::unique_ptr<Backend> pool;  // every resident session's state, in slots; runs the steps
+  SessionTable sessions;
+  std::map<int64_t, std::unique_ptr<EngineJob>> jobs;  // by id
+  int64_t next_job_id = 1, next_ephemeral = 1, step = 0;
+  std::mt19937_64 id_rng;
+  bool stopping = false;  // copy of stop_requested, read after the last inbox drain
+  std::unique_ptr<PrefixCache> prefix_cache;  // null when off
+  std::map<int32_t, std::string> token_texts;  // TokenText's cache
+  // Sessions whose blob in the store could not be read at start: id -> the error they answer.
+  std::map<std::string, absl::Status> unreadable;
+  // Generates that finished with OK on a named session this step; acknowledged by CommitTurns once
+  // the store holds their state (Durability::kTurn).
+  struct FinishedTurn {
+    std::string session_id;
+    GenerateJob request;
+    std::string reason;
+    Usage usage;
+  };
+  std::vector<FinishedTurn> to_commit;
+  std::map<std::string, int64_t> share_groups;  // tenant -> the scheduler's fair-share group
+
+  // --- Guarded by mu ---
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::function<void()>> inbox;  // work for the engine thread, in arrival order
+  bool stop_requested = false;
+  bool closed = false;  // the engine thread is gone; Post refuses
+
+  // --- Thread-safe ---
+  std::atomic<int64_t> unfinished_jobs{0};  // accepted Generate jobs not yet done (the bounded queue)
+  mutable std::mutex stats_mu;
+  Stats stats;
+  std::thread thread;
+
+  bool Post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return false;
+      inbox.push_back(std::move(fn));
+    }
+    cv.notify_one();
+    return true;
+  }
+
+  void Run();
+  bool Step();  // false: nothing could run
+  void Shutdown();
+  void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out);
+
+  // Sessions and state.
+  SessionStore* store() const { return options.store.get(); }
+  bool TurnDurable() const { return store() && options.durability == Durability::kTurn; }
+  bool Shared() const { return store() && store()->Shared(); }
+  // The session, or the error its id answers: NOT_FOUND naming `field`, or the unreadable blob's.
+  // With a shared store a session this server does not hold is read from the store (Adopt).
+  absl::StatusOr<Session*> Lookup(const std::string& id, const std::string& field);
+  // Lookup, and with a shared store this server's lease on it (UNAVAILABLE while a peer holds it).
+  absl::StatusOr<Session*> LookupToChange(const std::string& id, const std::string& field);
+  // Registers (or refreshes) `id` from the header of its blob in the store, offloaded.
+  absl::StatusOr<Session*> Adopt(const std::string& id, const std::string& field);
+  // ALREADY_EXISTS (naming `field`) when `id` is a session, readable or not, here or (shared store)
+  // in the store. With a shared store OK leaves this server holding the new id's lease.
+  absl::Status CheckNew(const std::string& id, const std::string& field);
+  // Drops a session from the table (and its lease).
+  void Forget(const std::string& id);
+  // With a shared store, a session just created, forked or imported is offloaded and its lease
+  // released: the balancer may route its next call to another server, which must be able to take it.
+  void LetGo(Session& s);
+  // The store holds `state` as s's current state.
+  void MarkStored(Session& s, const SessionSnapshot& state);
+  // Every session: the table's, and with a shared store every session in it.
+  std::vector<SessionInfo> ListAll();
+  int64_t Position(const Session& s) const { return s.slot >= 0 ? pool->position(s.slot) : s.position; }
+  SessionInfo Info(const Session& s) const;
+  std::string NewSessionId();
+  absl::Status CheckCapacity() const;
+  // RESOURCE_EXHAUSTED naming the quota when the tenant's sessions (this server's) would exceed it
+  // with `new_sessions` more sessions holding `new_bytes` more state bytes.
+  absl::Status CheckQuota(const SessionQuota& quota, int64_t new_sessions, int64_t new_bytes) const;
+  // Writes `state` as s's blob (s keeps any slot it has); on OK s.stored.
+  absl::Status Persist(Session& s, const SessionSnapshot& state);
+  // The session's blob from the store, decoded and checked against this model and backend.
+  absl::StatusOr<SessionSnapshot> LoadStored(const Session& s) const;
+  absl::Status Offload(Session& s);
+  absl::Status MakeResident(Session& s);
+  void FreeSlot(Session& s);
+  absl::StatusOr<SessionSnapshot> Snapshot(Session& s);
+  absl::Status Place(Session& s, const SessionSnapshot& state);
+  // FAILED_PRECONDITION when the state's KV cache exceeds the backend's max_context.
+  absl::Status CheckFits(const SessionSnapshot& state) const;
+  // At start: registers every session the store holds (offloaded), and the unreadable ones.
+  absl::Status Recover();
+  // Acknowledges the turns in to_commit once their states are in the store (one group commit); a
+  // turn whose write fails is undone (the slot reloaded from the store) and fails.
+  void CommitTurns();
+  // Offloads the resident sessions idle for options.release_idle_ms (shared stores: their leases go).
+  void ReleaseIdle();
+  int64_t last_idle_scan_ms = 0;  // engine thread only
+
+  // Jobs.
+  // `cache_points`: token counts into `tokens` where the prefix cache keeps the state too.
+  void Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points);
+  // A job entering prefill on an empty session starts from the longest cached prefix of its prompt.
+  void StartFromPrefixCache(EngineJob& job, Session& s);
+  // How many of the job's next `tokens` prompt tokens to feed: with the prefix cache, chunks end at
+  // its boundaries (multiples of the interval, the prompt's end), where CachePrefix keeps the state.
+  int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
+  void CachePrefix(EngineJob& job, const Session& s);
+  void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
+  void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids,
+            const std::vector<TokenLogprobs>& logprobs = {}) {
+    if (!text.empty() || !ids.empty()) job.request.on_output(text, ids, logprobs);
+  }
+  // `token`'s log-probability under `logits` (taken before sampling changes them), and the `top` most
+  // likely tokens'.
+  TokenLogprobs Logprobs(const std::vector<float>& logits, int32_t token, int top);
+  // A token's text inside running text, cached; "\\xNN" escapes for part of a UTF-8 character.
+  const std::string& TokenText(int32_t token);
+
+  // Control operations (engine thread).
+  absl::StatusOr<SessionInfo> Create(std::string id, const SessionQuota& quota);
+  absl::Status Delete(const std::string& id);
+  absl::StatusOr<SessionInfo> Fork(const std::string& source_id, std::string new_id, const SessionQuota& quota);
+  absl::StatusOr<std::string> Export(const std::string& id);
+  absl::StatusOr<SessionInfo> Import(const std::string& blob, std::string id, const SessionQuota& quota);
+};
+
+}  // namespace steady
+
+#endif  // STEADY_SERVER_ENGINE_ENGINE_IMPL_H_

@@ -1,0 +1,467 @@
+// The engine thread: its loop, accepting jobs, one step over every runnable job, finishing jobs,
+// and the shutdown that persists every session. Session operations are in engine_sessions.cc.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "base/status.h"
+#include "server/engine/engine_impl.h"
+#include "server/engine/request_checks.h"
+
+namespace steady {
+
+void Engine::Impl::Run() {
+  bool idle = false;
+  for (;;) {
+    std::vector<std::function<void()>> work;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      auto woken = [&] { return stop_requested || !inbox.empty(); };
+      // With jobs in flight that cannot run now, poll: cancellation flags come without a notification.
+      if (jobs.empty() && options.release_idle_ms > 0) {
+        cv.wait_for(lock, std::chrono::milliseconds(options.release_idle_ms / 2), woken);
+      } else if (jobs.empty()) {
+        cv.wait(lock, woken);
+      } else if (idle) {
+        cv.wait_for(lock, std::chrono::milliseconds(2), woken);
+      }
+      work.swap(inbox);
+      stopping = stop_requested;
+    }
+    for (auto& fn : work) fn();
+    if (stopping) break;
+    idle = !Step();
+    CommitTurns();
+    ReleaseIdle();
+  }
+  Shutdown();
+}
+
+void Engine::Impl::ReleaseIdle() {
+  if (options.release_idle_ms <= 0 || !Shared()) return;
+  const int64_t now = NowUnixMs();
+  if (now - last_idle_scan_ms < options.release_idle_ms / 4) return;
+  last_idle_scan_ms = now;
+  // Oldest first; the first one still in use ends the scan.
+  while (Session* s = sessions.EvictionCandidate()) {
+    if (s->last_used_unix_ms > now - options.release_idle_ms) break;
+    if (absl::Status st = Offload(*s); !st.ok()) {
+      std::fprintf(stderr, "steady: session %s: %s\n", s->id.c_str(), std::string(st.message()).c_str());
+      break;
+    }
+  }
+}
+
+void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points) {
+  auto fail = [&](absl::Status st) {
+    unfinished_jobs.fetch_sub(1);
+    request.on_done(st, "", Usage{});
+  };
+  if (stopping) return fail(absl::UnavailableError("the engine is shutting down"));
+  Session* s = nullptr;
+  std::string key = request.session_id;
+  if (key.empty()) {
+    // An ephemeral session needs a slot that no named session can hold forever.
+    if (!store() && sessions.named_sessions() >= pool->slots()) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "all ", pool->slots(), " state slots hold sessions and there is no session store to offload to")));
+    }
+    key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
+  } else {
+    auto found = LookupToChange(key, "session_id");
+    if (!found.ok()) return fail(found.status());
+    s = *found;
+    if (s->job != 0) {
+      return fail(absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate")));
+    }
+    // A softmax session grows: a tenant already over its state bytes gets no more.
+    const SessionQuota& q = request.quota;
+    if (absl::Status st = CheckQuota({q.tenant, 0, q.max_state_bytes}, 0, 0); !st.ok()) return fail(st);
+  }
+  std::vector<int32_t> prompt;
+  const int64_t position = s ? Position(*s) : 0;
+  if (request.expected_position && *request.expected_position != position) {
+    return fail(absl::AbortedError(absl::StrCat("session_id: ", key, " is at position ", position, ", not the expected ",
+                                                *request.expected_position,
+                                                " (an earlier attempt of this turn may have been applied)")));
+  }
+  const int bos = model.config().bos_token_id;
+  if (position == 0 && bos >= 0 && (request.prompt_token_ids.empty() || tokens.empty() || tokens[0] != bos)) {
+    prompt.push_back(bos);
+  }
+  prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+  if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
+    return fail(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
+                                                     prompt.size(), " + max_tokens ", request.max_tokens,
+                                                     "; --max-context)")));
+  }
+
+  if (!s) {
+    s = &sessions.Add(key, true);
+    s->created_unix_ms = NowUnixMs();
+  }
+  auto job = std::make_unique<EngineJob>(next_job_id++, std::move(request), tokenizer);
+  job->arrival = job->id;
+  job->group = share_groups.try_emplace(job->request.quota.tenant, int64_t(share_groups.size())).first->second;
+  job->session_id = key;
+  job->context = prompt;
+  job->prompt = std::move(prompt);
+  job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
+  job->from_empty = position == 0;
+  const size_t shift = job->prompt.size() - tokens.size();  // BOS in front
+  for (int64_t p : cache_points) job->cache_points.push_back(size_t(p) + shift);
+  std::sort(job->cache_points.begin(), job->cache_points.end());
+  sessions.SetJob(*s, job->id);
+  sessions.Touch(*s, NowUnixMs());
+  if (job->phase == JobPhase::kPrefill) StartFromPrefixCache(*job, *s);
+  jobs.emplace(job->id, std::move(job));
+}
+
+void Engine::Impl::StartFromPrefixCache(EngineJob& job, Session& s) {
+  if (!prefix_cache || !job.from_empty || job.prompt_done != 0) return;
+  std::shared_ptr<const PrefixCache::Entry> hit = prefix_cache->Longest(job.prompt);
+  if (!hit) return;
+  RestoreSlot(hit->state, *pool, s.slot);
+  job.prompt_done = hit->length;
+  job.cached_tokens = int64_t(hit->length);
+  job.before_prompt = empty_state;  // a cancel mid-prompt goes back to the empty session
+  s.stored = false;
+}
+
+int64_t Engine::Impl::PrefillTake(const EngineJob& job, int64_t tokens) const {
+  if (!prefix_cache || !job.from_empty) return tokens;
+  const int64_t interval = options.prefix_cache_interval;
+  int64_t next = std::min<int64_t>(int64_t(job.prompt.size()), (int64_t(job.prompt_done) / interval + 1) * interval);
+  auto point = std::upper_bound(job.cache_points.begin(), job.cache_points.end(), job.prompt_done);
+  if (point != job.cache_points.end()) next = std::min(next, int64_t(*point));
+  return std::min(tokens, next - int64_t(job.prompt_done));
+}
+
+void Engine::Impl::CachePrefix(EngineJob& job, const Session& s) {
+  if (!prefix_cache || !job.from_empty) return;
+  const size_t done = job.prompt_done;
+  if (done % size_t(options.prefix_cache_interval) != 0 && done != job.prompt.size() &&
+      !std::binary_search(job.cache_points.begin(), job.cache_points.end(), done)) {
+    return;
+  }
+  if (prefix_cache->Contains(job.prompt, done)) return;
+  // One copy of the prompt's ids, shared by every entry cut from it.
+  if (!job.cache_ids) job.cache_ids = std::make_shared<const std::vector<int32_t>>(job.prompt);
+  prefix_cache->Insert(job.cache_ids, done, CaptureSlot(*pool, s.slot));
+}
+
+const std::string& Engine::Impl::TokenText(int32_t token) {
+  auto [it, added] = token_texts.try_emplace(token);
+  if (!added) return it->second;
+  std::string text;
+  if (token < tokenizer.vocab_size()) {
+    TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);
+    auto head = streamer.Add(token);
+    auto tail = streamer.Flush();
+    if (head.ok() && tail.ok()) text = *head + *tail;
+  }
+  if (!IsValidUtf8(text)) {  // part of a character: its bytes, escaped
+    std::string escaped;
+    for (unsigned char c : text) absl::StrAppend(&escaped, "\\x", absl::Hex(c, absl::kZeroPad2));
+    text = std::move(escaped);
+  }
+  it->second = std::move(text);
+  return it->second;
+}
+
+TokenLogprobs Engine::Impl::Logprobs(const std::vector<float>& logits, int32_t token, int top) {
+  const int vocab = model.vocab_size();
+  TokenLogprobs out;
+  out.chosen = {token, TokenText(token), Logprob(logits.data(), vocab, token)};
+  for (const TokenLogprob& t : TopLogprobs(logits.data(), vocab, top)) {
+    out.top.push_back({t.token, TokenText(t.token), t.logprob});
+  }
+  return out;
+}
+
+void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std::string& reason) {
+  Session& s = *sessions.Find(job.session_id);
+  const bool mid_prompt = job.prompt_done > 0 && job.prompt_done < job.prompt.size();
+  if (mid_prompt && job.before_prompt) {
+    RestoreSlot(*job.before_prompt, *pool, s.slot);
+    job.prompt_done = 0;
+  }
+  // As GenerateText: text held back for a possible stop string or an incomplete character is
+  // released when generation ends by length or eos.
+  if (status.ok() && (reason == "length" || reason == "stop") && !job.stops.stopped()) {
+    std::string tail;
+    if (auto rest = job.streamer.Flush(); rest.ok()) tail = job.stops.Add(*rest);
+    tail += job.stops.Flush();
+    Emit(job, tail, {});
+  }
+  Usage usage;
+  usage.prompt_tokens = int64_t(job.prompt_done);
+  usage.cached_tokens = job.prompt_done > 0 ? job.cached_tokens : 0;
+  usage.completion_tokens = job.generated;
+  usage.session_position = Position(s);
+  sessions.SetJob(s, 0);
+  sessions.Touch(s, NowUnixMs());
+  if (s.ephemeral) {
+    if (s.slot >= 0) FreeSlot(s);
+    sessions.Erase(s.id);
+  }
+  GenerateJob request = std::move(job.request);
+  jobs.erase(job.id);  // `job` is gone from here on
+  if (status.ok() && !s.ephemeral && TurnDurable()) {
+    // Acknowledged by CommitTurns, after this step, once the store holds the state.
+    to_commit.push_back({s.id, std::move(request), reason, usage});
+    return;
+  }
+  unfinished_jobs.fetch_sub(1);
+  request.on_done(status, reason, usage);
+}
+
+void Engine::Impl::CommitTurns() {
+  if (to_commit.empty()) return;
+  std::vector<FinishedTurn> turns;
+  turns.swap(to_commit);
+  std::vector<SessionSnapshot> states;
+  std::vector<BlobWrite> writes;
+  for (const FinishedTurn& t : turns) {
+    Session& s = *sessions.Find(t.session_id);
+    auto snap = Snapshot(s);  // resident: taken from its slot, cannot fail
+    STEADY_CHECK(snap.ok());
+    writes.push_back({s.id, EncodeSnapshot(*snap, shape.fingerprint)});
+    states.push_back(*std::move(snap));
+  }
+  std::vector<absl::Status> statuses = store()->Put(writes);
+  int64_t failed = 0;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    Session& s = *sessions.Find(turns[i].session_id);
+    if (statuses[i].ok()) {
+      MarkStored(s, states[i]);
+      continue;
+    }
+    // Not durable, so not acknowledged: the session goes back to what the store holds, its last
+    // durable state (read again on its next use), and the client hears why.
+    ++failed;
+    FreeSlot(s);
+    sessions.SetOnDisk(s, true);
+    s.stored = true;
+    if (statuses[i].code() == absl::StatusCode::kAborted) {
+      // Fenced (SessionStore::Put): another server took the session over; its history stands.
+      statuses[i] = absl::UnavailableError(absl::StrCat("session ", s.id, ": another server has taken it over, so ",
+                                                        "this turn was not applied (",
+                                                        std::string(statuses[i].message()), "); retry"));
+    } else {
+      statuses[i] = WithContext(statuses[i], absl::StrCat("session ", s.id,
+                                                          ": the turn could not be made durable and was undone (the "
+                                                          "session is back at position ", s.position, ")"));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.turns_committed += int64_t(turns.size()) - failed;
+    stats.commit_failures += failed;
+  }
+  for (size_t i = 0; i < turns.size(); ++i) {
+    unfinished_jobs.fetch_sub(1);
+    turns[i].request.on_done(statuses[i], statuses[i].ok() ? turns[i].reason : "", turns[i].usage);
+  }
+}
+
+bool Engine::Impl::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  // Cancelled jobs end at this step boundary.
+  std::vector<EngineJob*> cancelled;
+  for (auto& [id, job] : jobs) {
+    if (job->request.cancelled->load()) cancelled.push_back(job.get());
+  }
+  for (EngineJob* job : cancelled) Finish(*job, absl::OkStatus(), "cancelled");
+
+  SchedulerInput in;
+  in.max_batch = options.max_batch;
+  in.prefill_budget = options.prefill_budget;
+  in.slots_available = sessions.free_slots() + (store() ? sessions.evictable() : 0);
+  for (const auto& [id, job] : jobs) {
+    in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced,
+                       job->group});
+  }
+  const StepPlan plan = Schedule(in);
+  if (plan.empty()) return !cancelled.empty();
+
+  for (int64_t id : plan.admit) {
+    EngineJob& job = *jobs.at(id);
+    Session& s = *sessions.Find(job.session_id);
+    if (absl::Status st = MakeResident(s); !st.ok()) {
+      Finish(job, st, "");
+      continue;
+    }
+    job.phase = JobPhase::kPrefill;
+    StartFromPrefixCache(job, s);
+  }
+
+  // Rows of this step: decode tokens first, then prefill chunks; one logits row per segment.
+  struct Row {
+    EngineJob* job;
+    int64_t prompt_tokens;  // 0: a decode row
+  };
+  std::vector<Segment> segments;
+  std::vector<Row> rows;
+  int64_t tokens_in = 0, tokens_out = 0;
+  for (int64_t id : plan.decode) {
+    EngineJob& job = *jobs.at(id);
+    job.last_advanced = step;
+    std::vector<float> raw;  // the logits before Sample changes them, for the log-probabilities
+    if (job.request.top_logprobs >= 0) raw = job.logits;
+    const int token = job.drawn ? *job.drawn : job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
+    job.drawn.reset();
+    if (model.config().IsEos(token)) {
+      Finish(job, absl::OkStatus(), "stop");
+      continue;
+    }
+    job.context.push_back(token);
+    std::string text;
+    if (token < tokenizer.vocab_size()) {
+      auto piece = job.streamer.Add(token);
+      if (!piece.ok()) {
+        Finish(job, piece.status(), "");
+        continue;
+      }
+      text = job.stops.Add(*piece);
+    }
+    std::vector<TokenLogprobs> logprobs;
+    if (job.request.top_logprobs >= 0) logprobs.push_back(Logprobs(raw, token, job.request.top_logprobs));
+    Emit(job, text, {token}, logprobs);
+    // The sampled token enters the state even when it ends generation (as in GenerateText), so
+    // the session continues right after the last token the client saw.
+    segments.push_back({sessions.Find(job.session_id)->slot, {token}, false});
+    rows.push_back({&job, 0});
+  }
+  for (const PrefillChunk& chunk : plan.prefill) {
+    auto it = jobs.find(chunk.id);
+    if (it == jobs.end() || it->second->phase != JobPhase::kPrefill) continue;  // admission failed
+    EngineJob& job = *it->second;
+    const int slot = sessions.Find(job.session_id)->slot;
+    const int64_t take = PrefillTake(job, chunk.tokens);
+    if (job.prompt_done == 0 && size_t(take) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
+    segments.push_back({slot,
+                        std::vector<int32_t>(job.prompt.begin() + job.prompt_done,
+                                             job.prompt.begin() + job.prompt_done + take),
+                        false});
+    rows.push_back({&job, take});
+  }
+  // These sessions' states change now: the store holds them again after a commit (or an offload).
+  for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
+  if (!segments.empty()) {
+    // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the logits:
+    // for the repetition penalty, which the host Sampler applies, or for log-probabilities.
+    bool on_device = options.device_sampling && pool->DrawsOnDevice();
+    for (const Row& row : rows) {
+      const GenerateJob& r = row.job->request;
+      on_device = on_device && r.sampling.repetition_penalty == 1.0f && r.top_logprobs < 0;
+    }
+    std::vector<float> logits;
+    std::vector<int32_t> drawn;
+    if (on_device) {
+      std::vector<DrawParams> draws;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const SamplingParams& p = rows[r].job->request.sampling;
+        // The counter is the session's position after this step: one distinct draw per token.
+        draws.push_back({p.temperature, p.top_k, p.top_p, p.seed,
+                         uint64_t(pool->position(segments[r].slot) + int64_t(segments[r].tokens.size()))});
+      }
+      pool->ForwardSample(segments, draws, &drawn);
+    } else {
+      pool->Forward(segments, &logits);
+    }
+    const int vocab = model.vocab_size();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EngineJob& job = *rows[r].job;
+      if (on_device) {
+        job.drawn = drawn[r];
+      } else {
+        job.logits.assign(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+      }
+      if (rows[r].prompt_tokens == 0) {
+        ++job.generated;
+        ++tokens_out;
+        if (job.stops.stopped()) {
+          Finish(job, absl::OkStatus(), "stop");
+        } else if (job.generated >= job.request.max_tokens) {
+          Finish(job, absl::OkStatus(), "length");
+        }
+        continue;
+      }
+      job.prompt_done += rows[r].prompt_tokens;
+      tokens_in += rows[r].prompt_tokens;
+      CachePrefix(job, *sessions.Find(job.session_id));
+      if (job.prompt_done < job.prompt.size()) continue;
+      job.before_prompt.reset();
+      job.phase = JobPhase::kDecode;
+      if (job.request.max_tokens == 0) Finish(job, absl::OkStatus(), "length");
+    }
+  }
+  ++step;
+  UpdateStats(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tokens_in, tokens_out);
+  return true;
+}
+
+void Engine::Impl::Shutdown() {
+  // Work posted after the last drain: run it (jobs are refused), then refuse new posts.
+  for (;;) {
+    std::vector<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (inbox.empty()) {
+        closed = true;
+        break;
+      }
+      work.swap(inbox);
+    }
+    for (auto& fn : work) fn();
+  }
+  // Between steps: running jobs keep what they generated (a prompt cut midway is rolled back).
+  while (!jobs.empty()) {
+    EngineJob& job = *jobs.begin()->second;
+    Finish(job, absl::UnavailableError(job.phase == JobPhase::kWaiting
+                                           ? "the engine is shutting down"
+                                           : "the engine is shutting down; the tokens generated so far are in the session"),
+           "");
+  }
+  CommitTurns();
+  if (!store()) return;
+  std::vector<Session*> named;
+  for (const Session* s : sessions.Named()) named.push_back(sessions.Find(s->id));
+  for (Session* s : named) {
+    if (s->stored) continue;
+    const absl::Status st = s->slot >= 0 ? Offload(*s) : Persist(*s, empty_state);
+    if (!st.ok()) std::fprintf(stderr, "steady: session %s not persisted: %s\n", s->id.c_str(), std::string(st.message()).c_str());
+  }
+  // Peers may take every session over at once.
+  if (Shared()) {
+    for (const Session* s : sessions.Named()) store()->Release(s->id);
+  }
+}
+
+void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out) {
+  int64_t state_bytes = int64_t(sessions.resident_sessions()) * int64_t(pool->StateBytesPerSlot());
+  const bool grows = std::any_of(shape.growth_per_token.begin(), shape.growth_per_token.end(), [](uint64_t g) { return g > 0; });
+  if (grows) {
+    for (int slot = 0; slot < pool->slots(); ++slot) state_bytes += int64_t(pool->BytesInUse(slot) - pool->StateBytesPerSlot());
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.sessions_resident = sessions.resident_sessions();
+  stats.sessions_offloaded = sessions.offloaded_sessions();
+  stats.state_bytes = state_bytes;
+  stats.steps = step;
+  stats.tokens_in += tokens_in;
+  stats.tokens_out += tokens_out;
+  if (prefix_cache) {
+    const PrefixCache::Stats& p = prefix_cache->stats();
+    stats.prefix_hits = p.hits;
+    stats.prefix_misses = p.misses;
+    stats.prefix_tokens_saved = p.tokens_saved;
+    stats.prefix_entries = p.entries;
+    stats.prefix_bytes = p.bytes;
+  }
+  if (step_seconds > 0) stats.last_step_seconds = step_seconds;
+}
+
+}  // namespace steady

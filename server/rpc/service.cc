@@ -1,0 +1,374 @@
+#include "server/rpc/service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "server/store/snapshot_signing.h"
+
+namespace steady {
+
+// The numeric values are the same canonical codes on both sides.
+static_assert(int(absl::StatusCode::kInvalidArgument) == int(grpc::StatusCode::INVALID_ARGUMENT));
+static_assert(int(absl::StatusCode::kUnauthenticated) == int(grpc::StatusCode::UNAUTHENTICATED));
+static_assert(int(absl::StatusCode::kDataLoss) == int(grpc::StatusCode::DATA_LOSS));
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status ValidateSessionId(const std::string& field, const std::string& id, bool allow_empty) {
+  if (id.empty()) {
+    return allow_empty ? absl::OkStatus() : absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  }
+  if (id.size() > size_t(kMaxSessionIdBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", kMaxSessionIdBytes, " bytes"));
+  }
+  bool ok = id[0] != '.';
+  for (char c : id) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '.');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": \"", absl::CHexEscape(id), "\" is not [A-Za-z0-9_.-] (not starting with '.')"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const EngineOptions& engine,
+                                           const ServiceOptions& options, const ChatTemplate& chat) {
+  if (absl::Status s = ValidateSessionId("session_id", r.session_id(), /*allow_empty=*/true); !s.ok()) return s;
+  if (r.max_tokens() < 0 || r.max_tokens() > engine.max_new_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: must be in [0, ", engine.max_new_tokens, "], got ", r.max_tokens()));
+  }
+  if (!std::isfinite(r.temperature()) || r.temperature() < 0 || r.temperature() > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature: must be in [0, 100], got ", r.temperature()));
+  }
+  if (r.top_k() < 0) return absl::InvalidArgumentError(absl::StrCat("top_k: must be >= 0, got ", r.top_k()));
+  if (!std::isfinite(r.top_p()) || r.top_p() < 0 || r.top_p() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p: must be in [0, 1] (0: off), got ", r.top_p()));
+  }
+  if (!std::isfinite(r.repetition_penalty()) || r.repetition_penalty() < 0 || r.repetition_penalty() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty: must be in [0, 100] (0: off), got ", r.repetition_penalty()));
+  }
+  if (r.stop_size() > options.max_stop_strings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop: at most ", options.max_stop_strings, " strings, got ", r.stop_size()));
+  }
+  for (int i = 0; i < r.stop_size(); ++i) {
+    if (r.stop(i).empty()) return absl::InvalidArgumentError(absl::StrCat("stop[", i, "]: must not be empty"));
+    if (int64_t(r.stop(i).size()) > options.max_stop_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "]: longer than ", options.max_stop_bytes, " bytes"));
+    }
+  }
+  GenerateJob job;
+  job.session_id = r.session_id();
+  job.prompt = r.prompt();
+  job.prompt_token_ids.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
+  if (r.messages_size() > 0) {
+    if (!r.prompt().empty() || r.prompt_token_ids_size() > 0) {
+      return absl::InvalidArgumentError("messages: give prompt, prompt_token_ids or messages, only one");
+    }
+    std::vector<ChatMessage> messages;
+    for (const v1::ChatMessage& m : r.messages()) messages.push_back({m.role(), m.content()});
+    size_t system_bytes = 0;
+    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true, &system_bytes);
+    if (!rendered.ok()) return rendered.status();
+    job.prompt = *std::move(rendered);
+    if (system_bytes > 0) job.cache_at_bytes.push_back(system_bytes);
+  }
+  job.max_tokens = r.max_tokens();
+  job.sampling.temperature = r.temperature();
+  job.sampling.top_k = r.top_k();
+  job.sampling.top_p = r.top_p() == 0 ? 1.0f : r.top_p();
+  job.sampling.repetition_penalty = r.repetition_penalty() == 0 ? 1.0f : r.repetition_penalty();
+  job.sampling.seed = r.seed();
+  job.stop.assign(r.stop().begin(), r.stop().end());
+  if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop.begin(), chat.stop.end());
+  if (r.has_expected_position()) job.expected_position = r.expected_position().value();
+  if (r.top_logprobs() != 0 && !r.logprobs()) {
+    return absl::InvalidArgumentError("top_logprobs: needs logprobs = true");
+  }
+  if (r.top_logprobs() < 0 || r.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs()));
+  }
+  if (r.logprobs()) job.top_logprobs = r.top_logprobs();
+  return job;
+}
+
+absl::Status ShuttingDownError() { return absl::UnavailableError("the server is shutting down"); }
+
+void ToProto(const SessionInfo& info, v1::Session* out) {
+  out->set_session_id(info.session_id);
+  out->set_position(info.position);
+  out->set_state_bytes(info.state_bytes);
+  out->set_resident(info.resident);
+  out->set_busy(info.busy);
+  out->set_created_unix_ms(info.created_unix_ms);
+  out->set_last_used_unix_ms(info.last_used_unix_ms);
+}
+
+namespace {
+
+v1::ModelInfo DescribeModel(const Model& model, const EngineOptions& engine, const ServiceOptions& options) {
+  v1::ModelInfo info;
+  const ModelConfig& c = model.config();
+  info.set_model_name(options.model_name);
+  const nlohmann::json layers = model.DescribeAttention();
+  for (const nlohmann::json& layer : layers) {
+    v1::AttentionLayer* out = info.add_layers();
+    out->set_mechanism(layer.value("mechanism", ""));
+    nlohmann::json params = layer;
+    params.erase("mechanism");
+    out->set_params_json(params.dump());
+    if (info.mechanism().empty()) info.set_mechanism(out->mechanism());
+    if (info.mechanism() != out->mechanism()) info.set_mechanism("mixed");
+  }
+  info.set_parameters(model.ParameterCount());
+  info.set_vocab_size(c.vocab_size);
+  info.set_hidden_size(c.hidden_size);
+  info.set_num_layers(c.num_layers);
+  info.set_num_heads(c.num_heads);
+  info.set_num_kv_heads(c.num_kv_heads);
+  info.set_head_dim(c.head_dim);
+  info.set_state_bytes_per_session(int64_t(model.StateFloats() * sizeof(float)));
+  info.set_kv_cache_bytes_per_token(KvCacheFloatsPerToken(c) * int64_t(sizeof(float)));
+  v1::Limits* limits = info.mutable_limits();
+  limits->set_max_prompt_tokens(engine.max_prompt_tokens);
+  limits->set_max_new_tokens(engine.max_new_tokens);
+  limits->set_max_sessions(engine.max_sessions);
+  limits->set_max_queue(engine.max_queue);
+  limits->set_max_batch(engine.max_batch);
+  limits->set_state_memory_bytes(engine.state_memory_bytes);
+  limits->set_max_stop_strings(options.max_stop_strings);
+  limits->set_max_stop_bytes(options.max_stop_bytes);
+  limits->set_max_session_id_bytes(kMaxSessionIdBytes);
+  limits->set_max_snapshot_bytes(options.max_snapshot_bytes);
+  return info;
+}
+
+}  // namespace
+
+InferenceService::InferenceService(Engine& engine, Metrics& metrics, ServiceOptions options)
+    : engine_(engine),
+      metrics_(metrics),
+      options_(std::move(options)),
+      model_info_(DescribeModel(engine.model(), engine.options(), options_)),
+      id_rng_(std::random_device{}()) {}
+
+void InferenceService::BeginDrain() {
+  std::unique_lock lock(gate_);
+  draining_ = true;
+}
+
+void InferenceService::CancelRunning() {
+  std::lock_guard lock(mu_);
+  for (const auto& cancelled : running_) cancelled->store(true);
+}
+
+grpc::ServerUnaryReactor* InferenceService::Finish(grpc::ServerUnaryReactor* reactor, const char* rpc,
+                                                   const absl::Status& status) {
+  metrics_.CountRequest(rpc, absl::StatusCodeToString(status.code()));
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+std::string InferenceService::SessionIdOrNew(const std::string& id) {
+  if (!id.empty()) return id;
+  std::lock_guard lock(mu_);
+  return absl::StrFormat("s-%016x", id_rng_());
+}
+
+absl::StatusOr<std::shared_ptr<const Tenant>> InferenceService::Authorize(grpc::CallbackServerContext* context) {
+  if (!options_.auth) return std::shared_ptr<const Tenant>();
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  const std::string_view header = it == metadata.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+  auto tenant = options_.auth->Authenticate(header);
+  if (!tenant.ok()) {
+    metrics_.CountAuthFailure(header.empty() ? "missing" : "unknown");
+    return tenant.status();
+  }
+  return tenant;
+}
+
+std::string InferenceService::Internal(const Tenant* tenant, const std::string& id) {
+  return tenant ? TenantPrefix(tenant->name) + id : id;
+}
+
+SessionQuota InferenceService::QuotaOf(const Tenant* tenant) {
+  if (!tenant) return {};
+  return {tenant->name, tenant->quotas.max_sessions, tenant->quotas.max_state_bytes};
+}
+
+absl::Status InferenceService::Outward(const Tenant* tenant, const absl::Status& status) {
+  if (!tenant || status.ok()) return status;
+  const std::string message(status.message());
+  if (status.code() == absl::StatusCode::kResourceExhausted && absl::StartsWith(message, "quota ")) {
+    const std::string quota = message.substr(6, message.find(' ', 6) - 6);
+    metrics_.CountQuotaRefusal(tenant->name, quota);
+  }
+  return absl::Status(status.code(), absl::StrReplaceAll(message, {{TenantPrefix(tenant->name), ""}}));
+}
+
+void InferenceService::ToProtoFor(const Tenant* tenant, const SessionInfo& info, v1::Session* out) {
+  ToProto(info, out);
+  if (tenant && absl::StartsWith(info.session_id, TenantPrefix(tenant->name))) {
+    out->set_session_id(info.session_id.substr(TenantPrefix(tenant->name).size()));
+  }
+}
+
+absl::StatusOr<std::string> InferenceService::CheckSignature(const Tenant* tenant, std::string blob) const {
+  const std::string tenant_name = tenant ? tenant->name : "";
+  if (IsSignedSnapshot(blob)) {
+    if (options_.snapshot_key.empty()) {
+      return absl::FailedPreconditionError(
+          "snapshot: signed, but this server has no --snapshot-key-file to check the signature with");
+    }
+    auto inner = VerifySignedSnapshot(options_.snapshot_key, tenant_name, blob);
+    if (!inner.ok()) return inner.status();
+    return std::string(*inner);
+  }
+  if (!options_.snapshot_key.empty() && !options_.allow_unsigned_imports) {
+    return absl::PermissionDeniedError(
+        "snapshot: unsigned; this server imports only snapshots it signed (--allow-unsigned-imports accepts others)");
+  }
+  return blob;
+}
+
+void InferenceService::TrackGenerate(const std::shared_ptr<std::atomic<bool>>& cancelled) {
+  std::lock_guard lock(mu_);
+  running_.insert(cancelled);
+}
+
+void InferenceService::UntrackGenerate(const std::shared_ptr<std::atomic<bool>>& cancelled) {
+  std::lock_guard lock(mu_);
+  running_.erase(cancelled);
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest*, v1::ModelInfo* response) {
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(context->DefaultReactor(), "GetModelInfo", tenant.status());
+  // The model is const: no engine round trip.
+  *response = model_info_;
+  return Finish(context->DefaultReactor(), "GetModelInfo", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::CreateSession(grpc::CallbackServerContext* context,
+                                                          const v1::CreateSessionRequest* request,
+                                                          v1::Session* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static constexpr char kRpc[] = "CreateSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
+  if (absl::Status s = ValidateSessionId("session_id", request->session_id(), true); !s.ok()) {
+    return Finish(reactor, kRpc, s);
+  }
+  const std::string id = Internal(tenant->get(), SessionIdOrNew(request->session_id()));
+  const bool queued = Enqueue([&] {
+    engine_.CreateSession(
+        id,
+        [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+          if (info.ok()) ToProtoFor(t.get(), *info, response);
+          Finish(reactor, kRpc, Outward(t.get(), info.status()));
+        },
+        QuotaOf(tenant->get()));
+  });
+  return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetSession(grpc::CallbackServerContext* context,
+                                                       const v1::GetSessionRequest* request, v1::Session* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static constexpr char kRpc[] = "GetSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
+  if (absl::Status s = ValidateSessionId("session_id", request->session_id(), false); !s.ok()) {
+    return Finish(reactor, kRpc, s);
+  }
+  const bool queued = Enqueue([&] {
+    engine_.GetSession(Internal(tenant->get(), request->session_id()),
+                       [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+                         if (info.ok()) ToProtoFor(t.get(), *info, response);
+                         Finish(reactor, kRpc, Outward(t.get(), info.status()));
+                       });
+  });
+  return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ListSessions(grpc::CallbackServerContext* context,
+                                                         const v1::ListSessionsRequest*,
+                                                         v1::ListSessionsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static constexpr char kRpc[] = "ListSessions";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
+  const bool queued = Enqueue([&] {
+    engine_.ListSessions([this, reactor, response, t = *tenant](std::vector<SessionInfo> sessions) {
+      std::sort(sessions.begin(), sessions.end(),
+                [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
+      // A tenant sees its own sessions only.
+      const std::string prefix = t ? TenantPrefix(t->name) : "";
+      for (const SessionInfo& info : sessions) {
+        if (absl::StartsWith(info.session_id, prefix)) ToProtoFor(t.get(), info, response->add_sessions());
+      }
+      Finish(reactor, kRpc, absl::OkStatus());
+    });
+  });
+  return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
+}
+
+grpc::ServerUnaryReactor* InferenceService::DeleteSession(grpc::CallbackServerContext* context,
+                                                          const v1::DeleteSessionRequest* request,
+                                                          v1::DeleteSessionResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static constexpr char kRpc[] = "DeleteSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
+  if (absl::Status s = ValidateSessionId("session_id", request->session_id(), false); !s.ok()) {
+    return Finish(reactor, kRpc, s);
+  }
+  const bool queued = Enqueue([&] {
+    engine_.DeleteSession(Internal(tenant->get(), request->session_id()), [this, reactor, t = *tenant](absl::Status status) {
+      Finish(reactor, kRpc, Outward(t.get(), status));
+    });
+  });
+  return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerContext* context,
+                                                        const v1::ForkSessionRequest* request, v1::Session* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  static constexpr char kRpc[] = "ForkSession";
+  auto tenant = Authorize(context);
+  if (!tenant.ok()) return Finish(reactor, kRpc, tenant.status());
+  for (const absl::Status& s : {ValidateSessionId("session_id", request->session_id(), false),
+                                ValidateSessionId("new_session_id", request->new_session_id(), true)}) {
+    if (!s.ok()) return Finish(reactor, kRpc, s);
+  }
+  const Tenant* t = tenant->get();
+  const std::string new_id = Internal(t, SessionIdOrNew(request->new_session_id()));
+  const bool queued = Enqueue([&] {
+    engine_.ForkSession(
+        Internal(t, request->session_id()), new_id,
+        [this, reactor, response, t = *tenant](absl::StatusOr<SessionInfo> info) {
+          if (info.ok()) ToProtoFor(t.get(), *info, response);
+          Finish(reactor, kRpc, Outward(t.get(), info.status()));
+        },
+        QuotaOf(t));
+  });
+  return queued ? reactor : Finish(reactor, kRpc, ShuttingDownError());
+}
+
+}  // namespace steady
