@@ -1,6 +1,6 @@
 // A process-wide pool of compute threads for the CPU kernels. Work is split so that every output
 // element is computed by the same arithmetic whatever the thread count: results are bit-identical
-// with 1 thread or many (tests/cpu_kernels_test.cc checks it).
+// with 1 thread or many (tests/kernels/cpu_kernels_test.cc checks it).
 #ifndef STEADY_KERNELS_CPU_PARALLEL_H_
 #define STEADY_KERNELS_CPU_PARALLEL_H_
 

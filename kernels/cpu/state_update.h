@@ -3,7 +3,7 @@
 // read, a query's weight times a state row (its sums plus their compensations) into the output. SIMD
 // (Highway, dispatched at run time) with the scalar reference beside it; the two agree bit for bit
 // (each lane does KahanAdd's operations in KahanAdd's order, products rounded before the add, no
-// fused multiply-add), tests/cpu_kernels_test.cc checks it.
+// fused multiply-add), tests/kernels/cpu_kernels_test.cc checks it.
 #ifndef STEADY_KERNELS_CPU_STATE_UPDATE_H_
 #define STEADY_KERNELS_CPU_STATE_UPDATE_H_
 

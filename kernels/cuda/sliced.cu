@@ -9,7 +9,7 @@
 // query point, reads that point's ReLU moments (the bins below exactly, its own bin through two
 // point masses). The arithmetic is kernels/sliced_bins_math.h, the CPU's own, and both sides are
 // compiled without FMA contraction (kernels/cuda/CMakeLists.txt), so fed the same scores the kernel reproduces
-// the CPU's state and outputs to the last bit (tests/backend_test.cc, CudaSlicedKernel). Projected
+// the CPU's state and outputs to the last bit (tests/model/backend/backend_test.cc, CudaSlicedKernel). Projected
 // scores differ from the CPU's in their last bits (cuBLAS's summation order, the bias added last,
 // the device's erf).
 #include <cuda_runtime.h>

@@ -5,7 +5,7 @@
 // keeps everything fp32: the reference that pins the kernels to the CPU path at fp32 tolerances. Every slot's fixed state lives in one
 // device slab in StatePool's layout; softmax layers keep a KV cache preallocated to max_context
 // tokens per slot. Built only when nvcc is found (model/CMakeLists.txt); checked against the CPU backend by
-// tests/backend_test.cc on a machine with a GPU.
+// tests/model/backend/backend_test.cc on a machine with a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

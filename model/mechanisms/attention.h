@@ -20,7 +20,7 @@
 //                                       const T* k, const T* v, T* y);
 //       the causal quadratic reference from an empty state.
 //
-// Step, Chunked and Parallel compute the same function (tests/mechanisms_test.cc checks it).
+// Step, Chunked and Parallel compute the same function (tests/model/mechanisms/mechanisms_test.cc checks it).
 // Templates are instantiated for float (serving) and double (references, drift study).
 #ifndef STEADY_MODEL_MECHANISMS_ATTENTION_H_
 #define STEADY_MODEL_MECHANISMS_ATTENTION_H_

@@ -1,6 +1,6 @@
 // The engine's per-step decision, as a pure function of the queue: which waiting jobs get a state
 // slot, which decoding jobs advance by one token, and how many prompt tokens each prefilling job
-// feeds. No model, no sessions, no clocks: tests/scheduler_test.cc drives it with plain structs.
+// feeds. No model, no sessions, no clocks: tests/server/engine/scheduler_test.cc drives it with plain structs.
 //
 // Policy:
 //   - Groups: every job belongs to a fair-share group (a tenant). Each resource below is shared

@@ -5,7 +5,7 @@
 // - softmax: each layer's KV cache is filled with L random key/value rows (a real prefill of 1M
 //   tokens is quadratic); after every timed step the cache is cut back to L so L stays fixed.
 // - constant-state mechanisms: the session prefills 1,024 real tokens, then its position is set
-//   to L. The state is the same fixed buffer whatever L is (tests/mechanisms_test.cc checks that it
+//   to L. The state is the same fixed buffer whatever L is (tests/model/mechanisms/mechanisms_test.cc checks that it
 //   does not grow over 100,000 tokens), so the step reads and writes the same bytes; RoPE sees L.
 // Batch 32: the first session's state is forked into 32 slots.
 #include <benchmark/benchmark.h>

@@ -4,7 +4,7 @@
   malformed/<what_is_wrong>.safetensors  files the reader must refuse with a clean error
   valid/<name>.safetensors               files it must accept (fuzzer seeds too)
 
-valid/mixed_dtypes.safetensors is also written by tests/safetensors_test.cc with WriteSafeTensors,
+valid/mixed_dtypes.safetensors is also written by tests/model/checkpoint/safetensors_test.cc with WriteSafeTensors,
 which must produce the same bytes: keep the two in step. Inputs found by the fuzzer
 (tests/fuzz/safetensors_fuzz.cc) are added here, minimized, with a comment saying so.
 

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/faulty_file_ops.h"
+#include "tests/server/store/faulty_file_ops.h"
 #include "tests/testutil.h"
 
 namespace steady {

@@ -19,8 +19,8 @@
 #include "server/engine/engine.h"
 #include "server/store/directory_store.h"
 #include "server/store/snapshot.h"
-#include "tests/engine_harness.h"
-#include "tests/faulty_file_ops.h"
+#include "tests/server/engine/engine_harness.h"
+#include "tests/server/store/faulty_file_ops.h"
 #include "tests/testutil.h"
 
 namespace steady {

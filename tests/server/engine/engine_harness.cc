@@ -1,4 +1,4 @@
-#include "tests/engine_harness.h"
+#include "tests/server/engine/engine_harness.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "tests/redis_harness.h"
+#include "tests/server/store/redis_harness.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -14,7 +14,7 @@
 #include "model/decoder/state_pool.h"
 #include "model/generate.h"
 #include "server/store/snapshot.h"
-#include "tests/engine_harness.h"
+#include "tests/server/engine/engine_harness.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -211,7 +211,7 @@ TEST(EngineTest, ExportImportContinuesLikeTheOriginal) {
 
 // Destroy the engine with sessions mid-life, start another on the same store, continue: identical to
 // an uninterrupted run. Durability::kShutdown: the store is written by ~Engine (turn durability:
-// tests/durability_test.cc).
+// tests/server/engine/durability_test.cc).
 TEST(EngineTest, RestartContinuesEverySessionExactly) {
   const Model m = Taylor();
   const std::string dir = testing::MakeTempDir("engine_restart");

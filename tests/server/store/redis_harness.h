@@ -1,7 +1,7 @@
 // A real redis-server on 127.0.0.1 for the tests, in a directory of the test's, with its
 // append-only file fsynced before every answer (as docs/deployment.md asks). Killed when destroyed.
-#ifndef STEADY_TESTS_REDIS_HARNESS_H_
-#define STEADY_TESTS_REDIS_HARNESS_H_
+#ifndef STEADY_TESTS_SERVER_STORE_REDIS_HARNESS_H_
+#define STEADY_TESTS_SERVER_STORE_REDIS_HARNESS_H_
 
 #include <memory>
 #include <string>
@@ -31,4 +31,4 @@ class RedisServer {
 
 }  // namespace steady::testing
 
-#endif  // STEADY_TESTS_REDIS_HARNESS_H_
+#endif  // STEADY_TESTS_SERVER_STORE_REDIS_HARNESS_H_

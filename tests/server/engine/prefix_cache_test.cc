@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "server/engine/engine.h"
-#include "tests/engine_harness.h"
+#include "tests/server/engine/engine_harness.h"
 #include "tests/testutil.h"
 
 namespace steady {

@@ -1,7 +1,7 @@
 // The store's system calls (base/file_io.h FileOps) with switches that make them fail the way a full
 // disk (ENOSPC) or a dying disk (EIO on fsync) does; counts fsyncs.
-#ifndef STEADY_TESTS_FAULTY_FILE_OPS_H_
-#define STEADY_TESTS_FAULTY_FILE_OPS_H_
+#ifndef STEADY_TESTS_SERVER_STORE_FAULTY_FILE_OPS_H_
+#define STEADY_TESTS_SERVER_STORE_FAULTY_FILE_OPS_H_
 
 #include <unistd.h>
 
@@ -39,4 +39,4 @@ struct FaultyFileOps {
 
 }  // namespace steady::testing
 
-#endif  // STEADY_TESTS_FAULTY_FILE_OPS_H_
+#endif  // STEADY_TESTS_SERVER_STORE_FAULTY_FILE_OPS_H_

@@ -1,7 +1,7 @@
 // Helpers for the tests that drive a real Engine (engine_test, durability_test): the test tokenizer,
 // tiny models, prompts, blocking calls and a directory store.
-#ifndef STEADY_TESTS_ENGINE_HARNESS_H_
-#define STEADY_TESTS_ENGINE_HARNESS_H_
+#ifndef STEADY_TESTS_SERVER_ENGINE_ENGINE_HARNESS_H_
+#define STEADY_TESTS_SERVER_ENGINE_ENGINE_HARNESS_H_
 
 #include <functional>
 #include <future>
@@ -63,4 +63,4 @@ std::vector<std::vector<int32_t>> Play(Engine& e, const std::string& session, co
 
 }  // namespace steady::testing
 
-#endif  // STEADY_TESTS_ENGINE_HARNESS_H_
+#endif  // STEADY_TESTS_SERVER_ENGINE_ENGINE_HARNESS_H_

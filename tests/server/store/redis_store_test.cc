@@ -10,8 +10,8 @@
 
 #include "server/engine/engine.h"
 #include "server/store/snapshot.h"
-#include "tests/engine_harness.h"
-#include "tests/redis_harness.h"
+#include "tests/server/engine/engine_harness.h"
+#include "tests/server/store/redis_harness.h"
 #include "tests/testutil.h"
 
 namespace steady {
