@@ -41,14 +41,16 @@ HWY_INLINE void Accumulate(float w, const float* HWY_RESTRICT v, float* HWY_REST
 // Rows [j0, j1) of the cache, in three passes, each over the rows in order so that the cache streams
 // from memory: the logits of every query head for row j (in w, [rows, heads], j-major), then
 // exp(logit - the head's max over these rows) and their sums, then the weighted values. Leaves the
-// chunk's unnormalized acc [heads, dv], its max top [heads] and sums den [heads].
+// chunk's unnormalized acc [heads, dv], its max top [heads] and sums den [heads]. Row j is
+// first[j] for j < first_len, else second[j - first_len] (a ring buffer's two spans).
 void AttendChunkLanes(int kv_heads, int group, int dk, int dv, float scale, const float* HWY_RESTRICT q,
-                      const float* HWY_RESTRICT cache, int64_t j0, int64_t j1, float* HWY_RESTRICT acc,
-                      float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
+                      const float* first, int64_t first_len, const float* second, int64_t j0, int64_t j1,
+                      float* HWY_RESTRICT acc, float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
   const hn::ScalableTag<float> d;
   const int lanes = int(hn::Lanes(d));
   const int heads = kv_heads * group;
   const int64_t row = int64_t(kv_heads) * (dk + dv);
+  const auto row_at = [&](int64_t j) { return j < first_len ? first + j * row : second + (j - first_len) * row; };
   thread_local std::vector<float> w;
   w.resize(size_t(j1 - j0) * heads);
   std::fill(top, top + heads, -INFINITY);
@@ -57,7 +59,7 @@ void AttendChunkLanes(int kv_heads, int group, int dk, int dv, float scale, cons
   for (int64_t j = j0; j < j1; ++j) {
     float* wj = w.data() + (j - j0) * heads;
     for (int g = 0; g < kv_heads; ++g) {
-      const float* kj = cache + j * row + int64_t(g) * (dk + dv);
+      const float* kj = row_at(j) + int64_t(g) * (dk + dv);
       for (int i = 0; i < group; ++i) {
         const int h = g * group + i;
         wj[h] = scale * Dot(q + int64_t(h) * dk, kj, dk);
@@ -78,7 +80,7 @@ void AttendChunkLanes(int kv_heads, int group, int dk, int dv, float scale, cons
   for (int64_t j = j0; j < j1; ++j) {
     const float* wj = w.data() + (j - j0) * heads;
     for (int g = 0; g < kv_heads; ++g) {
-      const float* vj = cache + j * row + int64_t(g) * (dk + dv) + dk;
+      const float* vj = row_at(j) + int64_t(g) * (dk + dv) + dk;
       for (int i = 0; i < group; ++i) {
         const int h = g * group + i;
         Accumulate(wj[h], vj, acc + int64_t(h) * dv, dv);
@@ -105,6 +107,12 @@ constexpr int64_t kChunkRows = 512;
 
 void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* cache,
                    int64_t len, float* y) {
+  AttendKvRows(kv_heads, group, dk, dv, scale, q, cache, len, nullptr, 0, y);
+}
+
+void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* first,
+                  int64_t first_len, const float* second, int64_t second_len, float* y) {
+  const int64_t len = first_len + second_len;
   const int heads = kv_heads * group;
   const int chunks = int(std::max<int64_t>(1, (len + kChunkRows - 1) / kChunkRows));
   thread_local std::vector<float> acc, top, den;  // per chunk: [heads, dv], [heads], [heads]
@@ -118,7 +126,8 @@ void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const f
   // task of the step's attention) the chunks run on this thread.
   ParallelFor(chunks, [&](int c) {
     const int64_t j0 = c * kChunkRows;
-    HWY_DYNAMIC_DISPATCH(AttendChunkLanes)(kv_heads, group, dk, dv, scale, q, cache, j0, std::min(len, j0 + kChunkRows),
+    HWY_DYNAMIC_DISPATCH(AttendChunkLanes)(kv_heads, group, dk, dv, scale, q, first, first_len, second, j0,
+                                           std::min(len, j0 + kChunkRows),
                                            acc_p + int64_t(c) * heads * dv, top_p + int64_t(c) * heads,
                                            den_p + int64_t(c) * heads);
   });

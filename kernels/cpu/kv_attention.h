@@ -1,6 +1,7 @@
 // Softmax attention of one query row against a KV cache, in SIMD (kernels/cpu/kv_attention.cc): the
 // decode step of the softmax mechanism (model/mechanisms/softmax.cc), whose cost grows with the
-// context. The plain template there stays the reference, and the fp64 path.
+// context, and of sliding-window attention over its ring buffer. The plain loop beside them
+// (model/mechanisms/kv_rows.h) stays the reference, and the fp64 path.
 #ifndef STEADY_KERNELS_CPU_KV_ATTENTION_H_
 #define STEADY_KERNELS_CPU_KV_ATTENTION_H_
 
@@ -14,6 +15,13 @@ namespace steady::cpu {
 // max-shifted. Each cached row is read once per kv head for its whole group.
 void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* cache,
                    int64_t len, float* y);
+
+// The same over rows held as two spans, `first_len` rows at `first` then `second_len` at `second` (a
+// ring buffer's older and newer parts: sliding-window attention, model/mechanisms/sliding_window.cc).
+// The rows are taken in that order and chunked as one sequence, so the result is the same bits as
+// AttendKvCache over the rows copied into one span.
+void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* first,
+                  int64_t first_len, const float* second, int64_t second_len, float* y);
 
 }  // namespace steady::cpu
 

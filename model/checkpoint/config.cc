@@ -208,9 +208,10 @@ nlohmann::json ModelConfig::ToJson() const {
 void OverrideMechanism(const std::string& mechanism, const nlohmann::json& params, ModelConfig* config) {
   for (AttentionConfig& a : config->layer_attention) {
     // Keep the logit scale the weights were trained with (for the mechanisms that have one: softmax,
-    // taylor, dark); everything else comes from the override.
+    // taylor, dark, sliding_window); everything else comes from the override.
     nlohmann::json p = nlohmann::json::object();
-    const bool has_scale = mechanism == "softmax" || mechanism == "taylor" || mechanism == "dark";
+    const bool has_scale =
+        mechanism == "softmax" || mechanism == "taylor" || mechanism == "dark" || mechanism == "sliding_window";
     if (has_scale && a.params.contains("scale")) p["scale"] = a.params["scale"];
     for (const auto& [key, value] : params.items()) p[key] = value;
     a.mechanism = mechanism;

@@ -9,8 +9,8 @@
 namespace steady {
 
 const std::vector<std::string>& MechanismNames() {
-  static const std::vector<std::string> names = {"softmax", "taylor",      "slay",
-                                                 "dark",    "sliced_relu", "sliced_relu_bump"};
+  static const std::vector<std::string> names = {"softmax",     "taylor",           "slay",          "dark",
+                                                 "sliced_relu", "sliced_relu_bump", "sliding_window"};
   return names;
 }
 
@@ -22,6 +22,7 @@ absl::StatusOr<MechanismParams> DefaultParams(const std::string& name) {
   if (name == "slay") return SlayParams{};
   if (name == "dark") return DarkParams{};
   if (name == "sliced_relu") return SlicedParams{};
+  if (name == "sliding_window") return SlidingWindowParams{};
   if (name == "sliced_relu_bump") {
     SlicedParams p;
     p.bump = true;

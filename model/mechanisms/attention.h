@@ -1,5 +1,5 @@
 // The attention mechanisms behind one table. Each mechanism lives in its own files
-// (softmax, taylor, slay, dark, sliced_relu) and provides, for its params struct P:
+// (softmax, taylor, slay, dark, sliced_relu, sliding_window) and provides, for its params struct P:
 //
 //   absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, P* p);
 //       config keys (defaults per ../shared/MECHANISMS.md); INVALID_ARGUMENT naming the key.
@@ -39,17 +39,19 @@
 #include "model/mechanisms/dark.h"
 #include "model/mechanisms/slay.h"
 #include "model/mechanisms/sliced_relu.h"
+#include "model/mechanisms/sliding_window.h"
 #include "model/mechanisms/softmax.h"
 #include "model/mechanisms/taylor.h"
 
 namespace steady {
 
-using MechanismParams = std::variant<SoftmaxParams, TaylorParams, SlayParams, DarkParams, SlicedParams>;
+using MechanismParams =
+    std::variant<SoftmaxParams, TaylorParams, SlayParams, DarkParams, SlicedParams, SlidingWindowParams>;
 
 // One layer's attention: geometry, mechanism parameters and fixed tensors. Const after load.
 struct LayerAttention {
   AttnShape shape;
-  std::string mechanism;  // the config name: "softmax", "taylor", "slay", "dark", "sliced_relu", ...
+  std::string mechanism;  // the config name: "softmax", "taylor", "slay", "dark", "sliced_relu", "sliding_window", ...
   MechanismParams params;
   Accumulation accumulation = Accumulation::kKahan;
   int chunk_size = 64;  // prefill chunk length for Chunked

@@ -420,12 +420,42 @@ TEST(CpuKvAttentionTest, MatchesTheReference) {
   }
 }
 
+// The rows as two spans (sliding_window's ring buffer: the older part, then the newer) give the same
+// bits as the rows copied into one span, wherever the split falls: inside a 512-row chunk, on a
+// chunk boundary, at either end.
+TEST(CpuKvAttentionTest, TwoSpansEqualOneSpan) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const int kv_heads = 2, group = 4, dk = 17, dv = 9;
+  const int64_t row = int64_t(kv_heads) * (dk + dv);
+  const std::vector<float> q = testing::RandomNormal<float>(size_t(kv_heads) * group * dk, rng, 2.0);
+  for (int64_t len : {1, 5, 512, 1300}) {
+    const std::vector<float> rows = testing::RandomNormal<float>(size_t(len * row), rng);
+    std::vector<float> one(size_t(kv_heads) * group * dv);
+    cpu::SetComputeThreads(2);
+    cpu::AttendKvCache(kv_heads, group, dk, dv, 0.4f, q.data(), rows.data(), len, one.data());
+    for (int64_t split : {int64_t(0), int64_t(1), len / 2, std::min<int64_t>(len, 512), len - 1, len}) {
+      if (split < 0) continue;
+      // The newer rows first in memory, as in a ring whose cursor stands at `len - split`.
+      std::vector<float> ring(rows.begin() + split * row, rows.end());
+      ring.insert(ring.end(), rows.begin(), rows.begin() + split * row);
+      std::vector<float> two(one.size(), NAN);
+      cpu::SetComputeThreads(split % 2 + 1);
+      cpu::AttendKvRows(kv_heads, group, dk, dv, 0.4f, q.data(), ring.data() + (len - split) * row, split, ring.data(),
+                        len - split, two.data());
+      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << "len " << len << " split " << split;
+    }
+  }
+}
+
 // A step mixing prefill and decode segments of several slots, whose attention runs on the compute
 // threads segment by segment: logits and every slot's state are the same bits with one thread or two.
 TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {
   ThreadsGuard restore;
-  for (const char* mechanism : {"taylor", "slay", "dark", "softmax", "sliced_relu"}) {
-    const Model m = testing::TinyModel(mechanism, nlohmann::json::object(), 99);
+  for (const auto& [mechanism, params] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"taylor", {}}, {"slay", {}}, {"dark", {}}, {"softmax", {}}, {"sliced_relu", {}},
+           {"sliding_window", {{"window", 8}}}}) {
+    const Model m = testing::TinyModel(mechanism, params, 99);
     auto run = [&](int threads) {
       cpu::SetComputeThreads(threads);
       StatePool pool(m, 6);

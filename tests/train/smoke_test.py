@@ -228,6 +228,42 @@ def test_engine(tmp):
     return "vs %s: %s" % (binary, ", ".join(report))
 
 
+def test_sliding_window_engine(tmp):
+    """The engine's sliding window (`steady attn`, all three forms) against PyTorch's own attention
+    (multi_head_attention_forward with identity projections: Debian's torch 1.13 has no public SDPA)
+    with Hugging Face Mistral's mask (key j visible from query i when i - W < j <= i), at windows
+    shorter than, equal to and longer than the sequence."""
+    binary = steady_binary()
+    if binary is None:
+        return "skipped (no steady binary; set STEADY_BIN)"
+    h, t, d, scale = 3, 40, 8, 0.35
+    q, k, v = qkv(h, h, t, d, 12)
+    report = []
+    for window in (1, 7, 40, 64):
+        i = torch.arange(t)[:, None]
+        j = torch.arange(t)[None, :]
+        hidden = (j > i) | (j <= i - window)  # True: not attended
+        eye = torch.eye(h * d, dtype=torch.float64)
+        flat = lambda x: x.permute(1, 0, 2).reshape(t, 1, h * d)  # [t, batch 1, heads * d], head-major
+        # torch divides q.k by sqrt(d): the engine's scale s is given as q * s * sqrt(d).
+        out, _ = torch.nn.functional.multi_head_attention_forward(
+            flat(q) * scale * math.sqrt(d), flat(k), flat(v), h * d, h, torch.cat([eye, eye, eye]),
+            torch.zeros(3 * h * d, dtype=torch.float64), None, None, False, 0.0, eye,
+            torch.zeros(h * d, dtype=torch.float64), training=False, need_weights=False, attn_mask=hidden)
+        want = out.reshape(t, h, d).permute(1, 0, 2)
+        in_path, out_path = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
+        export.write_safetensors(in_path, {"q": q, "k": k, "v": v})
+        for form in ("recurrent", "chunked", "parallel"):
+            cmd = [binary, "attn", "--mechanism", "sliding_window", "--param", "window=%d" % window,
+                   "--scale", repr(scale), "--chunk-size", "5", "--in", in_path, "--out", out_path, "--form", form]
+            run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            assert run.returncode == 0, "%s: %s" % (" ".join(cmd), run.stderr.decode().strip())
+            err = max_diff(export.read_safetensors(out_path)[0]["y"], want)
+            assert err < 1e-12, "W %d %s: engine vs torch max diff %.3g" % (window, form, err)
+            report.append(err)
+    return "W 1, 7, 40, 64, three forms each: max diff %.1e vs torch %s" % (max(report), torch.__version__)
+
+
 # ---- training and export ----
 
 def read_header(path):
@@ -384,6 +420,7 @@ def main():
         check("slay/dark/performer chunked form == quadratic form", test_chunked_forms)
         check("sliced_relu parallel == sorted prefix sums, 0/0 -> 0", test_sliced)
         check("trainer mechanisms == engine recurrent form", lambda: test_engine(tmp))
+        check("sliding window: engine == torch attention with Mistral's mask", lambda: test_sliding_window_engine(tmp))
         check("safetensors dtypes round-trip", lambda: test_safetensors_dtypes(tmp))
         check("QK-norm clamp bounds the logits", test_logit_bound)
         check("corpus sentence splitter and split", test_corpus_helpers)

@@ -97,11 +97,13 @@ void ExpectWriteSlotContinuesTheSession(Backend& b, uint64_t seed) {
 }
 
 TEST(BackendTest, WriteSlotContinuesTheSession) {
-  for (const char* mechanism : {"dark", "softmax"}) {
+  // sliding_window (a ring that has wrapped by token 20) has no CUDA kernels: cpu only.
+  for (const auto& [mechanism, params] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"dark", {}}, {"softmax", {}}, {"sliding_window", {{"window", 6}}}}) {
     SCOPED_TRACE(mechanism);
-    const Model m = TinyModel(mechanism, {}, TestSeed());
+    const Model m = TinyModel(mechanism, params, TestSeed());
     for (const char* device : {"cpu", "cuda"}) {
-      if (std::string(device) == "cuda" && !CudaDevicePresent()) continue;
+      if (std::string(device) == "cuda" && (!CudaDevicePresent() || mechanism == "sliding_window")) continue;
       auto b = MakeBackend(m, device, {.slots = 2, .max_context = 64});
       ASSERT_TRUE(b.ok()) << b.status();
       ExpectWriteSlotContinuesTheSession(**b, TestSeed() + 1);
@@ -245,6 +247,16 @@ TEST(CudaBackendErrors, MechanismsWithoutKernelsAreRefusedAndAutoUsesTheCpu) {
   auto automatic = MakeBackend(m, "auto");
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ((*automatic)->Name(), "cpu");
+  // Sliding-window attention has no CUDA kernels: a hybrid with one window layer is refused naming it.
+  const Model hybrid = TinyModel("taylor", {{"order", 2}}, 3,
+                                 {{"attention", {{"layers", {{"1", {{"mechanism", "sliding_window"}, {"window", 8}}}}}}}});
+  auto window = MakeBackend(hybrid, "cuda");
+  ASSERT_FALSE(window.ok());
+  EXPECT_EQ(window.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(window.status().message().find("layer 1 (sliding_window)"), std::string::npos) << window.status();
+  auto window_auto = MakeBackend(hybrid, "auto");
+  ASSERT_TRUE(window_auto.ok()) << window_auto.status();
+  EXPECT_EQ((*window_auto)->Name(), "cpu");
 }
 
 // Greedy continuations of 8 prompts: each alone in the backend == all 8 decoded in one batch.

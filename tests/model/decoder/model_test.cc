@@ -31,7 +31,8 @@ std::vector<ModelCase> Cases() {
           {"slay", "slay", nlohmann::json::object()},
           {"dark", "dark", {{"features", 32}}},
           {"sliced_relu", "sliced_relu", nlohmann::json::object()},
-          {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object()}};
+          {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object()},
+          {"sliding_window", "sliding_window", {{"window", 16}}}};
 }
 
 class ModelTest : public ::testing::TestWithParam<ModelCase> {
@@ -198,6 +199,70 @@ TEST(ModelLoadTest, SoftmaxCheckpointServesAsTaylor) {
   ASSERT_TRUE(taylor.ok()) << taylor.status();
   EXPECT_EQ(taylor->layers()[0].attention.mechanism, "taylor");
   EXPECT_GT(taylor->StateFloats(), 0u);
+}
+
+// A hybrid: layer 0 a sliding window (through the checkpoint's per-layer "layers" override), layer 1
+// taylor. It saves and loads with its layers, its state is the two layers' constant states, its
+// prefill computes what its decode steps compute, and while the context fits the window it is the
+// softmax + taylor hybrid with the same weights, bit for bit.
+TEST(HybridModelTest, WindowLayerBesideATaylorLayer) {
+  auto config = [](const nlohmann::json& layer0) {
+    return testing::TinyConfig("taylor", {{"order", 2}},
+                               {{"vocab_size", 97}, {"attention", {{"layers", {{"0", layer0}}}}}});
+  };
+  const ModelConfig hybrid_config = config({{"mechanism", "sliding_window"}, {"window", 24}});
+  ASSERT_EQ(hybrid_config.layer_attention[0].mechanism, "sliding_window");
+  ASSERT_EQ(hybrid_config.layer_attention[1].mechanism, "taylor");
+  auto hybrid = Model::Random(hybrid_config, 31);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  EXPECT_EQ(hybrid->StateFloats(), StateFloats(hybrid->layers()[0].attention) + StateFloats(hybrid->layers()[1].attention));
+  EXPECT_EQ(StateFloats(hybrid->layers()[0].attention), size_t(24) * 2 * (8 + 8) + 2);
+
+  std::mt19937_64 rng(testing::TestSeed() + 50);
+  std::uniform_int_distribution<int32_t> d(3, 96);
+  std::vector<int32_t> tokens(100);
+  for (int32_t& t : tokens) t = d(rng);
+  StatePool pool(*hybrid, 2);
+  const std::vector<float> decoded = DecodeAll(*hybrid, pool, 0, tokens);
+  ForwardWorkspace ws;
+  std::vector<float> prefilled, logits;
+  for (const auto& [from, to] : {std::pair{0, 37}, std::pair{37, 100}}) {
+    hybrid->Forward({Segment{1, std::vector<int32_t>(tokens.begin() + from, tokens.begin() + to), true}}, pool, ws, &logits);
+    prefilled.insert(prefilled.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LT(testing::MaxRelError(ToDouble(prefilled), ToDouble(decoded)), 2e-4);
+  EXPECT_EQ(pool.BytesInUse(1), hybrid->StateFloats() * sizeof(float));
+
+  const std::string dir = testing::MakeTempDir("hybrid_window");
+  ASSERT_TRUE(hybrid->Save(dir).ok());
+  auto loaded = Model::Load(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->layers()[0].attention.mechanism, "sliding_window");
+  EXPECT_EQ(DescribeAttention(loaded->layers()[0].attention)["window"], 24);
+  EXPECT_EQ(loaded->layers()[1].attention.mechanism, "taylor");
+  StatePool again(*loaded, 1);
+  EXPECT_EQ(DecodeAll(*loaded, again, 0, tokens), decoded);
+
+  auto with_softmax = Model::Random(config({{"mechanism", "softmax"}}), 31);
+  ASSERT_TRUE(with_softmax.ok()) << with_softmax.status();
+  StatePool soft(*with_softmax, 1);
+  const std::vector<int32_t> within(tokens.begin(), tokens.begin() + 24);
+  EXPECT_EQ(DecodeAll(*with_softmax, soft, 0, within),
+            std::vector<float>(decoded.begin(), decoded.begin() + 24 * hybrid->vocab_size()));
+}
+
+TEST(ModelLoadTest, SoftmaxCheckpointServesWithAWindow) {
+  const std::string dir = testing::MakeTempDir("as_window");
+  auto m = Model::Random(TinyConfig("softmax", {{"scale", 0.3}}), 8);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(m->Save(dir).ok());
+  auto window = Model::Load(dir, MechanismOverride{"sliding_window", {{"window", 64}}});
+  ASSERT_TRUE(window.ok()) << window.status();
+  EXPECT_EQ(window->layers()[1].attention.mechanism, "sliding_window");
+  EXPECT_EQ(DescribeAttention(window->layers()[1].attention)["scale"], 0.3);  // the trained scale is kept
+  auto missing = Model::Load(dir, MechanismOverride{"sliding_window", nlohmann::json::object()});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("window"), std::string::npos) << missing.status();
 }
 
 }  // namespace

@@ -46,6 +46,12 @@ std::vector<MechanismCase> Cases() {
       {"sliced_relu_bucketed", "sliced_relu", {{"decoder", "bucketed"}}, true, 1.0, 5e-2, true},
       {"sliced_relu_bump", "sliced_relu_bump", nlohmann::json::object(), true, 1.0, 5e-2, true},
       {"sliced_relu_bump_exact", "sliced_relu_bump", {{"decoder", "exact"}}, false, 1.0},
+      // Windows of one token, of fewer than the chunk (16) and the tests' contexts (20..100), of one
+      // longer than every context here (then it is softmax).
+      {"sliding_window_w1", "sliding_window", {{"window", 1}}, true, 1.0},
+      {"sliding_window_w5", "sliding_window", {{"window", 5}}, true, 1.0},
+      {"sliding_window_w37", "sliding_window", {{"window", 37}}, true, 1.0},
+      {"sliding_window_w200", "sliding_window", {{"window", 200}}, true, 1.0},
   };
 }
 
@@ -229,7 +235,9 @@ TEST(MechanismRegistryTest, UnknownMechanismAndBadParamsAreRefused) {
   auto d = ParseLayerAttention({"softmax", {{"scale", NAN}}}, shape);
   ASSERT_FALSE(d.ok());
   for (const std::string& name : MechanismNames()) {
-    auto typo = ParseLayerAttention({name, {{"featurez", 64}}}, shape);
+    nlohmann::json params = {{"featurez", 64}};
+    if (name == "sliding_window") params["window"] = 8;  // required: its absence is the first error
+    auto typo = ParseLayerAttention({name, params}, shape);
     ASSERT_FALSE(typo.ok()) << name;
     EXPECT_NE(std::string(typo.status().message()).find("featurez"), std::string::npos) << typo.status();
   }

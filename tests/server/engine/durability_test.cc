@@ -71,6 +71,8 @@ int64_t PositionOf(Engine& e, const std::string& id) {
 
 Model ModelFor(const std::string& mechanism) {
   if (mechanism == "taylor") return Taylor();
+  // A window shorter than turn 2's prompt: the recovered ring has wrapped.
+  if (mechanism == "sliding_window") return EngineTinyModel(mechanism, {{"window", 16}}, 77);
   return EngineTinyModel(mechanism, nlohmann::json::object(), 77);
 }
 
@@ -108,7 +110,7 @@ TEST_P(CrashTest, AcknowledgedTurnsSurviveAndContinueExactly) {
   EXPECT_GT(PositionOf(*recovered, "b"), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Mechanisms, CrashTest, ::testing::Values("taylor", "slay", "dark", "sliced_relu", "softmax"),
+INSTANTIATE_TEST_SUITE_P(Mechanisms, CrashTest, ::testing::Values("taylor", "slay", "dark", "sliced_relu", "softmax", "sliding_window"),
                          [](const auto& info) { return info.param; });
 
 TEST(DurabilityTest, SessionOperationsAreDurableWhenAcknowledged) {

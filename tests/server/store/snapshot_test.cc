@@ -55,7 +55,10 @@ void Reseal(std::string& blob) {
 class SnapshotTest : public ::testing::TestWithParam<std::string> {
  protected:
   Fixture Make() {
-    return GetParam() == "softmax" ? MakeBlob("softmax", nlohmann::json::object()) : MakeBlob("taylor", {{"order", 2}});
+    if (GetParam() == "softmax") return MakeBlob("softmax", nlohmann::json::object());
+    // A ring that has wrapped by the 23rd token.
+    if (GetParam() == "sliding_window") return MakeBlob("sliding_window", {{"window", 10}});
+    return MakeBlob("taylor", {{"order", 2}});
   }
 };
 
@@ -175,7 +178,7 @@ TEST_P(SnapshotTest, HugeOrInconsistentLengthFieldsAreRefused) {
   EXPECT_EQ(DecodeSnapshot(bad, f.shape).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SnapshotTest, ::testing::Values("taylor", "softmax"));
+INSTANTIATE_TEST_SUITE_P(All, SnapshotTest, ::testing::Values("taylor", "softmax", "sliding_window"));
 
 TEST(SnapshotFingerprintTest, SameWeightsSameFingerprintAndGrowthMeasured) {
   const Model a = TinyModel("softmax", nlohmann::json::object(), 5), b = TinyModel("softmax", nlohmann::json::object(), 5);

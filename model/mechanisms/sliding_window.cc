@@ -1,0 +1,176 @@
+#include "model/mechanisms/sliding_window.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+#include "model/mechanisms/attention.h"
+#include "model/mechanisms/kv_rows.h"
+#include "model/mechanisms/params_util.h"
+
+namespace steady {
+
+namespace {
+
+// A cursor value read back from the state's floats, clamped into [0, hi]. The state comes back from
+// snapshots and imports as floats checked only for being finite: whatever they hold, the ring is
+// never indexed outside itself.
+template <typename T>
+int CursorValue(T x, int hi) {
+  if (!(x > T(0))) return 0;  // also NaN
+  if (x >= T(hi)) return hi;
+  return int(x);
+}
+
+// One layer's ring (layout in sliding_window.h) and its cursor.
+template <typename T>
+struct Ring {
+  T* rows;     // [window, kv_heads, head_dim + value_dim]
+  T* cursor;   // [next, filled]
+  int window;
+  int64_t row_floats;
+  int next;    // ring row of the next token
+  int filled;  // rows holding tokens
+
+  // The rows holding tokens, oldest first: [next, filled) then [0, next). Until the ring is full
+  // next == filled, so that is [0, filled), the same rows and order as softmax's KV cache.
+  KvRows<T> Window() const {
+    return {rows + int64_t(next) * row_floats, filled - next, rows, next};
+  }
+  // Appends `count` rows (oldest first, [count, row_floats]); only the last W stay. Rows already in
+  // the ring are not read, so `src` may be a copy of them.
+  void Append(const T* src, int64_t count) {
+    for (int64_t i = std::max<int64_t>(0, count - window); i < count; ++i) {
+      std::copy(src + i * row_floats, src + (i + 1) * row_floats, rows + int64_t(next) * row_floats);
+      next = next + 1 == window ? 0 : next + 1;
+      filled = std::min(filled + 1, window);
+    }
+    cursor[0] = T(next);
+    cursor[1] = T(filled);
+  }
+};
+
+template <typename T>
+Ring<T> RingOf(const LayerAttention& a, const SlidingWindowParams& p, StateView<T> st) {
+  const int64_t row = KvRowFloats(a.shape);
+  Ring<T> r{st.fixed, st.fixed + int64_t(p.window) * row, p.window, row, 0, 0};
+  r.filled = CursorValue(r.cursor[1], p.window);
+  // Before the ring is full the next row is the first empty one; after, the cursor says.
+  r.next = r.filled < p.window ? r.filled : CursorValue(r.cursor[0], p.window - 1);
+  return r;
+}
+
+}  // namespace
+
+absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, SlidingWindowParams* p) {
+  *p = SlidingWindowParams{};
+  if (!j.contains("window")) {
+    return absl::InvalidArgumentError(
+        "attention.window: missing (the number of positions each token attends to, itself included, e.g. "
+        "\"window\": 4096)");
+  }
+  if (absl::Status st = GetInt(j, "window", 0, 1, kSlidingWindowMax, &p->window); !st.ok()) return st;
+  return ParseScale(j, s, &p->scale);
+}
+
+absl::Status LoadTensors(const SafeTensors&, const std::string&, const AttnShape&, SlidingWindowParams*) {
+  return absl::OkStatus();
+}
+void RandomInitTensors(uint64_t, const AttnShape&, SlidingWindowParams*) {}
+void AppendTensors(const SlidingWindowParams&, const std::string&, const AttnShape&, std::vector<TensorToWrite>*) {}
+
+nlohmann::json Describe(const SlidingWindowParams& p) { return {{"scale", p.scale}, {"window", p.window}}; }
+
+size_t StateFloats(const LayerAttention& a, const SlidingWindowParams& p) {
+  return size_t(p.window) * size_t(KvRowFloats(a.shape)) + 2;
+}
+
+template <typename T>
+void InitState(const LayerAttention& a, const SlidingWindowParams& p, StateView<T> st) {
+  STEADY_CHECK(p.window >= 1);
+  std::fill(st.fixed, st.fixed + StateFloats(a, p), T(0));
+}
+
+template <typename T>
+void Step(const LayerAttention& a, const SlidingWindowParams& p, const T* q, const T* k, const T* v,
+          StateView<T> st, T* y) {
+  Ring<T> ring = RingOf(a, p, st);
+  thread_local std::vector<T> row;
+  row.resize(ring.row_floats);
+  WriteKvRow(a.shape, k, v, row.data());
+  ring.Append(row.data(), 1);
+  // fp32 in SIMD over the ring's two spans (kernels/cpu/kv_attention.h), fp64 through the plain loop.
+  AttendKvRows(a.shape, p.scale, q, ring.Window(), y);
+}
+
+// Per chunk of a.chunk_size tokens: the ring's last W - 1 rows (all the chunk's first token can see
+// besides itself), oldest first, then the chunk's rows, in one buffer; token t attends to the W rows
+// ending at its own, one contiguous span of it. The same rows in the same order as Step reads, so
+// the same bits. The ring takes the chunk's rows only after the chunk is read.
+template <typename T>
+void Chunked(const LayerAttention& a, const SlidingWindowParams& p, int n, const T* q, const T* k, const T* v,
+             StateView<T> st, T* y) {
+  const AttnShape& s = a.shape;
+  const int64_t qrow = int64_t(s.heads) * s.head_dim, krow = int64_t(s.kv_heads) * s.head_dim,
+                vrow = int64_t(s.kv_heads) * s.value_dim, yrow = int64_t(s.heads) * s.value_dim;
+  Ring<T> ring = RingOf(a, p, st);
+  const int64_t row = ring.row_floats;
+  thread_local std::vector<T> buffer;  // [carried + chunk, row]
+  for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
+    const int c1 = std::min(n, c0 + a.chunk_size);
+    const KvRows<T> window = ring.Window();
+    const int64_t carried = std::min<int64_t>(window.size(), p.window - 1);
+    buffer.resize(size_t(carried + c1 - c0) * row);
+    for (int64_t j = 0; j < carried; ++j) {
+      const T* src = window.Row(window.size() - carried + j, row);
+      std::copy(src, src + row, buffer.data() + j * row);
+    }
+    for (int t = c0; t < c1; ++t) {
+      WriteKvRow(s, k + t * krow, v + t * vrow, buffer.data() + (carried + t - c0) * row);
+    }
+    for (int t = c0; t < c1; ++t) {
+      const int64_t end = carried + t - c0 + 1;
+      const int64_t start = std::max<int64_t>(0, end - p.window);
+      AttendKvRows(s, p.scale, q + t * qrow, KvRows<T>{buffer.data() + start * row, end - start}, y + t * yrow);
+    }
+    ring.Append(buffer.data() + carried * row, c1 - c0);
+  }
+}
+
+// The masked quadratic reference, written from the definition: token t, query head h, softmax over
+// the keys j with t - W < j <= t of kv head h / group.
+template <typename T>
+void Parallel(const LayerAttention& a, const SlidingWindowParams& p, int n, const T* q, const T* k, const T* v,
+              T* y) {
+  const AttnShape& s = a.shape;
+  const int dk = s.head_dim, dv = s.value_dim;
+  std::vector<T> w;
+  for (int t = 0; t < n; ++t) {
+    const int j0 = std::max(0, t - p.window + 1);
+    w.assign(t - j0 + 1, T(0));
+    for (int h = 0; h < s.heads; ++h) {
+      const int g = h / s.group();
+      const T* qt = q + (int64_t(t) * s.heads + h) * dk;
+      T top = T(-INFINITY);
+      for (int j = j0; j <= t; ++j) {
+        const T* kj = k + (int64_t(j) * s.kv_heads + g) * dk;
+        T dot = 0;
+        for (int d = 0; d < dk; ++d) dot += qt[d] * kj[d];
+        w[j - j0] = T(p.scale) * dot;
+        top = std::max(top, w[j - j0]);
+      }
+      T den = 0;
+      for (T& x : w) den += x = std::exp(x - top);
+      T* yt = y + (int64_t(t) * s.heads + h) * dv;
+      std::fill(yt, yt + dv, T(0));
+      for (int j = j0; j <= t; ++j) {
+        const T* vj = v + (int64_t(j) * s.kv_heads + g) * dv;
+        for (int e = 0; e < dv; ++e) yt[e] += w[j - j0] / den * vj[e];
+      }
+    }
+  }
+}
+
+STEADY_INSTANTIATE_MECHANISM(SlidingWindowParams)
+
+}  // namespace steady
