@@ -36,11 +36,16 @@ run_bench "$tmp/taylor64.json" --context 64 --mechanism taylor --order 2 "${smal
   && pass "bench: taylor, context 64" || fail "bench taylor 64"
 run_bench "$tmp/taylor100k.json" --context 100000 --mechanism taylor --order 2 "${small[@]}" \
   && pass "bench: taylor, context 100000" || fail "bench taylor 100000"
+# A sliding window of 300: below it, and twice past it (a ring that holds W tokens either way).
+for context in 40 5000 100000; do
+  run_bench "$tmp/window$context.json" --context $context --mechanism sliding_window --param window=300 "${small[@]}" \
+    && pass "bench: sliding_window, context $context" || fail "bench sliding_window $context"
+done
 
 "$py" - "$tmp" <<'PY' && pass "bench: fields present, positive and consistent" || fail "bench fields"
 import json, math, sys
 close = lambda a, b: math.isclose(a, b, rel_tol=1e-9)
-for name in ("softmax64", "softmax256", "taylor64", "taylor100k"):
+for name in ("softmax64", "softmax256", "taylor64", "taylor100k", "window40", "window5000", "window100000"):
     r = json.load(open("%s/%s.json" % (sys.argv[1], name)))
     d, p, m = r["decode"], r["prefill"], r["model"]
     assert r["device"] == "cpu", r
@@ -67,7 +72,18 @@ for name in ("softmax64", "softmax256", "taylor64", "taylor100k"):
     if name.startswith("taylor"):
         # One layer's share of the state, read and written once per slot.
         assert close(a["bytes"], 2 * d["batch"] * r["state_bytes_per_session"] / m["layers"]), (name, a)
-    if name.startswith("taylor"):
+    if name.startswith("window"):
+        # The ring: read as far as it holds tokens (all W = 300 past the window), one row and the
+        # cursor written per layer and slot; the slots absorb min(context, W) real tokens.
+        row = r["model"]["kv_heads"] * 2 * r["model"]["head_dim"] * 4
+        assert not d["state_grows"] and r["state_bytes_per_session"] == m["layers"] * (300 * row + 8), (name, r)
+        assert close(d["state_bytes_written_per_step"], 2 * m["layers"] * (row + 8)), (name, d)
+        assert d["setup_tokens"] == min(d["context"], 300), (name, d)
+        if d["context"] > 300:
+            assert close(d["state_bytes_read_per_step"], 2 * r["state_bytes_per_session"]), (name, d)
+        else:
+            assert d["state_bytes_read_per_step"] < r["state_bytes_per_session"], (name, d)
+    elif name.startswith("taylor"):
         # Constant state: each slot reads and rewrites its fixed state, nothing else.
         s = 2 * r["state_bytes_per_session"]
         assert not d["state_grows"] and r["state_bytes_per_session"] > 0, (name, r)
@@ -84,6 +100,8 @@ assert load("softmax256")["bytes_per_step"] > load("softmax64")["bytes_per_step"
 assert load("taylor100k")["bytes_per_step"] == load("taylor64")["bytes_per_step"]
 assert load("taylor100k")["setup_tokens"] == 256  # not 100,000: the position is set, the state is kept
 assert load("taylor100k")["setup"] == "state copied at the context"
+assert load("window100000")["bytes_per_step"] == load("window5000")["bytes_per_step"]
+assert load("window40")["bytes_per_step"] < load("window5000")["bytes_per_step"]
 PY
 
 "$steady" bench --device cpu --preset tiny --batch 1 --context 8 --steps 1 --prefill-tokens 8 "${small[@]}" > "$tmp/table" \

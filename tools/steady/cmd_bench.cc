@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
+#include "model/mechanisms/kv_rows.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -22,7 +23,8 @@ namespace {
 
 constexpr int kWarmupSteps = 3;
 // Real tokens a constant-state slot absorbs before its position is set to the context length: its
-// state is a fixed buffer, as costly to read and write after 256 tokens as after a million.
+// state is a fixed buffer, as costly to read and write after 256 tokens as after a million. A sliding
+// window's ring costs more until it holds W tokens: such a slot absorbs up to W (FillTokens).
 constexpr int64_t kFillTokens = 256;
 // State that grows has to hold the whole context. A softmax KV cache is filled with random rows
 // (a decode step reads every row whatever they hold; a real prefill of 128K tokens would cost
@@ -32,6 +34,26 @@ constexpr int64_t kFillTokens = 256;
 // are refused.
 constexpr double kMaxCpuSetupMacs = 1e12;
 constexpr double kMaxCpuKvBytes = 4.0 * (1 << 30);
+
+int64_t FillTokens(const Model& m) {
+  int64_t fill = kFillTokens;
+  for (const LayerWeights& l : m.layers()) {
+    if (const auto* p = std::get_if<SlidingWindowParams>(&l.attention.params)) fill = std::max<int64_t>(fill, p->window);
+  }
+  return fill;
+}
+
+// State bytes of `layer` a decode step at `position` (tokens before it) reads and writes. Running sums
+// are read and written whole; a sliding window's ring is read as far as it holds tokens (the step's
+// own included) and written one row (and its cursor).
+std::pair<double, double> LayerStepBytes(const Backend& b, int layer, int64_t position) {
+  const LayerAttention& a = b.model().layers()[layer].attention;
+  const double whole = double(b.LayerStateBytes(layer));
+  const auto* p = std::get_if<SlidingWindowParams>(&a.params);
+  if (p == nullptr) return {whole, whole};
+  const double row = double(KvRowFloats(a.shape) * sizeof(float));
+  return {whole - row * double(p->window - std::min<int64_t>(position + 1, p->window)), whole - row * (p->window - 1)};
+}
 
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -167,7 +189,7 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
     b.Synchronize();
   } else {
     setup = "state copied at the context";
-    setup_tokens = std::min(context, kFillTokens);
+    setup_tokens = std::min(context, FillTokens(model));
     PrefillTo(b, 1, setup_tokens, chunk, tokens);
     SlotState state = b.ReadSlot(0);
     state.position = context;
@@ -184,15 +206,24 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
     std::vector<Segment> segments(batch);
     for (int s = 0; s < batch; ++s) segments[s] = {s, tokens.Next(1), false};
     const int64_t before = TotalBytesInUse(b);
+    // Each slot reads all its state; it rewrites its fixed part and appends what grew (a KV row).
+    // A sliding window's ring less what the step leaves alone (LayerStepBytes).
+    double read = double(before), written = double(batch) * double(b.StateBytesPerSlot());
+    for (int s = 0; s < batch; ++s) {
+      for (int l = 0; l < model.config().num_layers; ++l) {
+        const auto [r, w] = LayerStepBytes(b, l, b.position(s));
+        read -= double(b.LayerStateBytes(l)) - r;
+        written -= double(b.LayerStateBytes(l)) - w;
+      }
+    }
     const auto start = Clock::now();
     b.ForwardSample(segments, greedy, &ids);
     b.Synchronize();
     const double seconds = SecondsSince(start);
     if (step < kWarmupSteps) continue;
     times.push_back(seconds);
-    // Each slot reads all its state; it rewrites its fixed part and appends what grew (a KV row).
-    state_read += double(before);
-    state_written += double(batch) * double(b.StateBytesPerSlot()) + double(TotalBytesInUse(b) - before);
+    state_read += read;
+    state_written += written + double(TotalBytesInUse(b) - before);
   }
   const double median = Median(times);
   const double bytes = double(b.WeightBytes()) + (state_read + state_written) / steps;
@@ -218,7 +249,11 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
 nlohmann::json MeasureAttention(Backend& b, int reps, double copy_bandwidth) {
   const int batch = b.slots();
   const ModelConfig& c = b.model().config();
-  double bytes = 2.0 * batch * double(b.LayerStateBytes(0));
+  double bytes = 0;
+  for (int s = 0; s < batch; ++s) {
+    const auto [read, written] = LayerStepBytes(b, 0, b.position(s));
+    bytes += read + written;
+  }
   if (c.layer_attention[0].mechanism == "softmax") {
     const double row = double(c.num_kv_heads) * 2 * c.head_dim * sizeof(float);
     for (int s = 0; s < batch; ++s) bytes += double(b.position(s)) * row;
@@ -391,8 +426,8 @@ checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-
 CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so); --cpu-gemm: auto (AMX
 tiles for bf16 weights where the CPU has them), simd (never AMX), openblas (every fp32 GEMM through
 OpenBLAS, as before the small-row kernel), for baselines in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
-written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, then the
-position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
+written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a
+sliding window's W if larger, then the position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
 other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),
 3 warm-up steps, then N timed steps (default 32) of one token per slot ending in a greedy draw, each
 timed through Synchronize(); tokens/s = B / median step time. --batch and --context take
@@ -401,7 +436,8 @@ prefill figure comes with the first.
   bytes per step = weight bytes + sum over slots of (state read + state written)
     state read    = the slot's BytesInUse() before the step (fixed state + KV cache)
     state written = StateBytesPerSlot() + what the step appended (a KV row)
-so 2 x state bytes per slot for constant state; KV cache + one row for softmax. Bandwidth = bytes per
+so 2 x state bytes per slot for constant state; KV cache + one row for softmax; a sliding window's
+ring counts as read up to the tokens it holds and as written one row. Bandwidth = bytes per
 step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot, N tokens
 (default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
 )",
