@@ -73,6 +73,24 @@ PY
 "$steady" eval --model "$tmp/t" --data "$tmp/val.txt" --max-tokens 200 --json > "$tmp/eval_t.json"
 python3 -c "import json,sys; r=json.load(open('$tmp/eval_t.json')); assert r['state_bytes_per_session']>0 and r['peak_session_bytes']==r['state_bytes_per_session'], r" \
   && pass "eval: taylor state is constant" || fail "eval taylor state"
+# A softmax checkpoint served with a sliding window (--param window=W), and a hybrid checkpoint (a
+# window on layer 0 through the "layers" override, taylor elsewhere): constant state, reported.
+"$steady" eval --model "$tmp/m" --data "$tmp/val.txt" --max-tokens 200 --json --mechanism sliding_window \
+  --param window=16 > "$tmp/eval_w.json"
+python3 -c "import json,sys; r=json.load(open('$tmp/eval_w.json')); assert r['mechanism']=='sliding_window' and r['attention']['window']==16 and r['peak_session_bytes']==r['state_bytes_per_session']>0 and 'layers' not in r, r" \
+  && pass "eval: softmax weights served with a sliding window" || fail "eval sliding_window"
+expect_error "a sliding window needs its window" "attention.window" "$steady" eval --model "$tmp/m" --data "$tmp/val.txt" \
+  --mechanism sliding_window
+mkdir -p "$tmp/h" && cp "$tmp/m"/* "$tmp/h"/
+python3 - "$tmp/h/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["attention"] = {"mechanism": "taylor", "order": 2, "layers": {"0": {"mechanism": "sliding_window", "window": 8}}}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$steady" eval --model "$tmp/h" --data "$tmp/val.txt" --max-tokens 200 --json > "$tmp/eval_h.json"
+python3 -c "import json,sys; r=json.load(open('$tmp/eval_h.json')); l=r['layers']; assert [x['mechanism'] for x in l]==['sliding_window','taylor','taylor','taylor'] and l[0]['window']==8 and r['peak_session_bytes']==r['state_bytes_per_session'], r" \
+  && pass "eval: a hybrid reports every layer" || fail "eval hybrid"
 
 # info
 "$steady" info --model "$tmp/m" | python3 -c "import json,sys; j=json.load(sys.stdin); assert j['parameters']>0" \

@@ -74,6 +74,11 @@ absl::Status RunEval(const Flags& flags) {
                            {"peak_session_bytes", peak_bytes},
                            {"decode_tokens_per_second", scored / seconds},
                            {"device", b.Name()}};
+  // A hybrid (layers with different mechanisms, the checkpoint's "layers" override): every layer's.
+  const nlohmann::json layers = model->DescribeAttention();
+  if (std::any_of(layers.begin(), layers.end(), [&](const nlohmann::json& l) { return l != layers[0]; })) {
+    report["layers"] = layers;
+  }
   if (flags.Has("json")) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
