@@ -29,6 +29,8 @@ ROWS = [
     ("tiny-softmax", "taylor P=3", ["--mechanism", "taylor", "--order", "3"]),
     ("tiny-softmax", "taylor P=4", ["--mechanism", "taylor", "--order", "4"]),
     ("tiny-softmax", "taylor P=5", ["--mechanism", "taylor", "--order", "5"]),
+    ("tiny-softmax", "sliding_window W=64", ["--mechanism", "sliding_window", "--param", "window=64"]),
+    ("tiny-softmax", "sliding_window W=128", ["--mechanism", "sliding_window", "--param", "window=128"]),
     ("tiny-slay", "slay", []),
     ("tiny-dark", "dark", []),
     ("tiny-performer", "performer (dark, M = I)", []),

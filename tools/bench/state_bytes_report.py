@@ -18,6 +18,7 @@ MECHANISMS = [
     ("dark (m=256)", ["--mechanism", "dark"]),
     ("sliced_relu (64 bins)", ["--mechanism", "sliced_relu"]),
     ("sliced_relu_bump (64 bins)", ["--mechanism", "sliced_relu_bump"]),
+    ("sliding_window W=4096", ["--mechanism", "sliding_window", "--param", "window=4096"]),
 ]
 CONTEXTS = [("4K", 4096), ("32K", 32768), ("1M", 1 << 20)]
 
