@@ -33,7 +33,8 @@ constexpr char kUsage[] = R"(usage: drift [--mechanisms SPEC[,SPEC...]] [--max-t
              [--seed S] [--json FILE]
   SPEC is name[:key=value...], e.g. taylor:order=3 or dark:features=64; values are read as JSON
   (numbers, true/false), anything else as a string. "accumulation" is set by the tool.
-  Default: every name in MechanismNames() but softmax (a KV cache has no running sums to drift).
+  Default: every name in MechanismNames() but softmax and sliding_window (a KV cache and a ring of
+  the last W rows have no running sums to drift; sliding_window:window=64 runs it all the same).
   Mechanisms whose config is refused are reported and skipped; a placeholder whose Step aborts
   cannot be skipped from inside, so leave it out of --mechanisms.
 )";
@@ -219,7 +220,7 @@ int Main(int argc, char** argv) {
   opt.json_path = flags.Get("json");
   if (opt.specs.empty()) {
     for (const std::string& name : MechanismNames()) {
-      if (name != "softmax") opt.specs.push_back(name);
+      if (name != "softmax" && name != "sliding_window") opt.specs.push_back(name);
     }
   }
 
