@@ -1,8 +1,5 @@
 #include "model/mechanisms/softmax.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/kv_rows.h"
 #include "model/mechanisms/params_util.h"
