@@ -397,17 +397,21 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
           const int c = lane + 32 * j;
           if (c >= width) continue;
           const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
-          float total = sum[u][j] * scale;
+          // Products rounded on their own (__fmul_rn: never fused into the adds), so that the state
+          // takes exactly the CPU's operations (kernels/cpu/state_update.h): bit for bit where the
+          // features are (taylor's are products alone).
+          const float term = __fmul_rn(kr, value[c]);
+          float total = __fmul_rn(sum[u][j], scale);
           Acc read;
           if (kahan) {
-            float carry = comp[u][j] * scale;
-            KahanAdd(total, carry, kr * value[c]);
+            float carry = __fmul_rn(comp[u][j], scale);
+            KahanAdd(total, carry, term);
             head[st.comp_off + off] = carry;
             // Taylor (Acc = double) reads sum and compensation in fp64, as the CPU does; slay and
             // dark add them in fp32, as theirs do.
             read = Acc(total) + Acc(carry);
           } else {
-            total += kr * value[c];
+            total = __fadd_rn(total, term);
             read = Acc(total);
           }
           head[off] = total;
