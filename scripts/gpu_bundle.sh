@@ -3,7 +3,8 @@
 # CUDA libraries but not Debian's absl, OpenBLAS, Highway or sentencepiece, and nothing can be
 # installed there, so the binaries are built here and carried: one xz archive in OUT_DIR, the only
 # file there (the run call carries ["gpu-bundle"]), holding
-#   bin/      steady cuda_ops_test backend_test engine_test, stripped, RUNPATH $ORIGIN/../lib
+#   bin/      steady cuda_ops_test backend_test backend_cuda_test engine_test, stripped, RUNPATH
+#             $ORIGIN/../lib
 #   lib/      libsteady_spm.so, libcudart, and every library they load that is neither glibc's nor
 #             cuBLAS's (absl, OpenBLAS and its libgfortran, Highway, sentencepiece, libstdc++...),
 #             stripped, RUNPATH $ORIGIN: they load without LD_LIBRARY_PATH, which would also hand
@@ -26,7 +27,7 @@ if [[ ${1:-} == --no-build ]]; then
 fi
 BUILD=${1:-build}
 OUT=${2:-gpu-bundle}
-BINARIES=(steady cuda_ops_test backend_test engine_test)
+BINARIES=(steady cuda_ops_test backend_test backend_cuda_test engine_test)
 ARCHIVE=$OUT/steady-gpu.tar.xz
 STAGE=$PWD/$BUILD/gpu-bundle-stage
 [[ $BUILD == /* ]] && STAGE=$BUILD/gpu-bundle-stage

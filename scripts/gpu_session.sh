@@ -206,10 +206,11 @@ plan() {
   for p in ${PART//,/ }; do
     case $p in
       tests)
-        step ops 60 180 run_tests cuda_ops_test '*'
-        step backend 150 300 run_tests backend_test '*Cuda*'
-        step engine 30 120 run_tests engine_test '*Cuda*'
-        step eval 60 150 eval_shipped
+        step ops 40 180 run_tests cuda_ops_test '*'
+        step backend 90 300 run_tests backend_test '*Cuda*'
+        step backend_cuda 60 240 run_tests backend_cuda_test '*'
+        step engine 20 120 run_tests engine_test '*Cuda*'
+        step eval 45 150 eval_shipped
         ;;
       bench)
         step decode_taylor3_batch 80 180 bench decode_taylor3_batch --mechanism taylor --order 3 \
@@ -238,11 +239,13 @@ plan() {
           --steps 20 --prefill-tokens 0
         ;;
       sanitize)
-        step memcheck_ops 90 180 sanitize memcheck cuda_ops_test '*' --leak-check full
-        step racecheck_attention 90 150 sanitize racecheck cuda_ops_test 'CudaAttention*' --racecheck-report hazard
-        step synccheck_attention 40 90 sanitize synccheck cuda_ops_test 'CudaAttention*'
-        step memcheck_backend 150 240 sanitize memcheck backend_test \
-          '*Fp32MatchesTheCpuBackend/taylor3:*Fp32MatchesTheCpuBackend/softmax:*Fp32MatchesTheCpuBackend/dark:*Fp32MatchesTheCpuBackend/sliced_relu:*GraphReplays*:*ChunkedPrefill*:*SplitDecode*'
+        # The *Long* kernel tests (thousands of tokens) would take the sanitizers minutes each.
+        step memcheck_ops 90 180 sanitize memcheck cuda_ops_test '*:-*Long*' --leak-check full
+        step racecheck_attention 90 150 sanitize racecheck cuda_ops_test 'CudaAttention*:-*Long*' --racecheck-report hazard
+        step synccheck_attention 40 90 sanitize synccheck cuda_ops_test 'CudaAttention*:-*Long*'
+        step memcheck_backend 120 200 sanitize memcheck backend_test \
+          '*Fp32MatchesTheCpuBackend/taylor3:*Fp32MatchesTheCpuBackend/softmax:*Fp32MatchesTheCpuBackend/dark:*Fp32MatchesTheCpuBackend/sliced_relu:*GraphReplays*:*ChunkedPrefill*'
+        step memcheck_backend_cuda 60 150 sanitize memcheck backend_cuda_test '*SplitDecode*:*BucketsAboveEight*'
         ;;
       *)
         echo "gpu_session: unknown PART '$p' (tests, bench, compare, sanitize)" >&2

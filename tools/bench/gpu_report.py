@@ -67,12 +67,21 @@ def mechanism(r):
     return r["mechanism"] + (" P=%d" % a["order"] if "order" in a else "")
 
 
+def kv_bytes_per_token(r):
+    """What a session's growing state (the KV cache) holds per token, as the report measured it: the
+    bytes read per step are each slot's BytesInUse before the step, at positions context + warm-up
+    steps + i over the timed steps i."""
+    d = r["decode"]
+    tokens = d["context"] + d.get("warmup_steps", 0) + (d["steps"] - 1) / 2.0
+    return (d["state_bytes_read_per_step"] / d["batch"] - r["state_bytes_per_session"]) / max(tokens, 1)
+
+
 def kv_dtype(r):
     """The softmax cache's element size as measured: bytes per cached token and layer vs the shape."""
     d, m = r["decode"], r["model"]
-    if not d["state_grows"] or d["context"] == 0:
+    if not d["state_grows"]:
         return ""
-    per_token = (d["state_bytes_read_per_step"] / d["batch"] - r["state_bytes_per_session"]) / d["context"]
+    per_token = kv_bytes_per_token(r)
     elements = m["layers"] * m["kv_heads"] * 2 * m["head_dim"]
     return " (%s KV)" % {2: "bf16", 4: "fp32"}.get(round(per_token / elements), "%.1f-byte" % (per_token / elements))
 
@@ -80,12 +89,8 @@ def kv_dtype(r):
 def session_bytes(r, context):
     """Bytes one session holds at `context` tokens: the fixed state, plus the KV cache's per-token
     bytes as this report measured them (BytesInUse before a step, per slot)."""
-    d = r["decode"]
     fixed = r["state_bytes_per_session"]
-    if not d["state_grows"]:
-        return fixed
-    per_token = (d["state_bytes_read_per_step"] / d["batch"] - fixed) / max(d["context"], 1)
-    return fixed + per_token * context
+    return fixed + kv_bytes_per_token(r) * context if r["decode"]["state_grows"] else fixed
 
 
 def ms(seconds):
