@@ -816,7 +816,9 @@ double CudaBackend::TimePrefillAttention(int layer, int64_t tokens, int reps) {
   STEADY_CHECK(tokens >= 1 && tokens <= (int64_t(1) << 30) && reps >= 1);
   STEADY_CHECK(softmax_layers_ == 0 || tokens <= options_.max_context);
   const int n = int(tokens), hd = c.head_dim;
-  ReserveRows(n, 1);  // the sliced layers' score buffers
+  const DeviceLayer& d = layers_[layer];
+  // A sliced layer's score buffers (every activation buffer grows with them: gigabytes at 128K rows).
+  if (d.sliced) ReserveRows(n, 1);
   const uint64_t seed = uint64_t(layer) * 7919 + uint64_t(n);
   DeviceBuffer q = RandomRows(size_t(n) * c.num_heads * hd, seed, stream_),
                k = RandomRows(size_t(n) * c.num_kv_heads * hd, seed + 1, stream_),
@@ -825,7 +827,6 @@ double CudaBackend::TimePrefillAttention(int layer, int64_t tokens, int reps) {
   DeviceBuffer dtable = UploadVector(std::vector<int32_t>{0, 0, n}, stream_),
                dpos = UploadVector(std::vector<int64_t>{0}, stream_);
   const cuda::AttnBatch b = MakeBatch(c, dtable.as<int32_t>(), 1, n);
-  const DeviceLayer& d = layers_[layer];
   const bool linear = d.softmax_index < 0 && !d.sliced;
   std::vector<LongSegment> long_segments;
   if (linear && options_.cuda_chunked_prefill && n >= kChunkedMin) long_segments.push_back({0, 0, n});
