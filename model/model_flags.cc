@@ -8,6 +8,7 @@ namespace steady {
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
 const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights", "cpu-gemm"};
+const std::set<std::string> kCudaFlags = {"cuda-weights", "cuda-kv"};
 
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags) {
   if (!flags.Has("mechanism")) {
@@ -74,10 +75,23 @@ absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
   return absl::OkStatus();
 }
 
+absl::Status CudaOptionsFromFlags(const Flags& flags, BackendOptions* options) {
+  for (const char* name : {"cuda-weights", "cuda-kv"}) {
+    const std::string value = flags.Get(name, "bf16");
+    if (value != "bf16" && value != "f32") {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected bf16 or f32, got \"", value, "\""));
+    }
+  }
+  options->cuda_bf16 = flags.Get("cuda-weights", "bf16") == "bf16";
+  options->cuda_kv_bf16 = flags.Get("cuda-kv", "bf16") == "bf16";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options) {
   BackendOptions o = options;
   if (absl::Status s = CpuOptionsFromFlags(flags, &o); !s.ok()) return s;
+  if (absl::Status s = CudaOptionsFromFlags(flags, &o); !s.ok()) return s;
   return MakeBackend(model, flags.Get("device", "auto"), o);
 }
 

@@ -26,7 +26,12 @@ extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (def
                                                   // --cpu-weights f32|bf16
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
-// The backend --device names for `model` (model/backend/backend.h), with the CPU flags applied to `options`.
+extern const std::set<std::string> kCudaFlags;  // --cuda-weights bf16|f32, --cuda-kv bf16|f32 (default bf16 both)
+// --cuda-weights f32 (cuda_bf16 off: fp32 weights and GEMMs, the reference precision) and --cuda-kv f32
+// (an fp32 softmax KV cache) into `options`; absent flags leave the defaults.
+absl::Status CudaOptionsFromFlags(const Flags& flags, BackendOptions* options);
+// The backend --device names for `model` (model/backend/backend.h), with the CPU flags (and the CUDA
+// flags, where the command takes them) applied to `options`.
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromFlags(const Flags& flags, const Model& model,
                                                           const BackendOptions& options = {});
 

@@ -30,6 +30,9 @@ packages=(
   # Security (docs/security.md): OpenSSL's libcrypto (API key hashes, signed snapshots) and the openssl
   # command the TLS tests make their certificates with.
   libssl-dev openssl
+  # The GPU run (scripts/gpu_bundle.sh): binaries built here carried to a lent GPU machine with their
+  # libraries, their RUNPATH set to the bundle's lib/ (patchelf), compressed with xz.
+  patchelf xz-utils
 )
 # Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
 command -v npm > /dev/null || packages+=(npm)

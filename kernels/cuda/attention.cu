@@ -12,6 +12,7 @@
 // softmax: the segment's keys and values are appended to the slot's preallocated cache, then one
 // block per (segment, kv head, token) attends with an online softmax: each warp walks a strided
 // subset of the cached rows, and the warps' partial (max, sum, weighted values) are merged at the end.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -32,6 +33,17 @@ constexpr int kColIters = (kLinearMaxValueDim + 1 + 31) / 32;  // columns per la
 constexpr int kRowUnroll = 4;  // state rows a warp loads before it updates them
 constexpr int kSplitBlocks = 1024;  // softmax decode: blocks to aim for when splitting the context
 constexpr int kMaxSplits = 64;
+constexpr int kMaxGridYZ = 65535;  // the largest grid extent in y and z
+// Linear-state decode: blocks to aim for when splitting the state's rows, and the fewest rows a
+// strip keeps (each block also builds every feature, which a thinner strip would not repay).
+constexpr int kLinearSplitBlocks = 512;
+constexpr int kMinSplitRows = 64;
+
+// A LinearAttentionKernel instantiation's register shape (query heads, 32-column strips).
+template <int Group, int Cols>
+struct KernelShape {
+  static constexpr int kGroup = Group, kCols = Cols;
+};
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -66,20 +78,25 @@ void AllowSharedMemory(Kernel kernel, size_t smem, size_t& allowed) {
 }
 
 // Shared memory of a linear-state block: features of the key [m] and of the group's queries
-// [group, m], the warps' readout partials [warps, group, dv + 1], then the mechanism's scratch.
+// [group, m], the warps' readout partials [warps, group, dv + 1] in the mechanism's accumulator type
+// (Mech::Acc: fp64 for taylor, as the CPU reads its state; 8-byte aligned), then the mechanism's
+// scratch. FeatureFloats is where the partials start.
+__host__ __device__ inline size_t FeatureFloats(int m, int group) { return (size_t(group + 1) * m + 1) / 2 * 2; }
+
 struct LinearSmem {
   float* fk;
   float* fq;
-  float* red;
+  void* red;
   float* scratch;
 };
 
+template <typename Acc>
 __device__ LinearSmem CarveLinearSmem(float* smem, int m, int group, int width) {
   LinearSmem s;
   s.fk = smem;
   s.fq = s.fk + m;
-  s.red = s.fq + size_t(group) * m;
-  s.scratch = s.red + size_t(kWarps) * group * width;
+  s.red = smem + FeatureFloats(m, group);
+  s.scratch = smem + FeatureFloats(m, group) + size_t(kWarps) * group * width * (sizeof(Acc) / sizeof(float));
   return s;
 }
 
@@ -99,8 +116,12 @@ __device__ __forceinline__ float* FeatureOut(const LinearSmem& s, int vi, int m)
 
 struct TaylorMech {
   using Tables = TaylorTables;
+  // The readout sums in fp64 from fp64 reads of sum + compensation, as the CPU's ReadRowGroup: the
+  // compensated state is not rounded back to fp32 when read, and m rows' products are not summed in
+  // fp32 (the kernel must not drift from the CPU over long contexts).
+  using Acc = double;
   static constexpr bool kShifted = false;  // features on a fixed scale (no running reference)
-  // Scratch: x [(group+1), dk].
+  // Scratch: x [(group+1), dk] (TaylorScratchFloats adds the fp64 partials' second half).
 
   // Degree by degree: row r of degree p is its parent row (degree p - 1) times one coordinate.
   static __device__ void Features(const Tables& t, int, int dk, int group, int m, const float* kt,
@@ -110,7 +131,11 @@ struct TaylorMech {
     LoadVectors(kt, qt, group, dk, x);
     for (int vi = threadIdx.x; vi <= group; vi += blockDim.x) FeatureOut(s, vi, m)[0] = 1.0f;
     __syncthreads();
-    for (int p = 1; p < t.order; ++p) {
+    // Unrolled so that degree_offset is indexed by constants (a run-time index into a kernel
+    // parameter's array copies it to local memory).
+#pragma unroll
+    for (int p = 1; p < kTaylorMaxOrder; ++p) {
+      if (p >= t.order) break;
       const int first = t.degree_offset[p], rows = t.degree_offset[p + 1] - first;
       for (int i = threadIdx.x; i < (group + 1) * rows; i += blockDim.x) {
         const int vi = i / rows, r = first + i % rows;
@@ -128,10 +153,9 @@ struct TaylorMech {
   }
 
   // GuardDenominator of taylor.cc: |den| < 1e-30 becomes +-1e-30 (sign kept, +0 -> +).
-  static __device__ float Ratio(const Tables&, float num, float den, int, int, const float*) {
-    const double d = double(den);
-    const double guarded = fabs(d) >= 1e-30 ? d : (d < 0 ? -1e-30 : 1e-30);
-    return float(double(num) / guarded);
+  static __device__ float Ratio(const Tables&, double num, double den, int, int, const float*) {
+    const double guarded = fabs(den) >= 1e-30 ? den : (den < 0 ? -1e-30 : 1e-30);
+    return float(num / guarded);
   }
   static __device__ void AfterToken(const Tables&, float*, const float*) {}
 };
@@ -140,6 +164,7 @@ struct TaylorMech {
 
 struct SlayMech {
   using Tables = SlayTables;
+  using Acc = float;  // as the CPU's ReadRow
   static constexpr bool kShifted = false;
   // Scratch: x [(group+1), dk], |x|^2 [group+1], poly [(group+1), P], prf [(group+1), R, M].
 
@@ -193,6 +218,7 @@ struct SlayMech {
 
 struct DarkMech {
   using Tables = DarkTables;
+  using Acc = float;  // as the CPU's ReadRow
   static constexpr bool kShifted = true;  // keys relative to the running max, queries to their own
   // Scratch: x [(group+1), dk], Mx [(group+1), rank], half_norm [group+1], top [group+1].
 
@@ -269,20 +295,56 @@ struct DarkMech {
 
 // --- the fused linear-state kernel --------------------------------------------------------------
 
+// Where a split decode step's partial readouts lie in LinearStateLayout::partial: [segments,
+// kv_heads, splits, group, dv + 1] accumulators, then per (segment, kv head) the mechanism's aux
+// values [kLinearMaxGroup + 1] (dark: the queries' max logits and the key running max after the key).
+template <typename Acc>
+struct SplitPartials {
+  Acc* sums;
+  float* aux;
+  int splits, group, width;
+
+  __host__ __device__ SplitPartials(void* base, const AttnBatch& b, int splits_)
+      : splits(splits_), group(b.heads / b.kv_heads), width(b.value_dim + 1) {
+    sums = static_cast<Acc*>(base);
+    aux = reinterpret_cast<float*>(sums + int64_t(b.segments) * b.kv_heads * splits * group * width);
+  }
+  static __host__ __device__ int64_t Bytes(const AttnBatch& b, int splits) {
+    const int group = b.heads / b.kv_heads;
+    return int64_t(b.segments) * b.kv_heads *
+           (int64_t(splits) * group * (b.value_dim + 1) * int64_t(sizeof(Acc)) + (kLinearMaxGroup + 1) * 4);
+  }
+  __device__ Acc* Sums(const AttnBatch& b, int seg, int g, int split) const {
+    return sums + ((int64_t(seg) * b.kv_heads + g) * splits + split) * group * width;
+  }
+  __device__ float* Aux(const AttnBatch& b, int seg, int g) const {
+    return aux + (int64_t(seg) * b.kv_heads + g) * (kLinearMaxGroup + 1);
+  }
+};
+
 // MaxGroup bounds the query heads per kv head and Cols the 32-column strips of a state row (dv + 1
-// columns): the accumulators live in registers, sized by both.
+// columns): the accumulators live in registers, sized by both. gridDim.z > 1 (a decode step: one
+// token per segment) splits the state's rows into strips of split_rows, one per block: each block
+// updates and reads its strip, writes its partial readout, and LinearMergeKernel finishes the token.
 template <class Mech, int MaxGroup, int Cols>
 __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b, LinearStateLayout st,
-                                                                  typename Mech::Tables t, const float* q,
-                                                                  const float* k, const float* v, float* y) {
-  extern __shared__ float smem[];
+                                                                  typename Mech::Tables t, int split_rows,
+                                                                  const float* q, const float* k, const float* v,
+                                                                  float* y) {
+  using Acc = typename Mech::Acc;
+  // Rows a warp loads before it updates them: fewer where fp64 accumulators take the registers.
+  constexpr int kUnroll = sizeof(Acc) == 8 && MaxGroup * Cols >= 20 ? 2 : kRowUnroll;
+  extern __shared__ __align__(16) float smem[];
   __shared__ float value[kLinearMaxValueDim + 1];  // the token's v, with value[dv] = 1 (for z)
   __shared__ float state_scale;
   __shared__ float aux[kLinearMaxGroup + 1];
-  const int seg = blockIdx.x, g = blockIdx.y;
+  const int seg = blockIdx.x, g = blockIdx.y, splits = gridDim.z, split = blockIdx.z;
   const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim, width = dv + 1;
   const int m = st.features;
-  const LinearSmem s = CarveLinearSmem(smem, m, group, width);
+  const int r_begin = splits > 1 ? min(m, split * split_rows) : 0;
+  const int r_end = splits > 1 ? min(m, r_begin + split_rows) : m;
+  const LinearSmem s = CarveLinearSmem<Acc>(smem, m, group, width);
+  Acc* red = static_cast<Acc*>(s.red);
   const int slot = b.slot[seg], row0 = b.row_begin[seg], n = b.count[seg];
   if (b.chunked_min > 0 && n >= b.chunked_min) return;  // prefilled by the chunked path
   float* head = st.pool + int64_t(slot) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
@@ -296,27 +358,29 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
     const float* qt = q + (row * b.heads + int64_t(g) * group) * dk;
     const float* vt = v + (row * b.kv_heads + g) * dv;
     for (int c = threadIdx.x; c < width; c += blockDim.x) value[c] = c < dv ? vt[c] : 1.0f;
+    // Every split builds all the features (higher degrees are products of lower ones); the reference
+    // extra (dark's running max) is only read here: with splits the merge kernel moves it.
     Mech::Features(t, g, dk, group, m, kt, qt, extra, s, &state_scale, aux);  // ends with a barrier
 
     // One pass over the state: read, scale, add the key, write; accumulate the readout.
-    float acc[MaxGroup][Cols];
+    Acc acc[MaxGroup][Cols];
 #pragma unroll
     for (int i = 0; i < MaxGroup; ++i) {
 #pragma unroll
-      for (int j = 0; j < Cols; ++j) acc[i][j] = 0.0f;
+      for (int j = 0; j < Cols; ++j) acc[i][j] = Acc(0);
     }
     const float scale = state_scale;
-    // Each warp takes kRowUnroll consecutive rows at a time and issues all their loads before any
+    // Each warp takes kUnroll consecutive rows at a time and issues all their loads before any
     // arithmetic, so enough bytes are in flight to keep the memory system busy.
-    for (int r0 = warp * kRowUnroll; r0 < m; r0 += kWarps * kRowUnroll) {
-      float sum[kRowUnroll][Cols], comp[kRowUnroll][Cols];
+    for (int r0 = r_begin + warp * kUnroll; r0 < r_end; r0 += kWarps * kUnroll) {
+      float sum[kUnroll][Cols], comp[kUnroll][Cols];
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
         for (int j = 0; j < Cols; ++j) {
           const int r = r0 + u, c = lane + 32 * j;
           sum[u][j] = comp[u][j] = 0.0f;
-          if (r < m && c < width) {
+          if (r < r_end && c < width) {
             const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
             sum[u][j] = head[off];
             if (kahan) comp[u][j] = head[st.comp_off + off];
@@ -324,29 +388,36 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
         }
       }
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int r = r0 + u;
-        if (r >= m) break;
+        if (r >= r_end) break;
         const float kr = s.fk[r];
 #pragma unroll
         for (int j = 0; j < Cols; ++j) {
           const int c = lane + 32 * j;
           if (c >= width) continue;
           const int64_t off = c < dv ? int64_t(r) * st.s_row + c : st.z_off + int64_t(r) * st.z_stride;
-          float total = sum[u][j] * scale, read;
+          // Products rounded on their own (__fmul_rn: never fused into the adds), so that the state
+          // takes exactly the CPU's operations (kernels/cpu/state_update.h): bit for bit where the
+          // features are (taylor's are products alone).
+          const float term = __fmul_rn(kr, value[c]);
+          float total = __fmul_rn(sum[u][j], scale);
+          Acc read;
           if (kahan) {
-            float carry = comp[u][j] * scale;
-            KahanAdd(total, carry, kr * value[c]);
+            float carry = __fmul_rn(comp[u][j], scale);
+            KahanAdd(total, carry, term);
             head[st.comp_off + off] = carry;
-            read = total + carry;
+            // Taylor (Acc = double) reads sum and compensation in fp64, as the CPU does; slay and
+            // dark add them in fp32, as theirs do.
+            read = Acc(total) + Acc(carry);
           } else {
-            total += kr * value[c];
-            read = total;
+            total = __fadd_rn(total, term);
+            read = Acc(total);
           }
           head[off] = total;
 #pragma unroll
           for (int i = 0; i < MaxGroup; ++i) {
-            if (i < group) acc[i][j] += s.fq[size_t(i) * m + r] * read;
+            if (i < group) acc[i][j] += Acc(s.fq[size_t(i) * m + r]) * read;
           }
         }
       }
@@ -357,24 +428,60 @@ __global__ void __launch_bounds__(kThreads, 2) LinearAttentionKernel(AttnBatch b
 #pragma unroll
       for (int j = 0; j < Cols; ++j) {
         const int c = lane + 32 * j;
-        if (i < group && c < width) s.red[(size_t(warp) * group + i) * width + c] = acc[i][j];
+        if (i < group && c < width) red[(size_t(warp) * group + i) * width + c] = acc[i][j];
       }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * width; idx += blockDim.x) {
-      float total = 0;
-      for (int w = 0; w < kWarps; ++w) total += s.red[size_t(w) * group * width + idx];
-      s.red[idx] = total;
+      Acc total = 0;
+      for (int w = 0; w < kWarps; ++w) total += red[size_t(w) * group * width + idx];
+      red[idx] = total;
     }
     __syncthreads();
-    float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
-    for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
-      const int i = idx / dv, d = idx % dv;
-      const float num = s.red[i * width + d], den = s.red[i * width + dv];
-      yt[idx] = Mech::Ratio(t, num, den, i, group, aux);
+    if (splits > 1) {
+      // This strip's partial readout (and, from the first strip, the aux values) for the merge.
+      const SplitPartials<Acc> part(st.partial, b, splits);
+      Acc* out = part.Sums(b, seg, g, split);
+      for (int idx = threadIdx.x; idx < group * width; idx += blockDim.x) out[idx] = red[idx];
+      if (split == 0 && threadIdx.x <= group) part.Aux(b, seg, g)[threadIdx.x] = aux[threadIdx.x];
+    } else {
+      float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
+      for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+        const int i = idx / dv, d = idx % dv;
+        yt[idx] = Mech::Ratio(t, red[i * width + d], red[i * width + dv], i, group, aux);
+      }
+      if (threadIdx.x == 0 && extra != nullptr) Mech::AfterToken(t, extra, &aux[group]);
     }
-    if (threadIdx.x == 0 && extra != nullptr) Mech::AfterToken(t, extra, &aux[group]);
     __syncthreads();
+  }
+}
+
+// Grid (segments, kv_heads), after a split LinearAttentionKernel: each query head's readout summed
+// over the strips (in a fixed order, in the accumulator type), divided with the mechanism's guard;
+// dark's running max moves to the key's (read by every strip, so only now).
+template <class Mech>
+__global__ void __launch_bounds__(kThreads) LinearMergeKernel(AttnBatch b, LinearStateLayout st,
+                                                              typename Mech::Tables t, int splits, float* y) {
+  using Acc = typename Mech::Acc;
+  __shared__ Acc total[kLinearMaxGroup * (kLinearMaxValueDim + 1)];
+  const int seg = blockIdx.x, g = blockIdx.y;
+  const int group = b.heads / b.kv_heads, dv = b.value_dim, width = dv + 1;
+  const SplitPartials<Acc> part(st.partial, b, splits);
+  for (int idx = threadIdx.x; idx < group * width; idx += blockDim.x) {
+    Acc sum = 0;
+    for (int s = 0; s < splits; ++s) sum += part.Sums(b, seg, g, s)[idx];
+    total[idx] = sum;
+  }
+  __syncthreads();
+  const float* aux = part.Aux(b, seg, g);
+  float* yt = y + (int64_t(b.row_begin[seg]) * b.heads + int64_t(g) * group) * dv;
+  for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+    const int i = idx / dv, d = idx % dv;
+    yt[idx] = Mech::Ratio(t, total[i * width + d], total[i * width + dv], i, group, aux);
+  }
+  if (threadIdx.x == 0 && st.extra_off >= 0) {
+    float* head = st.pool + int64_t(b.slot[seg]) * st.slot_floats + st.layer_offset + int64_t(g) * st.head_stride;
+    Mech::AfterToken(t, head + st.extra_off, &aux[group]);
   }
 }
 
@@ -430,7 +537,7 @@ __global__ void __launch_bounds__(kThreads) ChunkFeaturesKernel(AttnBatch b, typ
   __shared__ float aux[kLinearMaxGroup + 1];
   const int tok = blockIdx.x, g = blockIdx.y;
   const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim;
-  const LinearSmem s = CarveLinearSmem(smem, m, group, 0);
+  const LinearSmem s = CarveLinearSmem<float>(smem, m, group, 0);
   const int64_t row = row0 + tok;
   if (threadIdx.x == 0) no_reference = -INFINITY;
   __syncthreads();
@@ -570,154 +677,169 @@ void LaunchPrefillChunked(Blas& blas, const AttnBatch& b, const LinearStateLayou
                           int scratch_floats, int slot, int row0, int n, bool tf32, float* scratch, const float* q,
                           const float* k, const float* v, float* y, cudaStream_t stream) {
   const int group = b.heads / b.kv_heads, m = st.features, width = b.value_dim + 1, G = b.kv_heads;
-  const size_t smem = (size_t(group + 1) * m + scratch_floats) * sizeof(float);
+  const size_t smem = (FeatureFloats(m, group) + scratch_floats) * sizeof(float);
   static size_t allowed = 48 * 1024;
   AllowSharedMemory(ChunkFeaturesKernel<Mech>, smem, allowed);
   for (int c0 = 0; c0 < n; c0 += kPrefillChunk) {
     const int C = std::min(kPrefillChunk, n - c0), R = C * group;
     const ChunkScratch cs(scratch, G, C, group, m, width);
     ChunkFeaturesKernel<Mech><<<dim3(C, G), kThreads, smem, stream>>>(b, t, m, row0 + c0, cs, q, k, v);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("ChunkFeaturesKernel", stream);
     if (Mech::kShifted) {
       DarkChunkRefsKernel<<<G, kThreads, 0, stream>>>(st, slot, cs, C);
-      STEADY_CUDA_CHECK_LAUNCH();
+      STEADY_CUDA_CHECK_LAUNCH("DarkChunkRefsKernel", stream);
     }
     const dim3 state_grid(unsigned((int64_t(m) * width + kThreads - 1) / kThreads), G);
     GatherStateKernel<<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("GatherStateKernel", stream);
     // Num = phi(Q) Seff: every query against the state carried into the chunk.
     GemmBatched(blas, false, false, R, width, m, cs.Fq, cs.fq, cs.Seff, cs.seff, 0.0f, cs.Num, cs.num, G, tf32);
     if (Mech::kShifted) {
       DarkCarriedScaleKernel<<<dim3(C, G), kThreads, 0, stream>>>(cs);
-      STEADY_CUDA_CHECK_LAUNCH();
+      STEADY_CUDA_CHECK_LAUNCH("DarkCarriedScaleKernel", stream);
     }
     // A = mask(phi(Q) phi(K)^T); Num += A [V 1]: the chunk's own keys, causally.
     GemmBatched(blas, false, true, R, C, m, cs.Fq, cs.fq, cs.Fk, cs.fk, 0.0f, cs.A, cs.a, G, tf32);
     CausalMaskKernel<Mech::kShifted>
         <<<dim3(unsigned((int64_t(R) * C + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(cs, C);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("CausalMaskKernel", stream);
     GemmBatched(blas, false, false, R, width, C, cs.A, cs.a, cs.Vx, cs.vx, 1.0f, cs.Num, cs.num, G, tf32);
     ChunkRatioKernel<Mech><<<dim3(C, G), kThreads, 0, stream>>>(b, t, row0 + c0, cs, y);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("ChunkRatioKernel", stream);
     // dS = phi(K)^T [V 1], added to the state.
     if (Mech::kShifted) {
       DarkKeyWeightKernel<<<dim3(unsigned((int64_t(C) * m + kThreads - 1) / kThreads), G), kThreads, 0, stream>>>(
           cs, C);
-      STEADY_CUDA_CHECK_LAUNCH();
+      STEADY_CUDA_CHECK_LAUNCH("DarkKeyWeightKernel", stream);
     }
     GemmBatched(blas, true, false, m, width, C, cs.Fk, cs.fk, cs.Vx, cs.vx, 0.0f, cs.dS, cs.ds, G, tf32);
     AddToStateKernel<Mech::kShifted><<<state_grid, kThreads, 0, stream>>>(st, slot, b.value_dim, cs);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("AddToStateKernel", stream);
   }
 }
 
 // --- softmax ------------------------------------------------------------------------------------
 
-// Grid (segments, max_count): row `tok` of segment `seg` goes to cache row position + tok.
+// The cache's element type: fp32, or bf16 (KvCacheLayout::bf16: half the bytes a decode step reads).
+__device__ __forceinline__ float LoadKv(const float* p) { return *p; }
+__device__ __forceinline__ float LoadKv(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void StoreKv(float* p, float x) { *p = x; }
+__device__ __forceinline__ void StoreKv(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+// Grid (segments, min(max_count, kMaxGridYZ)): row `tok` of segment `seg` goes to cache row
+// position + tok (blocks stride over a segment longer than the grid).
+template <typename KV>
 __global__ void AppendKvKernel(AttnBatch b, KvCacheLayout kv, const int64_t* positions, const float* k,
                                const float* v) {
-  const int seg = blockIdx.x, tok = blockIdx.y;
-  if (tok >= b.count[seg]) return;
+  const int seg = blockIdx.x;
   const int dk = b.head_dim, dv = b.value_dim, width = dk + dv;
-  const int64_t row = b.row_begin[seg] + tok;
-  float* dst = kv.cache + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset +
-               (positions[seg] + tok) * int64_t(b.kv_heads) * width;
-  for (int i = threadIdx.x; i < b.kv_heads * width; i += blockDim.x) {
-    const int g = i / width, c = i % width;
-    dst[i] = c < dk ? k[(row * b.kv_heads + g) * dk + c] : v[(row * b.kv_heads + g) * dv + c - dk];
+  KV* base = static_cast<KV*>(kv.cache) + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset;
+  for (int tok = blockIdx.y; tok < b.count[seg]; tok += gridDim.y) {
+    const int64_t row = b.row_begin[seg] + tok;
+    KV* dst = base + (positions[seg] + tok) * int64_t(b.kv_heads) * width;
+    for (int i = threadIdx.x; i < b.kv_heads * width; i += blockDim.x) {
+      const int g = i / width, c = i % width;
+      StoreKv(dst + i, c < dk ? k[(row * b.kv_heads + g) * dk + c] : v[(row * b.kv_heads + g) * dv + c - dk]);
+    }
   }
 }
 
-// Grid (segments, kv_heads, max_count). Shared: q [group, dk], then per warp max [group], sum
-// [group] and weighted values [group, dv].
-// With splits > 1 (decode: one token per segment) blockIdx.z is a split of the cached rows
-// (flash-decoding): the block writes its (max, sum, weighted values) to kv.partial for
+// Grid (segments, kv_heads, min(max_count, kMaxGridYZ)): block z attends for tokens z, z + gridDim.z,
+// ... of its segment. Shared: q [group, dk], then per warp max [group], sum [group] and weighted
+// values [group, dv]. With splits > 1 (decode: one token per segment) blockIdx.z is a split of the
+// cached rows (flash-decoding): the block writes its (max, sum, weighted values) to kv.partial for
 // SoftmaxMergeKernel instead of y.
+template <typename KV>
 __global__ void __launch_bounds__(kThreads) SoftmaxAttendKernel(AttnBatch b, KvCacheLayout kv,
                                                                 const int64_t* positions, float scale,
                                                                 const float* q, float* y, int splits) {
   extern __shared__ float smem[];
-  const int seg = blockIdx.x, g = blockIdx.y, tok = splits > 1 ? 0 : int(blockIdx.z);
+  const int seg = blockIdx.x, g = blockIdx.y;
   const int split = splits > 1 ? int(blockIdx.z) : 0;
-  if (tok >= b.count[seg]) return;
+  const int first_tok = splits > 1 ? 0 : int(blockIdx.z), tok_stride = splits > 1 ? 1 : int(gridDim.z);
+  const int n = splits > 1 ? 1 : b.count[seg];
   const int group = b.heads / b.kv_heads, dk = b.head_dim, dv = b.value_dim, width = dk + dv;
-  const int64_t row = b.row_begin[seg] + tok;
-  const int64_t len = positions[seg] + tok + 1;
-  const int64_t per_split = (len + splits - 1) / splits;
-  const int64_t first = split * per_split, last = len < first + per_split ? len : first + per_split;
   float* qs = smem;
   float* wmax = qs + group * dk;
   float* wsum = wmax + kWarps * group;
   float* wacc = wsum + kWarps * group;
-  for (int i = threadIdx.x; i < group * dk; i += blockDim.x) qs[i] = q[(row * b.heads + int64_t(g) * group) * dk + i];
-  __syncthreads();
-  const float* cache = kv.cache + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset + int64_t(g) * width;
+  const KV* cache = static_cast<const KV*>(kv.cache) + int64_t(b.slot[seg]) * kv.slot_stride + kv.layer_offset +
+                    int64_t(g) * width;
   const int64_t row_stride = int64_t(b.kv_heads) * width;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float mx[kLinearMaxGroup], sum[kLinearMaxGroup], acc[kLinearMaxGroup][kColIters];
+  for (int tok = first_tok; tok < n; tok += tok_stride) {
+    const int64_t row = b.row_begin[seg] + tok;
+    const int64_t len = positions[seg] + tok + 1;
+    const int64_t per_split = (len + splits - 1) / splits;
+    const int64_t first = split * per_split, last = len < first + per_split ? len : first + per_split;
+    for (int i = threadIdx.x; i < group * dk; i += blockDim.x) qs[i] = q[(row * b.heads + int64_t(g) * group) * dk + i];
+    __syncthreads();
+    float mx[kLinearMaxGroup], sum[kLinearMaxGroup], acc[kLinearMaxGroup][kColIters];
 #pragma unroll
-  for (int i = 0; i < kLinearMaxGroup; ++i) {
-    mx[i] = -INFINITY;
-    sum[i] = 0.0f;
+    for (int i = 0; i < kLinearMaxGroup; ++i) {
+      mx[i] = -INFINITY;
+      sum[i] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
-  }
-  for (int64_t j = first + warp; j < last; j += kWarps) {
-    const float* kj = cache + j * row_stride;
-    const float* vj = kj + dk;
+      for (int j = 0; j < kColIters; ++j) acc[i][j] = 0.0f;
+    }
+    for (int64_t j = first + warp; j < last; j += kWarps) {
+      const KV* kj = cache + j * row_stride;
+      const KV* vj = kj + dk;
+#pragma unroll
+      for (int i = 0; i < kLinearMaxGroup; ++i) {
+        if (i >= group) break;
+        float dot = 0;
+        for (int d = lane; d < dk; d += 32) dot += qs[i * dk + d] * LoadKv(kj + d);
+        const float x = scale * WarpSum(dot);
+        const float m_new = fmaxf(mx[i], x);
+        const float corr = expf(mx[i] - m_new), p = expf(x - m_new);
+        sum[i] = sum[i] * corr + p;
+#pragma unroll
+        for (int jj = 0; jj < kColIters; ++jj) {
+          const int d = lane + 32 * jj;
+          if (d < dv) acc[i][jj] = acc[i][jj] * corr + p * LoadKv(vj + d);
+        }
+        mx[i] = m_new;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kLinearMaxGroup; ++i) {
       if (i >= group) break;
-      float dot = 0;
-      for (int d = lane; d < dk; d += 32) dot += qs[i * dk + d] * kj[d];
-      const float x = scale * WarpSum(dot);
-      const float m_new = fmaxf(mx[i], x);
-      const float corr = expf(mx[i] - m_new), p = expf(x - m_new);
-      sum[i] = sum[i] * corr + p;
+      if (lane == 0) {
+        wmax[warp * group + i] = mx[i];
+        wsum[warp * group + i] = sum[i];
+      }
 #pragma unroll
       for (int jj = 0; jj < kColIters; ++jj) {
         const int d = lane + 32 * jj;
-        if (d < dv) acc[i][jj] = acc[i][jj] * corr + p * vj[d];
+        if (d < dv) wacc[(size_t(warp) * group + i) * dv + d] = acc[i][jj];
       }
-      mx[i] = m_new;
     }
-  }
-#pragma unroll
-  for (int i = 0; i < kLinearMaxGroup; ++i) {
-    if (i >= group) break;
-    if (lane == 0) {
-      wmax[warp * group + i] = mx[i];
-      wsum[warp * group + i] = sum[i];
-    }
-#pragma unroll
-    for (int jj = 0; jj < kColIters; ++jj) {
-      const int d = lane + 32 * jj;
-      if (d < dv) wacc[(size_t(warp) * group + i) * dv + d] = acc[i][jj];
-    }
-  }
-  __syncthreads();
-  float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
-  for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
-    const int i = idx / dv, d = idx % dv;
-    float top = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, wmax[w * group + i]);
-    float den = 0, num = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = wsum[w * group + i] > 0 ? expf(wmax[w * group + i] - top) : 0.0f;
-      den += wsum[w * group + i] * f;
-      num += wacc[(size_t(w) * group + i) * dv + d] * f;
-    }
-    if (splits == 1) {
-      yt[idx] = num / den;
-    } else {
-      // This split's partial, [group, dv + 2]: (max, sum, weighted values relative to max).
-      float* pi = kv.partial + (((int64_t(seg) * b.kv_heads + g) * splits + split) * group + i) * (dv + 2);
-      if (d == 0) {
-        pi[0] = top;
-        pi[1] = den;
+    __syncthreads();
+    float* yt = y + (row * b.heads + int64_t(g) * group) * dv;
+    for (int idx = threadIdx.x; idx < group * dv; idx += blockDim.x) {
+      const int i = idx / dv, d = idx % dv;
+      float top = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) top = fmaxf(top, wmax[w * group + i]);
+      float den = 0, num = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = wsum[w * group + i] > 0 ? expf(wmax[w * group + i] - top) : 0.0f;
+        den += wsum[w * group + i] * f;
+        num += wacc[(size_t(w) * group + i) * dv + d] * f;
       }
-      pi[2 + d] = num;
+      if (splits == 1) {
+        yt[idx] = num / den;
+      } else {
+        // This split's partial, [group, dv + 2]: (max, sum, weighted values relative to max).
+        float* pi = kv.partial + (((int64_t(seg) * b.kv_heads + g) * splits + split) * group + i) * (dv + 2);
+        if (d == 0) {
+          pi[0] = top;
+          pi[1] = den;
+        }
+        pi[2 + d] = num;
+      }
     }
+    __syncthreads();  // the next token rewrites qs and the warps' partials
   }
 }
 
@@ -746,20 +868,38 @@ __global__ void SoftmaxMergeKernel(AttnBatch b, KvCacheLayout kv, int splits, fl
   }
 }
 
+// No cap on tokens per segment here: only softmax's grids have a token dimension, and they stride
+// over segments longer than a grid's y or z extent (kMaxGridYZ).
 void CheckBatch(const AttnBatch& b) {
-  STEADY_CHECK(b.segments >= 1 && b.max_count >= 1 && b.max_count <= 65535);
+  STEADY_CHECK(b.segments >= 1 && b.max_count >= 1);
   STEADY_CHECK(b.kv_heads >= 1 && b.heads % b.kv_heads == 0 && b.heads / b.kv_heads <= kLinearMaxGroup);
   STEADY_CHECK(b.value_dim >= 1 && b.value_dim <= kLinearMaxValueDim && b.head_dim >= 1);
 }
 
+// Strips of state rows for a decode step (one token per segment) with few (segment, kv head)
+// pairs: about kLinearSplitBlocks blocks in all, each strip at least kMinSplitRows rows, as far as
+// st.partial holds their partials. 1: no split (a prefill segment scans its tokens in order).
+template <typename Acc>
+int LinearSplits(const AttnBatch& b, const LinearStateLayout& st, int* split_rows) {
+  *split_rows = st.features;
+  if (b.max_count != 1 || st.partial == nullptr) return 1;
+  int splits = std::min(kLinearSplitBlocks / (b.segments * b.kv_heads), st.features / kMinSplitRows);
+  while (splits > 1 && SplitPartials<Acc>::Bytes(b, splits) > st.partial_bytes) --splits;
+  if (splits <= 1) return 1;
+  const int rows = (st.features + splits - 1) / splits;
+  *split_rows = (rows + kRowUnroll - 1) / kRowUnroll * kRowUnroll;
+  return (st.features + *split_rows - 1) / *split_rows;
+}
+
 template <class Mech, int MaxGroup, int Cols>
 void LaunchLinearAs(const AttnBatch& b, const LinearStateLayout& st, const typename Mech::Tables& t, size_t smem,
-                    const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
+                    int splits, int split_rows, const float* q, const float* k, const float* v, float* y,
+                    cudaStream_t stream) {
   static size_t allowed = 48 * 1024;
   AllowSharedMemory(LinearAttentionKernel<Mech, MaxGroup, Cols>, smem, allowed);
-  LinearAttentionKernel<Mech, MaxGroup, Cols><<<dim3(b.segments, b.kv_heads), kThreads, smem, stream>>>(b, st, t, q, k,
-                                                                                                     v, y);
-  STEADY_CUDA_CHECK_LAUNCH();
+  LinearAttentionKernel<Mech, MaxGroup, Cols><<<dim3(b.segments, b.kv_heads, splits), kThreads, smem, stream>>>(
+      b, st, t, split_rows, q, k, v, y);
+  STEADY_CUDA_CHECK_LAUNCH("LinearAttentionKernel", stream);
 }
 
 template <class Mech>
@@ -768,23 +908,62 @@ void LaunchLinear(const AttnBatch& b, const LinearStateLayout& st, const typenam
                   cudaStream_t stream) {
   CheckBatch(b);
   const size_t smem = LinearAttentionSharedBytes(b, st.features, scratch_floats);
+  int split_rows = 0;
+  const int splits = LinearSplits<typename Mech::Acc>(b, st, &split_rows);
   const int group = b.heads / b.kv_heads, strips = (b.value_dim + 1 + 31) / 32;
   // Instantiations: group <= 4 or <= 8; dv + 1 <= 32, <= 96 (head_dim 64) or <= 160 columns.
+  auto launch = [&](auto kernel_shape) {
+    constexpr int kGroup = decltype(kernel_shape)::kGroup, kCols = decltype(kernel_shape)::kCols;
+    LaunchLinearAs<Mech, kGroup, kCols>(b, st, t, smem, splits, split_rows, q, k, v, y, stream);
+  };
   if (group <= 4) {
-    if (strips <= 1) return LaunchLinearAs<Mech, 4, 1>(b, st, t, smem, q, k, v, y, stream);
-    if (strips <= 3) return LaunchLinearAs<Mech, 4, 3>(b, st, t, smem, q, k, v, y, stream);
-    return LaunchLinearAs<Mech, 4, kColIters>(b, st, t, smem, q, k, v, y, stream);
+    if (strips <= 1) launch(KernelShape<4, 1>());
+    else if (strips <= 3) launch(KernelShape<4, 3>());
+    else launch(KernelShape<4, kColIters>());
+  } else {
+    if (strips <= 1) launch(KernelShape<kLinearMaxGroup, 1>());
+    else if (strips <= 3) launch(KernelShape<kLinearMaxGroup, 3>());
+    else launch(KernelShape<kLinearMaxGroup, kColIters>());
   }
-  if (strips <= 1) return LaunchLinearAs<Mech, kLinearMaxGroup, 1>(b, st, t, smem, q, k, v, y, stream);
-  if (strips <= 3) return LaunchLinearAs<Mech, kLinearMaxGroup, 3>(b, st, t, smem, q, k, v, y, stream);
-  return LaunchLinearAs<Mech, kLinearMaxGroup, kColIters>(b, st, t, smem, q, k, v, y, stream);
+  if (splits > 1) {
+    LinearMergeKernel<Mech><<<dim3(b.segments, b.kv_heads), kThreads, 0, stream>>>(b, st, t, splits, y);
+    STEADY_CUDA_CHECK_LAUNCH("LinearMergeKernel", stream);
+  }
+}
+
+template <typename KV>
+void LaunchSoftmax(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale, const float* q,
+                   const float* k, const float* v, float* y, cudaStream_t stream) {
+  const unsigned token_blocks = unsigned(std::min(b.max_count, kMaxGridYZ));
+  AppendKvKernel<KV><<<dim3(b.segments, token_blocks), kThreads, 0, stream>>>(b, kv, positions, k, v);
+  STEADY_CUDA_CHECK_LAUNCH("AppendKvKernel", stream);
+  const int group = b.heads / b.kv_heads;
+  const size_t smem = (size_t(group) * b.head_dim + 2 * kWarps * group + size_t(kWarps) * group * b.value_dim) *
+                      sizeof(float);
+  static size_t allowed = 48 * 1024;
+  AllowSharedMemory(SoftmaxAttendKernel<KV>, smem, allowed);
+  // Decode (one token per segment): split the cached rows over more blocks when the step has few
+  // (segment, kv head) pairs, about kSplitBlocks blocks in all, as far as kv.partial holds them.
+  int splits = 1;
+  if (b.max_count == 1 && kv.partial != nullptr) {
+    splits = std::max(1, std::min(kMaxSplits, kSplitBlocks / (b.segments * b.kv_heads)));
+    const int64_t per_split = int64_t(b.kv_heads) * group * (b.value_dim + 2);
+    while (splits > 1 && int64_t(b.segments) * splits * per_split > kv.partial_floats) --splits;
+  }
+  SoftmaxAttendKernel<KV><<<dim3(b.segments, b.kv_heads, splits > 1 ? unsigned(splits) : token_blocks), kThreads, smem,
+                            stream>>>(b, kv, positions, scale, q, y, splits);
+  STEADY_CUDA_CHECK_LAUNCH("SoftmaxAttendKernel", stream);
+  if (splits > 1) {
+    SoftmaxMergeKernel<<<dim3(b.segments, b.kv_heads), kThreads, 0, stream>>>(b, kv, splits, y);
+    STEADY_CUDA_CHECK_LAUNCH("SoftmaxMergeKernel", stream);
+  }
 }
 
 }  // namespace
 
 size_t LinearAttentionSharedBytes(const AttnBatch& b, int features, int scratch_floats) {
   const int group = b.heads / b.kv_heads;
-  const size_t floats = size_t(group + 1) * features + size_t(kWarps) * group * (b.value_dim + 1) + scratch_floats;
+  const size_t floats = FeatureFloats(features, group) + size_t(kWarps) * group * (b.value_dim + 1) + scratch_floats;
   return floats * sizeof(float);
 }
 
@@ -794,6 +973,13 @@ size_t MaxSharedBytesPerBlock() {
   STEADY_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   // Static shared memory of the kernels (value row, scale, aux) comes out of the same budget.
   return size_t(bytes) - (kLinearMaxValueDim + 1 + 1 + kLinearMaxGroup + 1) * sizeof(float);
+}
+
+int TaylorScratchFloats(const AttnBatch& b) {
+  const int group = b.heads / b.kv_heads;
+  // x [(group+1), dk], plus the second half of the fp64 readout partials (LinearAttentionSharedBytes
+  // counts them as floats).
+  return (group + 1) * b.head_dim + kWarps * group * (b.value_dim + 1);
 }
 
 int SlayScratchFloats(const AttnBatch& b, const SlayTables& t) {
@@ -806,11 +992,17 @@ int DarkScratchFloats(const AttnBatch& b, const DarkTables& t) {
   return (group + 1) * (b.head_dim + t.rank + 2);
 }
 
+int64_t LinearPartialBytes(const AttnBatch& shape) {
+  // Splits stop at kLinearSplitBlocks blocks, so segments * kv_heads * splits <= kLinearSplitBlocks.
+  const int group = shape.heads / shape.kv_heads;
+  return int64_t(kLinearSplitBlocks) * (int64_t(group) * (shape.value_dim + 1) * int64_t(sizeof(double)) +
+                                        (kLinearMaxGroup + 1) * int64_t(sizeof(float)));
+}
+
 void TaylorAttention(const AttnBatch& b, const LinearStateLayout& st, const TaylorTables& t, const float* q,
                      const float* k, const float* v, float* y, cudaStream_t stream) {
   STEADY_CHECK(t.order >= 1 && t.order <= kTaylorMaxOrder && t.degree_offset[t.order] == st.features);
-  const int group = b.heads / b.kv_heads;
-  LaunchLinear<TaylorMech>(b, st, t, (group + 1) * b.head_dim, q, k, v, y, stream);
+  LaunchLinear<TaylorMech>(b, st, t, TaylorScratchFloats(b), q, k, v, y, stream);
 }
 
 void SlayAttention(const AttnBatch& b, const LinearStateLayout& st, const SlayTables& t, const float* q,
@@ -862,27 +1054,10 @@ int64_t SoftmaxPartialFloats(const AttnBatch& shape) {
 void SoftmaxAttention(const AttnBatch& b, const KvCacheLayout& kv, const int64_t* positions, float scale,
                       const float* q, const float* k, const float* v, float* y, cudaStream_t stream) {
   CheckBatch(b);
-  AppendKvKernel<<<dim3(b.segments, b.max_count), kThreads, 0, stream>>>(b, kv, positions, k, v);
-  STEADY_CUDA_CHECK_LAUNCH();
-  const int group = b.heads / b.kv_heads;
-  const size_t smem = (size_t(group) * b.head_dim + 2 * kWarps * group + size_t(kWarps) * group * b.value_dim) *
-                      sizeof(float);
-  static size_t allowed = 48 * 1024;
-  AllowSharedMemory(SoftmaxAttendKernel, smem, allowed);
-  // Decode (one token per segment): split the cached rows over more blocks when the step has few
-  // (segment, kv head) pairs, about kSplitBlocks blocks in all, as far as kv.partial holds them.
-  int splits = 1;
-  if (b.max_count == 1 && kv.partial != nullptr) {
-    splits = std::max(1, std::min(kMaxSplits, kSplitBlocks / (b.segments * b.kv_heads)));
-    const int64_t per_split = int64_t(b.kv_heads) * group * (b.value_dim + 2);
-    while (splits > 1 && int64_t(b.segments) * splits * per_split > kv.partial_floats) --splits;
-  }
-  SoftmaxAttendKernel<<<dim3(b.segments, b.kv_heads, splits > 1 ? splits : b.max_count), kThreads, smem, stream>>>(
-      b, kv, positions, scale, q, y, splits);
-  STEADY_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    SoftmaxMergeKernel<<<dim3(b.segments, b.kv_heads), kThreads, 0, stream>>>(b, kv, splits, y);
-    STEADY_CUDA_CHECK_LAUNCH();
+  if (kv.bf16) {
+    LaunchSoftmax<__nv_bfloat16>(b, kv, positions, scale, q, k, v, y, stream);
+  } else {
+    LaunchSoftmax<float>(b, kv, positions, scale, q, k, v, y, stream);
   }
 }
 

@@ -28,11 +28,17 @@ inline void CublasCheck(cublasStatus_t st, const char* file, int line, const cha
   }
 }
 
+// After a kernel launch: a bad launch configuration aborts naming `kernel` and file:line. With
+// synchronous launch checks on (SetSyncLaunchChecks in kernels/cuda/device.h: the tests turn them on,
+// and STEADY_CUDA_SYNC_CHECK=1 in the environment does for any binary), the stream is also
+// synchronized, outside a graph capture, so a fault inside the kernel (an illegal address, a trap)
+// is reported against this kernel instead of at the next synchronizing call.
+void CheckLaunch(const char* kernel, cudaStream_t stream, const char* file, int line);
+
 }  // namespace steady::cuda
 
 #define STEADY_CUDA_CHECK(call) ::steady::cuda::CudaCheck((call), __FILE__, __LINE__, #call)
 #define STEADY_CUBLAS_CHECK(call) ::steady::cuda::CublasCheck((call), __FILE__, __LINE__, #call)
-// After a kernel launch: catches bad launch configurations (not asynchronous faults).
-#define STEADY_CUDA_CHECK_LAUNCH() STEADY_CUDA_CHECK(cudaGetLastError())
+#define STEADY_CUDA_CHECK_LAUNCH(kernel, stream) ::steady::cuda::CheckLaunch((kernel), (stream), __FILE__, __LINE__)
 
 #endif  // STEADY_KERNELS_CUDA_CUDA_CHECK_H_

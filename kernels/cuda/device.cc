@@ -1,6 +1,10 @@
 #include "kernels/cuda/device.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -17,6 +21,39 @@ bool CudaDeviceAvailable() {
     return false;
   }
   return count > 0;
+}
+
+namespace {
+
+std::atomic<bool>& SyncChecksFlag() {
+  static std::atomic<bool> on = [] {
+    const char* env = std::getenv("STEADY_CUDA_SYNC_CHECK");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
+}  // namespace
+
+void SetSyncLaunchChecks(bool on) { SyncChecksFlag() = on; }
+bool SyncLaunchChecks() { return SyncChecksFlag(); }
+
+void CheckLaunch(const char* kernel, cudaStream_t stream, const char* file, int line) {
+  cudaError_t err = cudaGetLastError();
+  const char* when = "at launch";
+  if (err == cudaSuccess && SyncLaunchChecks()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    err = cudaStreamIsCapturing(stream, &capture);
+    if (err == cudaSuccess && capture == cudaStreamCaptureStatusNone) {
+      err = cudaStreamSynchronize(stream);
+      when = "while it ran (synchronous launch check)";
+    }
+  }
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d: CUDA error %s (%s) in kernel %s, %s\n", file, line, cudaGetErrorName(err),
+                 cudaGetErrorString(err), kernel, when);
+    std::abort();
+  }
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -15,6 +15,13 @@ namespace steady::cuda {
 // device or an insufficient driver all read as false (the error is cleared).
 bool CudaDeviceAvailable();
 
+// Synchronous launch checks (kernels/cuda/cuda_check.h, STEADY_CUDA_CHECK_LAUNCH): after every kernel
+// launch outside a graph capture, wait for the stream and abort naming the kernel if it faulted.
+// Off by default (a serving step would lose its overlap); on when the environment has
+// STEADY_CUDA_SYNC_CHECK=1, and the GPU tests turn it on. Process-wide.
+void SetSyncLaunchChecks(bool on);
+bool SyncLaunchChecks();
+
 // Owns `bytes` of device memory (cudaMalloc / cudaFree). Move-only. Copies are synchronous and
 // checked (abort with file:line on failure).
 class DeviceBuffer {

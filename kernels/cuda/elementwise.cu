@@ -134,7 +134,7 @@ void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, 
   STEADY_CHECK(rows >= 0 && dim > 0);
   if (rows == 0) return;
   RmsNormKernel<float><<<rows, RowThreads(dim), 0, stream>>>(x, weight, dim, eps, out);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("RmsNormKernel", stream);
 }
 
 void RmsNormBf16(const bf16_bits* x, const float* weight, int rows, int dim, float eps, bf16_bits* out,
@@ -143,7 +143,7 @@ void RmsNormBf16(const bf16_bits* x, const float* weight, int rows, int dim, flo
   if (rows == 0) return;
   RmsNormKernel<__nv_bfloat16><<<rows, RowThreads(dim), 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(x), weight, dim, eps, reinterpret_cast<__nv_bfloat16*>(out));
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("RmsNormKernel", stream);
 }
 
 void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, const float* inv_freq,
@@ -151,21 +151,21 @@ void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, cons
   STEADY_CHECK(rows >= 0 && heads > 0 && dim > 0 && dim % 2 == 0);
   if (rows == 0) return;
   RopeKernel<<<rows, RowThreads(dim / 2), 0, stream>>>(x, heads, dim, positions, inv_freq);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("RopeKernel", stream);
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   STEADY_CHECK(n >= 0);
   if (n == 0) return;
   SwiGluKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(gate, up, n, out);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("SwiGluKernel", stream);
 }
 
 void AddInPlace(float* x, const float* y, int64_t n, cudaStream_t stream) {
   STEADY_CHECK(n >= 0);
   if (n == 0) return;
   AddInPlaceKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, y, n);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("AddInPlaceKernel", stream);
 }
 
 void GatherRows(const float* table, int dim, const int32_t* ids, int rows, float* out,
@@ -173,21 +173,21 @@ void GatherRows(const float* table, int dim, const int32_t* ids, int rows, float
   STEADY_CHECK(rows >= 0 && dim > 0);
   if (rows == 0) return;
   GatherRowsKernel<<<rows, RowThreads(dim), 0, stream>>>(table, dim, ids, out);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("GatherRowsKernel", stream);
 }
 
 void FloatToBf16(const float* x, int64_t n, bf16_bits* out, cudaStream_t stream) {
   STEADY_CHECK(n >= 0);
   if (n == 0) return;
   FloatToBf16Kernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, reinterpret_cast<__nv_bfloat16*>(out));
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("FloatToBf16Kernel", stream);
 }
 
 void Bf16ToFloat(const bf16_bits* x, int64_t n, float* out, cudaStream_t stream) {
   STEADY_CHECK(n >= 0);
   if (n == 0) return;
   Bf16ToFloatKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(x), n, out);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("Bf16ToFloatKernel", stream);
 }
 
 }  // namespace steady::cuda

@@ -93,10 +93,11 @@ void GemmBatched(Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, co
 // --- attention.cu -----------------------------------------------------------------------------
 // Attention over a batch of segments against per-slot state in device memory. Segment s covers
 // rows [row_begin[s], row_begin[s] + count[s]) of q [rows, heads, head_dim], k and v [rows,
-// kv_heads, dim] and y [rows, heads, value_dim], and continues the state of slot slot[s]. A decode
-// step is B one-row segments in any mix of slots: one launch per layer. Segments of several rows
-// (prefill) are scanned token by token through the same per-token update (exact, not the chunked
-// tensor-core form).
+// kv_heads, dim] and y [rows, heads, value_dim], and continues the state of slot slot[s]; a step's
+// segments name distinct slots (the caller checks). A decode step is B one-row segments in any mix of
+// slots: one launch per layer. Segments of several rows (prefill) are scanned token by token through
+// the same per-token update (exact, not the chunked tensor-core form). Segments may be of any length:
+// only softmax's grids have a token dimension, and they stride over it.
 
 struct AttnBatch {
   const int32_t* slot;       // [segments], device
@@ -119,7 +120,14 @@ struct LinearStateLayout {
   int64_t slot_floats = 0, layer_offset = 0;
   int features = 0;
   int64_t head_stride = 0, s_row = 0, z_off = 0, z_stride = 0, comp_off = -1, extra_off = -1;
+  // Device scratch for a decode step split over strips of state rows (partial readouts, merged by a
+  // second kernel): with few (segment, kv head) pairs, e.g. batch 1, one block per pair would leave
+  // most of the GPU idle. LinearPartialBytes(shape) lets every step split as far as it wants; null:
+  // never split.
+  void* partial = nullptr;
+  int64_t partial_bytes = 0;
 };
+int64_t LinearPartialBytes(const AttnBatch& shape);
 
 // taylor: the monomial tables of model/mechanisms/taylor.h flattened over every degree. Row r of
 // degree p >= 1 is parent[r] (a row of degree p - 1, global index) times x[last_index[r]]; row 0
@@ -162,6 +170,10 @@ size_t LinearAttentionSharedBytes(const AttnBatch& b, int features, int scratch_
 // The per-block opt-in shared memory limit of the current device.
 size_t MaxSharedBytesPerBlock();
 
+// Scratch floats per block the taylor kernel needs beside the features: the vectors, and room for
+// its readout partials in fp64 (it sums in fp64 as the CPU does).
+int TaylorScratchFloats(const AttnBatch& b);
+
 void TaylorAttention(const AttnBatch& b, const LinearStateLayout& st, const TaylorTables& t,
                      const float* q, const float* k, const float* v, float* y, cudaStream_t stream);
 void SlayAttention(const AttnBatch& b, const LinearStateLayout& st, const SlayTables& t,
@@ -196,13 +208,16 @@ void DarkPrefillChunked(Blas& blas, const AttnBatch& shape, const LinearStateLay
                         const float* v, float* y, cudaStream_t stream);
 
 // softmax with a KV cache preallocated per slot: rows [capacity, kv_heads, head_dim + value_dim]
-// for slot s and this layer at cache + s * slot_stride + layer_offset (the CPU cache's row layout).
+// for slot s and this layer at cache + s * slot_stride + layer_offset elements (the CPU cache's row
+// layout), in fp32 or bf16 (`bf16`: half the bytes a decode step reads, as serving stacks keep it;
+// keys and values are rounded to bf16 when appended, the arithmetic stays fp32).
 // positions[s] is the slot's length before the segment; the caller keeps position + count <=
 // capacity. Appends the segment's keys and values, then attends causally.
 // Decode steps split each session's context over several blocks (flash-decoding) when `partial`
 // has room for the split results: segments * kv_heads * splits * group * (value_dim + 2) floats.
 struct KvCacheLayout {
-  float* cache = nullptr;
+  void* cache = nullptr;  // float or bf16 elements
+  bool bf16 = false;
   int64_t slot_stride = 0, layer_offset = 0, capacity = 0;
   float* partial = nullptr;
   int64_t partial_floats = 0;

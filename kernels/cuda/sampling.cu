@@ -181,7 +181,7 @@ void SampleRows(const float* logits, int rows, int vocab, const RowSampling* par
                 cudaStream_t stream) {
   STEADY_CHECK(rows >= 1 && vocab >= 1);
   SampleKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, params, ids);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("SampleKernel", stream);
 }
 
 }  // namespace steady::cuda

@@ -62,7 +62,7 @@ void ProjectAs(Blas& blas, const SlicedProjector& p, const float* x, int rows, b
     in = x;
   } else {
     ToTypeKernel<T><<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, n, base);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("ToTypeKernel", stream);
     in = base;
     base += n;
   }
@@ -70,14 +70,14 @@ void ProjectAs(Blas& blas, const SlicedProjector& p, const float* x, int rows, b
     MatMulNT(blas, in, rows, p.width, static_cast<const T*>(p.fc1_weight), p.width, base);
     BiasGeluKernel<T><<<FlatBlocks(n), kFlatThreads, 0, stream>>>(base, static_cast<const T*>(p.fc1_bias), rows,
                                                                  p.width);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("BiasGeluKernel", stream);
     in = base;
     base += n;
   }
   MatMulNT(blas, in, rows, p.width, static_cast<const T*>(p.out_weight), p.groups, base);
   FinishScoresKernel<T><<<FlatBlocks(int64_t(rows) * p.groups), kFlatThreads, 0, stream>>>(
       base, static_cast<const T*>(p.out_bias), rows, p.groups, round, z);
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("FinishScoresKernel", stream);
 }
 
 // Query points per kv head: the group's query scores, and for the bump x - b, x, x + b of each.
@@ -208,7 +208,7 @@ void SlicedProjectScores(Blas& blas, const SlicedProjector& p, const float* x, i
     STEADY_CHECK(p.width == p.groups);
     ToTypeKernel<double><<<FlatBlocks(int64_t(rows) * p.groups), kFlatThreads, 0, blas.stream()>>>(
         x, int64_t(rows) * p.groups, z);
-    STEADY_CUDA_CHECK_LAUNCH();
+    STEADY_CUDA_CHECK_LAUNCH("ToTypeKernel", blas.stream());
     return;
   }
   if (p.fp64) return ProjectAs<double>(blas, p, x, rows, round_to_float, scratch, z);
@@ -230,7 +230,7 @@ void SlicedAttention(const AttnBatch& b, const SlicedStateLayout& st, const floa
     SlicedBinsKernel<false><<<grid, threads, SlicedSharedBytes(group, threads), stream>>>(b, st, bandwidth, zq, zk,
                                                                                          v, y);
   }
-  STEADY_CUDA_CHECK_LAUNCH();
+  STEADY_CUDA_CHECK_LAUNCH("SlicedBinsKernel", stream);
 }
 
 }  // namespace steady::cuda

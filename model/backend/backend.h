@@ -41,6 +41,10 @@ struct BackendOptions {
   // CUDA: prefill segments of 16+ tokens of taylor and slay layers in the chunked GEMM form (else
   // token by token through the decode kernel, the reference it is tested against).
   bool cuda_chunked_prefill = true;
+  // CUDA: softmax's KV cache in bf16 (half the bytes a decode step reads, as serving stacks keep it;
+  // keys and values rounded to bf16 when cached, attention arithmetic in fp32), or fp32. Only with
+  // cuda_bf16: the fp32 reference keeps an fp32 cache.
+  bool cuda_kv_bf16 = true;
 };
 
 // A slot's whole state outside a backend: every layer's fixed state (StatePool's layout), each
@@ -108,6 +112,12 @@ class Backend {
   // cache the rows read.
   virtual double TimeAttention(int layer, int batch, int reps) = 0;
   int64_t LayerStateBytes(int layer) const;
+  // Median seconds of layer `layer`'s attention alone over one prompt of `tokens` random rows in slot
+  // 0 (one segment: the chunked prefill of a linear-state layer, the KV append and causal attention
+  // of a softmax layer), over `reps` calls after a warm-up. The slot's state absorbs the rows (a
+  // softmax cache is rewritten from position 0 each call, so `tokens` must fit max_context).
+  // Negative where a backend does not measure it (the CPU: its prefill is the whole Forward).
+  virtual double TimePrefillAttention(int layer, int64_t tokens, int reps) { return -1; }
 
   // Bytes/s of a plain copy between two buffers of `bytes` each in the backend's memory (best of a
   // few repetitions), counting bytes read plus bytes written (2 * bytes per copy), as the decode

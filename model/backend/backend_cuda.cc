@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -109,7 +108,7 @@ class CudaBackend : public Backend {
   void CopySlot(int from, int to) override {
     cuda::CopyOnDevice(SlotPtr(to), SlotPtr(from), slot_floats_ * sizeof(float), stream_);
     for (int i = 0; i < softmax_layers_; ++i) {
-      cuda::CopyOnDevice(KvPtr(to, i), KvPtr(from, i), size_t(positions_[from] * kv_row_floats_) * sizeof(float),
+      cuda::CopyOnDevice(KvPtr(to, i), KvPtr(from, i), size_t(positions_[from] * kv_row_floats_) * kv_elem_bytes_,
                          stream_);
     }
     positions_[to] = positions_[from];
@@ -117,9 +116,10 @@ class CudaBackend : public Backend {
   int64_t WeightBytes() const override { return weight_bytes_; }
   int64_t StateBytesPerSlot() const override { return int64_t(slot_floats_ * sizeof(float)); }
   int64_t BytesInUse(int slot) const override {
-    return StateBytesPerSlot() + positions_[slot] * kv_row_floats_ * softmax_layers_ * int64_t(sizeof(float));
+    return StateBytesPerSlot() + positions_[slot] * kv_row_floats_ * softmax_layers_ * kv_elem_bytes_;
   }
   double TimeAttention(int layer, int batch, int reps) override;
+  double TimePrefillAttention(int layer, int64_t tokens, int reps) override;
   double CopyBandwidth(int64_t bytes) override {
     DeviceBuffer a(bytes), b(bytes);
     a.Fill(1);
@@ -137,8 +137,9 @@ class CudaBackend : public Backend {
             std::vector<int32_t>* ids);
   float* SlotPtr(int slot) const { return pool_.as<float>() + size_t(slot) * slot_floats_; }
   // The KV cache rows of `slot` in softmax layer `index` (CPU row layout, max_context rows).
-  float* KvPtr(int slot, int index) const {
-    return kv_cache_.as<float>() + (int64_t(slot) * softmax_layers_ + index) * options_.max_context * kv_row_floats_;
+  char* KvPtr(int slot, int index) const {
+    return kv_cache_.as<char>() +
+           (int64_t(slot) * softmax_layers_ + index) * options_.max_context * kv_row_floats_ * kv_elem_bytes_;
   }
   absl::Status InitLayer(int l, const LayerWeights& w, DeviceLayer* d);
   absl::Status InitSliced(const LayerAttention& a, const SlicedParams& p, DeviceLayer* d);
@@ -184,7 +185,8 @@ class CudaBackend : public Backend {
   DeviceBuffer pool_;              // [slots, slot_floats_]
   int softmax_layers_ = 0;
   int64_t kv_row_floats_ = 0;  // kv_heads * (head_dim + value_dim)
-  DeviceBuffer kv_cache_;      // [slots, softmax layers, max_context, kv_row_floats_]
+  int64_t kv_elem_bytes_ = 4;  // 2: a bf16 cache (BackendOptions::cuda_kv_bf16)
+  DeviceBuffer kv_cache_;      // [slots, softmax layers, max_context, kv_row_floats_] elements
   std::vector<int64_t> positions_;
 
   // Per-step buffers, grown as needed.
@@ -192,7 +194,7 @@ class CudaBackend : public Backend {
   cuda::PinnedBuffer pinned_;   // its host copy
   DeviceBuffer ids_;            // int32 [out rows]: ForwardSample's draws
   DeviceBuffer chunk_scratch_;  // the chunked prefill's features and GEMM operands
-  DeviceBuffer softmax_partial_;  // softmax decode's split-context partials
+  DeviceBuffer split_partial_;  // a split decode step's partials (softmax's context splits, linear's row strips)
   DeviceBuffer zq_, zk_, sliced_scratch_;  // sliced layers: fp64 scores [rows, heads | kv_heads], projection scratch
   DeviceBuffer x_, h_, hb_, q_, k_, v_, att_, proj_, gate_, up_, logits_in_, logits_;
   // Captured decode steps by (batch bucket, samples).
@@ -286,7 +288,7 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     d->taylor.key_scale = d->tables.back().as<float>();
     d->tables.push_back(UploadVector(query_scale, stream_));
     d->taylor.query_scale = d->tables.back().as<float>();
-    scratch = (s.group() + 1) * s.head_dim;
+    scratch = cuda::TaylorScratchFloats(shape);
   } else if (const auto* p = std::get_if<SlayParams>(&a.params)) {
     feature_state(p->num_features(), false);
     cuda::SlayTables& t = d->slay;
@@ -414,11 +416,13 @@ absl::Status CudaBackend::Init() {
   const size_t slots = size_t(options_.slots) + 1;
   pool_ = DeviceBuffer(slots * std::max<size_t>(slot_floats_, 1) * sizeof(float));
   kv_row_floats_ = int64_t(c.num_kv_heads) * 2 * c.head_dim;
+  kv_elem_bytes_ = options_.cuda_bf16 && options_.cuda_kv_bf16 ? 2 : 4;
+  const cuda::AttnBatch shape = MakeBatch(c, nullptr, 0, 0);
+  split_partial_ = DeviceBuffer(size_t(std::max(cuda::SoftmaxPartialFloats(shape) * int64_t(sizeof(float)),
+                                                cuda::LinearPartialBytes(shape))));
   if (softmax_layers_ > 0) {
-    softmax_partial_ =
-        DeviceBuffer(size_t(cuda::SoftmaxPartialFloats(MakeBatch(c, nullptr, 0, 0))) * sizeof(float));
     kv_cache_ = DeviceBuffer(slots * softmax_layers_ * size_t(options_.max_context) * size_t(kv_row_floats_) *
-                             sizeof(float));
+                             size_t(kv_elem_bytes_));
   }
   positions_.assign(slots, 0);
   for (int s = 0; s < int(slots); ++s) Reset(s);
@@ -433,9 +437,16 @@ SlotState CudaBackend::ReadSlot(int slot) {
   for (const DeviceLayer& d : layers_) {
     s.growing.emplace_back();
     if (d.softmax_index < 0) continue;
-    s.growing.back().resize(size_t(s.position * kv_row_floats_));
-    cuda::CopyToHost(s.growing.back().data(), KvPtr(slot, d.softmax_index), s.growing.back().size() * sizeof(float),
-                     stream_);
+    std::vector<float>& rows = s.growing.back();
+    rows.resize(size_t(s.position * kv_row_floats_));
+    if (kv_elem_bytes_ == 4) {
+      cuda::CopyToHost(rows.data(), KvPtr(slot, d.softmax_index), rows.size() * sizeof(float), stream_);
+    } else if (!rows.empty()) {  // bf16 rows widened on the device (exact)
+      DeviceBuffer wide(rows.size() * sizeof(float));
+      cuda::Bf16ToFloat(reinterpret_cast<const bf16_bits*>(KvPtr(slot, d.softmax_index)), int64_t(rows.size()),
+                        wide.as<float>(), stream_);
+      cuda::CopyToHost(rows.data(), wide.data(), wide.bytes(), stream_);
+    }
   }
   return s;
 }
@@ -446,9 +457,16 @@ void CudaBackend::WriteSlot(int slot, const SlotState& s) {
   cuda::CopyToDevice(SlotPtr(slot), s.fixed.data(), s.fixed.size() * sizeof(float), stream_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (layers_[l].softmax_index < 0) continue;
-    STEADY_CHECK(int64_t(s.growing[l].size()) == s.position * kv_row_floats_);
-    cuda::CopyToDevice(KvPtr(slot, layers_[l].softmax_index), s.growing[l].data(), s.growing[l].size() * sizeof(float),
-                       stream_);
+    const std::vector<float>& rows = s.growing[l];
+    STEADY_CHECK(int64_t(rows.size()) == s.position * kv_row_floats_);
+    if (kv_elem_bytes_ == 4) {
+      cuda::CopyToDevice(KvPtr(slot, layers_[l].softmax_index), rows.data(), rows.size() * sizeof(float), stream_);
+    } else if (!rows.empty()) {  // rounded to bf16 on the device, as the step's appends are
+      DeviceBuffer wide = UploadVector(rows, stream_);
+      cuda::FloatToBf16(wide.as<float>(), int64_t(rows.size()),
+                        reinterpret_cast<bf16_bits*>(KvPtr(slot, layers_[l].softmax_index)), stream_);
+      cuda::SynchronizeStream(stream_);  // before `wide` is freed
+    }
   }
   positions_[slot] = s.position;
 }
@@ -458,12 +476,13 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, int row
                             const float* v, float* y) {
   if (d.softmax_index >= 0) {
     cuda::KvCacheLayout kv;
-    kv.cache = kv_cache_.as<float>();
+    kv.cache = kv_cache_.data();
+    kv.bf16 = kv_elem_bytes_ == 2;
     kv.capacity = options_.max_context;
     kv.slot_stride = int64_t(softmax_layers_) * kv.capacity * kv_row_floats_;
     kv.layer_offset = int64_t(d.softmax_index) * kv.capacity * kv_row_floats_;
-    kv.partial = softmax_partial_.as<float>();
-    kv.partial_floats = int64_t(softmax_partial_.bytes() / sizeof(float));
+    kv.partial = split_partial_.as<float>();
+    kv.partial_floats = int64_t(split_partial_.bytes() / sizeof(float));
     cuda::SoftmaxAttention(batch, kv, seg_positions, d.softmax_scale, q, k, v, y, stream_);
     return;
   }
@@ -479,6 +498,8 @@ void CudaBackend::Attention(const DeviceLayer& d, cuda::AttnBatch batch, int row
   }
   cuda::LinearStateLayout st = d.state;
   st.pool = pool_.as<float>();
+  st.partial = split_partial_.data();
+  st.partial_bytes = int64_t(split_partial_.bytes());
   // Long prefill segments go through the chunked GEMM form; the fused kernel takes the rest (decode
   // rows, short segments) in the same step.
   const bool chunked = !long_segments.empty();
@@ -671,8 +692,13 @@ void CudaBackend::Step(const std::vector<Segment>& segments, const std::vector<D
                        std::vector<float>* logits, std::vector<int32_t>* ids) {
   const ModelConfig& c = model_.config();
   int rows = 0, out_rows = 0, max_count = 0;
+  // One segment per slot: the kernels update a slot's state from one block (or strip) per segment,
+  // so two segments of a slot in one step would race.
+  std::vector<bool> seen(options_.slots, false);
   for (const Segment& s : segments) {
     STEADY_CHECK(!s.tokens.empty() && s.slot >= 0 && s.slot < options_.slots);
+    STEADY_CHECK(!seen[s.slot]);  // a slot in two segments of one step
+    seen[s.slot] = true;
     STEADY_CHECK(softmax_layers_ == 0 || positions_[s.slot] + int64_t(s.tokens.size()) <= options_.max_context);
     for (int32_t t : s.tokens) STEADY_CHECK(t >= 0 && t < c.vocab_size);
     rows += int(s.tokens.size());
@@ -742,20 +768,30 @@ void CudaBackend::ForwardSample(const std::vector<Segment>& segments, const std:
   Step(segments, &draws, nullptr, ids);
 }
 
+// n values in [-2, 2) on the device (xorshift: cheap for the hundreds of millions a long prompt
+// needs, and not zeros, which can time faster than real data).
+DeviceBuffer RandomRows(size_t n, uint64_t seed, cudaStream_t stream) {
+  std::vector<float> x(n);
+  uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (float& e : x) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    e = float(int64_t(r >> 40) - (int64_t(1) << 23)) * (2.0f / float(1 << 23));
+  }
+  return UploadVector(x, stream);
+}
+
 double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   const ModelConfig& c = model_.config();
   STEADY_CHECK(batch >= 1 && batch <= options_.slots && reps >= 1);
   const int hd = c.head_dim;
   ReserveRows(batch, batch);  // the sliced layers' score buffers
-  std::mt19937_64 rng(layer * 7919 + batch);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> x(n);
-    for (float& e : x) e = g(rng);
-    return UploadVector(x, stream_);
-  };
-  DeviceBuffer q = random(size_t(batch) * c.num_heads * hd), k = random(size_t(batch) * c.num_kv_heads * hd),
-               v = random(size_t(batch) * c.num_kv_heads * hd), y(size_t(batch) * c.num_heads * hd * sizeof(float));
+  const uint64_t seed = uint64_t(layer) * 7919 + batch;
+  DeviceBuffer q = RandomRows(size_t(batch) * c.num_heads * hd, seed, stream_),
+               k = RandomRows(size_t(batch) * c.num_kv_heads * hd, seed + 1, stream_),
+               v = RandomRows(size_t(batch) * c.num_kv_heads * hd, seed + 2, stream_),
+               y(size_t(batch) * c.num_heads * hd * sizeof(float));
   // The segment table: slot s, row s, one token, at the slot's position (rows are rewritten in place).
   std::vector<int32_t> table(3 * size_t(batch));
   std::vector<int64_t> seg_pos(batch);
@@ -770,6 +806,33 @@ double CudaBackend::TimeAttention(int layer, int batch, int reps) {
   return cuda::MedianSeconds(
       [&] {
         Attention(layers_[layer], b, batch, dpos.as<int64_t>(), {}, q.as<float>(), k.as<float>(), v.as<float>(),
+                  y.as<float>());
+      },
+      reps, stream_);
+}
+
+double CudaBackend::TimePrefillAttention(int layer, int64_t tokens, int reps) {
+  const ModelConfig& c = model_.config();
+  STEADY_CHECK(tokens >= 1 && tokens <= (int64_t(1) << 30) && reps >= 1);
+  STEADY_CHECK(softmax_layers_ == 0 || tokens <= options_.max_context);
+  const int n = int(tokens), hd = c.head_dim;
+  const DeviceLayer& d = layers_[layer];
+  // A sliced layer's score buffers (every activation buffer grows with them: gigabytes at 128K rows).
+  if (d.sliced) ReserveRows(n, 1);
+  const uint64_t seed = uint64_t(layer) * 7919 + uint64_t(n);
+  DeviceBuffer q = RandomRows(size_t(n) * c.num_heads * hd, seed, stream_),
+               k = RandomRows(size_t(n) * c.num_kv_heads * hd, seed + 1, stream_),
+               v = RandomRows(size_t(n) * c.num_kv_heads * hd, seed + 2, stream_),
+               y(size_t(n) * c.num_heads * hd * sizeof(float));
+  DeviceBuffer dtable = UploadVector(std::vector<int32_t>{0, 0, n}, stream_),
+               dpos = UploadVector(std::vector<int64_t>{0}, stream_);
+  const cuda::AttnBatch b = MakeBatch(c, dtable.as<int32_t>(), 1, n);
+  const bool linear = d.softmax_index < 0 && !d.sliced;
+  std::vector<LongSegment> long_segments;
+  if (linear && options_.cuda_chunked_prefill && n >= kChunkedMin) long_segments.push_back({0, 0, n});
+  return cuda::MedianSeconds(
+      [&] {
+        Attention(d, b, n, dpos.as<int64_t>(), long_segments, q.as<float>(), k.as<float>(), v.as<float>(),
                   y.as<float>());
       },
       reps, stream_);

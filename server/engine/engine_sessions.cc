@@ -24,9 +24,10 @@ int64_t NowUnixMs() {
 // has no fixed state (its KV cache grows instead): 4 * max_batch slots.
 int SlotCount(const Model& model, const EngineOptions& o) {
   int64_t fixed_bytes = int64_t(model.StateFloats() * sizeof(float));
-  // On a GPU a KV cache is preallocated for max_context tokens: it counts like fixed state.
+  // On a GPU a KV cache is preallocated for max_context tokens, in bf16 (BackendOptions::cuda_kv_bf16,
+  // the default MakeEngineBackend keeps): it counts like fixed state.
   if (o.device != "cpu" && CudaDevicePresent()) {
-    fixed_bytes += KvCacheFloatsPerToken(model.config()) * o.max_context * int64_t(sizeof(float));
+    fixed_bytes += KvCacheFloatsPerToken(model.config()) * o.max_context * int64_t(sizeof(uint16_t));
   }
   int64_t slots = fixed_bytes == 0 ? int64_t(o.max_batch) * 4 : o.state_memory_bytes / fixed_bytes;
   slots = std::clamp<int64_t>(slots, 1, std::min<int64_t>(o.max_sessions, 1 << 24));

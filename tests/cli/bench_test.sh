@@ -134,6 +134,13 @@ assert [(r["decode"]["batch"], r["decode"]["context"]) for r in rows] == [(1, 16
 assert rows[0]["prefill"]["tokens"] == 16 and all(r["prefill"] is None for r in rows[1:]), rows
 PY
 expect_error "bench: a bad list" 2 "--batch" "$steady" "${base[@]}" --preset tiny --batch 2,x --context 8
+# A list of prefill lengths: one measurement each, with the first report; the CPU does not time a
+# prefill's attention alone (null).
+"$steady" bench --device cpu --preset tiny --batch 1 --context 8 --steps 2 --prefill-tokens 16,32 "${small[@]}" \
+  --json > "$tmp/prefills.json" &&
+  "$py" -c 'import json,sys; p=json.load(open(sys.argv[1]))["prefill"]; assert [x["tokens"] for x in p] == [16, 32] and all(x["attention_alone"] is None for x in p), p' \
+    "$tmp/prefills.json" && pass "bench: a list of prefill lengths" || fail "bench --prefill-tokens list"
+expect_error "bench: a bad --cuda-kv" 2 "--cuda-kv" "$steady" "${base[@]}" --preset tiny --batch 1 --context 8 --cuda-kv f16
 
 # The device session's report (tools/bench/gpu_report.py) over these rows, as a GPU run lays them out.
 mkdir -p "$tmp/session/bench"
@@ -142,10 +149,11 @@ cp "$tmp/list.jsonl" "$tmp/session/bench/list.json"
 printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-smi.csv"
 "$py" "$(dirname "$0")/../../tools/bench/gpu_report.py" "$tmp/session" > "$tmp/report.md" 2> "$tmp/err" &&
   grep -q '^| taylor64 | taylor P=2 | 2 x 64 |' "$tmp/report.md" &&
-  grep -q '^| softmax64 | softmax | 2 x 64 |' "$tmp/report.md" &&
-  grep -q '^| softmax | 67.1 MB | 15 |' "$tmp/report.md" &&
-  grep -q '^| steady taylor P=2, whole model (taylor64) | 64 |' "$tmp/report.md" &&
-  grep -q '^| list b2 L32 | softmax | 2 x 32 |' "$tmp/report.md" &&
+  grep -q '^| softmax64 | softmax (fp32 KV) | 2 x 64 |' "$tmp/report.md" &&
+  grep -q '^| softmax (fp32 KV) | 67.1 MB | 15 | 1.0x |' "$tmp/report.md" &&
+  grep -q '^| taylor P=2 | .* | .* | [0-9.]*x (meets 100x) |$' "$tmp/report.md" &&
+  grep -q '^| 64 | steady taylor P=2 (taylor64) | - | - | [0-9]* | - |' "$tmp/report.md" &&
+  grep -q '^| list b2 L32 | softmax (fp32 KV) | 2 x 32 |' "$tmp/report.md" &&
   pass "bench: gpu_report tables" || fail "gpu_report: $(cat "$tmp/report.md" "$tmp/err")"
 
 # --threads and --cpu-gemm reach the report; bad values are refused naming the flag.

@@ -36,7 +36,7 @@ expect_usage_error() {
 }
 
 expect_help "steady COMMAND" "$bin/steady" --help
-for c in generate eval attn init info bench; do
+for c in generate eval attn init info bench logits; do
   expect_help "steady $c" "$bin/steady" "$c" --help
   expect_help "steady $c" "$bin/steady" "$c" --no-such-flag --help
   expect_usage_error "steady $c" "$bin/steady" "$c" --no-such-flag
@@ -77,7 +77,7 @@ for bench in decode_bench store_bench; do
 done
 
 # The Python tools (argparse): "usage: NAME.py".
-for script in tools/bench/quality_table.py tools/bench/sdpa_compare.py tools/corpus/extract_sources.py \
+for script in tools/bench/quality_table.py tools/bench/sdpa_compare.py tools/bench/hf_compare.py tools/corpus/extract_sources.py \
     tools/corpus/sentences.py tools/corpus/split_corpus.py tools/plot/plot_reports.py tools/train/evaluate.py \
     tools/train/export.py tools/train/logit_stats.py tools/train/train.py; do
   expect_help "$(basename "$script")" /usr/bin/python3 "$src/$script" --help

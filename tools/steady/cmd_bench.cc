@@ -34,6 +34,8 @@ constexpr int64_t kFillTokens = 256;
 // are refused.
 constexpr double kMaxCpuSetupMacs = 1e12;
 constexpr double kMaxCpuKvBytes = 4.0 * (1 << 30);
+// Timed repetitions of a prefill's attention alone (each a whole prompt: seconds at 128K tokens).
+constexpr int kPrefillAttentionReps = 3;
 
 int64_t FillTokens(const Model& m) {
   int64_t fill = kFillTokens;
@@ -95,14 +97,15 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// --name 1,64,128: comma-separated integers in [lo, hi].
-absl::StatusOr<std::vector<int64_t>> IntList(const Flags& flags, const std::string& name, int64_t lo, int64_t hi) {
+// --name 1,64,128: comma-separated integers in [lo, hi] (`def` when the flag is absent).
+absl::StatusOr<std::vector<int64_t>> IntList(const Flags& flags, const std::string& name, int64_t lo, int64_t hi,
+                                             const std::string& def = "") {
   std::vector<int64_t> out;
-  for (const std::string& part : std::vector<std::string>(absl::StrSplit(flags.Get(name), ','))) {
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(flags.Get(name, def), ','))) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected integers in [", lo, ", ", hi,
-                                                     "] separated by commas, got \"", flags.Get(name), "\""));
+                                                     "] separated by commas, got \"", flags.Get(name, def), "\""));
     }
     out.push_back(v);
   }
@@ -255,8 +258,10 @@ nlohmann::json MeasureAttention(Backend& b, int reps, double copy_bandwidth) {
     bytes += read + written;
   }
   if (c.layer_attention[0].mechanism == "softmax") {
-    const double row = double(c.num_kv_heads) * 2 * c.head_dim * sizeof(float);
-    for (int s = 0; s < batch; ++s) bytes += double(b.position(s)) * row;
+    // Layer 0's share of each slot's KV cache, in the backend's storage (fp32 or bf16 rows).
+    int softmax_layers = 0;
+    for (const auto& a : c.layer_attention) softmax_layers += a.mechanism == "softmax";
+    for (int s = 0; s < batch; ++s) bytes += double(b.BytesInUse(s) - b.StateBytesPerSlot()) / softmax_layers;
   }
   const double seconds = b.TimeAttention(0, batch, reps);
   return {{"layer", 0},
@@ -267,14 +272,24 @@ nlohmann::json MeasureAttention(Backend& b, int reps, double copy_bandwidth) {
           {"bandwidth_fraction_of_copy", bytes / seconds / copy_bandwidth}};
 }
 
-// One slot, `total` tokens in chunks of `chunk`, after one untimed chunk.
+// One slot, `total` tokens in chunks of `chunk`, after one untimed chunk; then layer 0's attention
+// alone over the whole prompt as one segment, where the backend measures it (the GPU: what
+// PyTorch's SDPA is compared with, tools/bench/sdpa_compare.py).
 nlohmann::json MeasurePrefill(Backend& b, int64_t total, int64_t chunk, TokenSource& tokens) {
   PrefillTo(b, 1, std::min(total, chunk), chunk, tokens);
   b.Reset(0);
   const auto start = Clock::now();
   PrefillTo(b, 1, total, chunk, tokens);
   const double seconds = SecondsSince(start);
-  return {{"tokens", total}, {"chunk", chunk}, {"seconds", seconds}, {"tokens_per_second", total / seconds}};
+  nlohmann::json out = {{"tokens", total}, {"chunk", chunk}, {"seconds", seconds}, {"tokens_per_second", total / seconds},
+                        {"attention_alone", nullptr}};
+  b.Reset(0);
+  const double attention = b.TimePrefillAttention(0, total, kPrefillAttentionReps);
+  if (attention >= 0) {
+    out["attention_alone"] = {{"layer", 0}, {"reps", kPrefillAttentionReps}, {"seconds_median", attention},
+                              {"tokens_per_second", total / attention}};
+  }
+  return out;
 }
 
 std::string Bytes(double b) {
@@ -321,10 +336,16 @@ void PrintTable(const nlohmann::json& r) {
                       Bytes(a["bytes"].get<double>()), Bytes(a["bandwidth_bytes_per_second"].get<double>()),
                       100 * a["bandwidth_fraction_of_copy"].get<double>()));
   if (r["prefill"].is_null()) return;
-  const nlohmann::json& p = r["prefill"];
-  row("prefill (one slot)", absl::StrFormat("%lld tokens in chunks of %lld: %.3f s, %.1f tokens/s",
-                                            p["tokens"].get<long long>(), p["chunk"].get<long long>(),
-                                            p["seconds"].get<double>(), p["tokens_per_second"].get<double>()));
+  for (const nlohmann::json& p : r["prefill"].is_array() ? r["prefill"] : nlohmann::json::array({r["prefill"]})) {
+    row("prefill (one slot)", absl::StrFormat("%lld tokens in chunks of %lld: %.3f s, %.1f tokens/s",
+                                              p["tokens"].get<long long>(), p["chunk"].get<long long>(),
+                                              p["seconds"].get<double>(), p["tokens_per_second"].get<double>()));
+    if (!p["attention_alone"].is_null()) {
+      row("  attention alone (layer 0)",
+          absl::StrFormat("%.3f ms, %.1f tokens/s", 1e3 * p["attention_alone"]["seconds_median"].get<double>(),
+                          p["attention_alone"]["tokens_per_second"].get<double>()));
+    }
+  }
 }
 
 absl::Status RunBench(const Flags& flags) {
@@ -333,7 +354,7 @@ absl::Status RunBench(const Flags& flags) {
   auto batches = IntList(flags, "batch", 1, 1 << 20);
   auto contexts = IntList(flags, "context", 0, int64_t(1) << 40);
   auto steps = flags.GetInt("steps", 32, 1, 1 << 20);
-  auto prefill_tokens = flags.GetInt("prefill-tokens", 2048, 0, int64_t(1) << 30);
+  auto prefill_tokens = IntList(flags, "prefill-tokens", 0, int64_t(1) << 30, "2048");
   auto chunk = flags.GetInt("prefill-chunk", 512, 1, 1 << 20);
   auto copy_bytes = flags.GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
   auto seed = flags.GetInt("seed", 1, 0, INT64_MAX);
@@ -347,6 +368,7 @@ absl::Status RunBench(const Flags& flags) {
   if (absl::Status s = CheckDevice(flags.Get("device", "auto")); !s.ok()) return s;
   BackendOptions cpu_flags;
   if (absl::Status s = CpuOptionsFromFlags(flags, &cpu_flags); !s.ok()) return s;
+  if (absl::Status s = CudaOptionsFromFlags(flags, &cpu_flags); !s.ok()) return s;
   auto model = BenchModel(flags, uint64_t(*seed));
   if (!model.ok()) return model.status();
   const ModelConfig& c = model->config();
@@ -390,14 +412,20 @@ absl::Status RunBench(const Flags& flags) {
       report["attention_alone"] = MeasureAttention(b, int(*steps), copy);
       backend->reset();  // the decode slots' memory, before the prefill backend takes its own
 
+      // One prefill measurement per --prefill-tokens length (0 skips), with the first report: an
+      // object for one length, a list for several.
       report["prefill"] = nullptr;
-      if (*prefill_tokens > 0 && first) {
+      nlohmann::json prefills = nlohmann::json::array();
+      for (const int64_t total : first ? *prefill_tokens : std::vector<int64_t>{}) {
+        if (total == 0) continue;
         BackendOptions prefill_options;
-        prefill_options.max_context = *prefill_tokens + 1;
+        prefill_options.max_context = total + 1;
         auto prefill_backend = BackendFromFlags(flags, *model, prefill_options);
         if (!prefill_backend.ok()) return prefill_backend.status();
-        report["prefill"] = MeasurePrefill(**prefill_backend, *prefill_tokens, *chunk, tokens);
+        prefills.push_back(MeasurePrefill(**prefill_backend, total, *chunk, tokens));
       }
+      if (prefills.size() == 1) report["prefill"] = prefills[0];
+      if (prefills.size() > 1) report["prefill"] = prefills;
       first = false;
       if (flags.Has("json")) {
         // Several reports: one compact JSON object per line (JSON Lines).
@@ -417,8 +445,8 @@ absl::Status RunBench(const Flags& flags) {
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
                     --context L[,L...] [--device D] [--threads N] [--cpu-weights f32|bf16|q8]
-                    [--cpu-gemm auto|simd|openblas] [--steps N] [--prefill-tokens N] [--prefill-chunk C]
-                    [--copy-bytes N] [--seed S] [--json]
+                    [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
+                    [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
@@ -439,9 +467,12 @@ prefill figure comes with the first.
 so 2 x state bytes per slot for constant state; KV cache + one row for softmax; a sliding window's
 ring counts as read up to the tokens it holds and as written one row. Bandwidth = bytes per
 step / median step time, also as a fraction of the copy bandwidth. Prefill: one slot, N tokens
-(default 2048; 0 skips) in chunks of C (default 512), after one untimed chunk.
+(default 2048; 0 skips; a list measures each length) in chunks of C (default 512), after one untimed
+chunk; on the GPU also layer 0's attention alone over the prompt as one segment. --cuda-weights f32:
+the CUDA backend in fp32 (the reference precision; default bf16); --cuda-kv f32: softmax's KV cache
+in fp32 (default bf16, as serving stacks keep it).
 )",
-          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags}), .switches = {"json"}}, RunBench};
+          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags, kCudaFlags}), .switches = {"json"}}, RunBench};
 }
 
 }  // namespace steady

@@ -1,5 +1,6 @@
 // build/bin/steady: the engine without a server. Generate text, measure perplexity, run one
-// attention mechanism on raw tensors, create random checkpoints, benchmark a backend.
+// attention mechanism on raw tensors, create random checkpoints, benchmark a backend, print a prompt's
+// logits.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@ std::set<std::string> FlagUnion(std::initializer_list<std::set<std::string>> set
 namespace {
 
 std::vector<Command> Commands() {
-  return {GenerateCommand(), EvalCommand(), AttnCommand(), InitCommand(), InfoCommand(), BenchCommand()};
+  return {GenerateCommand(), EvalCommand(), AttnCommand(), InitCommand(), InfoCommand(), BenchCommand(), LogitsCommand()};
 }
 
 std::string Usage() {
