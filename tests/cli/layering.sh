@@ -19,6 +19,7 @@ declare -A allowed=(
   [model/checkpoint]="model/checkpoint model/text base absl"
   [model/mechanisms]="model/mechanisms model/checkpoint kernels base absl"
   [model/sampling]="model/sampling base absl"
+  [model/constrain]="model/constrain model/text base absl"
   [model/decoder]="model/decoder model/mechanisms model/checkpoint kernels base absl"
   [model/backend]="model/backend model/decoder model/mechanisms model/checkpoint model/sampling kernels base absl"
   [model]="model kernels base absl"
