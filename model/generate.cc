@@ -1,6 +1,7 @@
 #include "model/generate.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -14,6 +15,26 @@ std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t
     backend.Forward({seg}, &logits);
   }
   return logits;
+}
+
+absl::StatusOr<int> SampleNext(Sampler& sampler, ConstraintState* constraint, std::vector<uint64_t>* mask, float* logits,
+                               int vocab, const std::vector<int32_t>& context) {
+  if (!constraint) return sampler.Sample(logits, vocab, context);
+  constraint->FillMask(mask);
+  bool any = false;
+  for (uint64_t w : *mask) any = any || w != 0;
+  if (!any) {
+    if (constraint->CanEnd()) return -1;  // complete, and the model has no end token to say so
+    return absl::FailedPreconditionError(absl::StrCat(
+        "response format: no token of the model's vocabulary continues the constrained text after ",
+        constraint->tokens_taken(), " tokens"));
+  }
+  ApplyTokenMask(*mask, logits, vocab);
+  const int token = sampler.Sample(logits, vocab, context);
+  if (!constraint->Advance(token)) {
+    return absl::InternalError(absl::StrCat("response format: sampled token ", token, " outside the mask"));
+  }
+  return token;
 }
 
 absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
@@ -43,6 +64,9 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   std::vector<float> logits = Prefill(backend, slot, prompt, std::max(1, request.prefill_chunk));
 
   Sampler sampler(request.sampling);
+  std::optional<ConstraintState> constraint;
+  if (request.constraint) constraint.emplace(request.constraint);
+  std::vector<uint64_t> mask;
   TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);  // after the prompt
   StopMatcher stops(request.stop);
   std::vector<int32_t> context = prompt;
@@ -53,8 +77,10 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   };
   result.finish_reason = "length";
   for (int i = 0; i < request.max_tokens; ++i) {
-    const int token = sampler.Sample(logits.data(), model.vocab_size(), context);
-    if (model.config().IsEos(token)) {
+    auto next = SampleNext(sampler, constraint ? &*constraint : nullptr, &mask, logits.data(), model.vocab_size(), context);
+    if (!next.ok()) return next.status();
+    const int token = *next;
+    if (token < 0 || model.config().IsEos(token)) {
       result.finish_reason = "stop";
       break;
     }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
+#include "model/constrain/constraint.h"
 #include "model/decoder/model.h"
 #include "model/decoder/state_pool.h"
 #include "model/sampling/sampling.h"
@@ -25,6 +26,8 @@ struct GenerateRequest {
   std::vector<std::string> stop;
   bool add_bos = true;      // prepend the model's BOS when the slot is empty
   int prefill_chunk = 512;  // tokens per prefill Forward call
+  // The generated text is held to this (model/constrain/constraint.h); null: free text.
+  std::shared_ptr<const Constraint> constraint;
 };
 
 struct GenerateResult {
@@ -39,6 +42,13 @@ struct GenerateResult {
 absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
                                             int slot, const GenerateRequest& request,
                                             const std::function<void(std::string_view)>& on_text = nullptr);
+
+// The next token: `constraint`'s mask (when set) applied to `logits` ([vocab], modified), then
+// `sampler`; the constraint advances past it. -1 when the constraint allows no token: OK when its
+// text is complete (generation ends with "stop"), else FAILED_PRECONDITION (the vocabulary cannot
+// continue it). `mask` is scratch.
+absl::StatusOr<int> SampleNext(Sampler& sampler, ConstraintState* constraint, std::vector<uint64_t>* mask, float* logits,
+                               int vocab, const std::vector<int32_t>& context);
 
 // Feeds `tokens` into the session in chunks; returns the logits after the last token.
 std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t>& tokens, int chunk);

@@ -47,6 +47,7 @@ Engine::~Engine() {
 }
 
 const Model& Engine::model() const { return impl_->model; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 const std::string& Engine::device() const { return impl_->device; }
 

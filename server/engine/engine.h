@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/decoder/cpu_weights.h"
+#include "model/constrain/constraint.h"
 #include "model/decoder/model.h"
 #include "model/sampling/sampling.h"
 #include "model/text/tokenizer.h"
@@ -118,6 +119,9 @@ struct GenerateJob {
   std::vector<size_t> cache_at_bytes;
   int64_t max_tokens = 0;  // 0: prefill only
   SamplingParams sampling;
+  // Constrained decoding: every sampled token is one this allows next (an opaque compiled
+  // constraint, model/constrain/constraint.h); null: free text. Ended by max_tokens: "length".
+  std::shared_ptr<const Constraint> constraint;
   std::vector<std::string> stop;
   // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries).
   std::optional<int64_t> expected_position;
@@ -185,6 +189,7 @@ class Engine {
   };
   Stats stats() const;
   const Model& model() const;
+  const Tokenizer& tokenizer() const;
   const EngineOptions& options() const;
   // The backend the steps run on: "cpu" or "cuda (device name)".
   const std::string& device() const;

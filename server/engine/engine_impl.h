@@ -31,7 +31,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, c
 struct EngineJob {
   EngineJob(int64_t id, GenerateJob request, const Tokenizer& tokenizer)
       : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer, TextStreamer::Mode::kContinuation),
-        stops(this->request.stop) {}
+        stops(this->request.stop) {
+    if (this->request.constraint) constraint.emplace(this->request.constraint);
+  }
   int64_t id;
   int64_t arrival = 0;
   int64_t group = 0;             // the scheduler's fair-share group: one per tenant
@@ -54,6 +56,8 @@ struct EngineJob {
   Sampler sampler;
   TextStreamer streamer;
   StopMatcher stops;
+  std::optional<ConstraintState> constraint;  // where the request's constraint stands
+  std::vector<uint64_t> mask;                 // scratch: the constraint's mask
 };
 
 struct Engine::Impl {

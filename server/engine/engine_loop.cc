@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "base/status.h"
 #include "server/engine/engine_impl.h"
+#include "model/generate.h"
 #include "server/engine/request_checks.h"
 
 namespace steady {
@@ -310,9 +311,20 @@ bool Engine::Impl::Step() {
     job.last_advanced = step;
     std::vector<float> raw;  // the logits before Sample changes them, for the log-probabilities
     if (job.request.top_logprobs >= 0) raw = job.logits;
-    const int token = job.drawn ? *job.drawn : job.sampler.Sample(job.logits.data(), model.vocab_size(), job.context);
-    job.drawn.reset();
-    if (model.config().IsEos(token)) {
+    int token = 0;
+    if (job.drawn) {
+      token = *job.drawn;
+      job.drawn.reset();
+    } else {
+      auto next = SampleNext(job.sampler, job.constraint ? &*job.constraint : nullptr, &job.mask, job.logits.data(),
+                             model.vocab_size(), job.context);
+      if (!next.ok()) {
+        Finish(job, next.status(), "");
+        continue;
+      }
+      token = *next;  // -1: the constrained text is complete
+    }
+    if (token < 0 || model.config().IsEos(token)) {
       Finish(job, absl::OkStatus(), "stop");
       continue;
     }
@@ -351,11 +363,12 @@ bool Engine::Impl::Step() {
   for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
   if (!segments.empty()) {
     // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the logits:
-    // for the repetition penalty, which the host Sampler applies, or for log-probabilities.
+    // for the repetition penalty, which the host Sampler applies, for log-probabilities, or for a
+    // constraint's mask.
     bool on_device = options.device_sampling && pool->DrawsOnDevice();
     for (const Row& row : rows) {
       const GenerateJob& r = row.job->request;
-      on_device = on_device && r.sampling.repetition_penalty == 1.0f && r.top_logprobs < 0;
+      on_device = on_device && r.sampling.repetition_penalty == 1.0f && r.top_logprobs < 0 && !r.constraint;
     }
     std::vector<float> logits;
     std::vector<int32_t> drawn;

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "base/status.h"
+#include "model/constrain/token_bytes.h"
 #include "server/store/snapshot_signing.h"
 
 namespace steady {
@@ -106,6 +108,35 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   return job;
 }
 
+absl::Status SetConstraint(const v1::ResponseFormat& format, ConstraintCache& cache, GenerateJob* job) {
+  ConstraintSpec spec;
+  const std::string& type = format.type();
+  if (type.empty() || type == "text") {
+    if (!format.json_schema().empty() || !format.grammar().empty()) {
+      return absl::InvalidArgumentError("response_format: a json_schema or grammar needs type json_schema or grammar");
+    }
+    return absl::OkStatus();
+  }
+  if (type == "json_object") {
+    spec.kind = ConstraintSpec::Kind::kJsonObject;
+  } else if (type == "json_schema") {
+    if (format.json_schema().empty()) return absl::InvalidArgumentError("response_format.json_schema: empty");
+    spec.kind = ConstraintSpec::Kind::kJsonSchema;
+    spec.text = format.json_schema();
+  } else if (type == "grammar") {
+    if (format.grammar().empty()) return absl::InvalidArgumentError("response_format.grammar: empty");
+    spec.kind = ConstraintSpec::Kind::kGrammar;
+    spec.text = format.grammar();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("response_format.type: `", type,
+                                                   "` is not one of text, json_object, json_schema, grammar"));
+  }
+  auto compiled = cache.Get(spec);
+  if (!compiled.ok()) return WithContext(compiled.status(), "response_format");
+  job->constraint = *std::move(compiled);
+  return absl::OkStatus();
+}
+
 absl::Status ShuttingDownError() { return absl::UnavailableError("the server is shutting down"); }
 
 void ToProto(const SessionInfo& info, v1::Session* out) {
@@ -164,7 +195,16 @@ InferenceService::InferenceService(Engine& engine, Metrics& metrics, ServiceOpti
       metrics_(metrics),
       options_(std::move(options)),
       model_info_(DescribeModel(engine.model(), engine.options(), options_)),
-      id_rng_(std::random_device{}()) {}
+      id_rng_(std::random_device{}()) {
+  const ModelConfig& config = engine.model().config();
+  auto vocab = MakeTokenVocabulary(engine.tokenizer(), engine.model().vocab_size(),
+                                   std::vector<int32_t>(config.eos_token_ids.begin(), config.eos_token_ids.end()));
+  if (vocab.ok()) {
+    constraints_ = std::make_unique<ConstraintCache>(*std::move(vocab));
+  } else {
+    constraints_error_ = WithContext(vocab.status(), "response_format is unavailable for this model's tokenizer");
+  }
+}
 
 void InferenceService::BeginDrain() {
   std::unique_lock lock(gate_);

@@ -20,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "model/constrain/constraint_cache.h"
 #include "model/text/chat_template.h"
 #include "server/auth/api_keys.h"
 #include "server/auth/tenant_limits.h"
@@ -54,6 +55,11 @@ absl::Status ValidateSessionId(const std::string& field, const std::string& id, 
 // INVALID_ARGUMENT naming the field.
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
                                            const ServiceOptions& options, const ChatTemplate& chat);
+// The request's response_format compiled into job->constraint (left null for "" and "text"), through
+// `cache`. INVALID_ARGUMENT naming response_format and the problem (a schema keyword and where it
+// is, a grammar's line and column).
+absl::Status SetConstraint(const v1::ResponseFormat& format, ConstraintCache& cache, GenerateJob* job);
+
 void ToProto(const SessionInfo& info, v1::Session* out);
 // UNAVAILABLE for calls that arrive while the server drains.
 absl::Status ShuttingDownError();
@@ -129,6 +135,10 @@ class InferenceService final : public v1::Inference::CallbackService {
   const ServiceOptions options_;
   v1::ModelInfo model_info_;
   TenantLimits limits_;  // thread-safe
+  // Compiled response formats (thread-safe); null when the tokenizer's token bytes could not be
+  // derived, and then constraints_error_ says why.
+  std::unique_ptr<ConstraintCache> constraints_;
+  absl::Status constraints_error_;
 
   // Held shared while a handler enqueues to the engine, exclusively to start draining.
   std::shared_mutex gate_;

@@ -156,6 +156,14 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc:
   absl::StatusOr<GenerateJob> job =
       tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template)
                   : absl::StatusOr<GenerateJob>(tenant.status());
+  if (job.ok() && request->has_response_format()) {
+    // Compiled here, on the RPC thread, so a bad schema is refused before the engine sees the call.
+    absl::Status s = constraints_ ? SetConstraint(request->response_format(), *constraints_, &*job)
+                                  : (request->response_format().type().empty() || request->response_format().type() == "text"
+                                         ? absl::OkStatus()
+                                         : constraints_error_);
+    if (!s.ok()) job = s;
+  }
   if (!job.ok()) {
     auto* reactor = new GenerateReactor(metrics_, context, nullptr);
     reactor->Reject(job.status());

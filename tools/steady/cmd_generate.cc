@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "base/file_io.h"
+#include "model/constrain/token_bytes.h"
 #include "model/generate.h"
 #include "model/text/chat_template.h"
 #include "tools/steady/commands.h"
@@ -20,6 +22,36 @@ absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags) {
 }
 
 namespace {
+
+// --json-object, --json-schema FILE or --grammar FILE (at most one) compiled against the model's
+// tokens; null without any.
+absl::StatusOr<std::shared_ptr<const Constraint>> ConstraintFromFlags(const Flags& flags, const Model& model,
+                                                                       const Tokenizer& tokenizer) {
+  ConstraintSpec spec;
+  int given = 0;
+  if (flags.Has("json-object")) ++given;
+  for (const char* flag : {"json-schema", "grammar"}) {
+    if (!flags.Has(flag)) continue;
+    ++given;
+    auto text = ReadWholeFile(flags.Get(flag));
+    if (!text.ok()) return WithContext(text.status(), absl::StrCat("--", flag));
+    spec.kind = std::string(flag) == "grammar" ? ConstraintSpec::Kind::kGrammar : ConstraintSpec::Kind::kJsonSchema;
+    spec.text = *std::move(text);
+  }
+  if (given == 0) return nullptr;
+  if (given > 1) return absl::InvalidArgumentError("--json-object, --json-schema and --grammar: give one");
+  const ModelConfig& config = model.config();
+  auto vocab = MakeTokenVocabulary(tokenizer, model.vocab_size(),
+                                   std::vector<int32_t>(config.eos_token_ids.begin(), config.eos_token_ids.end()));
+  if (!vocab.ok()) return vocab.status();
+  auto compiled = Constraint::Compile(spec, *std::move(vocab));
+  if (!compiled.ok()) {
+    return WithContext(compiled.status(), spec.kind == ConstraintSpec::Kind::kGrammar     ? "--grammar " + flags.Get("grammar")
+                                          : spec.kind == ConstraintSpec::Kind::kJsonSchema ? "--json-schema " + flags.Get("json-schema")
+                                                                                          : "--json-object");
+  }
+  return *compiled;
+}
 
 absl::Status RunGenerate(const Flags& flags) {
   GenerateRequest request;
@@ -48,6 +80,9 @@ absl::Status RunGenerate(const Flags& flags) {
   }
   auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
   if (!tokenizer.ok()) return tokenizer.status();
+  auto constraint = ConstraintFromFlags(flags, *model, **tokenizer);
+  if (!constraint.ok()) return constraint.status();
+  request.constraint = *std::move(constraint);
   // A KV cache preallocated on a GPU must hold the prompt (at most 2 tokens per byte, plus BOS) and
   // the generated tokens.
   BackendOptions options;
@@ -74,6 +109,7 @@ absl::Status RunGenerate(const Flags& flags) {
 Command GenerateCommand() {
   return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--chat [--system TEXT]] [--max-tokens N]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
+                       [--json-object | --json-schema FILE | --grammar FILE]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
                        [--device cpu|cuda|auto] [--threads N] [--cpu-weights f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
 
@@ -84,10 +120,13 @@ Streams generated text to stdout; usage figures to stderr. --device: where the f
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template (config.json's
 "chat_template", or the default: docs/checkpoint-format.md), whose stop strings are added.
+--json-object, --json-schema FILE, --grammar FILE: constrained decoding (docs/api.md, "Structured
+output"): the text is a JSON object, an instance of the JSON Schema in FILE, or in the language of
+the GBNF grammar in FILE (llama.cpp's format); generation ends when it is complete.
 )",
-          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop", "system"}, kMechanismFlags, kSamplingFlags,
+          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop", "system", "json-schema", "grammar"}, kMechanismFlags, kSamplingFlags,
                                     kDeviceFlags}),
-           .switches = {"chat"}},
+           .switches = {"chat", "json-object"}},
           RunGenerate};
 }
 
