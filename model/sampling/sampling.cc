@@ -20,6 +20,18 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty: must be in (0, 100], got ", p.repetition_penalty));
   }
+  for (const auto& [name, v] : {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+                                {"frequency_penalty", p.frequency_penalty}}) {
+    if (!std::isfinite(v) || std::abs(v) > kMaxOpenAIPenalty) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be in [-2, 2], got ", v));
+    }
+  }
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0) return absl::InvalidArgumentError(absl::StrCat("logit_bias: token id ", token, " is negative"));
+    if (!std::isfinite(bias) || std::abs(bias) > kMaxLogitBias) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias: token ", token, ": bias must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -64,6 +76,25 @@ int Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& contex
       logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty : logits[t] * params_.repetition_penalty;
     }
   }
+  for (const auto& [t, count] : sampled_) {
+    if (t < vocab) logits[t] -= params_.frequency_penalty * float(count) + params_.presence_penalty;
+  }
+  for (const auto& [t, bias] : params_.logit_bias) {
+    if (t < vocab) logits[t] += bias;
+  }
+  const int token = Draw(logits, vocab);
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    auto it = std::lower_bound(sampled_.begin(), sampled_.end(), std::make_pair(int32_t(token), int32_t(0)));
+    if (it != sampled_.end() && it->first == token) {
+      ++it->second;
+    } else {
+      sampled_.insert(it, {token, 1});
+    }
+  }
+  return token;
+}
+
+int Sampler::Draw(float* logits, int vocab) {
   if (params_.temperature == 0.0f) {
     return int(std::max_element(logits, logits + vocab) - logits);  // first maximum: deterministic
   }

@@ -1,4 +1,5 @@
-// Token sampling: greedy, temperature, top-k, top-p, repetition penalty, seeded; and stop strings.
+// Token sampling: greedy, temperature, top-k, top-p, repetition penalty, OpenAI's presence and
+// frequency penalties and logit bias, seeded; and stop strings.
 #ifndef STEADY_MODEL_SAMPLING_SAMPLING_H_
 #define STEADY_MODEL_SAMPLING_SAMPLING_H_
 
@@ -6,6 +7,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,7 +20,22 @@ struct SamplingParams {
   float top_p = 1.0f;               // 1: off
   float repetition_penalty = 1.0f;  // 1: off; >1 discourages tokens already in the context
   uint64_t seed = 0;
+  // As OpenAI defines them: logit[t] -= frequency_penalty * c[t] + presence_penalty * (c[t] > 0),
+  // c[t] = how often t was sampled so far (the generated tokens, not the prompt); each in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // (token, bias in [-100, 100]) added to the token's logit before sampling: -100 bans it, 100
+  // all but forces it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+
+  // Any step that changes the logits before temperature (the host applies them).
+  bool ChangesLogits() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f || !logit_bias.empty();
+  }
 };
+
+inline constexpr float kMaxLogitBias = 100.0f;
+inline constexpr float kMaxOpenAIPenalty = 2.0f;
 
 // INVALID_ARGUMENT naming the field for NaN or out-of-range values.
 absl::Status ValidateSamplingParams(const SamplingParams& p);
@@ -38,12 +55,17 @@ std::vector<TokenLogprob> TopLogprobs(const float* logits, int vocab, int n);
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // `logits` [vocab] is modified (penalty, temperature). `context` holds the tokens the repetition
-  // penalty applies to (the prompt and what was generated so far).
+  // `logits` [vocab] is modified (penalties, bias, temperature). `context` holds the tokens the
+  // repetition penalty applies to (the prompt and what was generated so far); the presence and
+  // frequency penalties count this sampler's own draws.
   int Sample(float* logits, int vocab, const std::vector<int32_t>& context);
 
  private:
   SamplingParams params_;
+  // Temperature, top-k and top-p over the final logits.
+  int Draw(float* logits, int vocab);
+
+  std::vector<std::pair<int32_t, int32_t>> sampled_;  // (token, times drawn), sorted by token
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int>> candidates_;  // scratch
 };

@@ -111,6 +111,10 @@ void Engine::ImportSession(std::string blob, std::string id, std::function<void(
 void Engine::Submit(GenerateJob job) {
   if (!job.on_output) job.on_output = [](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {};
   if (!job.on_done) job.on_done = [](const absl::Status&, const std::string&, const Usage&) {};
+  if (!job.on_choice_output) {
+    job.on_choice_output = [](int, const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {};
+  }
+  if (!job.on_choice_done) job.on_choice_done = [](int, const std::string&) {};
   if (!job.cancelled) job.cancelled = std::make_shared<std::atomic<bool>>(false);
   Impl& impl = *impl_;
   auto reject = [&impl](GenerateJob job, absl::Status st) {

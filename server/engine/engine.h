@@ -93,6 +93,8 @@ struct TokenLogprobs {
   std::vector<TokenChoice> top;  // the most likely tokens at that step, most likely first
 };
 inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr int kMaxChoices = 16;              // GenerateJob::n
+inline constexpr int kMaxLogitBiasEntries = 1024;   // SamplingParams::logit_bias
 
 // A tenant's limits on its sessions (docs/security.md). Its sessions' ids begin with TenantPrefix(tenant)
 // ("alice~"); the engine thread checks the limits where sessions are made (Create, Fork, Import) and
@@ -136,7 +138,18 @@ struct GenerateJob {
                      const std::vector<TokenLogprobs>& logprobs)>
       on_output;
   // Exactly once, last: OK with finish_reason "stop" | "length" | "cancelled", or an error status.
+  // With n > 1, after every choice has ended: usage sums their completion tokens (the prompt counted
+  // once) and finish_reason is the last choice's.
   std::function<void(const absl::Status& status, const std::string& finish_reason, const Usage& usage)> on_done;
+  // Choices: with n > 1 the prompt is prefilled once and its state forked n times (into ephemeral
+  // sessions; the job's session_id must be empty); choice i samples with seed + i * 0x9E3779B97F4A7C15.
+  // Each choice's output goes to on_choice_output with its index (instead of on_output) and its
+  // end to on_choice_done, before on_done.
+  int n = 1;
+  std::function<void(int index, const std::string& text, const std::vector<int32_t>& token_ids,
+                     const std::vector<TokenLogprobs>& logprobs)>
+      on_choice_output;
+  std::function<void(int index, const std::string& finish_reason)> on_choice_done;
   // Set by the RPC layer on client cancel / deadline; the engine stops this job within one step and
   // keeps the session consistent (tokens generated before the cancel are in the state).
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);

@@ -27,7 +27,15 @@ int SlotCount(const Model& model, const EngineOptions& options);
 // The backend options.device names, with SlotCount slots.
 absl::StatusOr<std::unique_ptr<Backend>> MakeEngineBackend(const Model& model, const EngineOptions& options);
 
-// One accepted Generate, owned by the engine thread.
+// The choices of one Generate with n > 1, shared by their jobs: the request's on_done runs when the
+// last one ends.
+struct ChoiceGroup {
+  int running = 0;
+  absl::Status status;  // the first error of any choice (the others are then cancelled)
+  Usage usage;          // the prompt counted once, completion tokens summed
+};
+
+// One accepted Generate (or one choice of it), owned by the engine thread.
 struct EngineJob {
   EngineJob(int64_t id, GenerateJob request, const Tokenizer& tokenizer)
       : id(id), request(std::move(request)), sampler(this->request.sampling), streamer(tokenizer, TextStreamer::Mode::kContinuation),
@@ -58,6 +66,11 @@ struct EngineJob {
   StopMatcher stops;
   std::optional<ConstraintState> constraint;  // where the request's constraint stands
   std::vector<uint64_t> mask;                 // scratch: the constraint's mask
+  // n > 1: the choices this job is one of (null until the prompt is in; then choice 0 is the job
+  // that prefilled), and for the others, until admitted, the state after the prompt they start from.
+  std::shared_ptr<ChoiceGroup> choices;
+  int choice = 0;
+  std::shared_ptr<const SessionSnapshot> fork_from;
 };
 
 struct Engine::Impl {
@@ -188,8 +201,16 @@ struct Engine::Impl {
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
   void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids,
             const std::vector<TokenLogprobs>& logprobs = {}) {
-    if (!text.empty() || !ids.empty()) job.request.on_output(text, ids, logprobs);
+    if (text.empty() && ids.empty()) return;
+    if (job.request.n > 1) {
+      job.request.on_choice_output(job.choice, text, ids, logprobs);
+    } else {
+      job.request.on_output(text, ids, logprobs);
+    }
   }
+  // n > 1, once the prompt is in: the other n - 1 choices as jobs waiting for a slot, each to
+  // start from a copy of this job's state and logits.
+  void SpawnChoices(EngineJob& job);
   // `token`'s log-probability under `logits` (taken before sampling changes them), and the `top` most
   // likely tokens'.
   TokenLogprobs Logprobs(const std::vector<float>& logits, int32_t token, int top);

@@ -92,6 +92,12 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, cons
   }
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
   if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  for (const auto& [token, bias] : request.sampling.logit_bias) {
+    if (token >= model.vocab_size()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("logit_bias: token id ", token, " is outside the vocabulary [0, ", model.vocab_size(), ")")));
+    }
+  }
   if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
     return fail(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
                                                      prompt.size(), " + max_tokens ", request.max_tokens,
@@ -208,7 +214,25 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
     sessions.Erase(s.id);
   }
   GenerateJob request = std::move(job.request);
+  std::shared_ptr<ChoiceGroup> choices = std::move(job.choices);
+  const int choice = job.choice;
   jobs.erase(job.id);  // `job` is gone from here on
+  if (choices) {
+    request.on_choice_done(choice, status.ok() ? reason : "");
+    if (choice == 0) {
+      choices->usage.prompt_tokens = usage.prompt_tokens;
+      choices->usage.cached_tokens = usage.cached_tokens;
+    }
+    choices->usage.completion_tokens += usage.completion_tokens;
+    if (!status.ok() && choices->status.ok()) {
+      choices->status = status;
+      request.cancelled->store(true);  // shared by every choice: the others end at the next step
+    }
+    if (--choices->running > 0) return;
+    unfinished_jobs.fetch_sub(1);
+    request.on_done(choices->status, choices->status.ok() ? reason : "", choices->usage);
+    return;
+  }
   if (status.ok() && !s.ephemeral && TurnDurable()) {
     // Acknowledged by CommitTurns, after this step, once the store holds the state.
     to_commit.push_back({s.id, std::move(request), reason, usage});
@@ -216,6 +240,32 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   }
   unfinished_jobs.fetch_sub(1);
   request.on_done(status, reason, usage);
+}
+
+void Engine::Impl::SpawnChoices(EngineJob& job) {
+  const Session& s = *sessions.Find(job.session_id);
+  auto state = std::make_shared<const SessionSnapshot>(CaptureSlot(*pool, s.slot));
+  job.choices = std::make_shared<ChoiceGroup>();
+  job.choices->running = job.request.n;
+  for (int i = 1; i < job.request.n; ++i) {
+    GenerateJob request = job.request;  // the callbacks, the constraint and the cancel flag are shared
+    request.sampling.seed += uint64_t(i) * 0x9E3779B97F4A7C15ull;
+    auto c = std::make_unique<EngineJob>(next_job_id++, std::move(request), tokenizer);
+    c->arrival = job.arrival;
+    c->group = job.group;
+    c->session_id = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);
+    Session& cs = sessions.Add(c->session_id, true);
+    cs.created_unix_ms = NowUnixMs();
+    sessions.SetJob(cs, c->id);
+    c->prompt = job.prompt;
+    c->prompt_done = job.prompt.size();
+    c->context = job.context;
+    c->logits = job.logits;
+    c->choices = job.choices;
+    c->choice = i;
+    c->fork_from = state;
+    jobs.emplace(c->id, std::move(c));
+  }
 }
 
 void Engine::Impl::CommitTurns() {
@@ -294,6 +344,12 @@ bool Engine::Impl::Step() {
       Finish(job, st, "");
       continue;
     }
+    if (job.fork_from) {  // a choice of an n > 1 request: the prompt's state is its start
+      RestoreSlot(*job.fork_from, *pool, s.slot);
+      job.fork_from.reset();
+      job.phase = JobPhase::kDecode;
+      continue;
+    }
     job.phase = JobPhase::kPrefill;
     StartFromPrefixCache(job, s);
   }
@@ -363,12 +419,13 @@ bool Engine::Impl::Step() {
   for (const Row& row : rows) sessions.Find(row.job->session_id)->stored = false;
   if (!segments.empty()) {
     // On a GPU the next tokens are drawn there (only ids come back) unless a row needs the logits:
-    // for the repetition penalty, which the host Sampler applies, for log-probabilities, or for a
-    // constraint's mask.
+    // for the penalties and logit bias, which the host Sampler applies, for log-probabilities, or
+    // for a constraint's mask.
     bool on_device = options.device_sampling && pool->DrawsOnDevice();
     for (const Row& row : rows) {
       const GenerateJob& r = row.job->request;
-      on_device = on_device && r.sampling.repetition_penalty == 1.0f && r.top_logprobs < 0 && !r.constraint;
+      // (n > 1: the other choices start from this row's logits.)
+      on_device = on_device && !r.sampling.ChangesLogits() && r.top_logprobs < 0 && !r.constraint && r.n == 1;
     }
     std::vector<float> logits;
     std::vector<int32_t> drawn;
@@ -408,7 +465,11 @@ bool Engine::Impl::Step() {
       if (job.prompt_done < job.prompt.size()) continue;
       job.before_prompt.reset();
       job.phase = JobPhase::kDecode;
-      if (job.request.max_tokens == 0) Finish(job, absl::OkStatus(), "length");
+      if (job.request.max_tokens == 0) {
+        Finish(job, absl::OkStatus(), "length");
+      } else if (job.request.n > 1 && !job.choices) {
+        SpawnChoices(job);
+      }
     }
   }
   ++step;

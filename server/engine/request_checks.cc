@@ -53,6 +53,15 @@ absl::Status CheckGenerateJob(const GenerateJob& job, const EngineOptions& optio
         absl::StrCat("max_tokens: must be in [0, ", options.max_new_tokens, "], got ", job.max_tokens));
   }
   if (absl::Status s = ValidateSamplingParams(job.sampling); !s.ok()) return s;
+  if (job.sampling.logit_bias.size() > size_t(kMaxLogitBiasEntries)) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias: at most ", kMaxLogitBiasEntries, " tokens"));
+  }
+  if (job.n < 1 || job.n > kMaxChoices) {
+    return absl::InvalidArgumentError(absl::StrCat("n: must be in [1, ", kMaxChoices, "], got ", job.n));
+  }
+  if (job.n > 1 && !job.session_id.empty()) {
+    return absl::InvalidArgumentError("n: more than one choice needs an ephemeral session (no session_id)");
+  }
   if (job.stop.size() > kMaxStopStrings) {
     return absl::InvalidArgumentError(absl::StrCat("stop: at most ", kMaxStopStrings, " strings, got ", job.stop.size()));
   }

@@ -94,6 +94,23 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   job.sampling.top_p = r.top_p() == 0 ? 1.0f : r.top_p();
   job.sampling.repetition_penalty = r.repetition_penalty() == 0 ? 1.0f : r.repetition_penalty();
   job.sampling.seed = r.seed();
+  job.sampling.presence_penalty = r.presence_penalty();
+  job.sampling.frequency_penalty = r.frequency_penalty();
+  for (const auto& [token, bias] : r.logit_bias()) job.sampling.logit_bias.push_back({token, bias});
+  std::sort(job.sampling.logit_bias.begin(), job.sampling.logit_bias.end());  // a map's order is unspecified
+  if (absl::Status s = ValidateSamplingParams(job.sampling); !s.ok()) return s;
+  if (r.logit_bias_size() > kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias: at most ", kMaxLogitBiasEntries, " tokens, got ", r.logit_bias_size()));
+  }
+  if (r.n() < 0 || r.n() > kMaxChoices) {
+    return absl::InvalidArgumentError(absl::StrCat("n: must be in [0, ", kMaxChoices, "] (0: one), got ", r.n()));
+  }
+  job.n = std::max(1, r.n());
+  if (job.n > 1 && !r.session_id().empty()) {
+    return absl::InvalidArgumentError(
+        "n: more than one choice needs a stateless call (no session_id): a session keeps one continuation");
+  }
   job.stop.assign(r.stop().begin(), r.stop().end());
   if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop.begin(), chat.stop.end());
   if (r.has_expected_position()) job.expected_position = r.expected_position().value();

@@ -1,5 +1,6 @@
 // Generate: a server-streaming write reactor fed by the engine's callbacks.
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -12,10 +13,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One Generate call. Engine callbacks (engine thread) merge output into `next_`; gRPC reactions
-// write it once the previous write is done, so at most one write is in flight and a slow reader
-// gets fewer, larger messages rather than an unbounded queue. The reactor finishes only after the
-// engine's on_done, the last moment the engine touches it.
+// One Generate call. Engine callbacks (engine thread) merge output into the last queued message of
+// the same choice; gRPC reactions write the queue's front once the previous write is done, so at
+// most one write is in flight and a slow reader gets fewer, larger messages (at most one per choice
+// beyond the ones already ended) rather than an unbounded queue. The reactor finishes only after
+// the engine's on_done, the last moment the engine touches it.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(Metrics& metrics, grpc::CallbackServerContext* context, std::function<void()> on_destroy)
@@ -39,8 +41,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Wires the job's callbacks to this reactor.
   void Attach(GenerateJob& job) {
     cancelled_ = job.cancelled;
+    choices_ = job.n;
     job.on_output = [this](const std::string& text, const std::vector<int32_t>& ids,
-                           const std::vector<TokenLogprobs>& logprobs) { OnOutput(text, ids, logprobs); };
+                           const std::vector<TokenLogprobs>& logprobs) { OnOutput(0, text, ids, logprobs); };
+    job.on_choice_output = [this](int index, const std::string& text, const std::vector<int32_t>& ids,
+                                  const std::vector<TokenLogprobs>& logprobs) { OnOutput(index, text, ids, logprobs); };
+    job.on_choice_done = [this](int index, const std::string& finish_reason) { OnChoiceDone(index, finish_reason); };
     job.on_done = [this](const absl::Status& status, const std::string& finish_reason, const Usage& usage) {
       OnEngineDone(status, finish_reason, usage);
     };
@@ -63,7 +69,25 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
  private:
-  void OnOutput(const std::string& text, const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs) {
+  // The queued message output of choice `index` merges into: the last one, while it is that
+  // choice's and not yet ended; else a new one.
+  v1::GenerateResponse& Pending(int index) {
+    if (queue_.empty() || queue_.back().index() != index || !queue_.back().finish_reason().empty() ||
+        queue_.back().has_usage()) {
+      queue_.emplace_back();
+      queue_.back().set_index(index);
+    }
+    return queue_.back();
+  }
+
+  void OnChoiceDone(int index, const std::string& finish_reason) {
+    std::lock_guard lock(mu_);
+    if (!finish_reason.empty()) Pending(index).set_finish_reason(finish_reason);
+    AdvanceLocked();
+  }
+
+  void OnOutput(int index, const std::string& text, const std::vector<int32_t>& ids,
+                const std::vector<TokenLogprobs>& logprobs) {
     const Clock::time_point now = Clock::now();
     std::lock_guard lock(mu_);
     if (!ids.empty()) {
@@ -76,14 +100,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       saw_token_ = true;
       last_token_ = now;
     }
-    next_.mutable_text()->append(text);
-    next_.mutable_token_ids()->Add(ids.begin(), ids.end());
+    v1::GenerateResponse& next = Pending(index);
+    next.mutable_text()->append(text);
+    next.mutable_token_ids()->Add(ids.begin(), ids.end());
     for (const TokenLogprobs& l : logprobs) {
-      v1::TokenLogprob* out = next_.add_logprobs();
+      v1::TokenLogprob* out = next.add_logprobs();
       SetChoice(l.chosen, out);
       for (const TokenChoice& t : l.top) SetChoice(t, out->add_top_logprobs());
     }
-    has_next_ = true;
     AdvanceLocked();
   }
 
@@ -98,13 +122,21 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     engine_done_ = true;
     final_status_ = status;
     if (status.ok()) {
-      next_.set_finish_reason(finish_reason);
-      v1::Usage* u = next_.mutable_usage();
+      // One choice: its end and the usage in one last message. Several: each choice's end came
+      // through OnChoiceDone; the usage closes the stream.
+      v1::GenerateResponse* last = nullptr;
+      if (choices_ == 1) {
+        last = &Pending(0);
+        last->set_finish_reason(finish_reason);
+      } else {
+        if (queue_.empty() || queue_.back().has_usage()) queue_.emplace_back();
+        last = &queue_.back();
+      }
+      v1::Usage* u = last->mutable_usage();
       u->set_prompt_tokens(usage.prompt_tokens);
       u->set_completion_tokens(usage.completion_tokens);
       u->set_session_position(usage.session_position);
       u->set_cached_tokens(usage.cached_tokens);
-      has_next_ = true;
     }
     AdvanceLocked();
   }
@@ -112,10 +144,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Starts the next write, or finishes once the engine is done and everything is written.
   void AdvanceLocked() {
     if (write_in_flight_ || finished_) return;
-    if (has_next_ && !broken_) {
-      writing_ = std::move(next_);
-      next_.Clear();
-      has_next_ = false;
+    if (!queue_.empty() && !broken_) {
+      writing_ = std::move(queue_.front());
+      queue_.pop_front();
       write_in_flight_ = true;
       StartWrite(&writing_);
       return;
@@ -137,8 +168,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   std::mutex mu_;
   v1::GenerateResponse writing_;  // guarded by mu_: the message in flight
-  v1::GenerateResponse next_;     // guarded by mu_: output not yet written
-  bool has_next_ = false;         // guarded by mu_
+  std::deque<v1::GenerateResponse> queue_;  // guarded by mu_: output not yet written
+  int choices_ = 1;               // GenerateJob::n, set before the job is submitted
   bool write_in_flight_ = false;  // guarded by mu_
   bool broken_ = false;           // guarded by mu_: a write failed; drop further output
   bool engine_done_ = false;      // guarded by mu_: on_done ran (or the request was refused)

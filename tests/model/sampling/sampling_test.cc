@@ -114,6 +114,59 @@ TEST(LogprobTest, TopLogprobsAreTheMostLikelyInOrder) {
   EXPECT_EQ(TopLogprobs(logits.data(), 5, 9).size(), 5u);  // at most the vocabulary
 }
 
+// OpenAI's definitions, computed by hand: logit_bias adds, presence subtracts once per drawn token,
+// frequency once per draw.
+TEST(SamplerTest, LogitBiasForcesAndBans) {
+  const std::vector<float> base = {2.0f, 1.0f, 0.5f, 0.0f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.logit_bias = {{3, 100.0f}};
+  Sampler forced(p);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> l = base;
+    EXPECT_EQ(forced.Sample(l.data(), 4, {}), 3);
+  }
+  p.logit_bias = {{0, -100.0f}};
+  p.temperature = 0.0f;
+  Sampler banned(p);
+  std::vector<float> l = base;
+  EXPECT_EQ(banned.Sample(l.data(), 4, {}), 1);
+  EXPECT_FLOAT_EQ(l[0], -98.0f);
+}
+
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountTheSamplersOwnDraws) {
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p);  // greedy
+  std::vector<float> l = {1.0f, 0.9f, 0.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {0, 0, 0}), 0);  // the prompt's tokens count for nothing
+  l = {1.0f, 0.9f, 0.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {}), 1);  // 1 - 0.5 - 0.25 = 0.25 < 0.9
+  EXPECT_FLOAT_EQ(l[0], 0.25f);
+  l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {}), 0);  // 0: 2 - 0.75 = 1.25; 1: 1.5 - 0.75 = 0.75
+  l = {2.0f, 1.5f, 0.0f};
+  s.Sample(l.data(), 3, {});
+  EXPECT_FLOAT_EQ(l[0], 2.0f - 0.5f - 2 * 0.25f);  // drawn twice
+  EXPECT_FLOAT_EQ(l[1], 1.5f - 0.5f - 0.25f);      // drawn once
+  EXPECT_FLOAT_EQ(l[2], 0.0f);
+}
+
+TEST(SamplerTest, PenaltyAndBiasBoundsAreChecked) {
+  SamplingParams p;
+  p.presence_penalty = 2.5f;
+  EXPECT_NE(std::string(ValidateSamplingParams(p).message()).find("presence_penalty"), std::string::npos);
+  p = {};
+  p.frequency_penalty = std::nanf("");
+  EXPECT_NE(std::string(ValidateSamplingParams(p).message()).find("frequency_penalty"), std::string::npos);
+  p = {};
+  p.logit_bias = {{5, 101.0f}};
+  EXPECT_NE(std::string(ValidateSamplingParams(p).message()).find("logit_bias"), std::string::npos);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(std::string(ValidateSamplingParams(p).message()).find("logit_bias"), std::string::npos);
+}
+
 TEST(StopMatcherTest, HoldsBackPossibleStopPrefixesAndCutsAtTheStop) {
   StopMatcher m({"END", "\n\n"});
   std::string out;

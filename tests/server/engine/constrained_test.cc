@@ -1,4 +1,4 @@
-// Constrained decoding in the engine: rows with and without a constraint in the same steps, each
+// Constrained decoding and n > 1 choices in the engine: rows with and without a constraint in the same steps, each
 // constrained text complete and of its schema, equal to GenerateText with the same seed; max_tokens
 // ends a constraint early with "length", a stop string still stops, and the prefix cache serves a
 // constrained request exactly as a cold one.
@@ -133,6 +133,68 @@ TEST(ConstrainedEngine, PrefixCacheHitGivesTheColdAnswer) {
   EXPECT_GT(warm.usage.cached_tokens, 0);
   EXPECT_EQ(warm.text, cold.text);
   ExpectOfSchema(cold.text);
+}
+
+// n > 1: one prefill, n forked continuations. Greedy: every choice is the n = 1 answer; sampled:
+// choice 0 is the n = 1 answer with the same seed and the others differ; constrained: each choice
+// is complete on its own.
+TEST(Choices, ForkedChoicesAfterOnePrefill) {
+  const Model m = Taylor(/*eos=*/-1);
+  auto engine = StartEngine(m, Options());
+  GenerateJob one = Job("", "Once upon a time", 12);
+  Outcome single = SubmitAsync(*engine, one).get();
+  ASSERT_TRUE(single.status.ok()) << single.status;
+  GenerateJob three = one;
+  three.n = 3;
+  Outcome greedy = SubmitAsync(*engine, three).get();
+  ASSERT_TRUE(greedy.status.ok()) << greedy.status;
+  ASSERT_EQ(greedy.choice_text.size(), 3u);
+  ASSERT_EQ(greedy.choice_reason.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(greedy.choice_text[i], single.text) << i;
+    EXPECT_EQ(greedy.choice_reason[i], "length") << i;
+  }
+  EXPECT_EQ(greedy.usage.prompt_tokens, single.usage.prompt_tokens);  // prefilled once
+  EXPECT_EQ(greedy.usage.completion_tokens, 3 * single.usage.completion_tokens);
+  EXPECT_TRUE(greedy.text.empty());  // n > 1 reports through on_choice_output only
+
+  one.sampling.temperature = 1.0f;
+  one.sampling.seed = 5;
+  Outcome sampled_one = SubmitAsync(*engine, one).get();
+  GenerateJob four = one;
+  four.n = 4;
+  Outcome sampled = SubmitAsync(*engine, four).get();
+  ASSERT_TRUE(sampled.status.ok()) << sampled.status;
+  ASSERT_EQ(sampled.choice_text.size(), 4u);
+  EXPECT_EQ(sampled.choice_text[0], sampled_one.text);
+  EXPECT_NE(sampled.choice_text[1], sampled.choice_text[0]);
+  EXPECT_NE(sampled.choice_text[2], sampled.choice_text[1]);
+}
+
+TEST(Choices, ConstrainedChoicesAreEachComplete) {
+  const Model m = Taylor();
+  auto schema = Compiled(m, {ConstraintSpec::Kind::kJsonSchema, kSchema});
+  auto engine = StartEngine(m, Options());
+  GenerateJob j = ConstrainedJob("JSON:", 200, 21, schema);
+  j.n = 4;
+  Outcome out = SubmitAsync(*engine, j).get();
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  ASSERT_EQ(out.choice_text.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out.choice_reason[i], "stop");
+    ExpectOfSchema(out.choice_text[i]);
+  }
+}
+
+TEST(Choices, NeedAnEphemeralSession) {
+  const Model m = Taylor();
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(testing::Create(*engine, "s").ok());
+  GenerateJob j = Job("s", "hello", 4);
+  j.n = 2;
+  Outcome out = SubmitAsync(*engine, j).get();
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(out.status.message()).find("n:"), std::string::npos) << out.status;
 }
 
 }  // namespace

@@ -45,6 +45,15 @@ std::future<Outcome> SubmitAsync(Engine& e, GenerateJob job) {
     outcome->logprobs.insert(outcome->logprobs.end(), logprobs.begin(), logprobs.end());
     if (user_output) user_output(text, ids, logprobs);
   };
+  job.on_choice_output = [outcome](int index, const std::string& text, const std::vector<int32_t>&,
+                                   const std::vector<TokenLogprobs>&) {
+    if (outcome->choice_text.size() <= size_t(index)) outcome->choice_text.resize(index + 1);
+    outcome->choice_text[index] += text;
+  };
+  job.on_choice_done = [outcome](int index, const std::string& reason) {
+    if (outcome->choice_reason.size() <= size_t(index)) outcome->choice_reason.resize(index + 1);
+    outcome->choice_reason[index] = reason;
+  };
   job.on_done = [outcome, promise](const absl::Status& st, const std::string& reason, const Usage& usage) {
     outcome->status = st;
     outcome->finish_reason = reason;

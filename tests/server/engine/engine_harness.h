@@ -35,6 +35,8 @@ struct Outcome {
   std::vector<int32_t> ids;
   std::vector<TokenLogprobs> logprobs;
   Usage usage;
+  // n > 1: each choice's text and finish_reason, by index.
+  std::vector<std::string> choice_text, choice_reason;
 };
 
 // Submits a job whose result is collected into the returned future.
