@@ -130,8 +130,8 @@ func (o *openAI) models(w http.ResponseWriter, r *http.Request) {
 	w.Write(append(body, '\n'))
 }
 
-// request is the union of the completions and chat request bodies; fields OpenAI defines that
-// Steady has no use for (user, presence_penalty 0, ...) are accepted and ignored.
+// request is the union of the completions and chat request bodies (checkFields, openai_fields.go,
+// has refused every field it does not list).
 type request struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
@@ -153,6 +153,12 @@ type request struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	SessionID        string          `json:"session_id"`
+	// Structured output and the other sampling fields (openai_fields.go).
+	ResponseFormat    json.RawMessage    `json:"response_format"`
+	Grammar           *string            `json:"grammar"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	TopK              *int32             `json:"top_k"`
 }
 
 type chatMessage struct {
@@ -212,20 +218,31 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 			fmt.Sprintf("The model `%s` does not exist; this server serves `%s` (GET /v1/models)", req.Model, model))
 		return nil
 	}
-	if req.N != nil && *req.N != 1 {
-		invalid(w, "n", fmt.Sprintf("n = %d: Steady generates one choice per request (n must be 1)", *req.N))
-		return nil
-	}
-	for name, v := range map[string]*float64{"frequency_penalty": req.FrequencyPenalty, "presence_penalty": req.PresencePenalty} {
-		if v != nil && *v != 0 {
-			invalid(w, name, name+" is not supported (0 only); steady.v1 has repetition_penalty")
+	g := &steadyv1.GenerateRequest{SessionId: req.SessionID, Temperature: 1, TopP: 1}
+	if req.N != nil {
+		if *req.N < 1 {
+			invalid(w, "n", fmt.Sprintf("n = %d: must be at least 1", *req.N))
 			return nil
 		}
+		g.N = int32(*req.N) // the server bounds it and refuses n > 1 with a session
 	}
-	g := &steadyv1.GenerateRequest{SessionId: req.SessionID, Temperature: 1, TopP: 1}
-	if !setLogprobs(w, chat, req, g) {
+	if req.FrequencyPenalty != nil {
+		g.FrequencyPenalty = float32(*req.FrequencyPenalty)
+	}
+	if req.PresencePenalty != nil {
+		g.PresencePenalty = float32(*req.PresencePenalty)
+	}
+	if req.RepetitionPenalty != nil {
+		g.RepetitionPenalty = float32(*req.RepetitionPenalty)
+	}
+	if req.TopK != nil {
+		g.TopK = *req.TopK
+	}
+	bias, ok := logitBias(w, req.LogitBias)
+	if !ok || !setResponseFormat(w, req.ResponseFormat, req.Grammar, g) || !setLogprobs(w, chat, req, g) {
 		return nil
 	}
+	g.LogitBias = bias
 	if g.SessionId == "" {
 		g.SessionId = r.Header.Get("X-Steady-Session")
 	}
@@ -417,8 +434,17 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
-	if err != nil || len(body) > maxBodyBytes {
-		invalid(w, "", "the request body is unreadable or larger than 16 MiB")
+	if err != nil {
+		invalid(w, "", "the request body is unreadable: "+err.Error())
+		return
+	}
+	if len(body) > maxBodyBytes {
+		writeOpenAIError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
+			fmt.Sprintf("the request body is larger than the %d bytes (16 MiB) a request may take; feed a longer input to a "+
+				"session in parts (docs/api.md, \"Long inputs\")", maxBodyBytes))
+		return
+	}
+	if !checkFields(w, chat, body) {
 		return
 	}
 	var req request
@@ -454,41 +480,58 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, logprobs: g.Logprobs, session: g.SessionId})
 		return
 	}
-	var text strings.Builder
-	text.WriteString(echo)
-	var last *steadyv1.GenerateResponse
-	var lps []*steadyv1.TokenLogprob
+	// Each choice's text, log-probabilities and finish_reason, by index (n > 1: messages interleave).
+	n := int(g.N)
+	if n < 1 {
+		n = 1
+	}
+	texts := make([]strings.Builder, n)
+	lps := make([][]*steadyv1.TokenLogprob, n)
+	reasons := make([]string, n)
+	var usage *steadyv1.Usage
 	for err == nil {
 		var m *steadyv1.GenerateResponse
 		m, err = stream.Recv()
 		if err != nil {
 			break
 		}
-		text.WriteString(m.Text)
-		lps = append(lps, m.Logprobs...)
+		i := int(m.Index)
+		if i < 0 || i >= n {
+			err = status.Errorf(codes.Internal, "a message for choice %d of %d", i, n)
+			break
+		}
+		texts[i].WriteString(m.Text)
+		lps[i] = append(lps[i], m.Logprobs...)
 		if m.FinishReason != "" {
-			last = m
+			reasons[i] = m.FinishReason
+		}
+		if m.Usage != nil {
+			usage = m.Usage
 		}
 	}
-	if err != io.EOF || last == nil {
-		if err == io.EOF {
-			err = status.Error(codes.Internal, "the stream ended without a last message")
-		}
+	if err == io.EOF && usage == nil {
+		err = status.Error(codes.Internal, "the stream ended without a last message")
+	}
+	if err != io.EOF {
 		code, typ, errCode := grpcToOpenAI(err)
 		writeOpenAIError(w, code, typ, "", errCode, status.Convert(err).Message())
 		return
 	}
-	choice := map[string]interface{}{"index": 0, "logprobs": nil, "finish_reason": finishReason(last.FinishReason)}
-	if g.Logprobs {
-		choice["logprobs"] = logprobsJSON(chat, lps, len(echo))
-	}
-	if chat {
-		choice["message"] = map[string]interface{}{"role": "assistant", "content": text.String()}
-	} else {
-		choice["text"] = text.String()
+	choices := []interface{}{}
+	for i := 0; i < n; i++ {
+		choice := map[string]interface{}{"index": i, "logprobs": nil, "finish_reason": finishReason(reasons[i])}
+		if g.Logprobs {
+			choice["logprobs"] = logprobsJSON(chat, lps[i], len(echo))
+		}
+		if chat {
+			choice["message"] = map[string]interface{}{"role": "assistant", "content": texts[i].String()}
+		} else {
+			choice["text"] = echo + texts[i].String()
+		}
+		choices = append(choices, choice)
 	}
 	resp := map[string]interface{}{"id": id, "object": object, "created": created, "model": model,
-		"choices": []interface{}{choice}, "usage": usageJSON(last.Usage)}
+		"choices": choices, "usage": usageJSON(usage)}
 	if g.SessionId != "" {
 		resp["session_id"] = g.SessionId
 	}
@@ -526,14 +569,19 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 			flusher.Flush()
 		}
 	}
-	offset := len(c.echo) // completions' text_offset
-	chunk := func(text string, finish interface{}, first bool, lps []*steadyv1.TokenLogprob) map[string]interface{} {
-		choice := map[string]interface{}{"index": 0, "logprobs": nil, "finish_reason": finish}
+	offsets := map[int32]int{} // completions' text_offset, per choice
+	chunk := func(index int32, text string, finish interface{}, first bool, lps []*steadyv1.TokenLogprob) map[string]interface{} {
+		choice := map[string]interface{}{"index": index, "logprobs": nil, "finish_reason": finish}
 		if c.logprobs && len(lps) > 0 {
+			offset, seen := offsets[index]
+			if !seen {
+				offset = len(c.echo)
+			}
 			choice["logprobs"] = logprobsJSON(chat, lps, offset)
 			for _, l := range lps {
 				offset += len(l.Token)
 			}
+			offsets[index] = offset
 		}
 		if chat {
 			delta := map[string]interface{}{}
@@ -554,7 +602,7 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 		}
 		return out
 	}
-	first := true
+	startedChoice := map[int32]bool{} // each choice's first chunk carries the role (chat) or the echo
 	var usage *steadyv1.Usage
 	for err == nil {
 		var m *steadyv1.GenerateResponse
@@ -562,18 +610,21 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 		if err != nil {
 			break
 		}
+		if m.Usage != nil {
+			usage = m.Usage
+		}
 		var finish interface{}
 		if m.FinishReason != "" {
 			finish = finishReason(m.FinishReason)
-			usage = m.Usage
 		}
+		first := !startedChoice[m.Index]
 		text := m.Text
 		if first {
 			text = c.echo + text // completions' echo: the prompt comes first
 		}
-		if text != "" || finish != nil || first || (c.logprobs && len(m.Logprobs) > 0) {
-			send(chunk(text, finish, first, m.Logprobs))
-			first = false
+		if text != "" || finish != nil || (first && m.Usage == nil) || (c.logprobs && len(m.Logprobs) > 0) {
+			send(chunk(m.Index, text, finish, first, m.Logprobs))
+			startedChoice[m.Index] = true
 		}
 	}
 	if err != io.EOF {
@@ -591,7 +642,7 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 		return
 	}
 	if c.includeUsage && usage != nil {
-		last := chunk("", nil, false, nil)
+		last := chunk(0, "", nil, false, nil)
 		last["choices"] = []interface{}{}
 		last["usage"] = usageJSON(usage)
 		send(last)
