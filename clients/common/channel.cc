@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
+#include "base/status.h"
 
 namespace steady {
 
@@ -64,6 +65,8 @@ absl::StatusOr<ChannelOptions> ChannelOptionsFromFlags(const Flags& flags, std::
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ChannelOptions& o, const grpc::ChannelArguments& args) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments channel_args = args;
+  channel_args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  channel_args.SetMaxSendMessageSize(kMaxMessageBytes);
   if (!o.tls_ca.empty()) {
     grpc::SslCredentialsOptions tls;
     auto ca = ReadWholeFile(o.tls_ca);

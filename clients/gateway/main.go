@@ -98,7 +98,9 @@ func main() {
 	unary, stream := upstreamInterceptors(upstreamMode)
 
 	// Dialing is lazy: the gateway starts before the server is up and reconnects when it restarts.
-	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream))
+	// The message limit steady-server sets (base/status.h's kMaxMessageBytes), not gRPC's 4 MiB.
+	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)
 		os.Exit(1)

@@ -33,6 +33,7 @@ const (
 	defaultCompletionTokens = 16
 	defaultChatTokens       = 256
 	maxBodyBytes            = 16 << 20
+	maxMessageBytes         = 32 << 20 // steady-server's gRPC message limit (base/status.h)
 	maxTopLogprobs          = 20
 )
 
@@ -90,6 +91,9 @@ func grpcToOpenAI(err error) (int, string, string) {
 	case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists:
 		return http.StatusConflict, "invalid_request_error", ""
 	case codes.ResourceExhausted:
+		if tooLarge(s.Message()) {
+			return http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"
+		}
 		return http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded"
 	case codes.Unavailable:
 		return http.StatusServiceUnavailable, "server_error", ""
@@ -99,6 +103,12 @@ func grpcToOpenAI(err error) (int, string, string) {
 		return 499, "server_error", ""
 	}
 	return http.StatusInternalServerError, "server_error", ""
+}
+
+// tooLarge tells gRPC's own refusal of a message over the limit (RESOURCE_EXHAUSTED, "... larger than
+// max (N vs. M)") from a quota or a full queue: retrying it can never succeed, so it is no 429.
+func tooLarge(message string) bool {
+	return strings.Contains(message, "larger than max")
 }
 
 func randomID(prefix string) string {

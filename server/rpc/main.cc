@@ -295,6 +295,10 @@ absl::Status Run(int argc, char** argv) {
   const std::string address = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", *port)
                                                                    : absl::StrCat(host, ":", *port);
   builder.AddListeningPort(address, *credentials, &bound_port);
+  // One deliberate message limit instead of gRPC's default 4 MiB (docs/api.md, "Limits"): room for
+  // the gateway's 16 MiB bodies; a longer input goes to a session in parts.
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
