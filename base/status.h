@@ -21,12 +21,6 @@ absl::Status WithContext(const absl::Status& s, const std::string& context);
 // ENOENT, RESOURCE_EXHAUSTED for a full disk (ENOSPC, EDQUOT), INTERNAL otherwise.
 absl::Status ErrnoError(const std::string& what, const std::string& path);
 
-// The largest gRPC message steady-server, steady-cli, steady-loadtest and steady-gateway send or take
-// (gRPC's default is 4 MiB): room for a 16 MiB prompt, the gateway's largest body, twice over. A
-// message over it is RESOURCE_EXHAUSTED from gRPC itself, which the gateway answers with 413, never
-// 429 (docs/api.md, "Limits"); longer inputs go to a session in parts.
-inline constexpr int kMaxMessageBytes = 32 << 20;
-
 }  // namespace steady
 
 #endif  // STEADY_BASE_STATUS_H_

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
-#include "base/status.h"
 
 namespace steady {
 

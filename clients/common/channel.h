@@ -25,6 +25,13 @@ struct ChannelOptions {
                                 // (default: the host of addr)
 };
 
+// The largest gRPC message steady-server and its clients (steady-cli, steady-loadtest; the gateway's
+// maxMessageBytes) send or take, instead of gRPC's default 4 MiB: room for a 16 MiB prompt, the
+// gateway's largest body, twice over. steady-server sets the same (server/rpc/main.cc). A message
+// over it is RESOURCE_EXHAUSTED from gRPC itself, which the gateway answers with 413, never 429
+// (docs/api.md, "Limits"); longer inputs go to a session in parts.
+inline constexpr int kMaxMessageBytes = 32 << 20;
+
 // The flags ChannelOptionsFromFlags reads, for a program's FlagSpec, and their usage lines.
 inline const std::set<std::string> kChannelFlags = {"api-key", "tls-ca", "tls-cert", "tls-key", "tls-server-name"};
 inline constexpr char kChannelUsage[] =

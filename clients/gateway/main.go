@@ -98,7 +98,7 @@ func main() {
 	unary, stream := upstreamInterceptors(upstreamMode)
 
 	// Dialing is lazy: the gateway starts before the server is up and reconnects when it restarts.
-	// The message limit steady-server sets (base/status.h's kMaxMessageBytes), not gRPC's 4 MiB.
+	// The message limit steady-server sets (clients/common/channel.h's kMaxMessageBytes), not gRPC's 4 MiB.
 	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
 	if err != nil {

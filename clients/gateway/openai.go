@@ -33,7 +33,7 @@ const (
 	defaultCompletionTokens = 16
 	defaultChatTokens       = 256
 	maxBodyBytes            = 16 << 20
-	maxMessageBytes         = 32 << 20 // steady-server's gRPC message limit (base/status.h)
+	maxMessageBytes         = 32 << 20 // steady-server's gRPC message limit (clients/common/channel.h)
 	maxTopLogprobs          = 20
 )
 

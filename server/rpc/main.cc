@@ -297,6 +297,7 @@ absl::Status Run(int argc, char** argv) {
   builder.AddListeningPort(address, *credentials, &bound_port);
   // One deliberate message limit instead of gRPC's default 4 MiB (docs/api.md, "Limits"): room for
   // the gateway's 16 MiB bodies; a longer input goes to a session in parts.
+  constexpr int kMaxMessageBytes = 32 << 20;  // as clients/common/channel.h's, and the gateway's
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);
