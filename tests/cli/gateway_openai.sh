@@ -109,14 +109,74 @@ check "echo puts the prompt in front" 200 POST /v1/completions \
   '{"model": "model", "prompt": "This License", "max_tokens": 3, "echo": true}' -- \
   'b["choices"][0]["text"].startswith("This License") and len(b["choices"][0]["text"]) > len("This License")'
 
+# n choices: one prefill, the state forked; at temperature 0 the choices agree.
+check "n = 3, greedy: three choices, indices 0..2, the same text" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "This License applies", "max_tokens": 12, "temperature": 0, "n": 3}' -- \
+  "[c['index'] for c in b['choices']] == [0, 1, 2] and all(c['text'] == $native and c['finish_reason'] == 'length' for c in b['choices']) and b['usage']['completion_tokens'] == 36"
+sse /v1/chat/completions "{\"model\": \"model\", $chat, \"max_tokens\": 10, \"temperature\": 1, \"seed\": 3, \"n\": 2, \"stream\": true}"
+check_sse "n = 2 streamed: chunks of both choices, each with its role first and its finish_reason" "
+idx = sorted({e['choices'][0]['index'] for e in events})
+assert idx == [0, 1], idx
+for i in idx:
+    mine = [e['choices'][0] for e in events if e['choices'][0]['index'] == i]
+    assert mine[0]['delta'].get('role') == 'assistant', mine[0]
+    assert mine[-1]['finish_reason'] in ('stop', 'length') and all(m['finish_reason'] is None for m in mine[:-1])"
+
+# Structured output: the answer is of the schema / grammar even at temperature 1 from random weights.
+schema='{"type": "object", "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green"]}}, "required": ["ok", "color"], "additionalProperties": false}'
+for seed in 1 2 3; do
+  check "json_schema, seed $seed: the answer parses and is of the schema" 200 POST /v1/chat/completions \
+    "{\"model\": \"model\", $chat, \"max_tokens\": 64, \"temperature\": 1, \"seed\": $seed, \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"s\", \"strict\": true, \"schema\": $schema}}}" -- \
+    "b['choices'][0]['finish_reason'] == 'stop' and (lambda j: sorted(j) == ['color', 'ok'] and isinstance(j['ok'], bool) and j['color'] in ('red', 'green'))(json.loads(b['choices'][0]['message']['content']))"
+done
+check "a grammar: the text is of its language" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "Answer:", "max_tokens": 20, "temperature": 1, "seed": 4, "n": 4, "grammar": "root ::= (\"yes\" | \"no\") \".\""}' -- \
+  "all(c['text'] in ('yes.', 'no.') and c['finish_reason'] == 'stop' for c in b['choices'])"
+
+# logit_bias: +100 forces a token at every step, -100 bans the greedy one.
+check "logit_bias +100 forces token 300 at every step, at temperature 1" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "This License applies", "max_tokens": 6, "temperature": 1, "seed": 9, "logprobs": 1, "logit_bias": {"300": 100}}' -- \
+  "len(b['choices'][0]['logprobs']['tokens']) == 6 and len(set(b['choices'][0]['logprobs']['tokens'])) == 1"
+greedy_id=$(python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)['result'] if l.strip() else {}
+    ids = r.get('token_ids', r.get('tokenIds', []))
+    if ids:
+        print(ids[0]); break" "$tmp/native.jsonl")
+check "logit_bias -100 bans the greedy token $greedy_id" 200 POST /v1/completions \
+  "{\"model\": \"model\", \"prompt\": \"This License applies\", \"max_tokens\": 12, \"temperature\": 0, \"logit_bias\": {\"$greedy_id\": -100}}" -- \
+  "b['choices'][0]['text'] != $native"
+check "presence and frequency penalties are taken" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "This License applies", "max_tokens": 8, "presence_penalty": 1.5, "frequency_penalty": 0.5}' -- \
+  "b['usage']['completion_tokens'] == 8"
+
 # Errors: OpenAI's shape, {"error": {"message", "type", "param", "code"}}.
 err='isinstance(b["error"]["message"], str) and b["error"]["message"] and "type" in b["error"] and "param" in b["error"] and "code" in b["error"]'
 check "unknown model: 404 model_not_found" 404 POST /v1/chat/completions \
   '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}' -- \
   "$err and b['error']['code'] == 'model_not_found' and 'gpt-4o' in b['error']['message']"
-check "n > 1: 400 naming n" 400 POST /v1/chat/completions \
-  '{"model": "model", "messages": [{"role": "user", "content": "hi"}], "n": 3}' -- \
+check "n = 0: 400 naming n" 400 POST /v1/chat/completions \
+  '{"model": "model", "messages": [{"role": "user", "content": "hi"}], "n": 0}' -- \
   "$err and b['error']['param'] == 'n' and b['error']['type'] == 'invalid_request_error'"
+check "n > 1 with a session: 400 naming n" 400 POST /v1/chat/completions \
+  '{"model": "model", "session_id": "chat", "messages": [{"role": "user", "content": "hi"}], "n": 2}' -- \
+  "$err and 'n' in b['error']['message']"
+check "an unknown field: 400 naming it" 400 POST /v1/chat/completions \
+  '{"model": "model", "messages": [{"role": "user", "content": "hi"}], "temprature": 0.5}' -- \
+  "$err and b['error']['param'] == 'temprature'"
+check "tools: 400 naming tools" 400 POST /v1/chat/completions \
+  '{"model": "model", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}' -- \
+  "$err and b['error']['param'] == 'tools' and 'tool calling' in b['error']['message']"
+check "an invalid JSON Schema: 400 naming the problem" 400 POST /v1/chat/completions \
+  '{"model": "model", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "widget"}}}}' -- \
+  "$err and 'widget' in b['error']['message']"
+check "an invalid grammar: 400" 400 POST /v1/completions \
+  '{"model": "model", "prompt": "x", "grammar": "root ::= missing"}' -- "$err and 'missing' in b['error']['message']"
+python3 -c "import sys; sys.stdout.write('{\"model\": \"model\", \"prompt\": \"' + 'a' * (17 << 20) + '\"}')" > "$tmp/big.json"
+got=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 60 --data-binary @"$tmp/big.json" "$url/v1/completions")
+[ "$got" = 413 ] && grep -q request_too_large "$tmp/body" && pass "a 17 MiB body: 413 request_too_large, not 429" ||
+  fail "a 17 MiB body: HTTP $got $(head -c 300 "$tmp/body")"
 check "bad JSON: 400" 400 POST /v1/completions '{"model": "model", "prompt": ' -- "$err and 'JSON' in b['error']['message']"
 long=$(python3 -c "print(' '.join(['license'] * 400))")
 check "a prompt over the limit: 400 naming the limit" 400 POST /v1/completions \
