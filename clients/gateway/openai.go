@@ -230,8 +230,8 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 	}
 	g := &steadyv1.GenerateRequest{SessionId: req.SessionID, Temperature: 1, TopP: 1}
 	if req.N != nil {
-		if *req.N < 1 {
-			invalid(w, "n", fmt.Sprintf("n = %d: must be at least 1", *req.N))
+		if *req.N < 1 || *req.N > 1<<20 { // the server's own bound (16) is in its message
+			invalid(w, "n", fmt.Sprintf("n = %d: must be in [1, 16]", *req.N))
 			return nil
 		}
 		g.N = int32(*req.N) // the server bounds it and refuses n > 1 with a session

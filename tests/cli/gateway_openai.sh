@@ -144,9 +144,13 @@ for l in open(sys.argv[1]):
     ids = r.get('token_ids', r.get('tokenIds', []))
     if ids:
         print(ids[0]); break" "$tmp/native.jsonl")
+check "greedy, its first token" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "This License applies", "max_tokens": 1, "temperature": 0, "logprobs": 1}' -- \
+  "b['choices'][0]['text'] == b['choices'][0]['logprobs']['tokens'][0]"
+greedy_token=$(python3 -c "import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['choices'][0]['logprobs']['tokens'][0]))" "$tmp/body")
 check "logit_bias -100 bans the greedy token $greedy_id" 200 POST /v1/completions \
-  "{\"model\": \"model\", \"prompt\": \"This License applies\", \"max_tokens\": 12, \"temperature\": 0, \"logit_bias\": {\"$greedy_id\": -100}}" -- \
-  "b['choices'][0]['text'] != $native"
+  "{\"model\": \"model\", \"prompt\": \"This License applies\", \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 1, \"logit_bias\": {\"$greedy_id\": -100}}" -- \
+  "b['choices'][0]['logprobs']['tokens'][0] != $greedy_token and $native.startswith($greedy_token)"
 check "presence and frequency penalties are taken" 200 POST /v1/completions \
   '{"model": "model", "prompt": "This License applies", "max_tokens": 8, "presence_penalty": 1.5, "frequency_penalty": 0.5}' -- \
   "b['usage']['completion_tokens'] == 8"
