@@ -181,6 +181,13 @@ python3 -c "import sys; sys.stdout.write('{\"model\": \"model\", \"prompt\": \"'
 got=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 60 --data-binary @"$tmp/big.json" "$url/v1/completions")
 [ "$got" = 413 ] && grep -q request_too_large "$tmp/body" && pass "a 17 MiB body: 413 request_too_large, not 429" ||
   fail "a 17 MiB body: HTTP $got $(head -c 300 "$tmp/body")"
+# 9 MB: past gRPC's default 4 MiB message limit (once a 429), within the 32 MiB one: the server's
+# own prompt limit answers.
+python3 -c "import sys; sys.stdout.write('{\"model\": \"model\", \"prompt\": \"' + 'license ' * (9 << 17) + '\"}')" > "$tmp/big.json"
+got=$(curl -s -o "$tmp/body" -w '%{http_code}' --max-time 120 --data-binary @"$tmp/big.json" "$url/v1/completions")
+[ "$got" = 400 ] && grep -q max_prompt_tokens "$tmp/body" && pass "a 9 MB prompt: 400 naming max_prompt_tokens, not a gRPC size 429" ||
+  fail "a 9 MB prompt: HTTP $got $(head -c 300 "$tmp/body")"
+rm -f "$tmp/big.json"
 check "bad JSON: 400" 400 POST /v1/completions '{"model": "model", "prompt": ' -- "$err and 'JSON' in b['error']['message']"
 long=$(python3 -c "print(' '.join(['license'] * 400))")
 check "a prompt over the limit: 400 naming the limit" 400 POST /v1/completions \
