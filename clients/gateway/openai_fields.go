@@ -3,7 +3,7 @@ package main
 // The OpenAI request fields steady-gateway knows (docs/api.md, "Every OpenAI field"): every field of
 // OpenAI's completions and chat completions requests, each implemented or refused with a 400 that
 // names it (never ignored), and Steady's extensions. A field outside this table is refused too: a
-// typo must not silently change a request. tests/node/openai_fields.cjs walks the official openai
+// typo must not silently change a request. tests/node/openai_client.cjs walks the official openai
 // package's field lists against this table.
 
 import (
