@@ -3,18 +3,23 @@
 127.0.0.1: redis-server, 3 steady-server replicas, nginx, steady-gateway (tests/python/replicas.py).
 
   failover    32 sessions x 20 turns through nginx; kill -9 the replica holding the most sessions
-              midway. Every turn completes (a failed turn is retried once, after the dead replica's
-              lease, with expected_position so it is never applied twice) and is counted; final
-              positions equal the acknowledged turns'; greedy text equals a single-server reference.
-  rolling     the same load while each replica in turn gets SIGTERM and is restarted: no failed turn.
+              midway. No call is refused: the next replica waits for the dead one's lease and takes
+              the session over. The one thing no balancer can hide is a stream the dead replica had
+              begun: such a turn (and only such a turn) is resent once, with expected_position so it is
+              never applied twice. Every turn is counted; final positions equal the acknowledged
+              turns'; greedy text equals a single-server reference. Failover time p50/p99 reported.
+  rolling     the same load while each replica in turn gets SIGTERM and is restarted: no failed turn,
+              no retry.
   splitbrain  a replica paused (SIGSTOP) mid-turn past its lease; another replica takes the session
               over and goes on; the paused one resumes and finishes its turn: its write is refused by
               the epoch check (the call fails with UNAVAILABLE) and the session keeps the newer history.
-  redis       Redis killed and restarted under load: calls that cannot be made durable fail with
-              UNAVAILABLE naming the store and are retried; nothing acknowledged is lost.
+  redis       Redis killed and restarted under load: calls and commits wait for it (--takeover-wait-ms);
+              no failed turn, no retry, nothing acknowledged lost.
   gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses);
-              ListSessions through nginx lists every replica's sessions.
-  loadtest    steady-loadtest --retries through nginx while a replica is killed: no failed turn.
+              ListSessions through nginx lists every replica's sessions; then kill -9 of a replica
+              under HTTP load (/v1/generate and /v1/completions): no refused request.
+  loadtest    steady-loadtest --retries 0 through nginx while a replica is killed: every failed turn
+              is a stream the killed replica had begun; every other turn succeeds.
 
 Usage: replicas_test.py BIN_DIR SOURCE_DIR [SCENARIO ...]   (default: all)
 Prints one line per scenario and the figures (failover time p50/p99) as JSON lines prefixed "figure:".
@@ -39,11 +44,14 @@ WORDS = "the license software free you may copy work source code terms of any pr
 
 
 def retryable(code, message):
-    """What a client sees when a replica dies under it, drains, or cannot take a session yet:
-    UNAVAILABLE, a call the stopping server cancelled (CANCELLED; this client cancels none), or a
-    stream nginx cut when its replica died (INTERNAL, RST_STREAM). expected_position makes each safe
-    to retry (steady-loadtest --retries retries the same)."""
+    """What a client sees when a replica dies under it: UNAVAILABLE, a call the stopping server
+    cancelled (CANCELLED; this client cancels none), or a stream nginx cut when its replica died
+    (INTERNAL, RST_STREAM). expected_position makes each safe to retry (steady-loadtest --retries
+    retries the same)."""
     return code in ("UNAVAILABLE", "CANCELLED") or (code == "INTERNAL" and "RST_STREAM" in message)
+
+
+
 
 
 def prompt(session, turn):
@@ -80,7 +88,7 @@ class Client:
                 time.sleep(0.25)
 
     def turn(self, sid, text, expected=None, max_tokens=MAX_TOKENS, timeout=60):
-        """(code name, text, usage or None)."""
+        """(code name, text or error message, usage or None, messages received)."""
         req = self.pb.GenerateRequest(session_id=sid, prompt=text, max_tokens=max_tokens)
         if expected is not None:
             req.expected_position.value = expected
@@ -90,13 +98,14 @@ class Client:
                 out.append(m.text)
                 if m.finish_reason:
                     usage = m.usage
-            return "OK", "".join(out), usage
+            return "OK", "".join(out), usage, len(out)
         except self.grpc.RpcError as e:
-            return e.code().name, e.details(), None
+            return e.code().name, e.details(), None, len(out)
 
 
 class SessionLoad:
-    """One session's turns with one retry each; what it saw."""
+    """One session's turns, a failed one resent while `retryable(code, message, messages received)`
+    (at most max_retries times); what it saw."""
 
     def __init__(self, client, sid, index, retry_wait_s, retryable, max_retries=1):
         self.client, self.sid, self.index = client, sid, index
@@ -105,6 +114,7 @@ class SessionLoad:
         self.texts = {}            # turn -> text, acknowledged turns
         self.unacknowledged = []   # turns applied whose last message never came
         self.failed = []           # (turn, code, message)
+        self.attempts_failed = []  # (turn, code, message, messages received, sent at, failed at), retried or not
         self.retried = 0
         self.first_ok_after = {}   # event name -> time of this session's first acknowledged turn after it
 
@@ -112,13 +122,17 @@ class SessionLoad:
         for t in range(1, turns + 1):
             if pause:
                 pause(t)
-            code, text, usage = self.client.turn(self.sid, prompt(self.index, t), expected=self.position)
             attempt = 0
-            while self.retryable(code, text) and attempt < self.max_retries:
+            while True:
+                sent = time.time()
+                code, text, usage, streamed = self.client.turn(self.sid, prompt(self.index, t), expected=self.position)
+                if code != "OK":
+                    self.attempts_failed.append((t, code, text, streamed, sent, time.time()))
+                if not self.retryable(code, text) or attempt >= self.max_retries:
+                    break
                 attempt += 1
                 self.retried += attempt == 1
                 time.sleep(self.retry_wait_s)
-                code, text, usage = self.client.turn(self.sid, prompt(self.index, t), expected=self.position)
             if attempt and code == "ABORTED":
                 # expected_position refused the retry: an earlier attempt was applied, unacknowledged.
                 position = self.client.get(self.sid).position
@@ -148,7 +162,7 @@ def reference_texts(bin_dir, model, work, turns):
             sid = "ref%d" % s
             c.create(sid)
             for t in range(1, turns + 1):
-                code, text, _ = c.turn(sid, prompt(s, t))
+                code, text, _, _ = c.turn(sid, prompt(s, t))
                 assert code == "OK", (code, text)
                 out[(s, t)] = text
         return out
@@ -216,9 +230,10 @@ def kill_busiest(t, moved, killed_at, after=0.4, turns=TURNS):
     def during(events, loads):
         while sum(len(l.texts) for l in loads) < SESSIONS * turns * after:
             time.sleep(0.02)
+        leases = replicas.lease_holders(t)
         holders = {}
         for l in loads:
-            holders.setdefault(replicas.lease_holder(t, l.sid), []).append(l)
+            holders.setdefault(leases.get(l.sid), []).append(l)
         victim = max((h for h in holders if h), key=lambda h: len(holders[h]))
         moved.extend(holders[victim])
         t.kill(victim)
@@ -226,17 +241,43 @@ def kill_busiest(t, moved, killed_at, after=0.4, turns=TURNS):
     return during
 
 
+def in_flight_at_kill(loads, moved, killed_at):
+    """Problems: failed calls that were not in flight on the killed replica when it died (sent before
+    the kill, on a session it held). Those are the only calls a kill -9 may fail: nginx cannot resend
+    a gRPC call it has passed on. Returns (problems, number of failed calls)."""
+    problems, failed = [], 0
+    moved_ids = {l.sid for l in moved}
+    for l in loads:
+        for turn, code, message, streamed, sent, _ in l.attempts_failed:
+            failed += 1
+            if l.sid not in moved_ids or sent > killed_at.get("t", 0):
+                problems.append("%s turn %d (%s, sent %+.2f s after the kill): %s %s"
+                                % (l.sid, turn, "the killed replica's" if l.sid in moved_ids else "another replica's",
+                                   sent - killed_at.get("t", 0), code, message))
+    return problems, failed
+
+
 def scenario_failover(t, reference):
-    retry_wait = t.lease_ms / 1000 + 0.5
     moved, killed_at = [], {}
     during = kill_busiest(t, moved, killed_at)
-    client, loads = run_load(t, t.nginx_addr, TURNS, retry_wait, retryable, during, prefix="f")
+    # A call the killed replica had in flight is resent once, at once; no other call may fail.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="f")
     ok = check_load("failover", client, loads, reference, TURNS)
+    problems, failed = in_flight_at_kill(loads, moved, killed_at)
+    if "t" not in killed_at:
+        problems.append("no replica was killed")
     failover = [l.first_ok_after["kill"] - killed_at["t"] for l in moved if "kill" in l.first_ok_after]
+    if moved and len(failover) < len(moved):
+        problems.append("%d of %d moved sessions acknowledged no turn after the kill: it came too late"
+                        % (len(moved) - len(failover), len(moved)))
+    print("failover: %d sessions moved; %d calls failed, each in flight on the killed replica, resent once; %d problems"
+          % (len(moved), failed, len(problems)), flush=True)
+    for p in problems[:20]:
+        print("FAIL - " + p)
     print("figure: " + json.dumps({"figure": "failover_seconds", "moved_sessions": len(moved),
                                    "p50": percentile(failover, 50), "p99": percentile(failover, 99),
-                                   "lease_ms": t.lease_ms}), flush=True)
-    return ok
+                                   "in_flight_failed": failed, "lease_ms": t.lease_ms}), flush=True)
+    return ok and not problems
 
 
 def scenario_rolling(t, reference):
@@ -248,9 +289,9 @@ def scenario_rolling(t, reference):
                 print("FAIL - replica%d exited with %d after SIGTERM" % (i, rc))
             t.start_replica(i)
 
-    # A turn refused while its replica restarts (UNAVAILABLE, or a moment when nginx has marked every
-    # replica failed) is retried, up to 5 times half a second apart: none may fail.
-    client, loads = run_load(t, t.nginx_addr, TURNS, 0.5, retryable, during, prefix="r", max_retries=5)
+    # No retries: a draining replica stops listening, so nginx sends new calls elsewhere, and lets
+    # each session go once its running turn is acknowledged; the other replicas take them over.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="r", max_retries=0)
     return check_load("rolling restart", client, loads, reference, TURNS)
 
 
@@ -260,7 +301,7 @@ def scenario_splitbrain(t, reference):
     a = Client(t.replica_addr(0))
     b = Client(t.replica_addr(1))
     a.create(sid)
-    code, _, usage = a.turn(sid, prompt(0, 1))
+    code, _, usage, _ = a.turn(sid, prompt(0, 1))
     assert code == "OK", code
     result = {}
 
@@ -272,11 +313,11 @@ def scenario_splitbrain(t, reference):
     time.sleep(0.3)
     t.signal("replica0", signal.SIGSTOP)
     time.sleep(t.lease_ms / 1000 + 1.0)  # A's lease lapses; it cannot renew while paused
-    code_b, text_b, usage_b = b.turn(sid, prompt(0, 2), expected=usage.session_position)
-    code_b2, _, usage_b2 = b.turn(sid, prompt(0, 3), expected=usage_b.session_position if usage_b else None)
+    code_b, text_b, usage_b, _ = b.turn(sid, prompt(0, 2), expected=usage.session_position)
+    code_b2, _, usage_b2, _ = b.turn(sid, prompt(0, 3), expected=usage_b.session_position if usage_b else None)
     t.signal("replica0", signal.SIGCONT)
     th.join(120)
-    code_a, msg_a, _ = result.get("a", ("none", "", None))
+    code_a, msg_a, _, _ = result.get("a", ("none", "", None, 0))
     final = b.get(sid).position
     problems = []
     if code_b != "OK" or code_b2 != "OK":
@@ -303,9 +344,8 @@ def scenario_redis(t, reference):
         time.sleep(1.0)
         t.start_redis()
 
-    # While Redis is down every turn fails with UNAVAILABLE naming the store (documented); clients
-    # retry until it is back: up to 10 times, a second apart.
-    client, loads = run_load(t, t.nginx_addr, TURNS, 1.0, retryable, during, prefix="d", max_retries=10)
+    # No retries: while Redis is away, calls and the commits of finished turns wait for it.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="d", max_retries=0)
     return check_load("redis restart", client, loads, reference, TURNS)
 
 
@@ -321,7 +361,7 @@ def scenario_gateway(t, reference):
     for turn in range(1, 5):
         for s, sid in enumerate(sids):
             if turn % 2:
-                code, text, _ = c.turn(sid, prompt(s, turn))
+                code, text, _, _ = c.turn(sid, prompt(s, turn))
                 if code != "OK":
                     problems.append("%s turn %d over gRPC: %s %s" % (sid, turn, code, text))
                     continue
@@ -350,37 +390,87 @@ def scenario_gateway(t, reference):
     return not problems
 
 
+LOADTEST_ARGS = ["--sessions", str(SESSIONS), "--turns", str(TURNS), "--prompt-tokens", "fixed:16",
+                 "--output-tokens", "fixed:8", "--tokens-per-word", "1.5", "--seed", "7"]
+
+
+def run_loadtest(t, addr, out, extra=()):
+    return subprocess.Popen([os.path.join(t.bin_dir, "steady-loadtest"), "--addr", addr, "--json", out]
+                            + LOADTEST_ARGS + list(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def scenario_loadtest(t, reference):
-    """steady-loadtest --retries through nginx while a replica is killed: no turn fails, and the
-    report counts the retried ones."""
+    """steady-loadtest --retries 0 through nginx; the replica holding the most sessions is killed
+    midway. The only turns that may fail are the calls the killed replica had in flight (nginx cannot
+    resend a gRPC call it has passed on); every turn sent after the kill succeeds, waiting for the
+    takeover; no acknowledged turn is lost; every session's turns up to its failed one have the text a
+    single server gives (the same prompts, seeded)."""
+    server = steady_grpc.Server(t.bin_dir, os.path.join(t.work, "reference-loadtest.log"),
+                                ["--model", t.model, "--session-dir", os.path.join(t.work, "reference-loadtest")])
+    try:
+        ref_out = os.path.join(t.work, "reference-loadtest.json")
+        ref = run_loadtest(t, "127.0.0.1:%d" % server.port, ref_out)
+        ref.communicate(timeout=300)
+        hashes = {(r["session"], r["turn"]): r["output_hash"] for r in json.load(open(ref_out))["requests"]}
+    finally:
+        server.kill()
     out = os.path.join(t.work, "loadtest.json")
-    sessions, turns = 16, 40
-    proc = subprocess.Popen([os.path.join(t.bin_dir, "steady-loadtest"), "--addr", t.nginx_addr, "--sessions",
-                             str(sessions), "--turns", str(turns), "--prompt-tokens", "fixed:16", "--output-tokens",
-                             "fixed:8", "--retries", "5", "--retry-backoff-ms", "500", "--json", out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim = None
+    proc = run_loadtest(t, t.nginx_addr, out, ["--retries", "0"])
+    holders, victim = {}, None
     deadline = time.time() + 60
-    while victim is None and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.3)
-        victim = replicas.busiest_replica(t)
-    if victim:
+    while not holders and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        holders = replicas.lease_holders(t)
+    time.sleep(1.0)  # well inside the load (about 6 s here)
+    holders = replicas.lease_holders(t)
+    counts = {}
+    for h in holders.values():
+        counts[h] = counts.get(h, 0) + 1
+    if counts:
+        victim = max(counts, key=counts.get)
         t.kill(victim)
+    killed = time.time()
     report_text, _ = proc.communicate(timeout=300)
     problems = []
-    if proc.returncode != 0:
-        problems.append("steady-loadtest exited with %d: %s" % (proc.returncode, report_text[-500:]))
+    if proc.returncode != 0 or victim is None:
+        problems.append("steady-loadtest exited with %d, victim %s: %s" % (proc.returncode, victim, report_text[-500:]))
+        report = None
     else:
-        summary = json.load(open(out))["summary"]
-        if summary["failed"] != 0 or summary["completed"] != sessions * turns:
-            problems.append("%d completed, %d failed: %s" % (summary["completed"], summary["failed"], summary["errors"]))
-        if summary["retried"] == 0 and "retries" not in report_text:
-            problems.append("no call was retried: the kill did not reach the load (%s)" % report_text[-300:])
-        print("loadtest: steady-loadtest --retries 5 through nginx, %s killed: %d completed, %d failed, "
-              "%d retried, %d applied without their last message" % (victim, summary["completed"], summary["failed"],
-                                                                    summary["retried"],
-                                                                    summary["applied_unacknowledged"]))
-    for p in problems:
+        report = json.load(open(out))
+    if report:
+        summary = report["summary"]
+        t0 = summary["start_unix_s"]
+        moved = {int(sid.rsplit("-", 1)[1]) for sid, h in holders.items() if h == victim}
+        first_failed, failover = {}, {}
+        for r in report["requests"]:
+            sent, done = t0 + r["start_s"], t0 + r["start_s"] + r["e2e_ms"] / 1e3
+            if r["code"] != "OK":
+                first_failed[r["session"]] = min(first_failed.get(r["session"], 10**9), r["turn"])
+                if r["session"] not in moved or sent > killed:
+                    problems.append("session %d turn %d (sent %+.2f s after the kill, %s): %s %s"
+                                    % (r["session"], r["turn"], sent - killed,
+                                       "on the killed replica" if r["session"] in moved else "elsewhere",
+                                       r["code"], r.get("error", "")))
+            elif r["session"] in moved and done > killed:
+                failover[r["session"]] = min(failover.get(r["session"], 10**9), done - killed)
+        for r in report["requests"]:
+            if r["code"] == "OK" and r["turn"] < first_failed.get(r["session"], 10**9) and \
+                    r["output_hash"] != hashes.get((r["session"], r["turn"])):
+                problems.append("session %d turn %d: its text differs from a single server's" % (r["session"], r["turn"]))
+        if summary["sessions_lost_turns"] or summary["sessions_checked"] != SESSIONS:
+            problems.append("%d of %d sessions checked; %d with acknowledged turns lost"
+                            % (summary["sessions_checked"], SESSIONS, summary["sessions_lost_turns"]))
+        if summary["completed"] + summary["failed"] != SESSIONS * TURNS:
+            problems.append("%d completed + %d failed, not %d" % (summary["completed"], summary["failed"], SESSIONS * TURNS))
+        times = list(failover.values())
+        print("loadtest: steady-loadtest --retries 0 through nginx, %s killed holding %d sessions: %d completed, "
+              "%d failed (%d of them mid-stream), all in flight on it at the kill: %s"
+              % (victim, len(moved), summary["completed"], summary["failed"], summary["failed_mid_stream"],
+                 summary["errors"]))
+        print("figure: " + json.dumps({"figure": "loadtest_failover_seconds", "moved_sessions": len(moved),
+                                       "p50": percentile(times, 50), "p99": percentile(times, 99),
+                                       "failed_in_flight": summary["failed"], "lease_ms": t.lease_ms}), flush=True)
+    for p in problems[:20]:
         print("FAIL - " + p)
     return not problems
 
