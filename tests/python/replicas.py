@@ -45,6 +45,7 @@ class Topology:
         self.model = model or self._init_model()
         self.redis_port = free_port()
         self.replica_ports = [free_port() for _ in range(replicas)]
+        self.metrics_ports = [free_port() for _ in range(replicas)]
         self.nginx_port = free_port()
         self.gateway_port = free_port() if gateway else None
         self.procs = {}  # name -> Popen
@@ -95,7 +96,7 @@ class Topology:
         p = self._spawn(name, [os.path.join(self.bin_dir, "steady-server"), "--model", self.model,
                                "--port", str(self.replica_ports[i]), "--session-store", self.redis_url,
                                "--lease-ms", str(self.lease_ms), "--replica-name", name,
-                               "--drain-timeout", "30",
+                               "--drain-timeout", "30", "--metrics-port", str(self.metrics_ports[i]),
                                # the default 1G slot pool takes seconds to zero at start on a small VM
                                "--state-memory", "64M"] + self.server_args)
         deadline = time.time() + 60
@@ -127,6 +128,15 @@ class Topology:
                                     "--http-port", str(self.gateway_port)])
         if not wait_for_port(self.gateway_port, p):
             raise RuntimeError("steady-gateway did not start: " + self.log("gateway"))
+
+    def metric(self, i, name):
+        """A counter or gauge (without labels) from replica i's /metrics."""
+        import urllib.request
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_ports[i], timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
 
     def signal(self, name, sig):
         p = self.procs.get(name)

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -349,10 +350,49 @@ def scenario_redis(t, reference):
     return check_load("redis restart", client, loads, reference, TURNS)
 
 
+def http_post(url, body, timeout=60):
+    """(HTTP status, headers, body text); an error status is returned, not raised."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def model_name(t):
+    """The served model's name, as OpenAI requests must give it (asked once)."""
+    if not hasattr(t, "model_name"):
+        with urllib.request.urlopen(t.gateway_url + "/v1/models", timeout=30) as r:
+            t.model_name = json.loads(r.read())["data"][0]["id"]
+    return t.model_name
+
+
+def http_turn(t, s, sid, turn):
+    """One turn over HTTP through the gateway: /v1/generate (NDJSON stream) on odd turns,
+    /v1/completions (OpenAI, whole) on even ones. (error or None, text, chunks received)."""
+    if turn % 2:
+        status, _, body = http_post(t.gateway_url + "/v1/generate",
+                                    {"session_id": sid, "prompt": prompt(s, turn), "max_tokens": MAX_TOKENS})
+        lines = [json.loads(l) for l in body.splitlines() if l.strip()]
+        errors = [l["error"] for l in lines if "error" in l]
+        text = "".join(l.get("result", {}).get("text", "") for l in lines)
+        if status != 200 or errors:
+            return "HTTP %d %s" % (status, errors or body[:200]), text, len(lines) - len(errors)
+        return None, text, len(lines)
+    status, _, body = http_post(t.gateway_url + "/v1/completions",
+                                {"model": model_name(t), "session_id": sid, "prompt": prompt(s, turn),
+                                 "max_tokens": MAX_TOKENS})
+    if status != 200:
+        return "HTTP %d %s" % (status, body[:200]), "", 0
+    return None, json.loads(body)["choices"][0]["text"], 1
+
+
 def scenario_gateway(t, reference):
     """Turns alternate between gRPC with x-steady-session and HTTP through the gateway on the same
-    sessions: the session's replica holds its lease after a turn, so a gateway call routed anywhere
-    else would be refused (UNAVAILABLE); the sessions spread over the replicas."""
+    sessions: each call reaches the session's replica (no call waits for another replica's lease);
+    the sessions spread over the replicas. A session whose replica stays busy with it answers HTTP 503
+    with Retry-After on another replica, after the wait. Then a replica is killed under HTTP load."""
     c = Client(t.nginx_addr)
     sids = ["g%d" % s for s in range(8)]
     for sid in sids:
@@ -383,11 +423,95 @@ def scenario_gateway(t, reference):
     holders = {replicas.lease_holder(t, sid) for sid in sids}
     if len(holders) < 2:
         problems.append("every session is on %s: nginx does not spread sessions by x-steady-session" % holders)
+    waits = sum(t.metric(i, "steady_store_waits_total") for i in range(len(t.replica_ports)))
+    if waits:
+        problems.append("%d calls waited for another replica's lease: the gateway or nginx misrouted them" % waits)
     print("gateway: %d sessions x 4 turns alternating gRPC and HTTP through nginx, on %d replicas; %d problems"
           % (len(sids), len(holders), len(problems)), flush=True)
+    problems += gateway_live_holder(t, c) + gateway_kill(t, reference)
     for p in problems:
         print("FAIL - " + p)
     return not problems
+
+
+def gateway_live_holder(t, c):
+    """A session busy on its replica (a long Generate, so the lease is renewed): a completion for it
+    on another replica, through a gateway of its own, waits --takeover-wait-ms and then answers 503
+    with Retry-After and a message saying the holder is alive."""
+    sid = "busy"
+    c.create(sid)
+    c.turn(sid, prompt(0, 1))
+    holder = int(replicas.lease_holder(t, sid)[len("replica"):])
+    other = (holder + 1) % len(t.replica_ports)
+    port = replicas.free_port()
+    gw = t._spawn("gateway-direct", [os.path.join(t.bin_dir, "steady-gateway"), "--grpc-addr", t.replica_addr(other),
+                                     "--http-port", str(port)])
+    if not replicas.wait_for_port(port, gw):
+        return ["the second gateway did not start: " + t.log("gateway-direct")]
+    long_turn = threading.Thread(target=c.turn, args=(sid, prompt(0, 2)), kwargs={"max_tokens": 50000, "timeout": 6})
+    long_turn.start()
+    time.sleep(0.5)
+    start = time.time()
+    status, headers, body = http_post("http://127.0.0.1:%d/v1/completions" % port,
+                                      {"model": model_name(t), "session_id": sid, "prompt": " x", "max_tokens": 2})
+    waited = time.time() - start
+    long_turn.join(30)
+    problems = []
+    if status != 503 or not (headers.get("Retry-After") or "").isdigit() or "alive" not in body:
+        problems.append("a completion for a session its live replica keeps: HTTP %d, Retry-After %r, %s"
+                        % (status, headers.get("Retry-After"), body[:300]))
+    if waited < t.lease_ms * 1.5 / 1000 - 0.1:
+        problems.append("refused after %.2f s, before --takeover-wait-ms" % waited)
+    print("gateway: a session its live replica keeps: HTTP %d after %.2f s, Retry-After %s"
+          % (status, waited, headers.get("Retry-After")), flush=True)
+    return problems
+
+
+def gateway_kill(t, reference):
+    """16 sessions x 10 turns over HTTP through the gateway (/v1/generate and /v1/completions), the
+    replica holding the most killed after a third: only requests in flight on it may fail."""
+    sessions, turns = 16, 10
+    c = Client(t.nginx_addr)
+    sids = ["h%d" % s for s in range(sessions)]
+    for sid in sids:
+        c.create(sid)
+    model_name(t)
+    results = {sid: [] for sid in sids}  # (turn, error, sent, failed at)
+    done = [0]
+
+    def run(s, sid):
+        for turn in range(1, turns + 1):
+            sent = time.time()
+            error, text, _ = http_turn(t, s, sid, turn)
+            results[sid].append((turn, error, sent, time.time()))
+            done[0] += 1
+
+    threads = [threading.Thread(target=run, args=(s, sid)) for s, sid in enumerate(sids)]
+    for th in threads:
+        th.start()
+    while done[0] < sessions * turns // 3:
+        time.sleep(0.02)
+    leases = replicas.lease_holders(t)
+    counts = {}
+    for sid in sids:
+        counts[leases.get(sid)] = counts.get(leases.get(sid), 0) + 1
+    victim = max((h for h in counts if h), key=counts.get)
+    t.kill(victim)
+    killed = time.time()
+    for th in threads:
+        th.join(300)
+    problems, failed = [], 0
+    for sid in sids:
+        for turn, error, sent, _ in results[sid]:
+            if error is None:
+                continue
+            failed += 1
+            if leases.get(sid) != victim or sent > killed:
+                problems.append("%s turn %d over HTTP (sent %+.2f s after the kill; held by %s): %s"
+                                % (sid, turn, sent - killed, leases.get(sid), error))
+    print("gateway: HTTP load, %s killed: %d of %d requests failed, each in flight on it"
+          % (victim, failed, sessions * turns), flush=True)
+    return problems
 
 
 LOADTEST_ARGS = ["--sessions", str(SESSIONS), "--turns", str(TURNS), "--prompt-tokens", "fixed:16",
