@@ -171,15 +171,16 @@ def reference_texts(bin_dir, model, work, turns):
         server.kill()
 
 
-def run_load(topology, addr, turns, retry_wait_s, retryable, during=None, prefix="s", max_retries=1):
-    """SESSIONS sessions in parallel; `during(events)` runs beside them (kills, restarts...)."""
+def run_load(topology, addr, turns, retry_wait_s, retryable, during=None, prefix="s", max_retries=1, pause=None):
+    """SESSIONS sessions in parallel; `during(events)` runs beside them (kills, restarts...);
+    `pause(turn)`, if given, is called by each session before each turn."""
     client = Client(addr)
     loads = [SessionLoad(client, "%s%d" % (prefix, s), s, retry_wait_s, retryable, max_retries)
              for s in range(SESSIONS)]
     for load in loads:
         client.create(load.sid)
     events = {}
-    threads = [threading.Thread(target=load.run, args=(turns, events)) for load in loads]
+    threads = [threading.Thread(target=load.run, args=(turns, events, pause)) for load in loads]
     for th in threads:
         th.start()
     if during:
@@ -225,9 +226,17 @@ def percentile(values, p):
 
 
 def kill_busiest(t, moved, killed_at, after=0.4, turns=TURNS):
-    """A `during` for run_load: once `after` of the turns are acknowledged, SIGKILLs the replica
-    holding the most of the load's sessions; its sessions go to `moved`, the time to killed_at["t"]
-    and events["kill"]."""
+    """A `during` and a `pause` for run_load: once `after` of the turns are acknowledged, SIGKILLs the
+    replica holding the most of the load's sessions; its sessions go to `moved`, the time to
+    killed_at["t"] and events["kill"]. No session starts its turn past 60% before the kill, so every
+    session has turns left after it however slow the machine (on a loaded one the load could
+    otherwise end before the kill, and no failover would be measured)."""
+    killed = threading.Event()
+
+    def pause(turn):
+        if turn > turns * 0.6:
+            killed.wait(120)
+
     def during(events, loads):
         while sum(len(l.texts) for l in loads) < SESSIONS * turns * after:
             time.sleep(0.02)
@@ -239,7 +248,8 @@ def kill_busiest(t, moved, killed_at, after=0.4, turns=TURNS):
         moved.extend(holders[victim])
         t.kill(victim)
         events["kill"] = killed_at["t"] = time.time()
-    return during
+        killed.set()
+    return during, pause
 
 
 def in_flight_at_kill(loads, moved, killed_at):
@@ -260,9 +270,9 @@ def in_flight_at_kill(loads, moved, killed_at):
 
 def scenario_failover(t, reference):
     moved, killed_at = [], {}
-    during = kill_busiest(t, moved, killed_at)
+    during, pause = kill_busiest(t, moved, killed_at)
     # A call the killed replica had in flight is resent once, at once; no other call may fail.
-    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="f")
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="f", pause=pause)
     ok = check_load("failover", client, loads, reference, TURNS)
     problems, failed = in_flight_at_kill(loads, moved, killed_at)
     if "t" not in killed_at:
