@@ -271,7 +271,12 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
       int64_t position = 0;  // the session's, after its last acknowledged turn
       bool lost_turns = false;
       for (int t = 1; t <= turns; ++t) {
-        if (w.think_time_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(think(think_rng)));
+        if (w.think_time_s > 0) {
+          auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(think(think_rng)));
+          if (w.duration_s > 0) until = std::min(until, deadline);
+          std::this_thread::sleep_until(until);
+        }
         if (w.duration_s > 0 && Clock::now() >= deadline) break;
         const int64_t index = int64_t(s) * turns + (t - 1);
         const RequestSpec spec = MakeRequestSpec(w.seed, index, w.prompt_tokens, w.output_tokens, w.tokens_per_word,

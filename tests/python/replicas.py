@@ -38,9 +38,11 @@ def wait_for_port(port, proc, seconds=30):
 
 class Topology:
     def __init__(self, bin_dir, source_dir, work, replicas=3, lease_ms=1500, model=None, gateway=True,
-                 server_args=()):
+                 server_args=(), state_memory="64M"):
         self.bin_dir, self.source_dir, self.work = bin_dir, source_dir, work
         self.lease_ms = lease_ms
+        # The default 1G slot pool takes seconds to zero at start on a small VM (every restart).
+        self.state_memory = state_memory
         self.server_args = list(server_args)
         self.model = model or self._init_model()
         self.redis_port = free_port()
@@ -97,8 +99,7 @@ class Topology:
                                "--port", str(self.replica_ports[i]), "--session-store", self.redis_url,
                                "--lease-ms", str(self.lease_ms), "--replica-name", name,
                                "--drain-timeout", "30", "--metrics-port", str(self.metrics_ports[i]),
-                               # the default 1G slot pool takes seconds to zero at start on a small VM
-                               "--state-memory", "64M"] + self.server_args)
+                               "--state-memory", self.state_memory] + self.server_args)
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:
             if "listening on" in self.log(name)[start:]:
