@@ -285,9 +285,11 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
         r.session = s;
         r.turn = t;
         if (r.ok()) position = r.session_position;
-        if (r.applied_unacknowledged || r.code == "ABORTED") {
-          // The session is not where this client left it: a turn was applied without its last
-          // message (ahead), or the server lost acknowledged turns (behind).
+        if (r.applied_unacknowledged || !r.ok()) {
+          // The session may not be where this client left it: a turn was applied without its last
+          // message (ahead: a stream cut after its commit, as when its replica dies), or the server
+          // lost acknowledged turns (behind). The next turn's expected_position must be the
+          // session's, or it is refused with ABORTED although nothing went wrong.
           if (std::optional<int64_t> now = get_position("GetSession")) {
             lost_turns = lost_turns || *now < position;
             position = *now;
