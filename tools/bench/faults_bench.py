@@ -8,7 +8,8 @@ nginx is restarted once.
 The load is steady-loadtest's multi-turn mode with --retries 0: every failure a client would see is
 counted. Reports, in OUT_DIR/faults.json and on stdout:
   - failed calls by gRPC code, split by cause: in flight on a killed replica (nginx cannot resend a
-    gRPC call it has passed on), in flight or sent while nginx was down, and unexplained (goal: none);
+    gRPC call it has passed on), in flight or sent while nginx was down (or within RECONNECT_S after,
+    while the client reconnects), and unexplained (goal: none);
   - acknowledged turns lost: sessions whose position on the server ends behind their last
     acknowledged turn (steady-loadtest checks every session at the end; goal: none);
   - p50/p99 time to first token and inter-token latency over time, as OUT_DIR/faults.png with the
@@ -36,6 +37,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests/python"))
 import replicas  # noqa: E402
 
 BIN = os.path.join(ROOT, "build/bin")
+# A gRPC client whose connection nginx cut fails its calls at once (UNAVAILABLE) until it has
+# reconnected, after a backoff (1 s, then x1.6, jittered): calls sent this long after nginx is back
+# still count as nginx's restart.
+RECONNECT_S = 5
 
 
 def percentile(values, p):
@@ -201,7 +206,7 @@ def analyze(args, start, events, rss, waits, report):
         for e in events:
             if e["fault"] == "kill" and r["session"] in e["sessions_held"] and r["sent"] <= e["killed_at"] <= r["ended"] + 1:
                 cause = "in flight on a killed replica"
-            elif e["fault"] == "nginx" and r["sent"] <= e["up_at"] and r["ended"] >= e["at"] - 1:
+            elif e["fault"] == "nginx" and r["sent"] <= e["up_at"] + RECONNECT_S and r["ended"] >= e["at"] - 1:
                 cause = "nginx restart"
         causes[cause] += 1
         if cause == "unexplained":
