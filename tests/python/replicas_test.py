@@ -259,7 +259,13 @@ def in_flight_at_kill(loads, moved, killed_at):
     problems, failed = [], 0
     moved_ids = {l.sid for l in moved}
     for l in loads:
+        retried = set()
         for turn, code, message, streamed, sent, _ in l.attempts_failed:
+            if code == "ABORTED" and turn in retried:
+                # The resent turn refused by expected_position: the cut attempt had been committed
+                # (counted as applied without its last message), so nothing is applied twice.
+                continue
+            retried.add(turn)
             failed += 1
             if l.sid not in moved_ids or sent > killed_at.get("t", 0):
                 problems.append("%s turn %d (%s, sent %+.2f s after the kill): %s %s"
