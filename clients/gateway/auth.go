@@ -4,7 +4,8 @@ package main
 // reaches steady-server as the gRPC metadata `authorization` on every call, and a call the server
 // refuses for a key or a quota answers with the HTTP headers that tell the client what to do:
 // `WWW-Authenticate: Bearer` with a 401 (UNAUTHENTICATED), `Retry-After: SECONDS` with a 429
-// (RESOURCE_EXHAUSTED carrying the trailing metadata `retry-after`).
+// (RESOURCE_EXHAUSTED carrying the trailing metadata `retry-after`) or a 503 (UNAVAILABLE carrying it:
+// with replicas, the session's replica is alive and kept it through the server's wait for it).
 //
 // The refusal headers are set by the gRPC client interceptors below, on the response's header map,
 // which withRefusalHeaders puts in each request's context: an error reaches the HTTP response along
@@ -68,7 +69,8 @@ func setRefusalHeaders(ctx context.Context, err error, trailer metadata.MD) {
 	switch status.Code(err) {
 	case codes.Unauthenticated:
 		header.Set("WWW-Authenticate", `Bearer realm="steady"`)
-	case codes.ResourceExhausted:
+	case codes.ResourceExhausted, codes.Unavailable:
+		// A quota, or (503) a session another replica is serving and keeps: when to try again.
 		for _, v := range trailer.Get("retry-after") {
 			if _, err := strconv.ParseUint(v, 10, 32); err == nil { // delay-seconds, nothing else
 				header.Set("Retry-After", v)

@@ -75,8 +75,8 @@ func invalid(w http.ResponseWriter, param, message string) {
 
 // grpcToOpenAI maps a server error to OpenAI's status, type and code. The API key and rate limit
 // refusals use OpenAI's own values (401 invalid_api_key, 429 rate_limit_exceeded), which its clients
-// turn into AuthenticationError and RateLimitError; a 429 carries Retry-After when the server said
-// when to retry (auth.go).
+// turn into AuthenticationError and RateLimitError; a 429 or 503 carries Retry-After when the
+// server said when to retry (auth.go).
 func grpcToOpenAI(err error) (int, string, string) {
 	s, _ := status.FromError(err)
 	switch s.Code() {
@@ -117,8 +117,20 @@ func randomID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
+// modelInfoTries bounds modelInfo's attempts. GetModelInfo has no session, so a balancer sends it to
+// any replica, and one that dies under it fails it; being a read, it is safe to send again at once.
+const modelInfoTries = 3
+
 func (o *openAI) modelInfo(ctx context.Context) (*steadyv1.ModelInfo, error) {
-	return o.client.GetModelInfo(ctx, &steadyv1.GetModelInfoRequest{})
+	var info *steadyv1.ModelInfo
+	var err error
+	for try := 0; try < modelInfoTries; try++ {
+		info, err = o.client.GetModelInfo(ctx, &steadyv1.GetModelInfoRequest{})
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			break
+		}
+	}
+	return info, err
 }
 
 func (o *openAI) models(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -15,6 +17,8 @@ namespace {
 double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 void SetDeadline(grpc::ClientContext* context, double timeout_s) {
   if (timeout_s > 0) {
@@ -79,6 +83,9 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
   while (reader->Read(&message)) {
     const Clock::time_point now = Clock::now();
     const int k = message.token_ids_size();
+    for (int i = 0; i < k; ++i) {  // FNV-1a over the token ids: compares a turn's text across runs
+      r.output_hash = (r.output_hash ^ uint64_t(uint32_t(message.token_ids(i)))) * 0x100000001b3ULL;
+    }
     if (k > 0) {
       if (r.output_tokens == 0) {
         r.ttft_s = SecondsBetween(sent, now);  // the message's other k - 1 tokens arrived with the first
@@ -155,6 +162,7 @@ RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency
   RecordSink sink;
   std::atomic<int64_t> next{0};
   const Clock::time_point start = Clock::now();
+  const double start_unix_s = UnixNow();
   std::vector<std::thread> callers;
   for (int c = 0; c < concurrency; ++c) {
     callers.emplace_back([&] {
@@ -171,6 +179,7 @@ RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency
   for (std::thread& t : callers) t.join();
   RunResult result;
   result.duration_s = SecondsBetween(start, Clock::now());
+  result.start_unix_s = start_unix_s;
   result.records = sink.Take();
   return result;
 }
@@ -183,6 +192,7 @@ RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector
   std::condition_variable idle;
   int64_t in_flight = 0;  // guarded by mu
   const Clock::time_point start = Clock::now();
+  const double start_unix_s = UnixNow();
   for (size_t i = 0; i < arrivals.size(); ++i) {
     // The prompt is built before the arrival time so that building it does not delay the send.
     RequestSpec spec = MakeRequestSpec(w.seed, int64_t(i), w.prompt_tokens, w.output_tokens, w.tokens_per_word,
@@ -207,6 +217,7 @@ RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector
   }
   RunResult result;
   result.duration_s = SecondsBetween(start, Clock::now());
+  result.start_unix_s = start_unix_s;
   result.records = sink.Take();
   return result;
 }
@@ -219,11 +230,29 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
     std::lock_guard<std::mutex> lock(errors_mu);
     ++session_errors[absl::StrCat(rpc, " ", CodeName(s.error_code()))];
   };
+  std::atomic<int64_t> checked{0}, lost{0};
   const Clock::time_point start = Clock::now();
+  const double start_unix_s = UnixNow();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(w.duration_s));
   std::vector<std::thread> clients;
   for (int s = 0; s < sessions; ++s) {
     clients.emplace_back([&, s] {
       const std::string id = absl::StrCat(prefix, "-", s);
+      // The session's position, or an error (counted under `rpc`).
+      auto get_position = [&](const char* rpc) -> std::optional<int64_t> {
+        grpc::ClientContext context;
+        SetDeadline(&context, w.timeout_s);
+        context.AddMetadata("x-steady-session", id);
+        v1::GetSessionRequest get;
+        get.set_session_id(id);
+        v1::Session session;
+        const grpc::Status status = target.stub->GetSession(&context, get, &session);
+        if (!status.ok()) {
+          session_error(rpc, status);
+          return std::nullopt;
+        }
+        return session.position();
+      };
       {
         grpc::ClientContext context;
         SetDeadline(&context, w.timeout_s);
@@ -237,27 +266,43 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
           return;
         }
       }
+      std::mt19937_64 think_rng = RngFor(w.seed, /*stream=*/4, uint64_t(s));
+      std::exponential_distribution<double> think(w.think_time_s > 0 ? 1.0 / w.think_time_s : 1.0);
       int64_t position = 0;  // the session's, after its last acknowledged turn
+      bool lost_turns = false;
       for (int t = 1; t <= turns; ++t) {
+        if (w.think_time_s > 0) {
+          auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(think(think_rng)));
+          if (w.duration_s > 0) until = std::min(until, deadline);
+          std::this_thread::sleep_until(until);
+        }
+        if (w.duration_s > 0 && Clock::now() >= deadline) break;
         const int64_t index = int64_t(s) * turns + (t - 1);
         const RequestSpec spec = MakeRequestSpec(w.seed, index, w.prompt_tokens, w.output_tokens, w.tokens_per_word,
                                                  /*leading_space=*/t > 1);
-        RequestRecord r = GenerateWithRetries(target, w, spec, id, start,
-                                              w.retries > 0 ? std::optional<int64_t>(position) : std::nullopt);
+        RequestRecord r = GenerateWithRetries(target, w, spec, id, start, position);
         r.session = s;
         r.turn = t;
         if (r.ok()) position = r.session_position;
-        if (r.applied_unacknowledged) {
-          grpc::ClientContext context;
-          SetDeadline(&context, w.timeout_s);
-          context.AddMetadata("x-steady-session", id);
-          v1::GetSessionRequest get;
-          get.set_session_id(id);
-          v1::Session session;
-          if (target.stub->GetSession(&context, get, &session).ok()) position = session.position();
+        if (r.applied_unacknowledged || !r.ok()) {
+          // The session may not be where this client left it: a turn was applied without its last
+          // message (ahead: a stream cut after its commit, as when its replica dies), or the server
+          // lost acknowledged turns (behind). The next turn's expected_position must be the
+          // session's, or it is refused with ABORTED although nothing went wrong.
+          if (std::optional<int64_t> now = get_position("GetSession")) {
+            lost_turns = lost_turns || *now < position;
+            position = *now;
+          }
         }
         sink.Add(std::move(r));
       }
+      if (std::optional<int64_t> now = get_position("GetSession")) {
+        ++checked;
+        lost_turns = lost_turns || *now < position;
+      }
+      if (lost_turns) ++lost;
+      if (w.keep_sessions) return;
       grpc::ClientContext context;
       SetDeadline(&context, w.timeout_s);
       context.AddMetadata("x-steady-session", id);
@@ -271,8 +316,11 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
   for (std::thread& t : clients) t.join();
   RunResult result;
   result.duration_s = SecondsBetween(start, Clock::now());
+  result.start_unix_s = start_unix_s;
   result.records = sink.Take();
   result.session_errors = std::move(session_errors);
+  result.sessions_checked = checked.load();
+  result.sessions_lost_turns = lost.load();
   return result;
 }
 

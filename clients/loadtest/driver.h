@@ -35,6 +35,11 @@ struct Workload {
   double timeout_s = 0;  // deadline of each call; 0: none
   int retries = 0;               // a call that fails with UNAVAILABLE is sent again this many times
   double retry_backoff_s = 1.0;  // before retry k: k times this
+  // Multi-turn: a user's pause before each turn, drawn from an exponential distribution with this
+  // mean (0: none); the first turn waits as long, so the sessions' turns spread out at once.
+  double think_time_s = 0;
+  double duration_s = 0;       // multi-turn: take turns until then (each session at most `turns`); 0: `turns`
+  bool keep_sessions = false;  // multi-turn: no DeleteSession at the end
 };
 
 struct Target {
@@ -61,7 +66,11 @@ absl::StatusOr<double> CalibrateTokensPerWord(const Target& target, uint64_t see
 struct RunResult {
   std::vector<RequestRecord> records;  // ordered by index
   double duration_s = 0;               // run start -> last call finished
+  double start_unix_s = 0;             // when the run began (records' start_s count from it)
   std::map<std::string, int64_t> session_errors;  // "CreateSession NOT_FOUND" -> count (multi-turn)
+  // Multi-turn: sessions checked at the end (GetSession), and those found behind their last
+  // acknowledged position: acknowledged turns lost (the goal is none).
+  int64_t sessions_checked = 0, sessions_lost_turns = 0;
 };
 
 // `concurrency` callers, each sending its next request as soon as the previous one ends, until
@@ -72,7 +81,11 @@ RunResult RunClosedLoop(const Target& target, const Workload& w, int concurrency
 RunResult RunOpenLoop(const Target& target, const Workload& w, const std::vector<double>& arrivals);
 
 // `sessions` sessions at once; each CreateSession, then `turns` Generate calls with new text each
-// turn, then DeleteSession. Session ids are `prefix` + "-" + number.
+// turn (or as many as w.duration_s allows), then GetSession (is every acknowledged turn there?) and
+// DeleteSession (unless w.keep_sessions). Session ids are `prefix` + "-" + number. Every turn carries
+// expected_position, the position after the session's last acknowledged turn, so no turn is applied
+// twice; a turn refused with ABORTED resynchronizes the position from GetSession (an earlier turn
+// was applied without its last message, or the server lost acknowledged turns: counted).
 RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, int turns, const std::string& prefix);
 
 }  // namespace steady::loadtest

@@ -33,7 +33,11 @@ load shape (one of):
   --request-rate R       open loop: R requests/s on average, sent whatever the server's state
     --burstiness B       gamma-distributed gaps with shape B (default 1: Poisson arrivals)
   --sessions N --turns T multi-turn: N sessions at once, each CreateSession, T Generate calls appending
-                         new text to the same session, DeleteSession
+                         new text to the same session (each with expected_position: never applied
+                         twice), GetSession (every acknowledged turn there?), DeleteSession
+    --think-time-ms MS   a pause before each turn, exponentially distributed with this mean (default 0)
+    --duration S         take turns for S seconds (each session at most --turns, if given)
+    --keep-sessions      leave the sessions on the server at the end
   --requests N | --duration S   how many requests (default 100), or for how long (closed and open loop)
 
 workload:
@@ -69,7 +73,7 @@ const std::set<std::string> kFlags = {
     "addr",        "concurrency",  "request-rate", "burstiness",  "requests",       "duration",
     "prompt-tokens", "output-tokens", "seed",       "tokens-per-word", "temperature", "top-k",
     "top-p",       "repetition-penalty", "timeout", "slo-ttft-ms", "slo-tpot-ms",    "json",
-    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms"};
+    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms", "think-time-ms"};
 
 enum class Mode { kClosedLoop, kOpenLoop, kMultiTurn };
 
@@ -113,6 +117,7 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   auto timeout = a.GetDouble("timeout", 0);
   auto retries = a.GetInt("retries", 0, 0, 1000);
   auto backoff = a.GetDouble("retry-backoff-ms", 1000);
+  auto think = a.GetDouble("think-time-ms", 0);
   auto temperature = a.GetDouble("temperature", 0, /*allow_nonfinite=*/true);
   auto top_k = a.GetInt("top-k", 0, INT32_MIN, INT32_MAX);
   auto top_p = a.GetDouble("top-p", 0, /*allow_nonfinite=*/true);
@@ -123,7 +128,7 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
                                    rate.status(), burstiness.status(), duration.status(), seed.status(), ttft.status(),
                                    tpot.status(), tokens_per_word.status(), timeout.status(), temperature.status(),
                                    top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status(),
-                                   retries.status(), backoff.status()});
+                                   retries.status(), backoff.status(), think.status()});
       !s.ok()) {
     return s;
   }
@@ -142,16 +147,25 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   c.workload.timeout_s = *timeout;
   c.workload.retries = int(*retries);
   c.workload.retry_backoff_s = std::max(0.0, *backoff) / 1e3;
+  c.workload.think_time_s = *think / 1e3;
+  c.workload.keep_sessions = a.Has("keep-sessions");
   c.workload.sampling = {*temperature, *top_p, *penalty, *top_k};
 
   if (a.Has("sessions")) {
     c.mode = Mode::kMultiTurn;
-    if (a.Has("concurrency") || a.Has("request-rate") || a.Has("requests") || a.Has("duration")) {
-      return Usage("--sessions runs every session at once; it takes --turns, not --concurrency, --request-rate, "
-                   "--requests or --duration");
+    if (a.Has("concurrency") || a.Has("request-rate") || a.Has("requests")) {
+      return Usage("--sessions runs every session at once; it takes --turns or --duration, not --concurrency, "
+                   "--request-rate or --requests");
     }
+    if (a.Has("duration")) {
+      if (!(c.duration_s > 0)) return Usage("--duration: expected seconds > 0");
+      if (!a.Has("turns")) c.turns = 1000000;
+      c.workload.duration_s = c.duration_s;
+    }
+    if (!(c.workload.think_time_s >= 0)) return Usage("--think-time-ms: expected milliseconds >= 0");
   } else {
     if (a.Has("turns")) return Usage("--turns needs --sessions");
+    if (a.Has("think-time-ms") || a.Has("keep-sessions")) return Usage("--think-time-ms and --keep-sessions need --sessions");
     if (a.Has("request-rate")) {
       if (a.Has("concurrency")) return Usage("--concurrency (closed loop) and --request-rate (open loop) exclude each other");
       if (!(c.request_rate > 0)) return Usage("--request-rate: expected a rate > 0 requests/s");
@@ -181,6 +195,7 @@ nlohmann::ordered_json ConfigJson(const Config& c, const v1::ModelInfo& info, bo
   j["duration_s"] = c.duration_s > 0 ? nlohmann::ordered_json(c.duration_s) : nullptr;
   j["sessions"] = c.mode == Mode::kMultiTurn ? nlohmann::ordered_json(c.sessions) : nullptr;
   j["turns"] = c.mode == Mode::kMultiTurn ? nlohmann::ordered_json(c.turns) : nullptr;
+  j["think_time_ms"] = c.mode == Mode::kMultiTurn ? nlohmann::ordered_json(c.workload.think_time_s * 1e3) : nullptr;
   j["prompt_tokens"] = c.workload.prompt_tokens.spec;
   j["output_tokens"] = c.workload.output_tokens.spec;
   j["seed"] = c.workload.seed;
@@ -211,7 +226,8 @@ std::string Describe(const Config& c) {
     case Mode::kOpenLoop:
       return absl::StrFormat("open loop, %.3g requests/s, burstiness %.3g", c.request_rate, c.burstiness);
     case Mode::kMultiTurn:
-      return absl::StrCat("multi-turn, ", c.sessions, " sessions x ", c.turns, " turns");
+      return c.duration_s > 0 ? absl::StrFormat("multi-turn, %d sessions for %.0f s", c.sessions, c.duration_s)
+                              : absl::StrCat("multi-turn, ", c.sessions, " sessions x ", c.turns, " turns");
   }
   return "";
 }
@@ -219,7 +235,7 @@ std::string Describe(const Config& c) {
 absl::Status Run(const std::vector<std::string>& argv) {
   std::set<std::string> flags = kFlags;
   flags.insert(kChannelFlags.begin(), kChannelFlags.end());
-  auto args = Flags::Parse(argv, {.with_value = flags});
+  auto args = Flags::Parse(argv, {.with_value = flags, .switches = {"keep-sessions"}});
   if (!args.ok()) return args.status();
   if (args->help()) {
     PrintUsage();
@@ -280,6 +296,10 @@ absl::Status Run(const std::vector<std::string>& argv) {
   const std::vector<TurnStats> turns = PerTurn(run.records);
   std::fputs(FormatSummary(summary, c.slo).c_str(), stdout);
   for (const auto& [what, n] : run.session_errors) std::printf("errors     %s: %lld\n", what.c_str(), (long long)n);
+  if (c.mode == Mode::kMultiTurn) {
+    std::printf("sessions   %lld checked at the end, %lld with acknowledged turns lost\n",
+                (long long)run.sessions_checked, (long long)run.sessions_lost_turns);
+  }
   if (c.mode == Mode::kMultiTurn) std::fputs(FormatTurns(turns).c_str(), stdout);
 
   if (!c.json_path.empty()) {
@@ -289,6 +309,11 @@ absl::Status Run(const std::vector<std::string>& argv) {
     report["summary"] = ToJson(summary);
     report["summary"]["session_errors"] = nlohmann::ordered_json::object();
     for (const auto& [what, n] : run.session_errors) report["summary"]["session_errors"][what] = n;
+    report["summary"]["start_unix_s"] = run.start_unix_s;
+    if (c.mode == Mode::kMultiTurn) {
+      report["summary"]["sessions_checked"] = run.sessions_checked;
+      report["summary"]["sessions_lost_turns"] = run.sessions_lost_turns;
+    }
     if (c.mode == Mode::kMultiTurn) report["turns"] = ToJson(turns);
     report["requests"] = nlohmann::ordered_json::array();
     for (const RequestRecord& r : run.records) report["requests"].push_back(ToJson(r));

@@ -26,7 +26,8 @@ struct RequestRecord {
   int64_t output_tokens_target = 0;
   int64_t prompt_words = 0;
   int64_t prompt_tokens = 0;     // usage.prompt_tokens as the server counted them
-  int64_t output_tokens = 0;     // token ids received
+  int64_t output_tokens = 0;     // token ids received (before the error, for a failed call)
+  uint64_t output_hash = 0xcbf29ce484222325ULL;  // FNV-1a of those token ids
   int64_t session_position = 0;  // usage.session_position after the call
   double ttft_s = kNoValue;      // sent -> first message carrying a token
   double e2e_s = kNoValue;       // sent -> the stream's status received
@@ -72,6 +73,8 @@ struct Summary {
   int64_t retried = 0;                    // calls that needed at least one retry
   int64_t retries = 0;                    // retries in all
   int64_t applied_unacknowledged = 0;     // see RequestRecord
+  // Failed calls that had received tokens: streams cut mid-way (by a server's death, say).
+  int64_t failed_mid_stream = 0;
 };
 
 Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, const Slo& slo);

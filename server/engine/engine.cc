@@ -62,16 +62,26 @@ namespace {
 absl::Status Unavailable() { return absl::UnavailableError("the engine is shutting down"); }
 }  // namespace
 
+// Session operations run through RunOrWait: with a shared store, one the store answers UNAVAILABLE
+// (another server holds the session, or the store is away) waits, parked, and runs again.
 void Engine::CreateSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done, SessionQuota quota) {
-  if (!impl_->Post([this, id = std::move(id), done, quota] { done(impl_->Create(id, quota)); })) done(Unavailable());
+  if (!impl_->Post([this, id = std::move(id), done, quota] {
+        impl_->RunOrWait<SessionInfo>([this, id, quota] { return impl_->Create(id, quota); }, done);
+      })) {
+    done(Unavailable());
+  }
 }
 
 void Engine::GetSession(std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done) {
   if (!impl_->Post([this, id = std::move(id), done]() {
-        if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return done(st);
-        auto s = impl_->Lookup(id, "session_id");
-        if (!s.ok()) return done(s.status());
-        done(impl_->Info(**s));
+        impl_->RunOrWait<SessionInfo>(
+            [this, id]() -> absl::StatusOr<SessionInfo> {
+              if (absl::Status st = CheckSessionId(id, "session_id"); !st.ok()) return st;
+              auto s = impl_->Lookup(id, "session_id");
+              if (!s.ok()) return s.status();
+              return impl_->Info(**s);
+            },
+            done);
       })) {
     done(Unavailable());
   }
@@ -84,26 +94,45 @@ void Engine::ListSessions(std::function<void(std::vector<SessionInfo>)> done) {
 }
 
 void Engine::DeleteSession(std::string id, std::function<void(absl::Status)> done) {
-  if (!impl_->Post([this, id = std::move(id), done] { done(impl_->Delete(id)); })) done(Unavailable());
+  if (!impl_->Post([this, id = std::move(id), done] {
+        Impl::WaitingCall call;
+        call.attempt = [this, id] { return impl_->Delete(id); };
+        call.done = done;
+        impl_->TryOrWait(std::move(call));
+      })) {
+    done(Unavailable());
+  }
+}
+
+void Engine::Drain() {
+  impl_->Post([this] { impl_->draining = true; });
 }
 
 void Engine::ForkSession(std::string source_id, std::string new_id,
                          std::function<void(absl::StatusOr<SessionInfo>)> done, SessionQuota quota) {
   if (!impl_->Post([this, source_id = std::move(source_id), new_id = std::move(new_id), done, quota] {
-        done(impl_->Fork(source_id, new_id, quota));
+        impl_->RunOrWait<SessionInfo>([this, source_id, new_id, quota] { return impl_->Fork(source_id, new_id, quota); },
+                                      done);
       })) {
     done(Unavailable());
   }
 }
 
 void Engine::ExportSession(std::string id, std::function<void(absl::StatusOr<std::string>)> done) {
-  if (!impl_->Post([this, id = std::move(id), done] { done(impl_->Export(id)); })) done(Unavailable());
+  if (!impl_->Post([this, id = std::move(id), done] {
+        impl_->RunOrWait<std::string>([this, id] { return impl_->Export(id); }, done);
+      })) {
+    done(Unavailable());
+  }
 }
 
 void Engine::ImportSession(std::string blob, std::string id, std::function<void(absl::StatusOr<SessionInfo>)> done,
                            SessionQuota quota) {
   auto shared_blob = std::make_shared<std::string>(std::move(blob));  // not copied with the closure
-  if (!impl_->Post([this, shared_blob, id = std::move(id), done, quota] { done(impl_->Import(*shared_blob, id, quota)); })) {
+  if (!impl_->Post([this, shared_blob, id = std::move(id), done, quota] {
+        impl_->RunOrWait<SessionInfo>([this, shared_blob, id, quota] { return impl_->Import(*shared_blob, id, quota); },
+                                      done);
+      })) {
     done(Unavailable());
   }
 }

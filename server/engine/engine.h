@@ -56,6 +56,14 @@ struct EngineOptions {
   // the replica the balancer now routes it to can take it (after a failover, the way back home);
   // 0: never. steady-server sets half of --lease-ms.
   int64_t release_idle_ms = 0;
+  // With a shared store: how long a call waits when the store answers UNAVAILABLE (another server
+  // holds the session's lease, or the store cannot be reached) before it fails with that status. The
+  // call waits parked, without holding up the steps of other sessions, and is tried again every
+  // store_poll_ms and when the holder's lease would run out; a turn whose commit the store refused
+  // stays unacknowledged (its session busy) and is written again the same way. 0: fail at once.
+  // steady-server sets --takeover-wait-ms (docs/deployment.md).
+  int64_t store_wait_ms = 0;
+  int64_t store_poll_ms = 100;
   // The prefix cache (server/engine/prefix_cache.h): bytes of states kept after prompt prefixes (0: off),
   // taken at every multiple of prefix_cache_interval tokens and at each prompt's end.
   int64_t prefix_cache_bytes = 0;
@@ -187,6 +195,11 @@ class Engine {
   // the field for bad parameters.
   void Submit(GenerateJob job);
 
+  // A server about to stop (SIGTERM): every session is offloaded, and its lease released, as soon as
+  // it is idle (a running Generate's once it is acknowledged), so other replicas take them over at
+  // once instead of waiting for the leases to lapse. Calls go on being served.
+  void Drain();
+
   // Snapshot of counters for /metrics (thread-safe).
   struct Stats {
     int64_t queue_depth = 0, sessions_resident = 0, sessions_offloaded = 0, state_bytes = 0;
@@ -195,6 +208,9 @@ class Engine {
     // Durability: turns made durable and turns whose write failed (undone, reported to the client);
     // at start, the recovery's duration, sessions recovered and sessions whose blob was unreadable.
     int64_t turns_committed = 0, commit_failures = 0;
+    // Shared stores: calls that waited for the store (a peer's lease, the store down), and those of
+    // them that then failed (the holder was alive, or the store stayed away for store_wait_ms).
+    int64_t store_waits = 0, store_waits_failed = 0;
     double recovery_seconds = 0;
     int64_t sessions_recovered = 0, sessions_unreadable = 0;
     // The prefix cache's counters (zeros when it is off).

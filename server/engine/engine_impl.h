@@ -22,6 +22,10 @@
 namespace steady {
 
 int64_t NowUnixMs();
+// A monotonic clock in ms, for the waits.
+int64_t SteadyMs();
+// Session::job of a session whose finished turn waits for its commit: busy, but no job runs.
+inline constexpr int64_t kCommitting = -1;
 // Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
 int SlotCount(const Model& model, const EngineOptions& options);
 // The backend options.device names, with SlotCount slots.
@@ -102,13 +106,29 @@ struct Engine::Impl {
   std::map<std::string, absl::Status> unreadable;
   // Generates that finished with OK on a named session this step; acknowledged by CommitTurns once
   // the store holds their state (Durability::kTurn).
+  // A turn the store could not take yet (StoreBusy) waits in to_commit, its session busy (kCommitting),
+  // and is written again at next_try_ms until options.store_wait_ms after its first try.
   struct FinishedTurn {
     std::string session_id;
     GenerateJob request;
     std::string reason;
     Usage usage;
+    int64_t since_ms = -1;    // SteadyMs() of the first failed write; -1: not tried yet
+    int64_t next_try_ms = 0;
   };
   std::vector<FinishedTurn> to_commit;
+  // Calls waiting for the shared store: for a peer's lease on their session to lapse or be let go, or
+  // for the store to answer again. Each is tried again at next_try_ms, between steps, until
+  // options.store_wait_ms after its first try.
+  struct WaitingCall {
+    std::function<absl::Status()> attempt;          // OK or an error: the call is done; StoreBusy: not yet
+    std::function<void(const absl::Status&)> done;  // once, with the final status
+    std::shared_ptr<std::atomic<bool>> cancelled;   // the client's; may be null
+    int64_t since_ms = -1;
+    int64_t next_try_ms = 0;
+  };
+  std::vector<WaitingCall> waiting;
+  bool draining = false;  // Drain(): offload every idle session at once
   std::map<std::string, int64_t> share_groups;  // tenant -> the scheduler's fair-share group
 
   // --- Guarded by mu ---
@@ -138,6 +158,33 @@ struct Engine::Impl {
   bool Step();  // false: nothing could run
   void Shutdown();
   void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out);
+
+  // Waiting for the shared store (engine thread).
+  // UNAVAILABLE from a shared store: another server holds the session, or the store cannot be reached.
+  bool StoreBusy(const absl::Status& st) const { return Shared() && st.code() == absl::StatusCode::kUnavailable; }
+  // Runs call.attempt now, and again later (parked in `waiting`) while it answers StoreBusy.
+  void TryOrWait(WaitingCall call);
+  // TryOrWait for an operation with a result: `done` gets op's last one (or why waiting ended).
+  template <typename T>
+  void RunOrWait(std::function<absl::StatusOr<T>()> op, std::function<void(absl::StatusOr<T>)> done) {
+    auto result = std::make_shared<absl::StatusOr<T>>(absl::UnknownError("not run"));
+    WaitingCall call;
+    call.attempt = [op = std::move(op), result] {
+      *result = op();
+      return result->status();
+    };
+    call.done = [done = std::move(done), result](const absl::Status& st) {
+      st.ok() ? done(std::move(*result)) : done(st);
+    };
+    TryOrWait(std::move(call));
+  }
+  // Tries the waiting calls that are due.
+  void RetryWaiting();
+  // The earliest next_try_ms of a waiting call or turn (SteadyMs); nullopt: none.
+  std::optional<int64_t> NextRetryMs() const;
+  // The status a call ends with when waiting did not help: `last`, saying how long it waited and why
+  // it gives up.
+  absl::Status GaveUp(const absl::Status& last, int64_t waited_ms);
 
   // Sessions and state.
   SessionStore* store() const { return options.store.get(); }
@@ -182,16 +229,23 @@ struct Engine::Impl {
   absl::Status CheckFits(const SessionSnapshot& state) const;
   // At start: registers every session the store holds (offloaded), and the unreadable ones.
   absl::Status Recover();
-  // Acknowledges the turns in to_commit once their states are in the store (one group commit); a
-  // turn whose write fails is undone (the slot reloaded from the store) and fails.
-  void CommitTurns();
+  // Acknowledges the turns in to_commit that are due once their states are in the store (one group
+  // commit); a turn whose write fails is undone (the slot reloaded from the store) and fails, unless
+  // the store is only busy (StoreBusy) and the turn may still wait: then it is written again later.
+  // `final`: every turn, and no more waiting (shutdown).
+  void CommitTurns(bool final = false);
   // Offloads the resident sessions idle for options.release_idle_ms (shared stores: their leases go).
   void ReleaseIdle();
   int64_t last_idle_scan_ms = 0;  // engine thread only
 
   // Jobs.
-  // `cache_points`: token counts into `tokens` where the prefix cache keeps the state too.
-  void Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points);
+  // `cache_points`: token counts into `tokens` where the prefix cache keeps the state too. A job for a
+  // session another server holds, or while the store cannot be reached, waits (TryOrWait).
+  void Accept(GenerateJob request, std::vector<int32_t> tokens, std::vector<int64_t> cache_points);
+  // Accept's one try: OK when the job runs (then `request` is moved from), else the error it fails
+  // with, or a StoreBusy status to wait on (then nothing changed).
+  absl::Status TryAccept(GenerateJob& request, const std::vector<int32_t>& tokens,
+                         const std::vector<int64_t>& cache_points);
   // A job entering prefill on an empty session starts from the longest cached prefix of its prompt.
   void StartFromPrefixCache(EngineJob& job, Session& s);
   // How many of the job's next `tokens` prompt tokens to feed: with the prefix cache, chunks end at

@@ -18,19 +18,29 @@ void Engine::Impl::Run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       auto woken = [&] { return stop_requested || !inbox.empty(); };
-      // With jobs in flight that cannot run now, poll: cancellation flags come without a notification.
+      // How long to sleep (nullopt: until woken). With jobs in flight that cannot run now, poll:
+      // cancellation flags come without a notification.
+      std::optional<int64_t> sleep_ms;
       if (jobs.empty() && options.release_idle_ms > 0) {
-        cv.wait_for(lock, std::chrono::milliseconds(options.release_idle_ms / 2), woken);
-      } else if (jobs.empty()) {
+        sleep_ms = options.release_idle_ms / 2;
+      } else if (!jobs.empty()) {
+        sleep_ms = idle ? 2 : 0;
+      }
+      if (std::optional<int64_t> due = NextRetryMs()) {
+        const int64_t until_due = std::max<int64_t>(0, *due - SteadyMs());
+        sleep_ms = sleep_ms ? std::min(*sleep_ms, until_due) : until_due;
+      }
+      if (!sleep_ms) {
         cv.wait(lock, woken);
-      } else if (idle) {
-        cv.wait_for(lock, std::chrono::milliseconds(2), woken);
+      } else if (*sleep_ms > 0) {
+        cv.wait_for(lock, std::chrono::milliseconds(*sleep_ms), woken);
       }
       work.swap(inbox);
       stopping = stop_requested;
     }
     for (auto& fn : work) fn();
     if (stopping) break;
+    RetryWaiting();
     idle = !Step();
     CommitTurns();
     ReleaseIdle();
@@ -38,14 +48,68 @@ void Engine::Impl::Run() {
   Shutdown();
 }
 
+void Engine::Impl::TryOrWait(WaitingCall call) {
+  const int64_t now = SteadyMs();
+  if (call.cancelled && call.cancelled->load()) {
+    return call.done(absl::CancelledError("the client cancelled the call while it waited for the session store"));
+  }
+  absl::Status st = stopping ? absl::UnavailableError("the engine is shutting down") : call.attempt();
+  if (!StoreBusy(st) || stopping) return call.done(st);
+  if (call.since_ms < 0) {
+    call.since_ms = now;
+    std::lock_guard<std::mutex> lock(stats_mu);
+    ++stats.store_waits;
+  }
+  const int64_t deadline = call.since_ms + options.store_wait_ms;
+  if (now >= deadline) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu);
+      ++stats.store_waits_failed;
+    }
+    return call.done(GaveUp(st, now - call.since_ms));
+  }
+  // Again after a poll, or just after the holder's lease would run out (a dead holder's does).
+  int64_t next = now + options.store_poll_ms;
+  if (std::optional<int64_t> lease_left = RetryAfterMs(st)) next = std::min(next, now + *lease_left + 1);
+  call.next_try_ms = std::min(next, deadline);
+  waiting.push_back(std::move(call));
+}
+
+void Engine::Impl::RetryWaiting() {
+  if (waiting.empty()) return;
+  const int64_t now = SteadyMs();
+  std::vector<WaitingCall> due, later;
+  for (WaitingCall& c : waiting) (c.next_try_ms <= now ? due : later).push_back(std::move(c));
+  waiting = std::move(later);
+  for (WaitingCall& c : due) TryOrWait(std::move(c));
+}
+
+std::optional<int64_t> Engine::Impl::NextRetryMs() const {
+  std::optional<int64_t> next;
+  auto consider = [&next](int64_t t) { next = next ? std::min(*next, t) : t; };
+  for (const WaitingCall& c : waiting) consider(c.next_try_ms);
+  for (const FinishedTurn& t : to_commit) consider(t.next_try_ms);
+  return next;
+}
+
+absl::Status Engine::Impl::GaveUp(const absl::Status& last, int64_t waited_ms) {
+  if (RetryAfterMs(last)) {
+    // The holder renewed its lease all along: it is alive, and serving the session.
+    return WithContext(last, absl::StrCat("this server waited ", waited_ms, " ms for the session, but its holder "
+                                          "kept renewing its lease, so it is alive: retry later, or send the "
+                                          "call to that server"));
+  }
+  return WithContext(last, absl::StrCat("waited ", waited_ms, " ms for the session store"));
+}
+
 void Engine::Impl::ReleaseIdle() {
-  if (options.release_idle_ms <= 0 || !Shared()) return;
+  if ((options.release_idle_ms <= 0 && !draining) || !Shared()) return;
   const int64_t now = NowUnixMs();
-  if (now - last_idle_scan_ms < options.release_idle_ms / 4) return;
+  if (!draining && now - last_idle_scan_ms < options.release_idle_ms / 4) return;
   last_idle_scan_ms = now;
-  // Oldest first; the first one still in use ends the scan.
+  // Oldest first; the first one still in use ends the scan (draining: every idle one goes).
   while (Session* s = sessions.EvictionCandidate()) {
-    if (s->last_used_unix_ms > now - options.release_idle_ms) break;
+    if (!draining && s->last_used_unix_ms > now - options.release_idle_ms) break;
     if (absl::Status st = Offload(*s); !st.ok()) {
       std::fprintf(stderr, "steady: session %s: %s\n", s->id.c_str(), std::string(st.message()).c_str());
       break;
@@ -53,55 +117,80 @@ void Engine::Impl::ReleaseIdle() {
   }
 }
 
-void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, const std::vector<int64_t>& cache_points) {
-  auto fail = [&](absl::Status st) {
-    unfinished_jobs.fetch_sub(1);
-    request.on_done(st, "", Usage{});
+void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, std::vector<int64_t> cache_points) {
+  struct Call {
+    GenerateJob request;
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> cache_points;
   };
-  if (stopping) return fail(absl::UnavailableError("the engine is shutting down"));
+  auto call = std::make_shared<Call>(Call{std::move(request), std::move(tokens), std::move(cache_points)});
+  WaitingCall w;
+  w.attempt = [this, call] { return TryAccept(call->request, call->tokens, call->cache_points); };
+  w.done = [this, call](const absl::Status& st) {
+    if (st.ok()) return;  // running: the job reports itself
+    unfinished_jobs.fetch_sub(1);
+    call->request.on_done(st, "", Usage{});
+  };
+  w.cancelled = call->request.cancelled;
+  TryOrWait(std::move(w));
+}
+
+absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int32_t>& tokens,
+                                     const std::vector<int64_t>& cache_points) {
+  if (stopping) return absl::UnavailableError("the engine is shutting down");
   Session* s = nullptr;
   std::string key = request.session_id;
   if (key.empty()) {
     // An ephemeral session needs a slot that no named session can hold forever.
     if (!store() && sessions.named_sessions() >= pool->slots()) {
-      return fail(absl::ResourceExhaustedError(absl::StrCat(
-          "all ", pool->slots(), " state slots hold sessions and there is no session store to offload to")));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "all ", pool->slots(), " state slots hold sessions and there is no session store to offload to"));
     }
     key = absl::StrCat("\x01", "ephemeral-", next_ephemeral++);  // never a valid client id
   } else {
     auto found = LookupToChange(key, "session_id");
-    if (!found.ok()) return fail(found.status());
+    if (!found.ok()) return found.status();
     s = *found;
     if (s->job != 0) {
-      return fail(absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate")));
+      return absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate"));
     }
+  }
+  // A refusal from here on leaves the session as it was; with a shared store, one that is not
+  // resident gives back the lease LookupToChange took (a resident one goes with ReleaseIdle).
+  auto refuse = [&](absl::Status st) {
+    if (s && Shared() && s->slot < 0) store()->Release(key);
+    return st;
+  };
+  if (s) {
     // A softmax session grows: a tenant already over its state bytes gets no more.
     const SessionQuota& q = request.quota;
-    if (absl::Status st = CheckQuota({q.tenant, 0, q.max_state_bytes}, 0, 0); !st.ok()) return fail(st);
+    if (absl::Status st = CheckQuota({q.tenant, 0, q.max_state_bytes}, 0, 0); !st.ok()) return refuse(st);
   }
   std::vector<int32_t> prompt;
   const int64_t position = s ? Position(*s) : 0;
   if (request.expected_position && *request.expected_position != position) {
-    return fail(absl::AbortedError(absl::StrCat("session_id: ", key, " is at position ", position, ", not the expected ",
-                                                *request.expected_position,
-                                                " (an earlier attempt of this turn may have been applied)")));
+    return refuse(absl::AbortedError(absl::StrCat("session_id: ", key, " is at position ", position,
+                                                  ", not the expected ", *request.expected_position,
+                                                  " (an earlier attempt of this turn may have been applied)")));
   }
   const int bos = model.config().bos_token_id;
   if (position == 0 && bos >= 0 && (request.prompt_token_ids.empty() || tokens.empty() || tokens[0] != bos)) {
     prompt.push_back(bos);
   }
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());
-  if (prompt.empty()) return fail(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  if (prompt.empty()) {
+    return refuse(absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from"));
+  }
   for (const auto& [token, bias] : request.sampling.logit_bias) {
     if (token >= model.vocab_size()) {
-      return fail(absl::InvalidArgumentError(
+      return refuse(absl::InvalidArgumentError(
           absl::StrCat("logit_bias: token id ", token, " is outside the vocabulary [0, ", model.vocab_size(), ")")));
     }
   }
   if (absl::Status st = CheckReach(*pool, position + int64_t(prompt.size()) + request.max_tokens); !st.ok()) {
-    return fail(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
-                                                     prompt.size(), " + max_tokens ", request.max_tokens,
-                                                     "; --max-context)")));
+    return refuse(absl::Status(st.code(), absl::StrCat(st.message(), " (position ", position, " + prompt ",
+                                                       prompt.size(), " + max_tokens ", request.max_tokens,
+                                                       "; --max-context)")));
   }
 
   if (!s) {
@@ -123,6 +212,7 @@ void Engine::Impl::Accept(GenerateJob request, std::vector<int32_t> tokens, cons
   sessions.Touch(*s, NowUnixMs());
   if (job->phase == JobPhase::kPrefill) StartFromPrefixCache(*job, *s);
   jobs.emplace(job->id, std::move(job));
+  return absl::OkStatus();
 }
 
 void Engine::Impl::StartFromPrefixCache(EngineJob& job, Session& s) {
@@ -207,7 +297,9 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   usage.cached_tokens = job.prompt_done > 0 ? job.cached_tokens : 0;
   usage.completion_tokens = job.generated;
   usage.session_position = Position(s);
-  sessions.SetJob(s, 0);
+  const bool commit = status.ok() && !s.ephemeral && TurnDurable() && !job.choices;  // several choices end below
+  // A turn to commit keeps its session busy until it is acknowledged (or undone).
+  sessions.SetJob(s, commit ? kCommitting : 0);
   sessions.Touch(s, NowUnixMs());
   if (s.ephemeral) {
     if (s.slot >= 0) FreeSlot(s);
@@ -233,7 +325,7 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
     request.on_done(choices->status, choices->status.ok() ? reason : "", choices->usage);
     return;
   }
-  if (status.ok() && !s.ephemeral && TurnDurable()) {
+  if (commit) {
     // Acknowledged by CommitTurns, after this step, once the store holds the state.
     to_commit.push_back({s.id, std::move(request), reason, usage});
     return;
@@ -268,10 +360,13 @@ void Engine::Impl::SpawnChoices(EngineJob& job) {
   }
 }
 
-void Engine::Impl::CommitTurns() {
+void Engine::Impl::CommitTurns(bool final) {
   if (to_commit.empty()) return;
-  std::vector<FinishedTurn> turns;
-  turns.swap(to_commit);
+  const int64_t now = SteadyMs();
+  std::vector<FinishedTurn> turns, later;
+  for (FinishedTurn& t : to_commit) (final || t.next_try_ms <= now ? turns : later).push_back(std::move(t));
+  to_commit = std::move(later);
+  if (turns.empty()) return;
   std::vector<SessionSnapshot> states;
   std::vector<BlobWrite> writes;
   for (const FinishedTurn& t : turns) {
@@ -283,18 +378,35 @@ void Engine::Impl::CommitTurns() {
   }
   std::vector<absl::Status> statuses = store()->Put(writes);
   int64_t failed = 0;
+  std::vector<bool> answered(turns.size(), true);
   for (size_t i = 0; i < turns.size(); ++i) {
     Session& s = *sessions.Find(turns[i].session_id);
     if (statuses[i].ok()) {
       MarkStored(s, states[i]);
+      sessions.SetJob(s, 0);
       continue;
     }
+    FinishedTurn& t = turns[i];
+    if (t.since_ms < 0) t.since_ms = now;
+    if (!final && StoreBusy(statuses[i]) && now < t.since_ms + options.store_wait_ms) {
+      // The store is away for now: the turn stays unacknowledged, its state in the slot, and is
+      // written again later.
+      t.next_try_ms = std::min(now + options.store_poll_ms, t.since_ms + options.store_wait_ms);
+      to_commit.push_back(std::move(t));
+      answered[i] = false;
+      continue;
+    }
+    if (StoreBusy(statuses[i]) && t.since_ms < now) statuses[i] = GaveUp(statuses[i], now - t.since_ms);
     // Not durable, so not acknowledged: the session goes back to what the store holds, its last
     // durable state (read again on its next use), and the client hears why.
     ++failed;
+    sessions.SetJob(s, 0);
     FreeSlot(s);
     sessions.SetOnDisk(s, true);
     s.stored = true;
+    // Offloaded now: another server may take it over (the lease of a session this server does not
+    // keep resident would otherwise be renewed for ever).
+    if (Shared()) store()->Release(s.id);
     if (statuses[i].code() == absl::StatusCode::kAborted) {
       // Fenced (SessionStore::Put): another server took the session over; its history stands.
       statuses[i] = absl::UnavailableError(absl::StrCat("session ", s.id, ": another server has taken it over, so ",
@@ -308,10 +420,11 @@ void Engine::Impl::CommitTurns() {
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu);
-    stats.turns_committed += int64_t(turns.size()) - failed;
+    stats.turns_committed += int64_t(std::count(answered.begin(), answered.end(), true)) - failed;
     stats.commit_failures += failed;
   }
   for (size_t i = 0; i < turns.size(); ++i) {
+    if (!answered[i]) continue;
     unfinished_jobs.fetch_sub(1);
     turns[i].request.on_done(statuses[i], statuses[i].ok() ? turns[i].reason : "", turns[i].usage);
   }
@@ -491,6 +604,10 @@ void Engine::Impl::Shutdown() {
     }
     for (auto& fn : work) fn();
   }
+  // Calls waiting for the store: nothing of theirs happened.
+  std::vector<WaitingCall> parked;
+  parked.swap(waiting);
+  for (WaitingCall& c : parked) c.done(absl::UnavailableError("the engine is shutting down"));
   // Between steps: running jobs keep what they generated (a prompt cut midway is rolled back).
   while (!jobs.empty()) {
     EngineJob& job = *jobs.begin()->second;
@@ -499,7 +616,7 @@ void Engine::Impl::Shutdown() {
                                            : "the engine is shutting down; the tokens generated so far are in the session"),
            "");
   }
-  CommitTurns();
+  CommitTurns(/*final=*/true);
   if (!store()) return;
   std::vector<Session*> named;
   for (const Session* s : sessions.Named()) named.push_back(sessions.Find(s->id));

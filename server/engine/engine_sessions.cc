@@ -20,6 +20,11 @@ int64_t NowUnixMs() {
       .count();
 }
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // State memory over a slot's fixed bytes, at least one, at most max_sessions. A softmax-only model
 // has no fixed state (its KV cache grows instead): 4 * max_batch slots.
 int SlotCount(const Model& model, const EngineOptions& o) {
@@ -114,11 +119,16 @@ absl::StatusOr<Session*> Engine::Impl::Adopt(const std::string& id, const std::s
 }
 
 absl::StatusOr<Session*> Engine::Impl::LookupToChange(const std::string& id, const std::string& field) {
-  auto s = Lookup(id, field);
-  if (!s.ok() || !Shared() || store()->Holds(id)) return s;
+  if (!Shared() || store()->Holds(id) || unreadable.count(id)) return Lookup(id, field);
+  // A session running here (its lease lost meanwhile) answers as busy; its state is not replaced.
+  if (Session* s = sessions.Find(id); s && s->job != 0) return s;
+  // The lease first: while a peer holds it this costs one round trip (a call waiting for it tries
+  // again and again), and once it is held nobody else writes the session, so what the store holds
+  // is current.
   if (absl::Status st = store()->Acquire(id); !st.ok()) return st;
-  // Held now, so nobody else writes it: read what the store holds once more.
-  return Adopt(id, field);
+  auto s = Adopt(id, field);
+  if (!s.ok()) store()->Release(id);  // no such session, or unreadable: nothing to hold
+  return s;
 }
 
 absl::Status Engine::Impl::CheckNew(const std::string& id, const std::string& field) {

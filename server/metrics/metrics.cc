@@ -106,6 +106,16 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
                "(committed), or could not (failed: undone and reported).");
   absl::StrAppend(&out, "steady_durable_turns_total{result=\"committed\"} ", engine.turns_committed, "\n");
   absl::StrAppend(&out, "steady_durable_turns_total{result=\"failed\"} ", engine.commit_failures, "\n");
+  if (store->Shared()) {
+    AppendHeader(&out, "steady_store_waits_total", "counter",
+                 "Calls that waited for a shared session store: for another replica's lease on their session "
+                 "to lapse or be let go, or for the store to answer.");
+    absl::StrAppend(&out, "steady_store_waits_total ", engine.store_waits, "\n");
+    AppendHeader(&out, "steady_store_waits_failed_total", "counter",
+                 "Calls that waited for a shared session store and failed after --takeover-wait-ms (the session's "
+                 "replica kept it, or the store stayed away).");
+    absl::StrAppend(&out, "steady_store_waits_failed_total ", engine.store_waits_failed, "\n");
+  }
   AppendHeader(&out, "steady_store_bytes_written_total", "counter", "Snapshot bytes written to the session store.");
   absl::StrAppend(&out, "steady_store_bytes_written_total ", st.bytes_written.load(), "\n");
   AppendHeader(&out, "steady_store_blobs_written_total", "counter", "Snapshots written to the session store.");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -41,7 +42,8 @@ namespace steady {
 namespace {
 
 constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
-                    [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]]
+                    [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]
+                    [--replica-name NAME] [--takeover-wait-ms MS]]
                     [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
@@ -61,6 +63,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       replica (10000); a dead replica's sessions move to another after this
   --replica-name NAME with --session-store: this replica's name in leases and messages
                       (default HOST:PORT/PID)
+  --takeover-wait-ms MS  with --session-store: how long a call for a session another replica
+                      holds waits for that replica to let it go or for its lease to lapse (a dead
+                      replica's does), and a call or a turn's commit waits for the store to answer
+                      again, before it fails with UNAVAILABLE (default: 1.5 x --lease-ms)
   --durability D      with a session store: turn (default): every acknowledged change (a finished
                       Generate, Create, Fork, Import, Delete) is on disk, fsynced, before the reply;
                       shutdown: sessions are written on offload and at a clean stop only
@@ -116,8 +122,19 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--session-dir and --session-store both name a session store; give one");
   }
   const bool store = flags.Has("session-dir") || flags.Has("session-store");
-  for (const char* f : {"durability", "lease-ms", "replica-name"}) {
+  for (const char* f : {"durability", "lease-ms", "replica-name", "takeover-wait-ms"}) {
     if (flags.Has(f) && !store) return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --session-dir or --session-store"));
+  }
+  if (flags.Has("session-store")) {
+    // Replicas: the way back home after a failover (idle sessions let go after half a lease), and the
+    // waits for a peer's lease or for the store (docs/deployment.md).
+    auto lease = flags.GetInt("lease-ms", RedisStoreOptions().lease_ms, 100, int64_t(1) << 31);
+    if (!lease.ok()) return lease.status();
+    auto wait = flags.GetInt("takeover-wait-ms", *lease * 3 / 2, 0, int64_t(1) << 31);
+    if (!wait.ok()) return wait.status();
+    o.release_idle_ms = *lease / 2;
+    o.store_wait_ms = *wait;
+    o.store_poll_ms = std::clamp<int64_t>(*lease / 10, 20, 1000);
   }
   o.durability = durability == "turn" ? Durability::kTurn : Durability::kShutdown;
   o.device = flags.Get("device", "auto");
@@ -213,7 +230,7 @@ absl::Status Run(int argc, char** argv) {
                                  "session-dir",   "metrics-port",  "max-queue",     "max-batch",
                                  "prefill-budget", "max-prompt-tokens", "max-new-tokens", "max-sessions",
                                  "drain-timeout", "device",       "max-context", "durability", "threads", "cpu-weights", "cpu-gemm",
-                                 "session-store", "lease-ms",      "replica-name", "prefix-cache-memory",
+                                 "session-store", "lease-ms",      "replica-name", "takeover-wait-ms", "prefix-cache-memory",
                                  "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
                                  "api-keys",      "snapshot-key-file"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
@@ -270,9 +287,6 @@ absl::Status Run(int argc, char** argv) {
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();
   engine_options->store = *std::move(store);
-  if (engine_options->store && engine_options->store->Shared()) {
-    engine_options->release_idle_ms = flags->GetInt("lease-ms", RedisStoreOptions().lease_ms, 100, INT64_MAX).value() / 2;
-  }
   auto engine = Engine::Start(*model, **tokenizer, *engine_options);
   if (!engine.ok()) return engine.status();
 
@@ -330,10 +344,14 @@ absl::Status Run(int argc, char** argv) {
   std::fprintf(stderr, "steady-server: %s, draining\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
 
   server->GetHealthCheckService()->SetServingStatus(false);
-  service.BeginDrain();
-  // Shutdown stops accepting calls and waits for running ones: a Generate stream runs to its end, so
-  // a rolling restart cuts no turn short. In the drain's last second (or half, if shorter) the rest
-  // are asked to stop and end at the next step boundary with finish_reason "cancelled". After the
+  // Sessions are let go as soon as they are idle, so replicas that take over their next calls need
+  // not wait for the leases to lapse.
+  (*engine)->Drain();
+  // Shutdown stops listening at once (a balancer's next connection is refused, so it sends the call
+  // to another replica) and waits for running calls: a Generate stream runs to its end, so a rolling
+  // restart cuts no turn short. Calls that were already on their way are served, not refused: a
+  // refusal would reach the client. In the drain's last second (or half, if shorter) the rest are
+  // asked to stop and end at the next step boundary with finish_reason "cancelled". After the
   // deadline gRPC cancels what is left; a call still waiting on the engine then ends when the engine
   // is destroyed (queued jobs fail with UNAVAILABLE).
   const auto drain = std::chrono::milliseconds(int64_t(*drain_timeout * 1000));
@@ -346,6 +364,7 @@ absl::Status Run(int argc, char** argv) {
   if (shut.wait_until(deadline + std::chrono::seconds(2)) != std::future_status::ready) {
     std::fprintf(stderr, "steady-server: calls still running after the drain timeout, stopping the engine\n");
   }
+  service.BeginDrain();     // from here no handler reaches the engine
   metrics_server.reset();  // it reads the engine's stats
   engine->reset();         // persists sessions to --session-dir
   shut.wait();

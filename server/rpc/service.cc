@@ -275,7 +275,9 @@ absl::Status InferenceService::Outward(const Tenant* tenant, const absl::Status&
     const std::string quota = message.substr(6, message.find(' ', 6) - 6);
     metrics_.CountQuotaRefusal(tenant->name, quota);
   }
-  return absl::Status(status.code(), absl::StrReplaceAll(message, {{TenantPrefix(tenant->name), ""}}));
+  absl::Status out(status.code(), absl::StrReplaceAll(message, {{TenantPrefix(tenant->name), ""}}));
+  if (std::optional<int64_t> ms = RetryAfterMs(status)) out = WithRetryAfterMs(out, *ms);
+  return out;
 }
 
 void InferenceService::ToProtoFor(const Tenant* tenant, const SessionInfo& info, v1::Session* out) {

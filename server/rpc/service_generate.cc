@@ -1,4 +1,5 @@
 // Generate: a server-streaming write reactor fed by the engine's callbacks.
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -6,6 +7,8 @@
 #include <utility>
 
 #include "server/rpc/service.h"
+
+#include "base/status.h"
 
 namespace steady {
 
@@ -155,6 +158,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     finished_ = true;
     absl::Status status = final_status_;
     if (status.ok() && broken_) status = absl::CancelledError("the client cancelled the call");
+    // A session another replica is serving: when it may be free (the gateway's Retry-After).
+    if (std::optional<int64_t> ms = RetryAfterMs(status); ms && status.code() == absl::StatusCode::kUnavailable) {
+      context_->AddTrailingMetadata("retry-after", std::to_string(std::max<int64_t>(1, (*ms + 999) / 1000)));
+    }
     metrics_.CountRequest("Generate", absl::StatusCodeToString(status.code()));
     Finish(ToGrpcStatus(status));
   }

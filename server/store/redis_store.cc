@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/status.h"
 
 namespace steady {
 
@@ -249,8 +250,12 @@ std::vector<absl::Status> RedisStore::Put(const std::vector<BlobWrite>& writes) 
       auto it = held_.find(writes[i].key);
       if (it == held_.end() && lost_.count(writes[i].key)) {
         lock.unlock();
-        Retake(writes[i].key);
+        absl::Status retaken = Retake(writes[i].key);
         lock.lock();
+        if (retaken.code() == absl::StatusCode::kUnavailable) {  // the store is away: try again later
+          statuses[i] = retaken;
+          continue;
+        }
         it = held_.find(writes[i].key);
       }
       if (it == held_.end()) {
@@ -350,20 +355,28 @@ absl::StatusOr<std::vector<std::string>> RedisStore::List() const {
   return keys;
 }
 
-bool RedisStore::Retake(const std::string& key) {
+absl::Status RedisStore::Retake(const std::string& key) {
+  const absl::Status taken = absl::AbortedError(absl::StrCat("session ", key, ": another server has taken it over"));
   uint64_t lost = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = lost_.find(key);
-    if (it == lost_.end()) return false;
+    if (it == lost_.end()) return taken;
     lost = it->second;
-    lost_.erase(it);
   }
-  if (!Acquire(key).ok()) return false;
+  const absl::Status acquired = Acquire(key);
+  // The store did not answer (a lease refusal is UNAVAILABLE too, but carries the holder's time left):
+  // the lease stays lost, to be retaken later.
+  if (acquired.code() == absl::StatusCode::kUnavailable && !RetryAfterMs(acquired)) return acquired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_.erase(key);
+  }
+  if (!acquired.ok()) return taken;
   // Every acquisition increments the epoch: one more than ours means nobody held it in between.
-  if (EpochOf(key) == lost + 1) return true;
+  if (EpochOf(key) == lost + 1) return absl::OkStatus();
   Release(key);
-  return false;
+  return taken;
 }
 
 absl::Status RedisStore::Acquire(const std::string& key) {
@@ -372,11 +385,14 @@ absl::Status RedisStore::Acquire(const std::string& key) {
   if (!r.ok()) {
     const std::string m(r.status().message());
     if (m.rfind("HELD ", 0) != 0) return r.status();
-    // "HELD <owner> <ms left>": served by another replica, which may be alive or may have died.
+    // "HELD <owner> <ms left>": served by another replica, which may be alive or may have died. The
+    // lease's remaining time is when a takeover may succeed (the engine waits for it).
     const size_t last = m.rfind(' ');
-    return absl::UnavailableError(absl::StrCat("session ", key, " is served by ", m.substr(5, last - 5),
-                                               " (its lease expires in ", m.substr(last + 1),
-                                               " ms unless renewed); retry later or send the call there"));
+    int64_t ms_left = 0;
+    if (!absl::SimpleAtoi(m.substr(last + 1), &ms_left) || ms_left < 0) ms_left = 0;
+    return WithRetryAfterMs(absl::UnavailableError(absl::StrCat("session ", key, " is served by ", m.substr(5, last - 5),
+                                                                " (its lease runs ", ms_left, " ms more unless renewed)")),
+                            ms_left);
   }
   std::lock_guard<std::mutex> lock(mu_);
   held_[key] = uint64_t((*r)->integer);

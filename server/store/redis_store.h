@@ -59,9 +59,10 @@ class RedisStore : public SessionStore {
  private:
   explicit RedisStore(RedisStoreOptions options);
   void RenewLoop();
-  // For a key whose lease lapsed with nobody taking it since: takes it again (true). False when
-  // another server acquired it meanwhile (its writes may be newer than this server's state).
-  bool Retake(const std::string& key);
+  // For a key whose lease lapsed with nobody taking it since: takes it again (OK). ABORTED when
+  // another server acquired it meanwhile (its writes may be newer than this server's state);
+  // UNAVAILABLE, the lease still lost, when the store does not answer.
+  absl::Status Retake(const std::string& key);
 
   const RedisStoreOptions options_;
   std::unique_ptr<RedisConnection> conn_;   // the engine's calls

@@ -53,9 +53,11 @@ class SessionStore {
   // --- Ownership, for a store several servers share (Shared()). A store that only one process
   // uses grants everything: these defaults.
   //
-  // Takes, or keeps, this server's lease on `key`; UNAVAILABLE naming the holder while another live
-  // server holds it. Put and Delete of a key are fenced: refused (ABORTED) once another server has
-  // taken the key over, even if this one still believes it holds it.
+  // Takes, or keeps, this server's lease on `key`; UNAVAILABLE naming the holder while another server
+  // holds it, with the lease's remaining time as RetryAfterMs (base/status.h): the holder may have died,
+  // and the lease then lapses by itself. Put and Delete of a key are fenced: refused (ABORTED) once
+  // another server has taken the key over, even if this one still believes it holds it. Every call of
+  // a store may fail with UNAVAILABLE naming the store while it cannot be reached.
   virtual absl::Status Acquire(const std::string& key) { return absl::OkStatus(); }
   // Gives the lease up: another server may take the key over at once.
   virtual void Release(const std::string& key) {}

@@ -38,13 +38,16 @@ def wait_for_port(port, proc, seconds=30):
 
 class Topology:
     def __init__(self, bin_dir, source_dir, work, replicas=3, lease_ms=1500, model=None, gateway=True,
-                 server_args=()):
+                 server_args=(), state_memory="64M"):
         self.bin_dir, self.source_dir, self.work = bin_dir, source_dir, work
         self.lease_ms = lease_ms
+        # The default 1G slot pool takes seconds to zero at start on a small VM (every restart).
+        self.state_memory = state_memory
         self.server_args = list(server_args)
         self.model = model or self._init_model()
         self.redis_port = free_port()
         self.replica_ports = [free_port() for _ in range(replicas)]
+        self.metrics_ports = [free_port() for _ in range(replicas)]
         self.nginx_port = free_port()
         self.gateway_port = free_port() if gateway else None
         self.procs = {}  # name -> Popen
@@ -89,16 +92,20 @@ class Topology:
 
     def start_replica(self, i):
         name = "replica%d" % i
+        # A restarted replica appends to its log: only what the new process writes counts.
+        log = os.path.join(self.work, name + ".log")
+        start = os.path.getsize(log) if os.path.exists(log) else 0
         p = self._spawn(name, [os.path.join(self.bin_dir, "steady-server"), "--model", self.model,
                                "--port", str(self.replica_ports[i]), "--session-store", self.redis_url,
                                "--lease-ms", str(self.lease_ms), "--replica-name", name,
-                               "--drain-timeout", "30"] + self.server_args)
+                               "--drain-timeout", "30", "--metrics-port", str(self.metrics_ports[i]),
+                               "--state-memory", self.state_memory] + self.server_args)
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:
-            if "listening on" in self.log(name).split("steady-server: model")[-1]:
+            if "listening on" in self.log(name)[start:]:
                 return
             time.sleep(0.05)
-        raise RuntimeError("%s did not start: %s" % (name, self.log(name)))
+        raise RuntimeError("%s did not start: %s" % (name, self.log(name)[start:]))
 
     def start_nginx(self):
         run = os.path.join(self.work, "nginx")
@@ -122,6 +129,15 @@ class Topology:
                                     "--http-port", str(self.gateway_port)])
         if not wait_for_port(self.gateway_port, p):
             raise RuntimeError("steady-gateway did not start: " + self.log("gateway"))
+
+    def metric(self, i, name):
+        """A counter or gauge (without labels) from replica i's /metrics."""
+        import urllib.request
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_ports[i], timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
 
     def signal(self, name, sig):
         p = self.procs.get(name)
@@ -185,25 +201,51 @@ class Topology:
                 pass
 
 
+def redis_command(port, *args):
+    """One command to the Redis on 127.0.0.1:port, its reply decoded (RESP: strings, integers, nil,
+    arrays). The tests need no Redis client library, and a socket is much faster than redis-cli."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(("*%d\r\n" % len(args)).encode() +
+                  b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in map(str, args)))
+        f = s.makefile("rb")
+
+        def read():
+            line = f.readline().rstrip(b"\r\n")
+            kind, rest = line[:1], line[1:]
+            if kind == b"+":
+                return rest.decode()
+            if kind == b"-":
+                raise RuntimeError("redis: " + rest.decode())
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                n = int(rest)
+                return None if n < 0 else f.read(n + 2)[:-2].decode()
+            if kind == b"*":
+                n = int(rest)
+                return None if n < 0 else [read() for _ in range(n)]
+            raise RuntimeError("redis: unexpected reply %r" % line)
+        return read()
+
+
+def lease_holders(topology):
+    """{session id: the replica name ("replica1") holding its lease} for every lease in Redis, read
+    in one round trip."""
+    script = ("local out = {} for _, k in ipairs(redis.call('KEYS', '*:lease:*')) do "
+              "local v = redis.call('GET', k) if v then table.insert(out, k) table.insert(out, v) end end "
+              "return out")
+    flat = redis_command(topology.redis_port, "EVAL", script, 0) or []
+    return {flat[i].split(":lease:", 1)[1]: flat[i + 1].split(" ")[0] for i in range(0, len(flat), 2)}
+
+
 def lease_holder(topology, session_id):
-    """The replica name ("replica1") holding a session's lease in Redis, or None."""
-    keys = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "KEYS", "*:lease:" + session_id],
-                          capture_output=True, text=True).stdout.split()
-    if not keys:
-        return None
-    value = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "GET", keys[0]],
-                           capture_output=True, text=True).stdout.strip()
-    return value.split(" ")[0] if value else None
+    """The replica name holding a session's lease in Redis, or None."""
+    return lease_holders(topology).get(session_id)
 
 
 def busiest_replica(topology):
     """The replica name holding the most session leases in Redis now, or None."""
-    keys = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "KEYS", "*:lease:*"],
-                          capture_output=True, text=True).stdout.split()
     counts = {}
-    for key in keys:
-        value = subprocess.run(["redis-cli", "-p", str(topology.redis_port), "--raw", "GET", key],
-                               capture_output=True, text=True).stdout.strip()
-        if value:
-            counts[value.split(" ")[0]] = counts.get(value.split(" ")[0], 0) + 1
+    for holder in lease_holders(topology).values():
+        counts[holder] = counts.get(holder, 0) + 1
     return max(counts, key=counts.get) if counts else None

@@ -43,9 +43,9 @@ def failover(work, lease_ms, runs):
         with replicas.Topology(BIN, ROOT, run_work, replicas=3, lease_ms=lease_ms, gateway=False) as t:
             killed, moved = {}, []
             # 60 turns a session, so the kill lands well inside the load.
-            during = replicas_test.kill_busiest(t, moved, killed, turns=60)
+            during, pause = replicas_test.kill_busiest(t, moved, killed, turns=60)
             client, loads = replicas_test.run_load(t, t.nginx_addr, 60, 0.2, replicas_test.retryable,
-                                                   during, prefix="b%d-" % run, max_retries=100)
+                                                   during, prefix="b%d-" % run, max_retries=100, pause=pause)
             for l in loads:
                 final = client.get(l.sid).position
                 lost += final < l.position  # a position below the last acknowledged one: lost turns

@@ -4,10 +4,13 @@
 #include "server/store/redis_store.h"
 
 #include <chrono>
+#include <cstdio>
+#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "base/status.h"
 #include "server/engine/engine.h"
 #include "server/store/snapshot.h"
 #include "tests/server/engine/engine_harness.h"
@@ -24,6 +27,7 @@ using testing::Options;
 using testing::Play;
 using testing::Prompt;
 using testing::StartEngine;
+using testing::SubmitAsync;
 using testing::Taylor;
 using testing::Turns;
 
@@ -183,6 +187,138 @@ TEST_F(RedisStoreTest, TwoEnginesShareSessionsExactly) {
   a.reset();  // a shuts down: its leases go at once
   EXPECT_EQ(Play(*b, "s", next), Play(*reference, "s", next)) << "b continues a's session exactly";
   EXPECT_EQ(Get(*b, "s")->position, Get(*reference, "s")->position);
+}
+
+// Replicas whose calls wait for a peer's lease or for the store (EngineOptions::store_wait_ms).
+class WaitingReplicaTest : public RedisStoreTest {
+ protected:
+  void SetUp() override {
+    RedisStoreTest::SetUp();
+    if (!redis_) return;
+    reference_ = StartEngine(model_, Options());
+  }
+
+  EngineOptions ReplicaOptions(const std::string& owner, int64_t lease_ms, int64_t wait_ms) {
+    EngineOptions o = Options();
+    RedisStoreOptions r;
+    r.url = redis_->url();
+    r.key_prefix = Prefix();
+    r.owner = owner;
+    r.lease_ms = lease_ms;
+    auto store = RedisStore::Open(r);
+    EXPECT_TRUE(store.ok()) << store.status();
+    o.store = *std::move(store);
+    o.store_wait_ms = wait_ms;
+    o.store_poll_ms = 50;
+    return o;
+  }
+  std::string Prefix() const { return "steady:" + std::to_string(ModelFingerprint(model_)) + ":"; }
+  // A command to this test's Redis; its output.
+  std::string Redis(const std::string& args) {
+    const std::string cmd = "redis-cli -p " + std::to_string(redis_->port()) + " " + args;
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[256];
+      while (fgets(buf, sizeof(buf), p)) out += buf;
+      pclose(p);
+    }
+    return out;
+  }
+  static double Seconds(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  }
+
+  const Model model_ = Taylor();
+  std::unique_ptr<Engine> reference_;
+};
+
+// The replica holding a session dies (its lease stays in Redis, renewed by nobody): a call for the
+// session on another replica waits for the lease to lapse, then takes the session over and continues
+// it exactly; meanwhile the waiting replica serves its other sessions without delay.
+TEST_F(WaitingReplicaTest, ACallWaitsForADeadHoldersLeaseAndServesOthersMeanwhile) {
+  auto b = StartEngine(model_, ReplicaOptions("b", 10000, 5000));
+  {
+    auto a = StartEngine(model_, ReplicaOptions("a", 10000, 0));
+    for (Engine* e : {a.get(), reference_.get()}) {
+      ASSERT_TRUE(Create(*e, "s").ok());
+      Play(*e, "s", {{Prompt(1), 5}});
+    }
+  }  // a stops and lets its sessions go; then "dead" holds s for 1.2 s, as a killed replica's lease
+  ASSERT_EQ(Redis("SET " + Prefix() + "lease:s \"dead 999\" PX 1200"), "OK\n");
+  ASSERT_TRUE(Create(*b, "other").ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::future<testing::Outcome> waiting = SubmitAsync(*b, testing::Job("s", Prompt(3), 6));
+  const testing::Outcome other = Generate(*b, "other", Prompt(2), 4);
+  EXPECT_TRUE(other.status.ok()) << other.status;
+  EXPECT_LT(Seconds(start), 0.8) << "the other session waited for the lease too";
+  const testing::Outcome taken = waiting.get();
+  ASSERT_TRUE(taken.status.ok()) << taken.status;
+  EXPECT_GT(Seconds(start), 0.9) << "taken over before the lease lapsed";
+  EXPECT_EQ(taken.ids, Generate(*reference_, "s", Prompt(3), 6).ids) << "b continues the dead replica's session exactly";
+  EXPECT_EQ(b->stats().store_waits, 1);
+  EXPECT_EQ(b->stats().store_waits_failed, 0);
+}
+
+// A holder that stays alive keeps renewing its lease: the waiting call fails once store_wait_ms has
+// passed, with UNAVAILABLE saying so and when to retry; nothing changed.
+TEST_F(WaitingReplicaTest, ALiveHolderKeepsItsSessionAndTheCallFailsAfterTheWait) {
+  auto a = StartEngine(model_, ReplicaOptions("a", 600, 0));  // never lets idle sessions go (no release_idle_ms)
+  auto b = StartEngine(model_, ReplicaOptions("b", 600, 1000));
+  ASSERT_TRUE(Create(*a, "s").ok());
+  Play(*a, "s", {{Prompt(1), 5}});
+  const auto start = std::chrono::steady_clock::now();
+  const testing::Outcome refused = Generate(*b, "s", Prompt(3), 4);
+  EXPECT_GE(Seconds(start), 0.95);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
+  EXPECT_NE(std::string(refused.status.message()).find("alive"), std::string::npos) << refused.status;
+  EXPECT_TRUE(RetryAfterMs(refused.status).has_value()) << refused.status;
+  EXPECT_EQ(b->stats().store_waits_failed, 1);
+  EXPECT_EQ(Get(*a, "s")->position, Get(*b, "s")->position);
+}
+
+// A draining replica lets its idle sessions go at once: a call waiting for one on another replica
+// goes on within a poll, long before the lease would have lapsed.
+TEST_F(WaitingReplicaTest, ADrainingHolderLetsTheWaitingCallGoOn) {
+  auto a = StartEngine(model_, ReplicaOptions("a", 10000, 0));
+  auto b = StartEngine(model_, ReplicaOptions("b", 10000, 5000));
+  for (Engine* e : {a.get(), reference_.get()}) {
+    ASSERT_TRUE(Create(*e, "s").ok());
+    Play(*e, "s", {{Prompt(1), 5}});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::future<testing::Outcome> waiting = SubmitAsync(*b, testing::Job("s", Prompt(3), 6));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  a->Drain();
+  const testing::Outcome taken = waiting.get();
+  ASSERT_TRUE(taken.status.ok()) << taken.status;
+  EXPECT_LT(Seconds(start), 2.0) << "waited for the lease instead of the release";
+  EXPECT_EQ(taken.ids, Generate(*reference_, "s", Prompt(3), 6).ids);
+}
+
+// Redis killed and restarted: a turn that finished while it was away is acknowledged once its
+// commit gets through (not failed), a call that arrived meanwhile waits, and nothing is lost.
+TEST_F(WaitingReplicaTest, CallsAndCommitsWaitForTheStoreToComeBack) {
+  auto b = StartEngine(model_, ReplicaOptions("b", 10000, 5000));
+  for (Engine* e : {b.get(), reference_.get()}) {
+    ASSERT_TRUE(Create(*e, "s").ok());
+    ASSERT_TRUE(Create(*e, "t").ok());
+    Play(*e, "s", {{Prompt(1), 5}});
+  }
+  redis_->Kill();
+  std::future<testing::Outcome> commit = SubmitAsync(*b, testing::Job("s", Prompt(3), 6));  // resident: runs
+  std::future<testing::Outcome> lookup = SubmitAsync(*b, testing::Job("t", Prompt(4), 3));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ASSERT_TRUE(redis_->Restart());
+  const testing::Outcome s = commit.get(), t = lookup.get();
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  ASSERT_TRUE(t.status.ok()) << t.status;
+  EXPECT_EQ(s.ids, Generate(*reference_, "s", Prompt(3), 6).ids);
+  EXPECT_EQ(t.ids, Generate(*reference_, "t", Prompt(4), 3).ids);
+  EXPECT_EQ(b->stats().commit_failures, 0);
+  // What Redis holds is what was acknowledged: a fresh replica continues from it.
+  b.reset();
+  auto c = StartEngine(model_, ReplicaOptions("c", 10000, 5000));
+  EXPECT_EQ(Get(*c, "s")->position, Get(*reference_, "s")->position);
 }
 
 }  // namespace
