@@ -140,9 +140,9 @@ absl::Status HfTokenizer::ParsePostProcessor(const Json& j, const std::string& p
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(std::string_view json, const TokenizerConfig& config,
                                                                const std::string& name) {
-  auto parsed = ParseJsonText(json, name);
-  if (!parsed.ok()) return parsed.status();
-  const Json& j = *parsed;
+  Json j;
+  BpeTables tables;
+  if (absl::Status st = ReadTokenizerJson(json, name, &j, &tables); !st.ok()) return st;
   auto fail = [&](const absl::Status& st) { return WithContext(st, name); };
   if (!j.is_object()) return fail(Unexpected("(top level)", "an object", j));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
@@ -160,7 +160,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(std::string_view 
   }
   const Json* model = Find(j, "model");
   if (!model) return fail(FieldError("model", "missing"));
-  auto bpe = Bpe::Parse(*model, "model", byte_level);
+  auto bpe = Bpe::Parse(*model, tables, "model", byte_level);
   if (!bpe.ok()) return fail(bpe.status());
   t->model_ = *std::move(bpe);
   if (const Json* d = Find(j, "decoder")) {
@@ -174,7 +174,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(std::string_view 
   }
   if (absl::Status st = ParseAddedTokens(j, &t->added_); !st.ok()) return fail(st);
 
-  t->tokens_ = t->model_->tokens();
+  t->tokens_ = t->model_->TakeTokens();
   for (const AddedToken& a : t->added_) {
     if (size_t(a.id) >= t->tokens_.size()) t->tokens_.resize(size_t(a.id) + 1);
   }
@@ -226,22 +226,22 @@ void HfTokenizer::SplitAdded(std::string_view text, const AddedTokenTrie& trie, 
       ++at;
       continue;
     }
-    if (at > plain) out->push_back({std::string(text.substr(plain, at - plain)), -1});
-    out->push_back({"", index});
+    if (at > plain) out->push_back({text.substr(plain, at - plain), -1});
+    out->push_back({std::string_view(), index});
     at += length;
     plain = at;
   }
-  if (plain < text.size()) out->push_back({std::string(text.substr(plain)), -1});
+  if (plain < text.size()) out->push_back({text.substr(plain), -1});
   // lstrip / rstrip take the whitespace beside the token with them (JavaScript's trim set, as the port).
   for (size_t i = first; i < out->size(); ++i) {
     Section& s = (*out)[i];
     if (s.token < 0) continue;
     const AddedToken& a = added_[s.token];
     if (a.lstrip && i > first && (*out)[i - 1].token < 0) {
-      (*out)[i - 1].text = std::string(TrimEnd((*out)[i - 1].text, IsJsWhiteSpace));
+      (*out)[i - 1].text = TrimEnd((*out)[i - 1].text, IsJsWhiteSpace);
     }
     if (a.rstrip && i + 1 < out->size() && (*out)[i + 1].token < 0) {
-      (*out)[i + 1].text = std::string(TrimStart((*out)[i + 1].text, IsJsWhiteSpace));
+      (*out)[i + 1].text = TrimStart((*out)[i + 1].text, IsJsWhiteSpace);
     }
     s.token = a.id;
   }
@@ -253,32 +253,33 @@ absl::Status HfTokenizer::EncodeSection(std::string_view text, int section, std:
     ids->push_back(it->second);
     return absl::OkStatus();
   }
-  std::string normalized(text);
+  std::string normalized_text;
+  std::string_view normalized = text;
   if (normalizer_) {
-    auto n = Normalize(*normalizer_, std::move(normalized));
+    auto n = Normalize(*normalizer_, std::string(text));
     if (!n.ok()) return n.status();
-    normalized = *std::move(n);
+    normalized_text = *std::move(n);
+    normalized = normalized_text;
   }
   std::vector<Section> pieces;
   SplitAdded(normalized, normalized_trie_, &pieces);
-  std::vector<std::string> words;
   for (const Section& piece : pieces) {
     if (piece.token >= 0) {
       ids->push_back(piece.token);
       continue;
     }
     if (piece.text.empty()) continue;
-    if (auto it = added_by_text_.find(piece.text); it != added_by_text_.end()) {
+    if (auto it = added_by_text_.find(Av(piece.text)); it != added_by_text_.end()) {
       ids->push_back(it->second);
       continue;
     }
-    words.clear();
-    if (pre_tokenizer_) {
-      if (absl::Status st = PreTokenize(*pre_tokenizer_, piece.text, section, &words); !st.ok()) return st;
-    } else {
-      words.push_back(piece.text);
+    if (!pre_tokenizer_) {
+      model_->Encode(piece.text, ids);
+    } else if (absl::Status st = PreTokenize(*pre_tokenizer_, piece.text, section,
+                                             [&](std::string_view word) { model_->Encode(word, ids); });
+               !st.ok()) {
+      return st;
     }
-    for (const std::string& w : words) model_->Encode(w, ids);
   }
   return absl::OkStatus();
 }

@@ -66,8 +66,8 @@ class HfTokenizer {
 
  private:
   struct Section {
-    std::string text;
-    int32_t token = -1;  // an added token's id instead of text
+    std::string_view text;  // into the text SplitAdded cut
+    int32_t token = -1;     // an added token's id instead of text
   };
   void SplitAdded(std::string_view text, const AddedTokenTrie& trie, std::vector<Section>* out) const;
   absl::Status EncodeSection(std::string_view text, int section, std::vector<int32_t>* ids) const;

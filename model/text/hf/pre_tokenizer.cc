@@ -64,7 +64,7 @@ absl::StatusOr<std::vector<Span>> FindSpans(const PreTokenizer& p, std::string_v
 }
 
 // The Rust library's SplitDelimiterBehavior applied to spans (delimiter = the pattern's pieces).
-void ApplyBehavior(SplitBehavior behavior, std::string_view text, std::vector<Span> spans, std::vector<std::string>* out) {
+void ApplyBehavior(SplitBehavior behavior, std::string_view text, std::vector<Span> spans, const WordSink& out) {
   std::vector<Span> kept;
   bool previous = false;
   switch (behavior) {
@@ -109,7 +109,7 @@ void ApplyBehavior(SplitBehavior behavior, std::string_view text, std::vector<Sp
       break;
   }
   for (const Span& s : kept) {
-    if (s.end > s.begin) out->emplace_back(text.substr(s.begin, s.end - s.begin));
+    if (s.end > s.begin) out(text.substr(s.begin, s.end - s.begin));
   }
 }
 
@@ -203,37 +203,44 @@ absl::StatusOr<PreTokenizer> Parse(const Json& j, const std::string& path, bool 
   return p;
 }
 
-// Runs of characters split where `pred` changes; each run kept when `keep(run_is_pred)`.
-void SplitRuns(std::string_view text, bool (*pred)(char32_t), bool isolate_each, std::vector<std::string>* out) {
+// Runs of characters split where `pred` changes (and between two matching characters when
+// `isolate_each`); `keep` says which runs go to `out` (by whether they match).
+void SplitRuns(std::string_view text, bool (*pred)(char32_t), bool isolate_each, bool keep_matching, bool keep_other,
+               const WordSink& out) {
   size_t start = 0;
   bool in = false;
   for (size_t i = 0; i < text.size();) {
     size_t len;
     const bool now = pred(DecodeUtf8At(text, i, &len));
     if (i > start && (now != in || (now && isolate_each))) {
-      out->emplace_back(text.substr(start, i - start));
+      if (in ? keep_matching : keep_other) out(text.substr(start, i - start));
       start = i;
     }
     in = now;
     i += len;
   }
-  if (start < text.size()) out->emplace_back(text.substr(start));
+  if (start < text.size() && (in ? keep_matching : keep_other)) out(text.substr(start));
 }
 
-absl::Status Apply(const PreTokenizer& p, std::string_view text, int section, std::vector<std::string>* out) {
+absl::Status Apply(const PreTokenizer& p, std::string_view text, int section, const WordSink& out);
+
+// A Sequence from step `i` on: every word of step i goes through the steps after it.
+absl::Status ApplyFrom(const PreTokenizer& seq, size_t i, std::string_view text, int section, const WordSink& out) {
+  if (i == seq.steps.size()) {
+    out(text);
+    return absl::OkStatus();
+  }
+  absl::Status status;
+  absl::Status st = Apply(seq.steps[i], text, section, [&](std::string_view word) {
+    if (status.ok()) status = ApplyFrom(seq, i + 1, word, section, out);
+  });
+  return st.ok() ? status : st;
+}
+
+absl::Status Apply(const PreTokenizer& p, std::string_view text, int section, const WordSink& out) {
   switch (p.kind) {
-    case PreTokenizer::Kind::kSequence: {
-      std::vector<std::string> words{std::string(text)};
-      for (const PreTokenizer& step : p.steps) {
-        std::vector<std::string> next;
-        for (const std::string& w : words) {
-          if (absl::Status st = Apply(step, w, section, &next); !st.ok()) return st;
-        }
-        words = std::move(next);
-      }
-      for (std::string& w : words) out->push_back(std::move(w));
-      return absl::OkStatus();
-    }
+    case PreTokenizer::Kind::kSequence:
+      return ApplyFrom(p, 0, text, section, out);
     case PreTokenizer::Kind::kSplit:
     case PreTokenizer::Kind::kWhitespace: {
       auto spans = FindSpans(p, text);
@@ -248,25 +255,19 @@ absl::Status Apply(const PreTokenizer& p, std::string_view text, int section, st
         text = with_prefix;
       }
       if (!p.use_regex) {
-        if (!text.empty()) out->emplace_back(text);
+        if (!text.empty()) out(text);
         return absl::OkStatus();
       }
       return ByteLevelRegex().ForEachMatch(text, [&](size_t begin, size_t end) {
-        if (end > begin) out->emplace_back(text.substr(begin, end - begin));
+        if (end > begin) out(text.substr(begin, end - begin));
       });
     }
     case PreTokenizer::Kind::kDigits:
-      SplitRuns(text, IsNumeric, p.individual_digits, out);
+      SplitRuns(text, IsNumeric, p.individual_digits, true, true, out);
       return absl::OkStatus();
-    case PreTokenizer::Kind::kWhitespaceSplit: {
-      std::vector<std::string> runs;
-      SplitRuns(text, IsJsWhiteSpace, false, &runs);
-      for (std::string& r : runs) {
-        size_t len;
-        if (!IsJsWhiteSpace(DecodeUtf8At(r, 0, &len))) out->push_back(std::move(r));
-      }
+    case PreTokenizer::Kind::kWhitespaceSplit:
+      SplitRuns(text, IsJsWhiteSpace, false, false, true, out);
       return absl::OkStatus();
-    }
     case PreTokenizer::Kind::kMetaspace: {
       std::string replaced;
       replaced.reserve(text.size() + p.replacement.size());
@@ -281,7 +282,7 @@ absl::Status Apply(const PreTokenizer& p, std::string_view text, int section, st
                            (p.prepend == PreTokenizer::Prepend::kFirst && section == 0);
       if (prepend && replaced.compare(0, p.replacement.size(), p.replacement) != 0) replaced = p.replacement + replaced;
       if (!p.split) {
-        if (!replaced.empty()) out->push_back(std::move(replaced));
+        if (!replaced.empty()) out(replaced);
         return absl::OkStatus();
       }
       auto spans = FindSpans(p, replaced);
@@ -300,8 +301,8 @@ absl::StatusOr<PreTokenizer> ParsePreTokenizer(const Json& j, const std::string&
   return Parse(j, path, /*last=*/true, byte_level);
 }
 
-absl::Status PreTokenize(const PreTokenizer& p, std::string_view text, int section, std::vector<std::string>* words) {
-  return Apply(p, text, section, words);
+absl::Status PreTokenize(const PreTokenizer& p, std::string_view text, int section, const WordSink& sink) {
+  return Apply(p, text, section, sink);
 }
 
 }  // namespace steady::hf

@@ -2,6 +2,7 @@
 #ifndef STEADY_MODEL_TEXT_HF_PRE_TOKENIZER_H_
 #define STEADY_MODEL_TEXT_HF_PRE_TOKENIZER_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,9 +41,11 @@ struct PreTokenizer {
 // whether it is there.
 absl::StatusOr<PreTokenizer> ParsePreTokenizer(const Json& j, const std::string& path, bool* byte_level);
 
-// Appends the words of `text` to `words`. `section` is the index of the text among the pieces the
-// added tokens cut the input into (Metaspace's prepend_scheme "first" prepends only in piece 0).
-absl::Status PreTokenize(const PreTokenizer& p, std::string_view text, int section, std::vector<std::string>* words);
+// Hands each word of `text` to `sink`, in order (a word lives only during its call). `section` is
+// the index of the text among the pieces the added tokens cut the input into (Metaspace's
+// prepend_scheme "first" prepends only in piece 0).
+using WordSink = std::function<void(std::string_view)>;
+absl::Status PreTokenize(const PreTokenizer& p, std::string_view text, int section, const WordSink& sink);
 
 }  // namespace steady::hf
 

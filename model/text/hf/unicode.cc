@@ -56,6 +56,20 @@ bool FinalSigma(std::string_view text, size_t at, size_t len) {
 
 }  // namespace
 
+namespace {
+
+std::string MapForm(std::string_view text, int options) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          utf8proc_ssize_t(text.size()), &out, utf8proc_option_t(options));
+  if (n < 0) return std::string(text);  // only for invalid UTF-8, which callers have refused
+  std::string result(reinterpret_cast<const char*>(out), size_t(n));
+  std::free(out);
+  return result;
+}
+
+}  // namespace
+
 std::string NormalizeForm(std::string_view text, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
@@ -64,13 +78,27 @@ std::string NormalizeForm(std::string_view text, NormalForm form) {
     case NormalForm::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
     case NormalForm::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
   }
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          utf8proc_ssize_t(text.size()), &out, utf8proc_option_t(options));
-  if (n < 0) return std::string(text);  // only for invalid UTF-8, which callers have refused
-  std::string result(reinterpret_cast<const char*>(out), size_t(n));
-  std::free(out);
-  return result;
+  // ASCII is unchanged by every form, and no character composes with the one before an ASCII
+  // character or reorders across it: only the stretches that hold non-ASCII characters (with the
+  // ASCII character before them, a possible base for combining marks) go through utf8proc.
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t k = pos;
+    while (k < text.size() && static_cast<unsigned char>(text[k]) < 0x80) ++k;
+    if (k == text.size()) {
+      out.append(text.substr(pos));
+      break;
+    }
+    const size_t start = k > pos ? k - 1 : k;
+    size_t end = k;
+    while (end < text.size() && static_cast<unsigned char>(text[end]) >= 0x80) ++end;
+    out.append(text.substr(pos, start - pos));
+    out += MapForm(text.substr(start, end - start), options);
+    pos = end;
+  }
+  return out;
 }
 
 char32_t UpperOf(char32_t c) { return char32_t(utf8proc_toupper(utf8proc_int32_t(c))); }
