@@ -49,7 +49,8 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   auto encoded = tokenizer.Encode(request.prompt);
   if (!encoded.ok()) return encoded.status();
   std::vector<int32_t> prompt;
-  if (request.add_bos && backend.position(slot) == 0 && model.config().bos_token_id >= 0) {
+  if (request.add_bos && backend.position(slot) == 0 && model.config().bos_token_id >= 0 && tokenizer.prepends_bos() &&
+      (encoded->empty() || (*encoded)[0] != model.config().bos_token_id)) {
     prompt.push_back(model.config().bos_token_id);
   }
   prompt.insert(prompt.end(), encoded->begin(), encoded->end());

@@ -33,6 +33,9 @@ packages=(
   # The GPU run (scripts/gpu_bundle.sh): binaries built here carried to a lent GPU machine with their
   # libraries, their RUNPATH set to the bundle's lib/ (patchelf), compressed with xz.
   patchelf xz-utils
+  # Hugging Face tokenizer.json (model/text/hf/): PCRE2 runs the pre-tokenizers' split regexes with
+  # Unicode properties, utf8proc does NFC/NFKC normalization.
+  libpcre2-dev libutf8proc-dev
 )
 # Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
 command -v npm > /dev/null || packages+=(npm)

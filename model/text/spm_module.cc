@@ -44,6 +44,13 @@ int steady_spm_vocab_size(void* handle) {
 int steady_spm_bos_id(void* handle) { return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->bos_id(); }
 int steady_spm_eos_id(void* handle) { return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->eos_id(); }
 
+// The id of a piece, or -1 for text that is no piece of the model.
+int steady_spm_piece_id(void* handle, const char* piece) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(handle);
+  const int id = sp->PieceToId(piece);
+  return id >= 0 && id < sp->GetPieceSize() && sp->IdToPiece(id) == piece ? id : -1;
+}
+
 // Returns malloc'ed ids (*n of them), or null with *n = 0 on error.
 int32_t* steady_spm_encode(void* handle, const char* text, size_t len, size_t* n) {
   std::vector<int> ids;

@@ -1,165 +1,80 @@
 #include "model/text/tokenizer.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <climits>
 #include <filesystem>
-#include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_io.h"
+#include "base/utf8.h"
+#include "model/text/hf/hf_tokenizer.h"
+#include "model/text/sentencepiece.h"
 
 namespace steady {
-
 namespace {
-// RTLD_DEEPBIND keeps the module's protobuf-lite apart from gRPC's (docs/architecture.md).
-// AddressSanitizer cannot run a DEEPBIND library; in its builds (the fuzz targets, docs/fuzzing.md)
-// the one program that loads the tokenizer, tokenizer_fuzz, links no gRPC, so it loads the module
-// without the flag.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr int kDeepBind = 0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr int kDeepBind = 0;
-#else
-constexpr int kDeepBind = RTLD_DEEPBIND;
-#endif
-#else
-constexpr int kDeepBind = RTLD_DEEPBIND;
-#endif
-}  // namespace
 
-// Function table of the loaded module; loaded once per process.
-struct Tokenizer::Module {
-  void* (*load)(const char*, char*, size_t);
-  void (*free_handle)(void*);
-  void (*free_buffer)(void*);
-  int (*vocab_size)(void*);
-  int (*bos_id)(void*);
-  int (*eos_id)(void*);
-  int32_t* (*encode)(void*, const char*, size_t, size_t*);
-  char* (*decode)(void*, const int32_t*, size_t, size_t*);
+// tokenizer.json behind the Tokenizer interface.
+class HfTokenizerAdapter final : public Tokenizer {
+ public:
+  explicit HfTokenizerAdapter(std::unique_ptr<hf::HfTokenizer> t) : t_(std::move(t)) {
+    const auto& eos = t_->config().eos_token;
+    eos_id_ = eos ? t_->TokenId(*eos) : -1;
+  }
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const override {
+    return t_->Encode(text, add_special_tokens);
+  }
+  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids, const DecodeOptions& options) const override {
+    return t_->Decode(ids, options.skip_special_tokens,
+                      options.clean_up_tokenization_spaces && t_->config().clean_up_tokenization_spaces);
+  }
+  int vocab_size() const override { return t_->vocab_size(); }
+  int bos_id() const override { return t_->bos_id(); }
+  int eos_id() const override { return eos_id_; }
+  bool prepends_bos() const override { return t_->bos_id() >= 0; }
+  int TokenId(std::string_view token) const override { return t_->TokenId(token); }
+
+ private:
+  std::unique_ptr<hf::HfTokenizer> t_;
+  int eos_id_ = -1;
 };
 
-namespace {
-
-std::vector<std::string> ModuleCandidates() {
-  std::vector<std::string> paths;
-  if (const char* env = std::getenv("STEADY_SPM_MODULE")) paths.push_back(env);
-  char exe[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    paths.push_back((std::filesystem::path(exe).parent_path().parent_path() / "lib" / "libsteady_spm.so").string());
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path) {
+  auto json = ReadWholeFile(path);
+  if (!json.ok()) return absl::Status(json.status().code(), absl::StrCat(path, ": ", json.status().message()));
+  hf::TokenizerConfig config;
+  const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+  if (std::filesystem::exists(config_path)) {
+    auto text = ReadWholeFile(config_path);
+    if (!text.ok()) return text.status();
+    auto parsed = hf::ParseTokenizerConfig(*text, config_path);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
   }
-#ifdef STEADY_SPM_MODULE_BUILD_PATH
-  paths.push_back(STEADY_SPM_MODULE_BUILD_PATH);
-#endif
-  return paths;
-}
-
-
-}  // namespace
-
-namespace {
-
-template <typename F>
-bool Resolve(void* lib, const char* name, F* fn) {
-  *fn = reinterpret_cast<F>(dlsym(lib, name));
-  return *fn != nullptr;
-}
-
-absl::StatusOr<const Tokenizer::Module*> LoadModule() {
-  static std::mutex mu;
-  static Tokenizer::Module* module = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (module) return module;
-  std::string tried;
-  for (const std::string& path : ModuleCandidates()) {
-    if (!std::filesystem::exists(path)) {
-      absl::StrAppend(&tried, " ", path, " (absent)");
-      continue;
-    }
-    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | kDeepBind);
-    if (!lib) {
-      absl::StrAppend(&tried, " ", path, " (", dlerror(), ")");
-      continue;
-    }
-    auto* m = new Tokenizer::Module();
-    if (Resolve(lib, "steady_spm_load", &m->load) && Resolve(lib, "steady_spm_free", &m->free_handle) &&
-        Resolve(lib, "steady_spm_free_buffer", &m->free_buffer) &&
-        Resolve(lib, "steady_spm_vocab_size", &m->vocab_size) && Resolve(lib, "steady_spm_bos_id", &m->bos_id) &&
-        Resolve(lib, "steady_spm_eos_id", &m->eos_id) && Resolve(lib, "steady_spm_encode", &m->encode) &&
-        Resolve(lib, "steady_spm_decode", &m->decode)) {
-      module = m;
-      return module;
-    }
-    delete m;
-    absl::StrAppend(&tried, " ", path, " (missing symbols)");
-  }
-  return absl::FailedPreconditionError(absl::StrCat("cannot load the sentencepiece module libsteady_spm.so; tried:", tried));
+  auto t = hf::HfTokenizer::Load(*json, config, path);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<Tokenizer>(new HfTokenizerAdapter(*std::move(t)));
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& model_path) {
-  auto module = LoadModule();
-  if (!module.ok()) return module.status();
-  if (!std::filesystem::is_regular_file(model_path)) {
-    return absl::NotFoundError(absl::StrCat(model_path, ": tokenizer model not found"));
-  }
-  char err[512] = {0};
-  void* handle = (*module)->load(model_path.c_str(), err, sizeof(err));
-  if (!handle) return absl::InvalidArgumentError(absl::StrCat(model_path, ": not a sentencepiece model: ", err));
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->module_ = *module;
-  t->handle_ = handle;
-  t->vocab_size_ = t->module_->vocab_size(handle);
-  t->bos_id_ = t->module_->bos_id(handle);
-  t->eos_id_ = t->module_->eos_id(handle);
-  return t;
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  if (absl::EndsWith(path, ".json")) return LoadTokenizerJson(path);
+  return LoadSentencePiece(path);
 }
 
-Tokenizer::~Tokenizer() {
-  if (handle_) module_->free_handle(handle_);
-}
-
-absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(const std::string& text) const {
-  size_t n = 0;
-  int32_t* ids = module_->encode(handle_, text.data(), text.size(), &n);
-  if (!ids) return absl::InvalidArgumentError("tokenizer: cannot encode the text");
-  std::vector<int32_t> out(ids, ids + n);
-  module_->free_buffer(ids);
-  return out;
-}
-
-absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids) const {
-  for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer: token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")"));
-    }
-  }
-  size_t len = 0;
-  char* text = module_->decode(handle_, ids.data(), ids.size(), &len);
-  if (!text) return absl::InvalidArgumentError("tokenizer: cannot decode the ids");
-  std::string out(text, len);
-  module_->free_buffer(text);
-  return out;
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDirectory(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  if (std::filesystem::exists(d / "tokenizer.json")) return Load((d / "tokenizer.json").string());
+  if (std::filesystem::exists(d / "tokenizer.model")) return Load((d / "tokenizer.model").string());
+  return absl::NotFoundError(absl::StrCat(dir, ": no tokenizer.json or tokenizer.model"));
 }
 
 namespace {
 
-// True when `s` ends inside a UTF-8 sequence (or with the replacement character sentencepiece
-// emits for byte pieces that do not yet form a character).
+// True when `s` ends inside a UTF-8 sequence, or with the replacement character both tokenizer
+// kinds emit for byte pieces that do not yet form a character.
 bool EndsIncomplete(const std::string& s) {
   if (s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
-  for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
-    const unsigned char c = s[s.size() - back];
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    const size_t need = (c & 0x80) == 0 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-    return need > back;
-  }
-  return false;
+  return EndsInPartialUtf8(s);
 }
 
 }  // namespace

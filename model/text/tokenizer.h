@@ -1,39 +1,53 @@
-// sentencepiece tokenizer, reached through the steady_spm module (see model/text/spm_module.cc for why).
+// Text to token ids and back: a model directory's tokenizer.json (Hugging Face, model/text/hf/) or
+// tokenizer.model (sentencepiece, through its own module: model/text/spm_module.cc says why).
 #ifndef STEADY_MODEL_TEXT_TOKENIZER_H_
 #define STEADY_MODEL_TEXT_TOKENIZER_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace steady {
 
+struct DecodeOptions {
+  bool skip_special_tokens = false;
+  // transformers' clean_up_tokenization_spaces (" ." -> "."): what `steady tokenize --decode` and
+  // Hugging Face's decode() do by default for tokenizers that ask for it; generated text is decoded
+  // without it, since it rewrites text the model wrote and cannot be streamed exactly.
+  bool clean_up_tokenization_spaces = false;
+};
+
 class Tokenizer {
  public:
-  // Loads a sentencepiece model file. The module is found at $STEADY_SPM_MODULE, beside the
-  // executable (../lib/libsteady_spm.so), or at its build-tree path.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& model_path);
-  ~Tokenizer();
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
+  virtual ~Tokenizer() = default;
 
-  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const;
+  // A tokenizer file: a tokenizer.json (the tokenizer_config.json beside it is read when present)
+  // or a sentencepiece model. NOT_FOUND for a missing file; INVALID_ARGUMENT naming the file (and
+  // the field) for a malformed one. The sentencepiece module is found at $STEADY_SPM_MODULE, beside
+  // the executable (../lib/libsteady_spm.so), or at its build-tree path.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+  // A model directory's tokenizer: tokenizer.json when there is one, else tokenizer.model.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromDirectory(const std::string& dir);
+
+  // `add_special_tokens`: tokenizer.json's post-processor puts its special tokens (BOS) around the
+  // text, as Hugging Face's encode() does by default; sentencepiece adds none. Text that looks like
+  // an added token becomes that token. INVALID_ARGUMENT for text that is not valid UTF-8
+  // (tokenizer.json; sentencepiece encodes any bytes).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens = false) const = 0;
   // Ids outside [0, vocab_size) are an error.
-  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
-  int vocab_size() const { return vocab_size_; }
-  int bos_id() const { return bos_id_; }  // -1 when the model has none
-  int eos_id() const { return eos_id_; }
-
-  struct Module;  // the module's function table (tokenizer.cc)
-
- private:
-  Tokenizer() = default;
-  const Module* module_ = nullptr;
-  void* handle_ = nullptr;
-  int vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
+  virtual absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids, const DecodeOptions& options = {}) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int bos_id() const = 0;  // -1 when there is none
+  virtual int eos_id() const = 0;
+  // Whether a prompt on an empty session gets the model's BOS in front: always for sentencepiece
+  // models (Steady's checkpoints), for tokenizer.json when its post-processor adds a token in front.
+  virtual bool prepends_bos() const = 0;
+  // The id of a token's text (added and special tokens included), or -1.
+  virtual int TokenId(std::string_view token) const = 0;
 };
 
 // Turns a stream of token ids into a stream of text: each Add returns the new complete UTF-8 text

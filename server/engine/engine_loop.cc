@@ -173,8 +173,10 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
                                                   ", not the expected ", *request.expected_position,
                                                   " (an earlier attempt of this turn may have been applied)")));
   }
-  const int bos = model.config().bos_token_id;
-  if (position == 0 && bos >= 0 && (request.prompt_token_ids.empty() || tokens.empty() || tokens[0] != bos)) {
+  // The model's BOS, when its tokenizer puts one in front, unless the prompt begins with it (a chat
+  // template writes it as text).
+  const int bos = tokenizer.prepends_bos() ? model.config().bos_token_id : -1;
+  if (position == 0 && bos >= 0 && (tokens.empty() || tokens[0] != bos)) {
     prompt.push_back(bos);
   }
   prompt.insert(prompt.end(), tokens.begin(), tokens.end());

@@ -282,7 +282,7 @@ absl::Status Run(int argc, char** argv) {
 
   auto model = Model::Load(*dir, *override);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::Load((std::filesystem::path(*dir) / "tokenizer.model").string());
+  auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();

@@ -26,7 +26,7 @@ absl::Status RunEval(const Flags& flags) {
 
   auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
+  auto tokenizer = Tokenizer::LoadFromDirectory(flags.Get("model"));
   if (!tokenizer.ok()) return tokenizer.status();
   auto ids = (*tokenizer)->Encode(text.str());
   if (!ids.ok()) return ids.status();

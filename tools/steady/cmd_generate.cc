@@ -78,7 +78,7 @@ absl::Status RunGenerate(const Flags& flags) {
     request.prompt = *std::move(rendered);
     request.stop.insert(request.stop.end(), chat.stop.begin(), chat.stop.end());
   }
-  auto tokenizer = Tokenizer::Load((std::filesystem::path(flags.Get("model")) / "tokenizer.model").string());
+  auto tokenizer = Tokenizer::LoadFromDirectory(flags.Get("model"));
   if (!tokenizer.ok()) return tokenizer.status();
   auto constraint = ConstraintFromFlags(flags, *model, **tokenizer);
   if (!constraint.ok()) return constraint.status();
