@@ -3,7 +3,7 @@
 // sliding_window and with W past the context it is softmax; each gate weighs only its own query
 // head's dark part; with M = I, gate 1 and many features it approaches softmax over the whole
 // context; the state's size; loading refuses a negative or NaN gate naming the tensor; "window" is
-// required. (The trainer's PyTorch form against this one: tests/train/smoke_test.py.)
+// required. (The trainer's PyTorch form against this one: tests/train/convert_smoke_test.py.)
 #include <gtest/gtest.h>
 
 #include <cmath>
