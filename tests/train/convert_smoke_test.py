@@ -39,7 +39,7 @@ import export  # noqa: E402
 import mechanisms  # noqa: E402
 import transfer  # noqa: E402
 from model import expected_tensors  # noqa: E402
-from smoke_test import check, max_diff, qkv, results, steady_binary  # noqa: E402
+from smoke_test import check, finish, max_diff, qkv, steady_binary  # noqa: E402
 
 TEACHER = os.path.join(REPO, "models", "tiny-softmax")
 CONVERT = os.path.join(REPO, "tools", "train", "convert.py")
@@ -258,13 +258,7 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    passed = sum(1 for _, ok in results if ok)
-    failed = sum(1 for _, ok in results if ok is False)
-    skipped = len(results) - passed - failed
-    if skipped:
-        print("(%d skipped)" % skipped)
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

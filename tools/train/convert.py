@@ -18,7 +18,6 @@ Exit status: 0 exported; 2 refused (bad input, found before any training; nothin
 command resumes from it (--restart starts clean). The model directory appears whole or not at all.
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -30,7 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data import Tokenizer, token_stream  # noqa: E402
+from data import Tokenizer, sha16, token_stream  # noqa: E402
 from model import layer_attention  # noqa: E402
 
 EXIT_REFUSED, EXIT_PAUSED = 2, 75
@@ -205,14 +204,6 @@ def student_config(teacher_cfg, args):
     cfg = json.loads(json.dumps(teacher_cfg))
     cfg["attention"] = attention
     return cfg, dark_mode
-
-
-def sha16(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
 
 
 def check_inputs(args):

@@ -145,7 +145,8 @@ class SteadyLM(nn.Module):
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=g) * s)
 
-    def forward(self, ids):
+    def hidden(self, ids):
+        """The decoder layers' output [B, T, hidden], before the final norm."""
         cfg = self.cfg
         x = self.model.embed_tokens(ids)
         cos = sin = None
@@ -153,7 +154,10 @@ class SteadyLM(nn.Module):
             cos, sin = rope_tables(cfg["head_dim"], cfg["rope_theta"], torch.arange(ids.shape[1], device=ids.device))
         for layer in self.model.layers:
             x = layer(x, cos, sin)
-        x = self.model.norm(x)
+        return x
+
+    def forward(self, ids):
+        x = self.model.norm(self.hidden(ids))
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         return F.linear(x, weight)
 

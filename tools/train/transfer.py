@@ -38,15 +38,7 @@ def record_attention(model):
 
 def run_layers(model, ids):
     """The decoder without its final norm and LM head: enough to fill the recorders."""
-    from model import rope_tables
-    cfg = model.cfg
-    x = model.model.embed_tokens(ids)
-    cos = sin = None
-    if cfg.get("rope_theta"):
-        cos, sin = rope_tables(cfg["head_dim"], cfg["rope_theta"], torch.arange(ids.shape[1], device=ids.device))
-    for layer in model.model.layers:
-        x = layer(x, cos, sin)
-    return x
+    return model.hidden(ids)
 
 
 # ---- calibration statistics and dark's initial M ----
