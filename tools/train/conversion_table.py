@@ -54,14 +54,14 @@ def plot(rows, path):
     for name, info in rows:
         hist = info.get("history", [])
         stage1 = max([h["step"] for h in hist if h["stage"] == "stage1"] or [0])
-        xs = [(h["step"] if h["stage"] != "stage2" else stage1 + h["step"]) for h in hist]
+        # Finetune steps from 0; the attention transfer before it, at negative steps.
+        xs = [(h["step"] if h["stage"] == "stage2" else h["step"] - stage1) for h in hist]
         ax.plot(xs, [h["valid_ppl"] for h in hist], marker=".", label=name)
-        if stage1:
-            ax.axvline(stage1, color="0.85", lw=0.8)
         teacher = (info.get("teacher_valid") or {}).get("ppl", teacher)
     if teacher:
         ax.axhline(teacher, color="k", ls="--", lw=1, label="teacher (no finetune)")
-    ax.set_xlabel("step (stage 1 attention transfer, then stage 2 finetune)")
+    ax.axvline(0, color="0.85", lw=0.8)
+    ax.set_xlabel("stage 2 (finetune) step; stage 1 (attention transfer) before 0")
     ax.set_ylabel("validation perplexity (trainer, 16K tokens)")
     ax.set_title("tiny-softmax converted: validation perplexity against steps")
     ax.legend(fontsize=8)
