@@ -9,8 +9,8 @@
 namespace steady {
 
 const std::vector<std::string>& MechanismNames() {
-  static const std::vector<std::string> names = {"softmax",     "taylor",           "slay",          "dark",
-                                                 "sliced_relu", "sliced_relu_bump", "sliding_window"};
+  static const std::vector<std::string> names = {"softmax",          "taylor",         "slay",       "dark", "sliced_relu",
+                                                 "sliced_relu_bump", "sliding_window", "window_dark"};
   return names;
 }
 
@@ -23,6 +23,7 @@ absl::StatusOr<MechanismParams> DefaultParams(const std::string& name) {
   if (name == "dark") return DarkParams{};
   if (name == "sliced_relu") return SlicedParams{};
   if (name == "sliding_window") return SlidingWindowParams{};
+  if (name == "window_dark") return WindowDarkParams{};
   if (name == "sliced_relu_bump") {
     SlicedParams p;
     p.bump = true;

@@ -1,5 +1,5 @@
 // The attention mechanisms behind one table. Each mechanism lives in its own files
-// (softmax, taylor, slay, dark, sliced_relu, sliding_window) and provides, for its params struct P:
+// (softmax, taylor, slay, dark, sliced_relu, sliding_window, window_dark) and provides, for its params struct P:
 //
 //   absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, P* p);
 //       config keys (defaults per ../shared/MECHANISMS.md); INVALID_ARGUMENT naming the key.
@@ -42,16 +42,18 @@
 #include "model/mechanisms/sliding_window.h"
 #include "model/mechanisms/softmax.h"
 #include "model/mechanisms/taylor.h"
+#include "model/mechanisms/window_dark.h"
 
 namespace steady {
 
 using MechanismParams =
-    std::variant<SoftmaxParams, TaylorParams, SlayParams, DarkParams, SlicedParams, SlidingWindowParams>;
+    std::variant<SoftmaxParams, TaylorParams, SlayParams, DarkParams, SlicedParams, SlidingWindowParams,
+                 WindowDarkParams>;
 
 // One layer's attention: geometry, mechanism parameters and fixed tensors. Const after load.
 struct LayerAttention {
   AttnShape shape;
-  std::string mechanism;  // the config name: "softmax", "taylor", "slay", "dark", "sliced_relu", "sliding_window", ...
+  std::string mechanism;  // the config name: "softmax", "taylor", "slay", "dark", "sliced_relu", "sliding_window", "window_dark", ...
   MechanismParams params;
   Accumulation accumulation = Accumulation::kKahan;
   int chunk_size = 64;  // prefill chunk length for Chunked

@@ -53,31 +53,6 @@ HeadState<T> HeadAt(const LayerAttention& a, const DarkParams& p, T* fixed, int 
   return {FeatureStateAt(base, p.features, a.shape.value_dim, a.accumulation), base + HeadFloats(a, p) - 1};
 }
 
-// Query features shifted by their own max over features: phi_f = exp(l_f - max_l) / sqrt(m).
-// Returns max_l, the log of the factor taken out (it cancels in num / den).
-template <typename T>
-T QueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, T* phi) {
-  DarkLogits(p, s, g, q, phi);
-  const T top = *std::max_element(phi, phi + p.features);
-  cpu::ExpFeatures(phi, p.features, top, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
-  return top;
-}
-
-// Key features relative to the running max: logits into `phi`, the running max c updated to
-// c' = max(c, max_f l_f), then phi_f = exp(l_f - c') / sqrt(m) <= 1 / sqrt(m).
-template <typename T>
-void KeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
-  DarkLogits(p, s, g, k, phi);
-  *c = std::max(*c, *std::max_element(phi, phi + p.features));
-  cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
-}
-
-// exp(from - to) for to >= from; an empty reference (-inf) contributes nothing.
-template <typename T>
-T ShiftFactor(T from, T to) {
-  return std::isinf(from) ? T(0) : std::exp(from - to);
-}
-
 // y = num / den with the Performer's denominator guard (den += 2 delta where |den| < delta),
 // applied to the *canonical* sums. The arguments are shifted: canonical = exp(log_shift) * given,
 // log_shift = (query's own max logit) + (key running max c). Multiplying both sums by exp(-log_shift)
@@ -153,6 +128,21 @@ void DarkLogits(const DarkParams& p, const AttnShape& s, int g, const T* x, T* l
   const T root_scale = std::sqrt(T(p.scale));
   RowDots(p.W.data() + size_t(g) * m * dk, m, dk, x, logits);
   for (int f = 0; f < m; ++f) logits[f] = root_scale * logits[f] - half_norm;
+}
+
+template <typename T>
+T DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, T* phi) {
+  DarkLogits(p, s, g, q, phi);
+  const T top = *std::max_element(phi, phi + p.features);
+  cpu::ExpFeatures(phi, p.features, top, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
+  return top;
+}
+
+template <typename T>
+void DarkKeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
+  DarkLogits(p, s, g, k, phi);
+  *c = std::max(*c, *std::max_element(phi, phi + p.features));
+  cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
 }
 
 absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, DarkParams* p) {
@@ -247,11 +237,11 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     const T c_old = *h.c;
-    KeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
-    if (*h.c > c_old) ScaleState(m, dv, ShiftFactor(c_old, *h.c), h.sums);
+    DarkKeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
+    if (*h.c > c_old) ScaleState(m, dv, DarkShiftFactor(c_old, *h.c), h.sums);
     AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h.sums);
     for (int i = 0; i < group; ++i) {
-      cq[i] = QueryFeatures(p, s, g, q + (g * group + i) * s.head_dim, phi_q.data() + size_t(i) * m);
+      cq[i] = DarkQueryFeatures(p, s, g, q + (g * group + i) * s.head_dim, phi_q.data() + size_t(i) * m);
     }
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
@@ -274,16 +264,16 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
       const T c_carried = *h.c;
       T c = c_carried;
       for (int j = 0; j < len; ++j) {
-        KeyFeatures(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+        DarkKeyFeatures(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
         c_run[j] = c;
       }
       // Query t sees the carried state and keys j <= t, all brought to its reference c_run[t].
       for (int t = 0; t < len; ++t) {
         for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-          const T cq = QueryFeatures(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, phi_q.data());
+          const T cq = DarkQueryFeatures(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, phi_q.data());
           T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
           std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, phi_q.data(), ShiftFactor(c_carried, c_run[t]), h.sums, yh);
+          T den = ReadState(m, dv, phi_q.data(), DarkShiftFactor(c_carried, c_run[t]), h.sums, yh);
           for (int j = 0; j <= t; ++j) {
             const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi_q.data(), phi_k.data() + size_t(j) * m);
             const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
@@ -296,7 +286,7 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
       // State update: rescale the carried sums once to the chunk's final max, then add the chunk's
       // keys in token order, each brought from its own reference c_j to c_end.
       const T c_end = c_run[len - 1];
-      if (c_end > c_carried) ScaleState(m, dv, ShiftFactor(c_carried, c_end), h.sums);
+      if (c_end > c_carried) ScaleState(m, dv, DarkShiftFactor(c_carried, c_end), h.sums);
       for (int j = 0; j < len; ++j) {
         AddKey(m, dv, phi_k.data() + size_t(j) * m, std::exp(c_run[j] - c_end),
                v + (size_t(c0 + j) * s.kv_heads + g) * dv, h.sums);
@@ -319,12 +309,12 @@ void Parallel(const LayerAttention& a, const DarkParams& p, int n, const T* q, c
   for (int g = 0; g < s.kv_heads; ++g) {
     T c = -T(INFINITY);
     for (int j = 0; j < n; ++j) {
-      KeyFeatures(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+      DarkKeyFeatures(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
       c_run[j] = c;
     }
     for (int t = 0; t < n; ++t) {
       for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-        const T cq = QueryFeatures(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, phi_q.data());
+        const T cq = DarkQueryFeatures(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, phi_q.data());
         T* yh = y + (size_t(t) * s.heads + hq) * dv;
         std::fill(yh, yh + dv, T(0));
         T den = 0;
@@ -342,6 +332,10 @@ void Parallel(const LayerAttention& a, const DarkParams& p, int n, const T* q, c
 
 template void DarkLogits<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
 template void DarkLogits<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
+template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
+template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
+template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
+template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*, double*);
 STEADY_INSTANTIATE_MECHANISM(DarkParams)
 
 }  // namespace steady

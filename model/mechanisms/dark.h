@@ -3,6 +3,7 @@
 #ifndef STEADY_MODEL_MECHANISMS_DARK_H_
 #define STEADY_MODEL_MECHANISMS_DARK_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,22 @@ void DeriveDarkW(const AttnShape& s, DarkParams* p);
 // x' = sqrt(scale) x, f < m. The features are phi_f(x) = exp(l_f) / sqrt(m).
 template <typename T>
 void DarkLogits(const DarkParams& p, const AttnShape& s, int kv_head, const T* x, T* logits);
+
+// Query features shifted by their own max over features: phi_f = exp(l_f - max_l) / sqrt(m).
+// Returns max_l, the log of the factor taken out (it cancels in num / den).
+template <typename T>
+T DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int kv_head, const T* q, T* phi);
+
+// Key features relative to the running max: logits into `phi`, the running max c updated to
+// c' = max(c, max_f l_f), then phi_f = exp(l_f - c') / sqrt(m) <= 1 / sqrt(m).
+template <typename T>
+void DarkKeyFeatures(const DarkParams& p, const AttnShape& s, int kv_head, const T* k, T* c, T* phi);
+
+// exp(from - to) for to >= from; an empty reference (-inf) contributes nothing.
+template <typename T>
+T DarkShiftFactor(T from, T to) {
+  return std::isinf(from) ? T(0) : std::exp(from - to);
+}
 
 }  // namespace steady
 

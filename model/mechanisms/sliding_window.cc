@@ -7,57 +7,15 @@
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/kv_rows.h"
 #include "model/mechanisms/params_util.h"
+#include "model/mechanisms/window_ring.h"
 
 namespace steady {
 
 namespace {
 
-// A cursor value read back from the state's floats, clamped into [0, hi]. The state comes back from
-// snapshots and imports as floats checked only for being finite: whatever they hold, the ring is
-// never indexed outside itself.
-template <typename T>
-int CursorValue(T x, int hi) {
-  if (!(x > T(0))) return 0;  // also NaN
-  if (x >= T(hi)) return hi;
-  return int(x);
-}
-
-// One layer's ring (layout in sliding_window.h) and its cursor.
-template <typename T>
-struct Ring {
-  T* rows;     // [window, kv_heads, head_dim + value_dim]
-  T* cursor;   // [next, filled]
-  int window;
-  int64_t row_floats;
-  int next;    // ring row of the next token
-  int filled;  // rows holding tokens
-
-  // The rows holding tokens, oldest first: [next, filled) then [0, next). Until the ring is full
-  // next == filled, so that is [0, filled), the same rows and order as softmax's KV cache.
-  KvRows<T> Window() const {
-    return {rows + int64_t(next) * row_floats, filled - next, rows, next};
-  }
-  // Appends `count` rows (oldest first, [count, row_floats]); only the last W stay. Rows already in
-  // the ring are not read, so `src` may be a copy of them.
-  void Append(const T* src, int64_t count) {
-    for (int64_t i = std::max<int64_t>(0, count - window); i < count; ++i) {
-      std::copy(src + i * row_floats, src + (i + 1) * row_floats, rows + int64_t(next) * row_floats);
-      next = next + 1 == window ? 0 : next + 1;
-      filled = std::min(filled + 1, window);
-    }
-    cursor[0] = T(next);
-    cursor[1] = T(filled);
-  }
-};
-
 template <typename T>
 Ring<T> RingOf(const LayerAttention& a, const SlidingWindowParams& p, StateView<T> st) {
-  const int64_t row = KvRowFloats(a.shape);
-  Ring<T> r{st.fixed, st.fixed + int64_t(p.window) * row, p.window, row, 0, 0};
-  r.filled = CursorValue(r.cursor[1], p.window);
-  // Before the ring is full the next row is the first empty one; after, the cursor says.
-  r.next = r.filled < p.window ? r.filled : CursorValue(r.cursor[0], p.window - 1);
-  return r;
+  return RingAt(a.shape, p.window, st.fixed);
 }
 
 }  // namespace
@@ -82,7 +40,7 @@ void AppendTensors(const SlidingWindowParams&, const std::string&, const AttnSha
 nlohmann::json Describe(const SlidingWindowParams& p) { return {{"scale", p.scale}, {"window", p.window}}; }
 
 size_t StateFloats(const LayerAttention& a, const SlidingWindowParams& p) {
-  return size_t(p.window) * size_t(KvRowFloats(a.shape)) + 2;
+  return WindowRingFloats(a.shape, p.window);
 }
 
 template <typename T>

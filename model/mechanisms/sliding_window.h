@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/mechanisms/common.h"
+#include "model/mechanisms/window_ring.h"
 
 namespace steady {
 
@@ -21,16 +22,8 @@ struct SlidingWindowParams {
   int window = 0;    // W >= 1, config "window" (required)
 };
 
-// The largest W ParseParams accepts: the ring's cursor is stored in the state's own floats, which
-// hold integers exactly up to 2^24.
-inline constexpr int kSlidingWindowMax = 1 << 24;
-
-// Fixed state, whole layer, T elements:
-//   ring   [window, kv_heads, head_dim + value_dim]   row r: the keys then values of every kv head of
-//          the last token whose position p has p mod W == r (the softmax KV cache's row layout)
-//   cursor [2]   next: the ring row the next token goes to, in [0, W); filled: rows holding tokens,
-//                in [0, W] (next == filled until the ring is full, then next runs round)
-// Nothing accumulates (no running sums), so "accumulation" changes nothing here.
+// Fixed state, whole layer: the ring of the last W rows and its cursor (window_ring.h, W at most
+// kSlidingWindowMax). Nothing accumulates (no running sums), so "accumulation" changes nothing here.
 STEADY_DECLARE_MECHANISM(SlidingWindowParams)
 
 }  // namespace steady

@@ -430,6 +430,11 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    finish()
+
+
+def finish():
+    """Prints "N passed, M failed" (skipped checks counted in neither) and exits non-zero on a failure."""
     passed = sum(1 for _, ok in results if ok)
     failed = sum(1 for _, ok in results if ok is False)
     skipped = len(results) - passed - failed

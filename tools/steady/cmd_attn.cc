@@ -57,6 +57,8 @@ constexpr TensorDim kTensorDims[] = {
     {"slay", "slay.omega", 3, "features"},
     {"dark", "dark.M", 1, "rank"},           // [kv_heads, rank, dk]
     {"dark", "dark.G", 1, "features"},       // [kv_heads, features, rank]
+    {"window_dark", "dark.M", 1, "rank"},    // and dark.gate [heads]
+    {"window_dark", "dark.G", 1, "features"},
 };
 
 // Sets each dimension `mechanism`'s tensors in `st` fix in `params`; a param already given that
@@ -155,7 +157,8 @@ Command AttnCommand() {
 
 Runs one mechanism on raw tensors q, k [H, T, dk] and v [H, T, dv] (sliced mechanisms: zq, zk
 [H, T]) plus the mechanism's tensors (slay.anchors [anchors, dk], slay.omega [nodes, H, dk,
-features], dark.M [H, rank, dk], dark.G [H, features, rank], sliced.bandwidth); writes y [H, T, dv]
+features], dark.M [H, rank, dk], dark.G [H, features, rank], window_dark's dark.M, dark.G and
+dark.gate [H], sliced.bandwidth); writes y [H, T, dv]
 in the input's float type. The dimensions those tensors have (slay's anchors, nodes and features;
 dark's rank and features) are read from them; a --param that disagrees is an error naming both.
 )",

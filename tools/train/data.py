@@ -79,7 +79,7 @@ def read_documents(path):
     return [d.strip("\n") for d in text.split("\n\n") if d.strip("\n")]
 
 
-def _sha(path):
+def sha16(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -92,7 +92,7 @@ def token_stream(text_path, tok, cache_dir=None):
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
     cache = None
     if cache_dir:
-        key = "%s-%s-%s%s" % (os.path.basename(text_path), _sha(text_path), _sha(tok.path),
+        key = "%s-%s-%s%s" % (os.path.basename(text_path), sha16(text_path), sha16(tok.path),
                               "" if tok.sp else "-cli")
         cache = os.path.join(cache_dir, key + ".ids")
         if os.path.exists(cache):

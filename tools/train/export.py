@@ -83,7 +83,8 @@ def read_safetensors(path):
     return out, header.get("__metadata__", {})
 
 
-def export_checkpoint(model, cfg, tokenizer_path, out_dir, dtype="F32", golden_sequences=(), training_info=None):
+def export_checkpoint(model, cfg, tokenizer_path, out_dir, dtype="F32", golden_sequences=(), training_info=None,
+                      golden_vocab_stride=1):
     """Writes config.json, model.safetensors, tokenizer.model, golden.safetensors and training.json.
     The golden logits are computed in fp64 from the weights as written (after rounding to `dtype`),
     by a model rebuilt from the files just written, so they describe the checkpoint, not the trainer's
@@ -108,7 +109,8 @@ def export_checkpoint(model, cfg, tokenizer_path, out_dir, dtype="F32", golden_s
             f.write("\n")
     if golden_sequences:
         reloaded = load_checkpoint(out_dir, dtype=torch.float64)
-        write_golden(reloaded, golden_sequences, os.path.join(out_dir, "golden.safetensors"), dtype)
+        write_golden(reloaded, golden_sequences, os.path.join(out_dir, "golden.safetensors"), dtype,
+                     golden_vocab_stride)
 
 
 def load_checkpoint(ckpt_dir, dtype=torch.float32, override=None):
@@ -130,20 +132,30 @@ def load_checkpoint(ckpt_dir, dtype=torch.float32, override=None):
     return model.to(dtype).eval()
 
 
-def write_golden(model, sequences, path, weights_dtype):
-    """golden.safetensors: for sequence i, "golden.i.tokens" I32 [T] and "golden.i.logits" F32 [T, vocab],
-    the logits at every position (the model's forward in fp64, rounded to F32)."""
+def write_golden(model, sequences, path, weights_dtype, vocab_stride=1):
+    """golden.safetensors: for sequence i, "golden.i.tokens" I32 [T] and "golden.i.logits" F32 [T, V],
+    the logits at every position (the model's forward in fp64, rounded to F32). V is the vocabulary, or
+    with vocab_stride > 1 (version 2) every vocab_stride-th token id, listed in "golden.i.vocab" I32 [V]:
+    a golden file of 1/stride the size that still checks every position."""
     tensors = {}
     with torch.no_grad():
         for i, seq in enumerate(sequences):
             ids = torch.tensor([list(seq)], dtype=torch.long)
             logits = model(ids)[0]
             tensors["golden.%d.tokens" % i] = ids[0].to(torch.int32)
+            if vocab_stride > 1:
+                vocab = torch.arange(0, logits.shape[-1], vocab_stride)
+                tensors["golden.%d.vocab" % i] = vocab.to(torch.int32)
+                logits = logits[:, vocab]
             tensors["golden.%d.logits" % i] = logits.float()
-    att = model.cfg.get("attention", {})
-    write_safetensors(path, tensors, {"format": "steady-golden", "version": "1", "sequences": str(len(sequences)),
-                                      "mechanism": att.get("mechanism", "softmax"), "computed_in": "float64",
-                                      "weights_dtype": weights_dtype})
+    write_golden_tensors(path, tensors, len(sequences), model.cfg, weights_dtype, vocab_stride)
+
+
+def write_golden_tensors(path, tensors, count, cfg, weights_dtype, vocab_stride):
+    att = cfg.get("attention", {})
+    write_safetensors(path, tensors, {"format": "steady-golden", "version": "2" if vocab_stride > 1 else "1",
+                                      "sequences": str(count), "mechanism": att.get("mechanism", "softmax"),
+                                      "computed_in": "float64", "weights_dtype": weights_dtype})
 
 
 def check_golden(ckpt_dir, dtype=torch.float64):
@@ -156,15 +168,38 @@ def check_golden(ckpt_dir, dtype=torch.float64):
         while "golden.%d.tokens" % i in golden:
             ids = golden["golden.%d.tokens" % i].long()[None]
             logits = model(ids)[0].double()
+            if "golden.%d.vocab" % i in golden:
+                logits = logits[:, golden["golden.%d.vocab" % i].long()]
             worst = max(worst, (logits - golden["golden.%d.logits" % i].double()).abs().max().item())
             i += 1
     return worst, i
 
 
+def thin_golden(ckpt_dir, vocab_stride):
+    """Rewrites a version-1 golden file as version 2 keeping every vocab_stride-th column: the same
+    values (no recomputation), 1/stride of the bytes. Atomic (write_safetensors)."""
+    path = os.path.join(ckpt_dir, "golden.safetensors")
+    golden, meta = read_safetensors(path)
+    if meta.get("version") != "1":
+        raise ValueError("%s: version %s, not a full-vocabulary golden file" % (path, meta.get("version")))
+    tensors, count = {}, int(meta["sequences"])
+    for i in range(count):
+        logits = golden["golden.%d.logits" % i]
+        vocab = torch.arange(0, logits.shape[-1], vocab_stride)
+        tensors["golden.%d.tokens" % i] = golden["golden.%d.tokens" % i]
+        tensors["golden.%d.vocab" % i] = vocab.to(torch.int32)
+        tensors["golden.%d.logits" % i] = logits[:, vocab].contiguous()
+    meta = dict(meta, version="2")
+    write_safetensors(path, tensors, meta)
+
+
 def main():
     ap = argparse.ArgumentParser(description="Checks an exported checkpoint against its golden file")
     ap.add_argument("--check", required=True, metavar="CHECKPOINT_DIR")
+    ap.add_argument("--thin", type=int, metavar="N", help="first rewrite the golden file keeping every Nth vocab column")
     args = ap.parse_args()
+    if args.thin:
+        thin_golden(args.check, args.thin)
     worst, n = check_golden(args.check)
     print("%s: %d golden sequences, max |logit diff| %.3g" % (args.check, n, worst))
     sys.exit(0 if n > 0 and worst < 1e-4 else 1)

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 _TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-MECHANISMS = ("softmax", "taylor", "slay", "dark", "performer", "sliced_relu")
+MECHANISMS = ("softmax", "taylor", "slay", "dark", "performer", "lfk", "sliced_relu", "sliding_window", "window_dark")
 
 
 def expand_kv(x, heads):
@@ -259,7 +259,7 @@ class DarkTensors(nn.Module):
     """Checkpoint tensors self_attn.dark.M [Hkv, r, d] (learned, identity at init; frozen for performer)
     and dark.G [Hkv, m, r] (fixed Gaussian draws)."""
 
-    def __init__(self, head_dim, kv_heads, features, rank, learn_m, seed):
+    def __init__(self, head_dim, kv_heads, features, rank, learn_m, seed, learn_g=False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         eye = torch.eye(rank, head_dim)
@@ -270,14 +270,18 @@ class DarkTensors(nn.Module):
             self.M = nn.Parameter(m)
         else:
             self.register_buffer("M", m)
-        self.register_buffer("G", torch.stack([orthogonal_gaussian(features, rank, g) for _ in range(kv_heads)]).float())
+        G = torch.stack([orthogonal_gaussian(features, rank, g) for _ in range(kv_heads)]).float()
+        if learn_g:  # the learned-feature-kernel baseline (DARKFormer's LFK): the projections train
+            self.G = nn.Parameter(G)
+        else:
+            self.register_buffer("G", G)
 
 
 class Dark(Mechanism):
     """DARKFormer positive random features: phi_f(x) = exp(w_f.x' - |M x'|^2 / 2) / sqrt(m), x' = sqrt(s) x,
     W = G M. performer is the special case M = I (not trained)."""
 
-    def __init__(self, head_dim, kv_heads, params, seed, performer=False):
+    def __init__(self, head_dim, kv_heads, params, seed, performer=False, learn_g=False):
         self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
         self.features = int(params.get("features", 256))
         self.rank = int(params.get("rank", head_dim))
@@ -285,7 +289,22 @@ class Dark(Mechanism):
         if performer and self.rank != head_dim:
             raise ValueError("performer: M is the identity, so rank must equal head_dim")
         self.tensor_name = "dark"
-        self.tensors = DarkTensors(head_dim, kv_heads, self.features, self.rank, not performer, seed)
+        self.tensors = DarkTensors(head_dim, kv_heads, self.features, self.rank, not performer, seed, learn_g)
+
+    def features_of(self, q, k):
+        """Shifted features of the queries and keys, in the compute dtype: phi_q [B, H, T, m] (each
+        query by its own max cq [B, H, T, 1]) and phi_k [B, Hkv, T, m] (each key by its own max
+        ck [B, Hkv, T]); canonical phi = exp(shift) * phi. The shifts carry no gradient."""
+        heads = q.shape[1]
+        dtype = compute_dtype(q)
+        M, G = self.tensors.M.to(dtype), self.tensors.G.to(dtype)
+        W = torch.matmul(G, M)  # [Hkv, m, d]
+        lk = self.logits(k.to(dtype), W, M)
+        lq = self.logits(q.to(dtype), expand_kv(W[None], heads)[0], expand_kv(M[None], heads)[0])
+        cq = lq.detach().amax(-1, keepdim=True)
+        ck = lk.detach().amax(-1)
+        inv_sqrt_m = 1.0 / math.sqrt(self.features)
+        return torch.exp(lq - cq) * inv_sqrt_m, cq, torch.exp(lk - ck[..., None]) * inv_sqrt_m, ck
 
     def logits(self, x, W, M):
         """x [B, Hx, T, d], W [Hx, m, d], M [Hx, r, d] -> l [B, Hx, T, m]."""
@@ -387,6 +406,85 @@ class SlicedRelu(Mechanism):
             return y.to(q.dtype)
 
 
+class SlidingWindow(Mechanism):
+    """Softmax over the last W positions (key j visible from query t when t - W < j <= t), as the
+    engine's sliding_window (model/mechanisms/sliding_window.cc) and Hugging Face's Mistral mask."""
+
+    def __init__(self, head_dim, kv_heads, params, seed):
+        self.scale = float(params.get("scale", 1.0 / math.sqrt(head_dim)))
+        if "window" not in params:
+            raise ValueError("sliding_window: \"window\" is required")
+        self.window = int(params["window"])
+
+    def forward(self, q, k, v):
+        k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            t = q.shape[2]
+            logits = self.scale * torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
+            logits = logits.masked_fill(~window_mask(t, self.window, q.device), float("-inf"))
+            return torch.matmul(torch.softmax(logits, dim=-1), v.to(dtype)).to(q.dtype)
+
+
+def window_mask(t, window, device):
+    """[T, T] bool: key j is in query i's window, i - W < j <= i."""
+    i = torch.arange(t, device=device)[:, None]
+    j = torch.arange(t, device=device)[None, :]
+    return (j <= i) & (j > i - window)
+
+
+class WindowDarkTensors(DarkTensors):
+    """dark's M and G plus self_attn.dark.gate [heads]: the weight of the linear (dark) part against
+    the window, one per query head, >= 0 (1 at init: then both parts estimate the same exp kernel)."""
+
+    def __init__(self, head_dim, heads, kv_heads, features, rank, seed):
+        super().__init__(head_dim, kv_heads, features, rank, True, seed)
+        self.gate = nn.Parameter(torch.ones(heads))
+
+
+class WindowDark(Dark):
+    """A sliding window with a dark state over the tokens it evicted (LoLCATs' and Based's hybrid,
+    the engine's model/mechanisms/window_dark.cc): for query t, keys j in (t - W, t] enter exactly,
+    with weight exp(s q.k_j), and keys j <= t - W through dark's features, with weight
+    gate_h phi(q).phi(k_j), in one normalizer:
+        y_t = (sum_win e^{s q.k_j} v_j + gate sum_lin phi(q).phi(k_j) v_j) / (the same with v_j = 1).
+    The denominator is never 0 (the token itself is in its window), so there is no guard."""
+
+    def __init__(self, head_dim, heads, kv_heads, params, seed):
+        # The engine's default is 64 features for window_dark (256 for dark): the far past needs fewer.
+        super().__init__(head_dim, kv_heads, dict(params, features=params.get("features", 64)), seed)
+        if "window" not in params:
+            raise ValueError("window_dark: \"window\" is required")
+        self.window = int(params["window"])
+        self.tensors = WindowDarkTensors(head_dim, heads, kv_heads, self.features, self.rank, seed)
+
+    def forward(self, q, k, v):
+        heads, t = q.shape[1], q.shape[2]
+        with no_autocast(q.device):
+            dtype = compute_dtype(q)
+            phi_q, cq, phi_k, ck = self.features_of(q, k)
+            kk, vv = expand_kv(k.to(dtype), heads), expand_kv(v.to(dtype), heads)
+            phi_k, ck = expand_kv(phi_k, heads), expand_kv(ck, heads)
+            gate = self.tensors.gate.to(dtype)[None, :, None, None]  # [1, H, 1, 1]
+            a = self.scale * torch.matmul(q.to(dtype), kk.transpose(-1, -2))  # window logits [B, H, T, T]
+            i = torch.arange(t, device=q.device)[:, None]
+            j = torch.arange(t, device=q.device)[None, :]
+            in_window, in_linear = (j <= i) & (j > i - self.window), j <= i - self.window
+            # Per query, a reference R >= every exponent below: the window's max logit and the linear
+            # part's largest cq + ck_j + log gate (no gradient: it cancels in the ratio).
+            neg = torch.tensor(float("-inf"), dtype=dtype, device=q.device)
+            ref = torch.where(in_window, a.detach(), neg).amax(-1, keepdim=True)
+            log_gate = torch.log(gate.detach().clamp_min(1e-30))
+            lin_ref = torch.where(in_linear, cq + ck[..., None, :], neg).amax(-1, keepdim=True) + log_gate
+            ref = torch.maximum(ref, lin_ref)
+            zero = torch.zeros((), dtype=dtype, device=q.device)
+            w_win = torch.exp(torch.where(in_window, a - ref, neg))
+            lin_shift = torch.exp(torch.where(in_linear, cq + ck[..., None, :] - ref, neg))
+            w_lin = gate * torch.matmul(phi_q, phi_k.transpose(-1, -2)) * lin_shift
+            w = w_win + torch.where(in_linear, w_lin, zero)
+            return (torch.matmul(w, vv) / w.sum(-1, keepdim=True)).to(q.dtype)
+
+
 def guarded_ratio(num, den, log_shift, delta):
     """num / den with the Performer's guard (den += 2 delta where |den| < delta) applied to the canonical
     denominator den * exp(log_shift), tested in logs as the engine does; elsewhere exactly num / den."""
@@ -407,8 +505,12 @@ def make_mechanism(name, head_dim, kv_heads, params, seed, heads=None):
         return Taylor(head_dim, kv_heads, params, seed)
     if name == "slay":
         return Slay(head_dim, kv_heads, params, seed)
-    if name in ("dark", "performer"):
-        return Dark(head_dim, kv_heads, params, seed, performer=(name == "performer"))
+    if name in ("dark", "performer", "lfk"):
+        return Dark(head_dim, kv_heads, params, seed, performer=(name == "performer"), learn_g=(name == "lfk"))
+    if name == "sliding_window":
+        return SlidingWindow(head_dim, kv_heads, params, seed)
+    if name == "window_dark":
+        return WindowDark(head_dim, heads or kv_heads, kv_heads, params, seed)
     if name == "sliced_relu":
         if params.get("projection", "mlp") != "mlp":
             raise ValueError("sliced_relu: the trainer implements the \"mlp\" projection only")

@@ -47,7 +47,7 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg, layer, seed, performer):
+    def __init__(self, cfg, layer, seed, dark_mode):
         super().__init__()
         self.heads = cfg["num_attention_heads"]
         self.kv_heads = cfg["num_key_value_heads"]
@@ -62,12 +62,10 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
         else:
             self.q_norm = self.k_norm = None
-        attention = dict(cfg.get("attention", {"mechanism": "softmax"}))
-        # Per-layer overrides ("layers": {"N": {...}}) with the same mechanism add or replace keys.
-        attention.update(attention.pop("layers", {}).get(str(layer), {}))
-        name = attention.pop("mechanism", "softmax")
-        if performer and name == "dark":
-            name = "performer"
+        attention = layer_attention(cfg, layer)
+        name = attention.pop("mechanism")
+        if dark_mode and name == "dark":  # "performer" (M frozen at I) or "lfk" (G learned)
+            name = dark_mode
         # Per-layer seed for the fixed random tensors: layers draw different features.
         self.mechanism = make_mechanism(name, self.head_dim, self.kv_heads, attention, seed * 1000003 + layer,
                                         heads=self.heads)
@@ -100,11 +98,11 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, layer, seed, performer):
+    def __init__(self, cfg, layer, seed, dark_mode):
         super().__init__()
         eps = cfg["rms_norm_eps"]
         self.input_layernorm = RMSNorm(cfg["hidden_size"], eps)
-        self.self_attn = Attention(cfg, layer, seed, performer)
+        self.self_attn = Attention(cfg, layer, seed, dark_mode)
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], eps)
         self.mlp = MLP(cfg["hidden_size"], cfg["intermediate_size"])
 
@@ -114,10 +112,10 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, cfg, seed, performer):
+    def __init__(self, cfg, seed, dark_mode):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, seed, performer) for i in range(cfg["num_hidden_layers"]))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, seed, dark_mode) for i in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
 
@@ -125,12 +123,13 @@ class SteadyLM(nn.Module):
     """Token ids [B, T] (BOS first, at position 0) -> logits [B, T, vocab].
 
     cfg is the config.json dict. `seed` draws the fixed random tensors of slay/dark (loading a checkpoint
-    overwrites them); `performer` trains dark with M frozen at the identity."""
+    overwrites them); `performer` trains dark with M frozen at the identity; `dark_mode` "lfk" trains
+    dark's projections G instead (M frozen at I: DARKFormer's learned-feature-kernel baseline)."""
 
-    def __init__(self, cfg, seed=0, performer=False):
+    def __init__(self, cfg, seed=0, performer=False, dark_mode=None):
         super().__init__()
         self.cfg = cfg
-        self.model = Decoder(cfg, seed, performer)
+        self.model = Decoder(cfg, seed, dark_mode or ("performer" if performer else None))
         self.tied = cfg.get("tie_word_embeddings", False)
         self.lm_head = None if self.tied else nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
 
@@ -146,7 +145,8 @@ class SteadyLM(nn.Module):
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=g) * s)
 
-    def forward(self, ids):
+    def hidden(self, ids):
+        """The decoder layers' output [B, T, hidden], before the final norm."""
         cfg = self.cfg
         x = self.model.embed_tokens(ids)
         cos = sin = None
@@ -154,7 +154,10 @@ class SteadyLM(nn.Module):
             cos, sin = rope_tables(cfg["head_dim"], cfg["rope_theta"], torch.arange(ids.shape[1], device=ids.device))
         for layer in self.model.layers:
             x = layer(x, cos, sin)
-        x = self.model.norm(x)
+        return x
+
+    def forward(self, ids):
+        x = self.model.norm(self.hidden(ids))
         weight = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
         return F.linear(x, weight)
 
@@ -168,12 +171,12 @@ def expected_tensors(cfg):
     engine's format description (not from the PyTorch modules), for tests."""
     h, d, inter, v = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    att = cfg.get("attention", {})
     out = {"model.embed_tokens.weight": [v, h], "model.norm.weight": [h]}
     if not cfg.get("tie_word_embeddings", False):
         out["lm_head.weight"] = [v, h]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
+        att = layer_attention(cfg, i)
         out.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
                     p + "self_attn.q_proj.weight": [nh * d, h], p + "self_attn.k_proj.weight": [nkv * d, h],
                     p + "self_attn.v_proj.weight": [nkv * d, h], p + "self_attn.o_proj.weight": [h, nh * d],
@@ -185,10 +188,12 @@ def expected_tensors(cfg):
         if att.get("mechanism") == "slay":
             out[p + "self_attn.slay.anchors"] = [att.get("anchors", 8), d]
             out[p + "self_attn.slay.omega"] = [att.get("nodes", 2), nkv, d, att.get("features", 16)]
-        if att.get("mechanism") == "dark":
+        if att.get("mechanism") in ("dark", "window_dark"):
             r = att.get("rank", d)
             out[p + "self_attn.dark.M"] = [nkv, r, d]
             out[p + "self_attn.dark.G"] = [nkv, att.get("features", 256), r]
+        if att.get("mechanism") == "window_dark":
+            out[p + "self_attn.dark.gate"] = [nh]
         if att.get("mechanism") == "sliced_relu":
             for side, groups in (("q", nh), ("k", nkv)):
                 out[p + "self_attn.sliced.%s_fc1.weight" % side] = [groups * d, groups * d]
@@ -196,3 +201,17 @@ def expected_tensors(cfg):
                 out[p + "self_attn.sliced.%s_fc2.weight" % side] = [groups, groups * d]
                 out[p + "self_attn.sliced.%s_fc2.bias" % side] = [groups]
     return out
+
+
+def layer_attention(cfg, layer):
+    """The attention object of one layer: config.json's "attention" with its per-layer override
+    ("layers": {"N": {...}}) applied, as the engine reads it (model/checkpoint/config.cc: a different
+    "mechanism" there starts from fresh parameters, so give it its "scale"; otherwise the keys are
+    added to or replace the shared ones)."""
+    attention = dict(cfg.get("attention", {"mechanism": "softmax"}))
+    override = attention.pop("layers", {}).get(str(layer), {})
+    if "mechanism" in override and override["mechanism"] != attention.get("mechanism", "softmax"):
+        attention = {}
+    attention.update(override)
+    attention.setdefault("mechanism", "softmax")
+    return attention

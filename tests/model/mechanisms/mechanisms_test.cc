@@ -52,6 +52,12 @@ std::vector<MechanismCase> Cases() {
       {"sliding_window_w5", "sliding_window", {{"window", 5}}, true, 1.0},
       {"sliding_window_w37", "sliding_window", {{"window", 37}}, true, 1.0},
       {"sliding_window_w200", "sliding_window", {{"window", 200}}, true, 1.0},
+      // window + dark state over the evicted keys: a window inside one chunk (16), one across chunks,
+      // one longer than every context (then softmax), and a low-rank M.
+      {"window_dark_w5", "window_dark", {{"window", 5}, {"features", 32}}, true, 1.0},
+      {"window_dark_w37", "window_dark", {{"window", 37}, {"features", 24}}, true, 1.0},
+      {"window_dark_w200", "window_dark", {{"window", 200}, {"features", 16}}, true, 1.0},
+      {"window_dark_w1_lowrank", "window_dark", {{"window", 1}, {"features", 32}, {"rank", 4}}, true, 1.0},
   };
 }
 
@@ -236,7 +242,7 @@ TEST(MechanismRegistryTest, UnknownMechanismAndBadParamsAreRefused) {
   ASSERT_FALSE(d.ok());
   for (const std::string& name : MechanismNames()) {
     nlohmann::json params = {{"featurez", 64}};
-    if (name == "sliding_window") params["window"] = 8;  // required: its absence is the first error
+    if (name == "sliding_window" || name == "window_dark") params["window"] = 8;  // required: checked first
     auto typo = ParseLayerAttention({name, params}, shape);
     ASSERT_FALSE(typo.ok()) << name;
     EXPECT_NE(std::string(typo.status().message()).find("featurez"), std::string::npos) << typo.status();
