@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "base/file_io.h"
+#include "base/utf8.h"
 #include "base/status.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/safetensors_format.h"
@@ -21,37 +22,6 @@ using safetensors_format::Quoted;
 using safetensors_format::NarrowToFloat;
 using safetensors_format::ShapeString;
 using safetensors_format::CheckedByteCount;
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    int extra;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      extra = 1, cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      extra = 2, cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      extra = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= s.size()) return false;
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + k];
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMinForLength[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
 
 // The bytes of one tensor in its dtype, little-endian. Refuses finite values the dtype cannot hold.
 absl::StatusOr<std::string> EncodeTensor(const TensorToWrite& t) {

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "base/utf8.h"  // IsValidUtf8
 #include "server/engine/engine.h"
 #include "server/store/session_id.h"  // CheckSessionId: the engine checks ids as the store keys them
 
@@ -13,8 +14,6 @@ namespace steady {
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopBytes = 256;
 
-// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequences.
-bool IsValidUtf8(std::string_view text);
 // Everything that needs neither the tokenizer nor the session table: session_id (when set),
 // prompt (UTF-8), max_tokens, sampling, stop.
 absl::Status CheckGenerateJob(const GenerateJob& job, const EngineOptions& options);
