@@ -28,6 +28,7 @@ Command InitCommand();      // cmd_init.cc
 Command InfoCommand();      // cmd_init.cc
 Command BenchCommand();     // cmd_bench.cc
 Command LogitsCommand();    // cmd_logits.cc
+Command GgufInfoCommand();  // cmd_gguf.cc
 
 // The union of flag names: a command's own and the shared sets of model/model_flags.h.
 std::set<std::string> FlagUnion(std::initializer_list<std::set<std::string>> sets);

@@ -18,7 +18,8 @@ std::set<std::string> FlagUnion(std::initializer_list<std::set<std::string>> set
 namespace {
 
 std::vector<Command> Commands() {
-  return {GenerateCommand(), EvalCommand(), AttnCommand(), InitCommand(), InfoCommand(), BenchCommand(), LogitsCommand()};
+  return {GenerateCommand(), EvalCommand(), AttnCommand(), InitCommand(), InfoCommand(), BenchCommand(), LogitsCommand(),
+          GgufInfoCommand()};
 }
 
 std::string Usage() {
