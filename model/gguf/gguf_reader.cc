@@ -86,22 +86,31 @@ uint64_t MinValueBytes(GgufValueType t) {
   return 1;
 }
 
+// Reads a T into *out (a wider field of GgufValue).
+template <typename T, typename Out>
+absl::Status ReadWidened(Cursor& in, const std::string& what, Out* out) {
+  T x{};
+  absl::Status s = in.Read(&x, what);
+  *out = Out(x);
+  return s;
+}
+
 // Reads one scalar or string of type `t` into *v. `what` names the key (and element) for errors.
 absl::Status ReadScalar(Cursor& in, GgufValueType t, const std::string& what, const std::string& file, GgufValue* v) {
   v->type = t;
   switch (t) {
-    case GgufValueType::kUint8: { uint8_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->u = x; return absl::OkStatus(); }
-    case GgufValueType::kUint16: { uint16_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->u = x; return absl::OkStatus(); }
-    case GgufValueType::kUint32: { uint32_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->u = x; return absl::OkStatus(); }
-    case GgufValueType::kUint64: return in.Read(&v->u, what);
-    case GgufValueType::kInt8: { int8_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->i = x; return absl::OkStatus(); }
-    case GgufValueType::kInt16: { int16_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->i = x; return absl::OkStatus(); }
-    case GgufValueType::kInt32: { int32_t x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->i = x; return absl::OkStatus(); }
-    case GgufValueType::kInt64: return in.Read(&v->i, what);
-    case GgufValueType::kFloat32: { float x; if (auto s = in.Read(&x, what); !s.ok()) return s; v->f = x; return absl::OkStatus(); }
-    case GgufValueType::kFloat64: return in.Read(&v->f, what);
+    case GgufValueType::kUint8: return ReadWidened<uint8_t>(in, what, &v->u);
+    case GgufValueType::kUint16: return ReadWidened<uint16_t>(in, what, &v->u);
+    case GgufValueType::kUint32: return ReadWidened<uint32_t>(in, what, &v->u);
+    case GgufValueType::kUint64: return ReadWidened<uint64_t>(in, what, &v->u);
+    case GgufValueType::kInt8: return ReadWidened<int8_t>(in, what, &v->i);
+    case GgufValueType::kInt16: return ReadWidened<int16_t>(in, what, &v->i);
+    case GgufValueType::kInt32: return ReadWidened<int32_t>(in, what, &v->i);
+    case GgufValueType::kInt64: return ReadWidened<int64_t>(in, what, &v->i);
+    case GgufValueType::kFloat32: return ReadWidened<float>(in, what, &v->f);
+    case GgufValueType::kFloat64: return ReadWidened<double>(in, what, &v->f);
     case GgufValueType::kBool: {
-      uint8_t x;
+      uint8_t x = 0;
       if (auto s = in.Read(&x, what); !s.ok()) return s;
       if (x > 1) {
         return absl::InvalidArgumentError(absl::StrCat(file, ": ", what, " at byte ", in.position() - 1,
