@@ -136,7 +136,7 @@ TEST(GgufReader, EveryTruncationIsRefusedByName) {
   }
   EXPECT_EQ(ParseError(""), "bad.gguf: truncated: the file (0 bytes) ends inside the magic number at byte 0");
   EXPECT_EQ(ParseError(valid.substr(0, 40)),
-            "bad.gguf: metadata key #0 at byte 24 claims 17 bytes but only 16 remain in the file");
+            "bad.gguf: metadata count 15 is absurd for the 16 bytes that remain");
 }
 
 TEST(GgufReader, RefusesBadHeaders) {
