@@ -36,7 +36,7 @@ expect_usage_error() {
 }
 
 expect_help "steady COMMAND" "$bin/steady" --help
-for c in generate eval attn init info bench logits; do
+for c in generate eval attn init info bench logits gguf-info; do
   expect_help "steady $c" "$bin/steady" "$c" --help
   expect_help "steady $c" "$bin/steady" "$c" --no-such-flag --help
   expect_usage_error "steady $c" "$bin/steady" "$c" --no-such-flag

@@ -17,6 +17,7 @@ declare -A allowed=(
   [kernels]="kernels base"
   [model/text]="model/text base absl"
   [model/checkpoint]="model/checkpoint model/text base absl"
+  [model/gguf]="model/gguf model/checkpoint base absl"
   [model/mechanisms]="model/mechanisms model/checkpoint kernels base absl"
   [model/sampling]="model/sampling base absl"
   [model/constrain]="model/constrain model/text base absl"

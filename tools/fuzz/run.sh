@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one fuzz target for SECONDS (default 600), from its checked-in corpus (docs/fuzzing.md):
-#   tools/fuzz/run.sh snapshot_fuzz | generate_request_fuzz | tokenizer_fuzz | safetensors_fuzz [SECONDS]
+#   tools/fuzz/run.sh snapshot_fuzz | generate_request_fuzz | tokenizer_fuzz | safetensors_fuzz | gguf_fuzz [SECONDS]
 #   tools/fuzz/run.sh FuzzChatCompletions | FuzzCompletions | FuzzStrictJSONGenerateRequest [SECONDS]
 #     (Go's native fuzzing of the gateway's JSON handling, clients/gateway/openai_fuzz_test.go)
 # libFuzzer targets are built with clang, ASan and UBSan in build-fuzz/ (configured here the first

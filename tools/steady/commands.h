@@ -30,6 +30,7 @@ Command BenchCommand();     // cmd_bench.cc
 Command LogitsCommand();    // cmd_logits.cc
 Command TokenizeCommand();  // cmd_tokenize.cc
 Command ChatTemplateCommand();  // cmd_chat_template.cc
+Command GgufInfoCommand();  // cmd_gguf.cc
 
 // The union of flag names: a command's own and the shared sets of model/model_flags.h.
 std::set<std::string> FlagUnion(std::initializer_list<std::set<std::string>> sets);

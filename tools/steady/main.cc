@@ -19,7 +19,7 @@ namespace {
 
 std::vector<Command> Commands() {
   return {GenerateCommand(), EvalCommand(), AttnCommand(), InitCommand(), InfoCommand(), BenchCommand(), LogitsCommand(),
-          TokenizeCommand(), ChatTemplateCommand()};
+          TokenizeCommand(), ChatTemplateCommand(), GgufInfoCommand()};
 }
 
 std::string Usage() {

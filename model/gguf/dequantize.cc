@@ -1,0 +1,148 @@
+// Dequantization of GGUF blocks (model/gguf/dequantize.h). Plain scalar code: it runs once per
+// tensor at load. The expressions keep ggml's order of operations (d * scale first, then times q,
+// then minus the min) and this file is compiled with -ffp-contract=off (model/gguf/CMakeLists.txt)
+// so no multiply-add is fused: each step rounds as ggml's reference C does, which makes the result
+// bit-identical.
+#include "model/gguf/dequantize.h"
+
+#include <cstring>
+
+#include "base/check.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/gguf/gguf.h"
+
+namespace steady {
+namespace {
+
+constexpr int kQK = 32;    // values per Q8_0 / Q4_0 block
+constexpr int kQK_K = 256; // values per K-quant super-block
+
+uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float LoadHalf(const uint8_t* p) { return HalfToFloat(Load16(p)); }
+
+void DequantizeQ8_0(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += 34) {
+    const float d = LoadHalf(b);
+    for (int j = 0; j < kQK; ++j) *y++ = float(int8_t(b[2 + j])) * d;
+  }
+}
+
+void DequantizeQ4_0(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += 18, y += kQK) {
+    const float d = LoadHalf(b);
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float((qs[j] & 0x0F) - 8) * d;
+      y[j + kQK / 2] = float((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// The j-th (scale, min) pair of a K-quant block's 12 scale bytes: eight 6-bit pairs, the first four
+// in the low 6 bits of bytes 0..3 (scales) and 4..7 (mins), the last four split between the low or
+// high nibble of bytes 8..11 and the top 2 bits of bytes 0..7.
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void DequantizeQ4_K(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += 144) {
+    const float d = LoadHalf(b);
+    const float dmin = LoadHalf(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* q = b + 16;
+    for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, q += 32) {
+      uint8_t sc, m;
+      ScaleMinK4(is, scales, &sc, &m);
+      const float d1 = d * float(sc), m1 = dmin * float(m);
+      ScaleMinK4(is + 1, scales, &sc, &m);
+      const float d2 = d * float(sc), m2 = dmin * float(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0x0F) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+    }
+  }
+}
+
+void DequantizeQ5_K(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += 176) {
+    const float d = LoadHalf(b);
+    const float dmin = LoadHalf(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* qh = b + 16;
+    const uint8_t* ql = b + 48;
+    uint8_t u1 = 1, u2 = 2;  // the bit of qh[l] that is the fifth bit of this pair of 32-value runs
+    for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+      uint8_t sc, m;
+      ScaleMinK4(is, scales, &sc, &m);
+      const float d1 = d * float(sc), m1 = dmin * float(m);
+      ScaleMinK4(is + 1, scales, &sc, &m);
+      const float d2 = d * float(sc), m2 = dmin * float(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    }
+  }
+}
+
+void DequantizeQ6_K(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += 210) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = LoadHalf(b + 208);
+    for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = int((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = int((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * float(sc[is + 0]) * float(q1);
+        y[l + 32] = d * float(sc[is + 2]) * float(q2);
+        y[l + 64] = d * float(sc[is + 4]) * float(q3);
+        y[l + 96] = d * float(sc[is + 6]) * float(q4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool CanDequantize(uint32_t t) {
+  switch (GgmlType(t)) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0: case GgmlType::kQ4_0:
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string DequantizableTypeNames() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"; }
+
+void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
+  const uint8_t* b = static_cast<const uint8_t*>(blocks);
+  switch (GgmlType(t)) {
+    case GgmlType::kF32: std::memcpy(out, b, size_t(n) * 4); return;
+    case GgmlType::kF16: for (int64_t k = 0; k < n; ++k) out[k] = LoadHalf(b + 2 * k); return;
+    case GgmlType::kBF16: for (int64_t k = 0; k < n; ++k) out[k] = BFloat16ToFloat(Load16(b + 2 * k)); return;
+    case GgmlType::kQ8_0: STEADY_CHECK(n % kQK == 0); DequantizeQ8_0(b, n, out); return;
+    case GgmlType::kQ4_0: STEADY_CHECK(n % kQK == 0); DequantizeQ4_0(b, n, out); return;
+    case GgmlType::kQ4_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ4_K(b, n, out); return;
+    case GgmlType::kQ5_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ5_K(b, n, out); return;
+    case GgmlType::kQ6_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ6_K(b, n, out); return;
+    default: break;
+  }
+  STEADY_CHECK(false && "Dequantize on a type CanDequantize refuses");
+}
+
+}  // namespace steady

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# GGUF against llama.cpp's own ggml (npm's @node-llama-cpp/linux-x64, Python ctypes): ggml quantizes
+# random rows to F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K into one GGUF file
+# (tests/model/gguf/ggml_reference.py); ggml's GGUF reader lists its tensors and ggml's dequantize_row_*
+# turns each back into fp32. `steady gguf-info` must list the same tensors, types and offsets, and
+# its dequantization must equal ggml's bit for bit. The npm packages go into the cache
+# tools/bench/peer_llamacpp.sh uses (outside the repo). Exit 77 (a visible skip) without node/npm or
+# when the registry cannot be reached.
+set -euo pipefail
+bin=$1
+src=$2
+source "$(dirname "$0")/lib.bash"
+
+if ! command -v npm > /dev/null || ! command -v node > /dev/null; then
+  echo "SKIP: needs node and npm (scripts/install-deps.sh)"
+  exit 77
+fi
+export PEER_CACHE=${PEER_CACHE:-$HOME/.cache/steady-peer-llamacpp}
+if ! timeout 600 bash "$src/tools/bench/peer_llamacpp.sh" install > "$tmp/npm.log" 2>&1; then
+  echo "SKIP: npm could not install node-llama-cpp (registry unreachable?):"
+  tail -5 "$tmp/npm.log"
+  exit 77
+fi
+libs=$PEER_CACHE/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+
+if /usr/bin/python3 "$src/tests/model/gguf/ggml_reference.py" --lib "$libs" --out "$tmp" > "$tmp/ref.log" 2>&1; then
+  pass "ggml quantized every type and its GGUF reader accepted the file ($(cat "$tmp/ref.log"))"
+else
+  fail "ggml_reference.py: $(cat "$tmp/ref.log")"
+  finish gguf_llamacpp
+  exit 1
+fi
+
+"$bin/steady" gguf-info "$tmp/types.gguf" > "$tmp/info.txt"
+while read -r name type offset; do
+  if grep -qE "^  $name +$type +\[[0-9, ]+\] +$offset +[0-9]+\$" "$tmp/info.txt"; then
+    pass "gguf-info lists $name as $type at offset $offset, as ggml does"
+  else
+    fail "gguf-info's line for $name differs from ggml's ($type at $offset): $(grep " $name " "$tmp/info.txt" || echo none)"
+  fi
+  "$bin/steady" gguf-info "$tmp/types.gguf" --tensor "$name" --out "$tmp/$name.steady.f32"
+  if cmp -s "$tmp/$name.f32" "$tmp/$name.steady.f32"; then
+    pass "$type: Steady's dequantization equals ggml's bit for bit ($(($(stat -c %s "$tmp/$name.f32") / 4)) values)"
+  else
+    fail "$type: Steady's dequantization differs from ggml's: $(cmp "$tmp/$name.f32" "$tmp/$name.steady.f32" 2>&1 | head -1)"
+  fi
+done < "$tmp/ggml_tensors.txt"
+grep -q 'test.strings .* array of string .*\["a", "b\\"c", ""\]' "$tmp/info.txt" &&
+  pass "gguf-info prints a string array" || fail "gguf-info's string array: $(grep test.strings "$tmp/info.txt")"
+grep -qE 'test.int8 +int8 +-7$' "$tmp/info.txt" && pass "gguf-info prints an int8" || fail "int8: $(grep test.int8 "$tmp/info.txt")"
+
+# Damage the file: the reader must name the problem, and write nothing.
+head -c 2000 "$tmp/types.gguf" > "$tmp/cut.gguf"
+if ! "$bin/steady" gguf-info "$tmp/cut.gguf" --tensor t.F32 --out "$tmp/none.f32" 2> "$tmp/err.txt" &&
+   grep -q "cut.gguf: .*tensor \"t\.F32\".* past the end" "$tmp/err.txt" && [ ! -e "$tmp/none.f32" ]; then
+  pass "a truncated file is refused by name: $(head -1 "$tmp/err.txt")"
+else
+  fail "truncated file: $(cat "$tmp/err.txt")"
+fi
+finish gguf_llamacpp
