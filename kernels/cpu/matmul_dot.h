@@ -28,8 +28,8 @@ const char* Int8DotPath();
 // y = bf16(x) w^T, w in bf16 [out, in]: x rounded to bf16 (nearest even, FloatToBf16) once, then
 // bf16 pairs multiplied exactly and summed in fp32 lanes by VDPBF16PS (which flushes subnormal
 // inputs and outputs to zero). Where the CPU lacks AVX512_BF16 this is MatMulNTBf16(x, ...).
-// Against the exact product of x and w, each element is off by at most 2^-9 sum |x_k w_k| (bf16's
-// relative rounding) plus the fp32 sum's error.
+// Against the exact product of x and w, each element is off by at most 2^-8 sum |x_k w_k| (bf16's
+// relative rounding: half an ulp of 8 significant bits) plus the fp32 sum's error.
 void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
 // The double-precision product of bf16(x) and w: what MatMulNTBf16Dot computes, exactly summed.
 void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
