@@ -119,7 +119,7 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   LowPrecisionWeights& lw = it->second;
   std::mt19937 rng(9);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> row(size_t(in));
+  std::vector<float> row(static_cast<size_t>(in));
   lw.bf16.resize(size_t(out) * in);
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
