@@ -1,14 +1,18 @@
 // The decode GEMM y[rows, out] = x[rows, in] w[out, in]^T at llama1b's projection shapes: our
 // small-row kernel (kernels/cpu/matmul.cc) against OpenBLAS's sgemm/sgemv on the same buffers, in
 // one run (docs/cpu.md, docs/benchmarks.md). bytes_per_second counts the weights read once.
+// BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
+// (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <map>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
 
 namespace steady {
@@ -100,6 +104,88 @@ void Shapes(benchmark::internal::Benchmark* b) {
     for (int rows : {1, 2, 4, 16, 32, 64}) b->Args({rows, in, out});
   }
 }
+// Weights for the low-precision pairs, made once per shape and kept (the 2048 x 128256 head is 525 MB
+// in bf16): normal values from a fast generator, as bf16 and as q8_0.
+struct LowPrecisionWeights {
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> q8;
+  std::vector<float> q8_scales;
+};
+
+const LowPrecisionWeights& WeightsFor(int in, int out) {
+  static std::map<std::pair<int, int>, LowPrecisionWeights> cache;
+  auto [it, fresh] = cache.try_emplace({in, out});
+  if (!fresh) return it->second;
+  LowPrecisionWeights& lw = it->second;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(in));
+  lw.bf16.resize(size_t(out) * in);
+  lw.q8.resize(size_t(out) * in);
+  lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
+  for (int64_t j = 0; j < out; ++j) {
+    for (float& v : row) v = g(rng);
+    for (int k = 0; k < in; ++k) lw.bf16[size_t(j * in + k)] = cpu::FloatToBf16(row[size_t(k)]);
+    cpu::QuantizeQ8(row.data(), 1, in, lw.q8.data() + j * in, lw.q8_scales.data() + j * cpu::Q8BlocksPerRow(in));
+  }
+  return lw;
+}
+
+template <typename Fn>
+void RunLowPrecision(benchmark::State& state, int64_t weight_bytes_x8, const char* label, const Fn& fn) {
+  const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
+  const LowPrecisionWeights& lw = WeightsFor(in, out);
+  std::vector<float> x(size_t(rows) * in), y(size_t(rows) * out);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (float& v : x) v = g(rng);
+  for (auto _ : state) {
+    fn(x.data(), rows, in, lw, out, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * weight_bytes_x8 / 8);
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = cpu::ComputeThreads();
+  state.SetLabel(label);
+}
+
+void BM_Bf16Widening(benchmark::State& state) {
+  RunLowPrecision(state, 16, cpu::SimdTargetName(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                        int out, float* y) {
+    cpu::MatMulNTBf16(x, rows, in, lw.bf16.data(), out, y);
+  });
+}
+void BM_Bf16Dot(benchmark::State& state) {
+  RunLowPrecision(state, 16, cpu::Bf16DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                     int out, float* y) {
+    cpu::MatMulNTBf16Dot(x, rows, in, lw.bf16.data(), out, y);
+  });
+}
+// q8_0 is 9 bytes per 8 weights: the int8 values and an fp32 scale per 32.
+void BM_Q8Widening(benchmark::State& state) {
+  RunLowPrecision(state, 9, cpu::SimdTargetName(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                       int out, float* y) {
+    cpu::MatMulNTQ8(x, rows, in, {lw.q8.data(), lw.q8_scales.data()}, out, y);
+  });
+}
+void BM_Q8Dot(benchmark::State& state) {
+  RunLowPrecision(state, 9, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                   int out, float* y) {
+    cpu::MatMulNTQ8Dot(x, rows, in, {lw.q8.data(), lw.q8_scales.data()}, out, y);
+  });
+}
+
+// Llama 3.2 1B: q/o 2048x2048, gate/up 2048->8192, down 8192->2048, the head 2048->128256.
+void DotShapes(benchmark::internal::Benchmark* b) {
+  for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {
+    for (int rows : {1, 4, 16, 64}) b->Args({rows, in, out});
+  }
+}
+BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Bf16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q8Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_SmallRowsBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_AmxBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();

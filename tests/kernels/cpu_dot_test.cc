@@ -1,0 +1,211 @@
+// The dot-product kernels (kernels/cpu/matmul_dot.h) against double-precision references at many
+// shapes (odd `in`, partial q8 blocks, 1..64 rows), with tolerances derived from the rounding of the
+// activations; and their batch and thread invariance. Where the CPU lacks the instructions the
+// kernels fall back to the widening ones, which must meet the same bounds against the exact product.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
+#include "kernels/cpu/parallel.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+struct ThreadsGuard {
+  ~ThreadsGuard() { cpu::SetComputeThreads(0); }
+};
+
+constexpr double kF32Eps = 1.2e-7;  // 2^-23 and a little: fp32 rounding per term of a sum
+
+// Shapes: rows (1..64 and odd counts between), `in` (below, at and past the 16/32/64-lane steps and
+// the 512-value chunk) and `out` (below, at and past the 4-column tile).
+const int kRows[] = {1, 2, 3, 4, 5, 7, 16, 33, 64};
+const int kIns[] = {1, 31, 32, 33, 64, 65, 100, 600};
+const int kOuts[] = {1, 5, 9};
+
+struct Bf16Problem {
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<uint16_t> w;
+};
+
+Bf16Problem MakeBf16(int rows, int in, int out, std::mt19937_64& rng) {
+  Bf16Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), {}};
+  for (float v : testing::RandomNormal<float>(size_t(out) * in, rng)) p.w.push_back(cpu::FloatToBf16(v));
+  return p;
+}
+
+std::vector<float> RunBf16(const Bf16Problem& p, const std::vector<float>& x, int rows,
+                           void (*fn)(const float*, int, int, const uint16_t*, int, float*)) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  fn(x.data(), rows, p.in, p.w.data(), p.out, y.data());
+  return y;
+}
+
+// sum over k of |x[r, k] w[j, k]|, with w given per element.
+template <typename WeightAt>
+double Magnitude(const std::vector<float>& x, int r, int in, int j, const WeightAt& weight) {
+  double m = 0;
+  for (int k = 0; k < in; ++k) m += std::abs(double(x[size_t(r) * in + k]) * weight(j, k));
+  return m;
+}
+
+TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
+  std::mt19937_64 rng(11);
+  std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Bf16Problem p = MakeBf16(rows, in, out, rng);
+        const std::vector<float> got = RunBf16(p, p.x, rows, cpu::MatMulNTBf16Dot);
+        const std::vector<float> exact = RunBf16(p, p.x, rows, cpu::MatMulNTBf16Reference);
+        const std::vector<float> rounded = RunBf16(p, p.x, rows, cpu::MatMulNTBf16DotReference);
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) {
+              return double(cpu::Bf16ToFloat(p.w[size_t(jj) * in + k]));
+            });
+            const size_t i = size_t(r) * out + j;
+            const double sum_err = 1e-30 + in * kF32Eps * mag;
+            // bf16 keeps 8 significant bits: rounding x moves each term by at most half an ulp, 2^-8 of itself.
+            ASSERT_NEAR(got[i], exact[i], std::ldexp(mag, -8) + sum_err)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+            if (cpu::Bf16DotAvailable()) {
+              ASSERT_NEAR(got[i], rounded[i], sum_err)
+                  << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A tolerance of zero for the rounding would fail: the bf16 path is not the widening one.
+TEST(CpuDotTest, Bf16RoundsTheActivations) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  std::mt19937_64 rng(12);
+  const Bf16Problem p = MakeBf16(4, 1000, 16, rng);
+  const std::vector<float> dot = RunBf16(p, p.x, 4, cpu::MatMulNTBf16Dot);
+  const std::vector<float> widening = RunBf16(p, p.x, 4, cpu::MatMulNTBf16);
+  const std::vector<float> rounded = RunBf16(p, p.x, 4, cpu::MatMulNTBf16DotReference);
+  const std::vector<float> exact = RunBf16(p, p.x, 4, cpu::MatMulNTBf16Reference);
+  double dot_to_rounded = 0, dot_to_exact = 0, widening_to_exact = 0;
+  for (size_t i = 0; i < dot.size(); ++i) {
+    dot_to_rounded += std::abs(dot[i] - rounded[i]);
+    dot_to_exact += std::abs(dot[i] - exact[i]);
+    widening_to_exact += std::abs(widening[i] - exact[i]);
+  }
+  EXPECT_LT(dot_to_rounded * 10, dot_to_exact);      // it computes bf16(x) w, not x w
+  EXPECT_LT(widening_to_exact * 10, dot_to_exact);   // and the widening kernel computes x w
+}
+
+struct Q8Problem {
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  cpu::Q8Weights w() const { return {q.data(), scales.data()}; }
+};
+
+Q8Problem MakeQ8(int rows, int in, int out, std::mt19937_64& rng) {
+  Q8Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<int8_t>(size_t(out) * in),
+              std::vector<float>(size_t(out * cpu::Q8BlocksPerRow(in)))};
+  const std::vector<float> w = testing::RandomNormal<float>(size_t(out) * in, rng);
+  cpu::QuantizeQ8(w.data(), out, in, p.q.data(), p.scales.data());
+  return p;
+}
+
+std::vector<float> RunQ8(const Q8Problem& p, const std::vector<float>& x, int rows,
+                         void (*fn)(const float*, int, int, cpu::Q8Weights, int, float*)) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  fn(x.data(), rows, p.in, p.w(), p.out, y.data());
+  return y;
+}
+
+TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
+  std::mt19937_64 rng(13);
+  std::printf("q8 path: %s\n", cpu::Int8DotPath());
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        Q8Problem p = MakeQ8(rows, in, out, rng);
+        if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);  // a row of zeros: every scale 0
+        const int64_t blocks = cpu::Q8BlocksPerRow(in);
+        const std::vector<float> got = RunQ8(p, p.x, rows, cpu::MatMulNTQ8Dot);
+        const std::vector<float> exact = RunQ8(p, p.x, rows, cpu::MatMulNTQ8Reference);
+        const std::vector<float> rounded = RunQ8(p, p.x, rows, cpu::MatMulNTQ8DotReference);
+        const auto weight = [&](int j, int k) { return double(p.q[size_t(j) * in + k]) * p.scales[j * blocks + k / 32]; };
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            // Quantizing x moves each value by at most half its block's step, max |x| / 127 / 2.
+            double quant_err = 0;
+            for (int64_t b = 0; b < blocks; ++b) {
+              double amax = 0, wsum = 0;
+              for (int64_t k = b * 32; k < std::min<int64_t>(in, b * 32 + 32); ++k) {
+                amax = std::max(amax, std::abs(double(p.x[size_t(r) * in + k])));
+                wsum += std::abs(weight(j, int(k)));
+              }
+              quant_err += amax / 127 / 2 * wsum * (1 + 1e-6);
+            }
+            const double mag = Magnitude(p.x, r, in, j, weight);
+            const double sum_err = 1e-30 + in * kF32Eps * (mag + quant_err);
+            const size_t i = size_t(r) * out + j;
+            ASSERT_NEAR(got[i], exact[i], quant_err + sum_err)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+            if (cpu::Int8DotAvailable()) {
+              ASSERT_NEAR(got[i], rounded[i], sum_err)
+                  << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every row's result is bitwise the same alone, in a batch, in another order, with 1 or 2 threads.
+template <typename Problem, typename Runner>
+void ExpectInvariant(const Problem& p, const Runner& run) {
+  ThreadsGuard guard;
+  cpu::SetComputeThreads(2);
+  const std::vector<float> batch = run(p.x, p.rows);
+  for (int r = 0; r < p.rows; ++r) {
+    const std::vector<float> one(p.x.begin() + size_t(r) * p.in, p.x.begin() + size_t(r + 1) * p.in);
+    const std::vector<float> alone = run(one, 1);
+    for (int j = 0; j < p.out; ++j) ASSERT_EQ(alone[size_t(j)], batch[size_t(r) * p.out + j]) << "row " << r << " col " << j;
+  }
+  std::vector<float> reversed;
+  for (int r = p.rows - 1; r >= 0; --r) reversed.insert(reversed.end(), p.x.begin() + size_t(r) * p.in, p.x.begin() + size_t(r + 1) * p.in);
+  const std::vector<float> back = run(reversed, p.rows);
+  cpu::SetComputeThreads(1);
+  const std::vector<float> single = run(p.x, p.rows);
+  for (int r = 0; r < p.rows; ++r) {
+    for (int j = 0; j < p.out; ++j) {
+      ASSERT_EQ(back[size_t(p.rows - 1 - r) * p.out + j], batch[size_t(r) * p.out + j]) << "row " << r;
+      ASSERT_EQ(single[size_t(r) * p.out + j], batch[size_t(r) * p.out + j]) << "row " << r;
+    }
+  }
+}
+
+TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(14);
+  const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16(p, x, rows, cpu::MatMulNTBf16Dot); });
+}
+
+TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(15);
+  const Q8Problem p = MakeQ8(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8(p, x, rows, cpu::MatMulNTQ8Dot); });
+}
+
+}  // namespace
+}  // namespace steady
