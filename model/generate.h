@@ -25,6 +25,8 @@ struct GenerateRequest {
   std::vector<std::string> stop;
   bool add_bos = true;      // prepend the model's BOS when the slot is empty
   int prefill_chunk = 512;  // tokens per prefill Forward call
+  bool want_prompt_logits = false;
+  bool ignore_eos = false;  // generate max_tokens tokens whatever they are (checks, benchmarks)
 };
 
 struct GenerateResult {
@@ -32,6 +34,9 @@ struct GenerateResult {
   std::vector<int32_t> tokens;     // generated ids
   std::string finish_reason;       // "length", "stop" (eos or a stop string)
   int prompt_tokens = 0;
+  // With want_prompt_logits: the logits after the prompt (those the first generated token is drawn
+  // from), before any sampling transform.
+  std::vector<float> prompt_logits;
 };
 
 // Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes
@@ -39,6 +44,15 @@ struct GenerateResult {
 absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
                                             int slot, const GenerateRequest& request,
                                             const std::function<void(std::string_view)>& on_text = nullptr);
+
+// The same loop from token ids (`steady generate --prompt-ids`): each id must be below the model's
+// vocab_size; BOS goes in front on an empty session unless the ids begin with it (as the server
+// does with prompt_token_ids). `tokenizer` may be null: then no text is produced and stop strings
+// are refused.
+absl::StatusOr<GenerateResult> GenerateFromIds(const Model& model, const Tokenizer* tokenizer, Backend& backend,
+                                               int slot, const std::vector<int32_t>& ids,
+                                               const GenerateRequest& request,
+                                               const std::function<void(std::string_view)>& on_text = nullptr);
 
 // Feeds `tokens` into the session in chunks; returns the logits after the last token.
 std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t>& tokens, int chunk);
