@@ -37,23 +37,17 @@ absl::StatusOr<int> SampleNext(Sampler& sampler, ConstraintState* constraint, st
   return token;
 }
 
-absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
-                                            int slot, const GenerateRequest& request,
-                                            const std::function<void(std::string_view)>& on_text) {
+namespace {
+
+// Prefills `prompt` (BOS already in front where wanted) and samples; `tokenizer` null: ids only.
+absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenizer, Backend& backend, int slot,
+                                   const std::vector<int32_t>& prompt, const GenerateRequest& request,
+                                   const std::function<void(std::string_view)>& on_text) {
   if (absl::Status s = ValidateSamplingParams(request.sampling); !s.ok()) return s;
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max_tokens: must be >= 0");
-  if (tokenizer.vocab_size() > model.vocab_size()) {
-    return absl::FailedPreconditionError(absl::StrCat("tokenizer has ", tokenizer.vocab_size(),
-                                                      " pieces but the model only ", model.vocab_size()));
+  if (tokenizer == nullptr && !request.stop.empty()) {
+    return absl::InvalidArgumentError("stop: stop strings need the model's tokenizer");
   }
-  auto encoded = tokenizer.Encode(request.prompt);
-  if (!encoded.ok()) return encoded.status();
-  std::vector<int32_t> prompt;
-  if (request.add_bos && backend.position(slot) == 0 && model.config().bos_token_id >= 0 && tokenizer.prepends_bos() &&
-      (encoded->empty() || (*encoded)[0] != model.config().bos_token_id)) {
-    prompt.push_back(model.config().bos_token_id);
-  }
-  prompt.insert(prompt.end(), encoded->begin(), encoded->end());
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from");
   if (absl::Status s = CheckReach(backend, backend.position(slot) + int64_t(prompt.size()) + request.max_tokens);
       !s.ok()) {
@@ -63,12 +57,14 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
   GenerateResult result;
   result.prompt_tokens = int(prompt.size());
   std::vector<float> logits = Prefill(backend, slot, prompt, std::max(1, request.prefill_chunk));
+  if (request.want_prompt_logits) result.prompt_logits = logits;
 
   Sampler sampler(request.sampling);
   std::optional<ConstraintState> constraint;
   if (request.constraint) constraint.emplace(request.constraint);
   std::vector<uint64_t> mask;
-  TextStreamer streamer(tokenizer, TextStreamer::Mode::kContinuation);  // after the prompt
+  std::optional<TextStreamer> streamer;
+  if (tokenizer != nullptr) streamer.emplace(*tokenizer, TextStreamer::Mode::kContinuation);  // after the prompt
   StopMatcher stops(request.stop);
   std::vector<int32_t> context = prompt;
   auto emit = [&](const std::string& text) {
@@ -81,14 +77,15 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
     auto next = SampleNext(sampler, constraint ? &*constraint : nullptr, &mask, logits.data(), model.vocab_size(), context);
     if (!next.ok()) return next.status();
     const int token = *next;
-    if (token < 0 || model.config().IsEos(token)) {
+    // -1: the constraint's text is complete (it ends the turn even with ignore_eos).
+    if (token < 0 || (!request.ignore_eos && model.config().IsEos(token))) {
       result.finish_reason = "stop";
       break;
     }
     result.tokens.push_back(token);
     context.push_back(token);
-    if (token < tokenizer.vocab_size()) {
-      auto piece = streamer.Add(token);
+    if (streamer && token < tokenizer->vocab_size()) {
+      auto piece = streamer->Add(token);
       if (!piece.ok()) return piece.status();
       emit(stops.Add(*piece));
     }
@@ -100,13 +97,56 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
       break;
     }
   }
-  if (!stops.stopped()) {
-    auto tail = streamer.Flush();
+  if (streamer && !stops.stopped()) {
+    auto tail = streamer->Flush();
     if (!tail.ok()) return tail.status();
     emit(stops.Add(*tail));
     emit(stops.Flush());
   }
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer& tokenizer, Backend& backend,
+                                            int slot, const GenerateRequest& request,
+                                            const std::function<void(std::string_view)>& on_text) {
+  if (tokenizer.vocab_size() > model.vocab_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer has ", tokenizer.vocab_size(),
+                                                      " pieces but the model only ", model.vocab_size()));
+  }
+  auto encoded = tokenizer.Encode(request.prompt);
+  if (!encoded.ok()) return encoded.status();
+  std::vector<int32_t> prompt;
+  if (request.add_bos && backend.position(slot) == 0 && model.config().bos_token_id >= 0 && tokenizer.prepends_bos() &&
+      (encoded->empty() || (*encoded)[0] != model.config().bos_token_id)) {
+    prompt.push_back(model.config().bos_token_id);
+  }
+  prompt.insert(prompt.end(), encoded->begin(), encoded->end());
+  return Run(model, &tokenizer, backend, slot, prompt, request, on_text);
+}
+
+absl::StatusOr<GenerateResult> GenerateFromIds(const Model& model, const Tokenizer* tokenizer, Backend& backend,
+                                               int slot, const std::vector<int32_t>& ids,
+                                               const GenerateRequest& request,
+                                               const std::function<void(std::string_view)>& on_text) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= model.vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt ids: [", i, "] = ", ids[i], " is not in [0, ", model.vocab_size(), ")"));
+    }
+  }
+  if (tokenizer != nullptr && tokenizer->vocab_size() > model.vocab_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer has ", tokenizer->vocab_size(),
+                                                      " pieces but the model only ", model.vocab_size()));
+  }
+  std::vector<int32_t> prompt;
+  const int bos = model.config().bos_token_id;
+  if (request.add_bos && backend.position(slot) == 0 && bos >= 0 && (ids.empty() || ids[0] != bos)) {
+    prompt.push_back(bos);
+  }
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  return Run(model, tokenizer, backend, slot, prompt, request, on_text);
 }
 
 }  // namespace steady

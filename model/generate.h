@@ -28,6 +28,8 @@ struct GenerateRequest {
   int prefill_chunk = 512;  // tokens per prefill Forward call
   // The generated text is held to this (model/constrain/constraint.h); null: free text.
   std::shared_ptr<const Constraint> constraint;
+  bool want_prompt_logits = false;
+  bool ignore_eos = false;  // generate max_tokens tokens whatever they are (checks, benchmarks)
 };
 
 struct GenerateResult {
@@ -35,6 +37,9 @@ struct GenerateResult {
   std::vector<int32_t> tokens;     // generated ids
   std::string finish_reason;       // "length", "stop" (eos or a stop string)
   int prompt_tokens = 0;
+  // With want_prompt_logits: the logits after the prompt (those the first generated token is drawn
+  // from), before any sampling transform.
+  std::vector<float> prompt_logits;
 };
 
 // Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes
@@ -49,6 +54,15 @@ absl::StatusOr<GenerateResult> GenerateText(const Model& model, const Tokenizer&
 // continue it). `mask` is scratch.
 absl::StatusOr<int> SampleNext(Sampler& sampler, ConstraintState* constraint, std::vector<uint64_t>* mask, float* logits,
                                int vocab, const std::vector<int32_t>& context);
+
+// The same loop from token ids (`steady generate --prompt-ids`): each id must be below the model's
+// vocab_size; BOS goes in front on an empty session unless the ids begin with it (as the server
+// does with prompt_token_ids). `tokenizer` may be null: then no text is produced and stop strings
+// are refused.
+absl::StatusOr<GenerateResult> GenerateFromIds(const Model& model, const Tokenizer* tokenizer, Backend& backend,
+                                               int slot, const std::vector<int32_t>& ids,
+                                               const GenerateRequest& request,
+                                               const std::function<void(std::string_view)>& on_text = nullptr);
 
 // Feeds `tokens` into the session in chunks; returns the logits after the last token.
 std::vector<float> Prefill(Backend& backend, int slot, const std::vector<int32_t>& tokens, int chunk);

@@ -62,10 +62,18 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {
   return p;
 }
 
+SamplingParams WithGenerationDefaults(const Flags& flags, const GenerationDefaults& defaults, SamplingParams p) {
+  if (!flags.Has("temperature") && defaults.temperature) p.temperature = *defaults.temperature;
+  if (!flags.Has("top-k") && defaults.top_k) p.top_k = *defaults.top_k;
+  if (!flags.Has("top-p") && defaults.top_p) p.top_p = *defaults.top_p;
+  if (!flags.Has("repetition-penalty") && defaults.repetition_penalty) p.repetition_penalty = *defaults.repetition_penalty;
+  return p;
+}
+
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
   auto threads = flags.GetInt("threads", 0, 0, 4096);
   if (!threads.ok()) return threads.status();
-  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "f32"));
+  auto weights = ParseCpuWeights(flags.Get("cpu-weights", "auto"));
   if (!weights.ok()) return weights.status();
   auto gemm = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
   if (!gemm.ok()) return gemm.status();

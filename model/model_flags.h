@@ -22,8 +22,11 @@ extern const std::set<std::string> kMechanismFlags;  // --mechanism --order --pa
 absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(const Flags& flags);
 extern const std::set<std::string> kSamplingFlags;  // --temperature --top-k --top-p --repetition-penalty --seed
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
+// `sampling` with generation_config.json's defaults (ModelConfig::generation) for each of
+// --temperature, --top-k, --top-p and --repetition-penalty the flags leave out.
+SamplingParams WithGenerationDefaults(const Flags& flags, const GenerationDefaults& defaults, SamplingParams sampling);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
-                                                  // --cpu-weights f32|bf16
+                                                  // --cpu-weights auto|f32|bf16|q8, --cpu-gemm
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
 extern const std::set<std::string> kCudaFlags;  // --cuda-weights bf16|f32, --cuda-kv bf16|f32 (default bf16 both)

@@ -32,6 +32,11 @@ constexpr int64_t kChunk = 256;
 // a vector of a row from column k, WeightValue() one weight.
 HWY_INLINE const float* Shift(const float* w, int64_t in, int64_t j) { return w + j * in; }
 HWY_INLINE const uint16_t* Shift(const uint16_t* w, int64_t in, int64_t j) { return w + j * in; }
+// IEEE half-precision bits; a struct so that it overloads apart from bf16's uint16_t.
+struct F16Weights {
+  const uint16_t* h;
+};
+HWY_INLINE F16Weights Shift(F16Weights w, int64_t in, int64_t j) { return {w.h + j * in}; }
 HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
   return {w.q + j * in, w.scales + j * Q8BlocksPerRow(in)};
 }
@@ -46,6 +51,11 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, const uint16_t* HWY_RESTRICT w, int64_t k
   const hn::Rebind<uint16_t, D> du16;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, w + k))));
 }
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, F16Weights w, int64_t k) {
+  const hn::Rebind<hwy::float16_t, D> df16;
+  return hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(w.h) + k));
+}
 // A vector never straddles two blocks: lanes (4, 8 or 16) divide kQ8Block and k is a multiple of them.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
@@ -55,6 +65,7 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
 }
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
 HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
+HWY_INLINE float WeightValue(F16Weights w, int64_t k) { return F16ToFloat(w.h[k]); }
 HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.scales[k / kQ8Block]; }
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
@@ -157,6 +168,11 @@ void MatMulNTBf16Columns(const float* x, int rows, int64_t in, const uint16_t* w
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTF16Columns(const float* x, int rows, int64_t in, const uint16_t* w, int64_t out, int64_t begin,
+                        int64_t end, float* y) {
+  ColumnRange(x, rows, in, F16Weights{w}, out, begin, end, y);
+}
+
 void MatMulNTQ8Columns(const float* x, int rows, int64_t in, Q8Weights w, int64_t out, int64_t begin, int64_t end,
                        float* y) {
   ColumnRange(x, rows, in, w, out, begin, end, y);
@@ -185,6 +201,7 @@ bool SmallRowKernelInUse() { return small_row_kernel.load(std::memory_order_rela
 
 HWY_EXPORT(MatMulNTColumns);
 HWY_EXPORT(MatMulNTBf16Columns);
+HWY_EXPORT(MatMulNTF16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecF64Rows);
@@ -230,6 +247,16 @@ void MatMulNTBf16(const float* x, int rows, int in, const uint16_t* w, int out, 
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTBf16Columns)(x, rows, in, w, out, begin, end, y);
   });
+}
+
+void MatMulNTF16(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTF16Columns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTF16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return F16ToFloat(w[j * in + k]); });
 }
 
 void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y) {

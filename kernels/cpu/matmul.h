@@ -25,6 +25,34 @@ void MatMulNTBf16Reference(const float* x, int rows, int in, const uint16_t* w, 
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t b);
 
+// y = x w^T with w in IEEE half precision (f16 checkpoints, read as they are stored): the same kernel,
+// each weight widened exactly to fp32 in registers (F16C where the CPU has it); the same properties.
+void MatMulNTF16(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
+void MatMulNTF16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
+// f16 bits -> fp32, exactly (subnormals, inf and NaN included).
+inline float F16ToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    uint32_t m = mantissa;
+    do {
+      ++e;
+      m <<= 1;
+    } while ((m & 0x400) == 0);
+    bits = sign | (uint32_t(112 - e) << 23) | ((m & 0x3ff) << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
 // q8_0-style 8-bit weights (after llama.cpp's q8_0): each row of `in` weights in blocks of kQ8Block,
 // a block holding kQ8Block int8 values and one fp32 scale (the last block of a row may be shorter).
 // A weight is q * scale rounded to fp32. q [out, in]; scales [out, ceil(in / kQ8Block)].

@@ -21,12 +21,22 @@
 namespace steady {
 namespace {
 
-int64_t WeightFloats(const Model& m) {
-  // Everything Forward reads per step except the embedding table, of which it gathers rows only
-  // (with tied embeddings the table is the LM head and is read whole).
-  int64_t n = m.ParameterCount();
-  if (!m.config().tie_word_embeddings) n -= int64_t(m.embed().size());
-  return n;
+// Bytes of everything Forward reads per step besides the projection matrices and the LM head: the
+// norms, biases and mechanism tensors, in fp32 (of the embedding table, rows are gathered only).
+int64_t OtherWeightBytes(const Model& m) {
+  int64_t matrix_bytes = 0, matrix_weights = 0;
+  auto add = [&](const WeightMatrix& x) {
+    matrix_bytes += x.Bytes();
+    matrix_weights += x.Weights();
+  };
+  add(m.embed());
+  add(m.lm_head());
+  for (const LayerWeights& w : m.layers()) {
+    for (const WeightMatrix* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) add(*x);
+  }
+  const int64_t vector_floats = (m.WeightBytes() - matrix_bytes) / int64_t(sizeof(float));
+  const int64_t mechanism_floats = m.ParameterCount() - matrix_weights - vector_floats;
+  return (vector_floats + mechanism_floats) * int64_t(sizeof(float));
 }
 
 class CpuBackend : public Backend {
@@ -34,16 +44,23 @@ class CpuBackend : public Backend {
   CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {
     // Process-wide, like the thread count: the last backend made decides.
     cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
-    if (options.cpu_weights != CpuWeights::kF32) {
-      const bool amx = options.cpu_weights == CpuWeights::kBf16 && options.cpu_gemm == CpuGemm::kAuto &&
-                       cpu::AmxAvailable();
+    // AMX takes bf16 matrices, converted ones or a checkpoint's own (packed: a copy either way).
+    const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kAuto);
+    const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
+                      (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
+    const bool amx = bf16 && options.cpu_gemm == CpuGemm::kAuto && cpu::AmxAvailable();
+    if (options.cpu_weights != CpuWeights::kAuto || amx) {
       reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx));
     }
+    const CpuMatrices& read = reduced_ ? *reduced_ : own;
+    types_ = read.TypeNames();
+    amx_ = read.amx;
+    matrix_bytes_ = read.Bytes();
   }
 
   std::string Name() const override {
-    if (!reduced_) return "cpu";
-    return "cpu (" + CpuWeightsName(reduced_->precision) + " weights" + (reduced_->amx ? " on AMX)" : ")");
+    if (types_ == "f32") return "cpu";
+    return "cpu (" + types_ + " weights" + (amx_ ? " on AMX)" : ")");
   }
   int slots() const override { return pool_.slots(); }
   int64_t position(int slot) const override { return pool_.position(slot); }
@@ -90,11 +107,7 @@ class CpuBackend : public Backend {
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   }
-  int64_t WeightBytes() const override {
-    // The matrices at their precision; norms (and the gathered embedding rows) stay fp32.
-    if (!reduced_) return WeightFloats(model_) * int64_t(sizeof(float));
-    return (WeightFloats(model_) - reduced_->Weights()) * int64_t(sizeof(float)) + reduced_->Bytes();
-  }
+  int64_t WeightBytes() const override { return matrix_bytes_ + OtherWeightBytes(model_); }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
   int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
   double CopyBandwidth(int64_t bytes) override {
@@ -115,7 +128,10 @@ class CpuBackend : public Backend {
   StatePool pool_;
   ForwardWorkspace ws_;
   std::vector<float> scratch_logits_;
-  std::unique_ptr<CpuMatrices> reduced_;  // null: the model's fp32 matrices
+  std::unique_ptr<CpuMatrices> reduced_;  // null: the model's own matrices
+  std::string types_;                     // the types of the matrices read ("f32", "bf16", ...)
+  bool amx_ = false;
+  int64_t matrix_bytes_ = 0;              // their bytes
 };
 
 }  // namespace

@@ -163,8 +163,20 @@ class CudaBackend : public Backend {
       cuda::MatMulNT(*blas_, static_cast<const float*>(x), rows, in, w.as<float>(), out, y);
     }
   }
-  DeviceBuffer UploadWeight(const std::vector<float>& host) {
-    return options_.cuda_bf16 ? UploadBf16(host, stream_) : UploadVector(host, stream_);
+  // A matrix from the model's storage (a checkpoint's mapping): bf16 bytes go up as they are; other
+  // types through fp32 on the host, one matrix at a time. The host pages are released after.
+  DeviceBuffer UploadWeight(const WeightMatrix& host) {
+    DeviceBuffer d;
+    if (options_.cuda_bf16 && host.type() == WeightType::kBf16) {
+      d = DeviceBuffer(size_t(host.Bytes()));
+      cuda::CopyToDevice(d.data(), host.data(), d.bytes(), stream_);
+      cuda::SynchronizeStream(stream_);
+    } else {
+      const std::vector<float> values = host.ToFloat();
+      d = options_.cuda_bf16 ? UploadBf16(values, stream_) : UploadVector(values, stream_);
+    }
+    host.ReleasePages();
+    return d;
   }
 
   const BackendOptions options_;
@@ -220,6 +232,7 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
   if (s.value_dim > cuda::kLinearMaxValueDim) {
     return unsupported(absl::StrCat("head_dim ", s.value_dim, " is above the kernels' ", cuda::kLinearMaxValueDim));
   }
+  if (c.qkv_bias || c.o_bias || c.mlp_bias) return unsupported("projection biases have no CUDA kernels yet");
   d->attn_norm = UploadVector(w.attn_norm, stream_);
   d->mlp_norm = UploadVector(w.mlp_norm, stream_);
   if (c.qk_norm) {
@@ -383,6 +396,11 @@ absl::Status CudaBackend::InitSliced(const LayerAttention& a, const SlicedParams
 
 absl::Status CudaBackend::Init() {
   const ModelConfig& c = model_.config();
+  if (model_.rope().position_dependent() || model_.rope().attention_factor() != 1.0f) {
+    return absl::InvalidArgumentError(absl::StrCat("--device cuda: rope_scaling \"", c.rope_scaling.type,
+                                                   "\" (per-position frequencies or a q/k scale) has no CUDA "
+                                                   "kernels yet; use --device cpu"));
+  }
   stream_ = cuda::CreateStream();
   blas_ = std::make_unique<cuda::Blas>(stream_);
   device_name_ = cuda::DeviceName();
@@ -402,14 +420,12 @@ absl::Status CudaBackend::Init() {
   for (int l = 0; l < c.num_layers; ++l) {
     if (absl::Status s = InitLayer(l, model_.layers()[l], &layers_[l]); !s.ok()) return s;
   }
-  embed_ = UploadVector(model_.embed(), stream_);
-  lm_head_ = UploadWeight(c.tie_word_embeddings ? model_.embed() : model_.lm_head());
+  embed_ = UploadVector(model_.embed().ToFloat(), stream_);
+  lm_head_ = UploadWeight(model_.lm_head_matrix());
   final_norm_ = UploadVector(model_.final_norm(), stream_);
   weight_bytes_ += int64_t(lm_head_.bytes() + final_norm_.bytes());
-  if (c.rope_theta > 0) {
-    std::vector<float> inv_freq;
-    for (int i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(float(std::pow(c.rope_theta, -2.0 * i / c.head_dim)));
-    inv_freq_ = UploadVector(inv_freq, stream_);
+  if (!model_.rope().empty()) {
+    inv_freq_ = UploadVector(model_.rope().inv_freq(), stream_);
   }
   // One slot more than asked for: the scratch slot that padding rows of graph-replayed decode
   // steps write to (slot index options_.slots, never a session's).

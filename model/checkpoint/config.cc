@@ -1,17 +1,19 @@
 #include "model/checkpoint/config.h"
 
 #include <cmath>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint/config_keys.h"
+#include "model/checkpoint/hf_config.h"
 
 namespace steady {
-namespace {
+namespace config_keys {
 
-// Reads a positive integer key; `required` keys must be present.
-absl::Status ReadInt(const nlohmann::json& j, const std::string& file, const char* key, bool required,
-                     int64_t lo, int64_t hi, int* out) {
-  if (!j.contains(key) || j.at(key).is_null()) {
+absl::Status ReadInt(const nlohmann::json& j, const std::string& file, const char* key, bool required, int64_t lo,
+                     int64_t hi, int64_t* out) {
+  if (!Has(j, key)) {
     if (required) return absl::InvalidArgumentError(absl::StrCat(file, ": missing required key \"", key, "\""));
     return absl::OkStatus();
   }
@@ -24,13 +26,21 @@ absl::Status ReadInt(const nlohmann::json& j, const std::string& file, const cha
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": \"", key, "\" = ", x, " is out of range [", lo, ", ", hi, "]"));
   }
-  *out = int(x);
+  *out = x;
   return absl::OkStatus();
 }
 
-absl::Status ReadDouble(const nlohmann::json& j, const std::string& file, const char* key, double lo,
-                        double hi, double* out) {
-  if (!j.contains(key) || j.at(key).is_null()) return absl::OkStatus();
+absl::Status ReadInt(const nlohmann::json& j, const std::string& file, const char* key, bool required, int64_t lo,
+                     int64_t hi, int* out) {
+  int64_t x = *out;
+  absl::Status s = ReadInt(j, file, key, required, lo, hi, &x);
+  *out = int(x);
+  return s;
+}
+
+absl::Status ReadDouble(const nlohmann::json& j, const std::string& file, const char* key, double lo, double hi,
+                        double* out) {
+  if (!Has(j, key)) return absl::OkStatus();
   const nlohmann::json& v = j.at(key);
   if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
     return absl::InvalidArgumentError(
@@ -41,11 +51,54 @@ absl::Status ReadDouble(const nlohmann::json& j, const std::string& file, const 
 }
 
 absl::Status ReadBool(const nlohmann::json& j, const std::string& file, const char* key, bool* out) {
-  if (!j.contains(key) || j.at(key).is_null()) return absl::OkStatus();
+  if (!Has(j, key)) return absl::OkStatus();
   if (!j.at(key).is_boolean()) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": \"", key, "\" must be true or false"));
   }
   *out = j.at(key).get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadIds(const nlohmann::json& j, const std::string& file, const char* key, std::vector<int>* ids) {
+  if (!Has(j, key)) return absl::OkStatus();
+  constexpr int64_t kMax = int64_t(1) << 30;
+  if (!j.at(key).is_array()) {
+    int id = 0;
+    if (absl::Status s = ReadInt(j, file, key, true, 0, kMax, &id); !s.ok()) return s;
+    *ids = {id};
+    return absl::OkStatus();
+  }
+  // Llama 3 style: several ids end generation; the first is the canonical one.
+  ids->clear();
+  for (const nlohmann::json& id : j.at(key)) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMax) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": \"", key, "\" list entries must be non-negative integers, got ", id.dump()));
+    }
+    ids->push_back(int(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace config_keys
+
+namespace {
+
+using config_keys::ReadBool;
+using config_keys::ReadDouble;
+using config_keys::ReadIds;
+using config_keys::ReadInt;
+
+// Every id below vocab_size.
+absl::Status CheckSpecialIds(const ModelConfig& c, const std::string& file) {
+  std::vector<int> special = c.eos_token_ids;
+  special.push_back(c.bos_token_id);
+  for (int id : special) {
+    if (id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": special token id ", id, " is not below vocab_size ", c.vocab_size));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -91,24 +144,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   if (s.ok() && c.hidden_size % c.num_heads == 0) c.head_dim = c.hidden_size / c.num_heads;
   check(ReadInt(j, file, "head_dim", false, 1, 4096, &c.head_dim));
   check(ReadDouble(j, file, "rms_norm_eps", 1e-12, 1.0, &c.rms_norm_eps));
-  check(ReadDouble(j, file, "rope_theta", 1.0, 1e12, &c.rope_theta));
   check(ReadBool(j, file, "tie_word_embeddings", &c.tie_word_embeddings));
   check(ReadBool(j, file, "qk_norm", &c.qk_norm));
   check(ReadInt(j, file, "bos_token_id", false, 0, kMax, &c.bos_token_id));
-  if (j.contains("eos_token_id") && j.at("eos_token_id").is_array()) {
-    // Llama 3 style: several ids end generation; the first is the canonical one.
-    for (const nlohmann::json& id : j.at("eos_token_id")) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMax) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(file, ": \"eos_token_id\" list entries must be non-negative integers, got ", id.dump()));
-      }
-      c.eos_token_ids.push_back(int(id.get<int64_t>()));
-    }
-    if (!c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
-  } else {
-    check(ReadInt(j, file, "eos_token_id", false, 0, kMax, &c.eos_token_id));
-    if (c.eos_token_id >= 0) c.eos_token_ids = {c.eos_token_id};
-  }
+  check(ReadIds(j, file, "eos_token_id", &c.eos_token_ids));
+  if (!c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids[0];
+  check(hf_config::ReadArchitecture(j, file, &c));
+  check(hf_config::ReadRope(j, file, &c));
   if (!s.ok()) return s;
   if (c.head_dim == 0) {
     return absl::InvalidArgumentError(
@@ -123,14 +165,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   if (c.rope_theta > 0 && c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": RoPE needs an even head_dim, got ", c.head_dim));
   }
-  std::vector<int> special = c.eos_token_ids;
-  special.push_back(c.bos_token_id);
-  for (int id : special) {
-    if (id >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ": special token id ", id, " is not below vocab_size ", c.vocab_size));
-    }
-  }
+  if (absl::Status st = CheckSpecialIds(c, file); !st.ok()) return st;
 
   if (j.contains("chat_template")) {
     auto t = ParseChatTemplate(j.at("chat_template"), file + ": chat_template");
@@ -139,13 +174,24 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
     c.has_chat_template = true;
   }
 
+  // The architecture's own choice per layer (sliding windows), unless Steady's "attention" object
+  // says what every layer computes.
+  auto windows = hf_config::WindowLayers(j, file, &c);
+  if (!windows.ok()) return windows.status();
   AttentionConfig base;
+  c.layer_attention.assign(c.num_layers, base);
+  for (int l = 0; l < c.num_layers; ++l) {
+    if ((*windows)[l] > 0) {
+      c.layer_attention[l].mechanism = kSlidingWindowMechanism;
+      c.layer_attention[l].params = {{kSlidingWindowKey, (*windows)[l]}};
+    }
+  }
   if (j.contains("attention")) {
     auto a = ReadAttention(j.at("attention"), file + ": attention", base);
     if (!a.ok()) return a.status();
     base = *a;
+    c.layer_attention.assign(c.num_layers, base);
   }
-  c.layer_attention.assign(c.num_layers, base);
   if (j.contains("attention") && j.at("attention").contains("layers")) {
     const nlohmann::json& layers = j.at("attention").at("layers");
     if (!layers.is_object()) {
@@ -167,8 +213,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
 }
 
 nlohmann::json ModelConfig::ToJson() const {
-  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
-                      {"model_type", "llama"},
+  static const std::map<std::string, std::string> kArchitecture = {{"llama", "LlamaForCausalLM"},
+                                                                   {"mistral", "MistralForCausalLM"},
+                                                                   {"qwen2", "Qwen2ForCausalLM"},
+                                                                   {"qwen3", "Qwen3ForCausalLM"}};
+  const auto arch = kArchitecture.find(model_type);
+  nlohmann::json j = {{"architectures", {arch == kArchitecture.end() ? "LlamaForCausalLM" : arch->second}},
+                      {"model_type", model_type},
                       {"vocab_size", vocab_size},
                       {"hidden_size", hidden_size},
                       {"intermediate_size", intermediate_size},
@@ -180,6 +231,8 @@ nlohmann::json ModelConfig::ToJson() const {
                       {"tie_word_embeddings", tie_word_embeddings},
                       {"qk_norm", qk_norm}};
   if (rope_theta > 0) j["rope_theta"] = rope_theta;
+  if (max_position_embeddings > 0) j["max_position_embeddings"] = max_position_embeddings;
+  for (const auto& [key, value] : hf_keys.items()) j[key] = value;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() > 1) {
     j["eos_token_id"] = eos_token_ids;
@@ -203,6 +256,43 @@ nlohmann::json ModelConfig::ToJson() const {
     j["attention"] = a;
   }
   return j;
+}
+
+absl::Status ParseGenerationConfig(std::string_view json_text, const std::string& file, ModelConfig* c) {
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": top level must be an object"));
+  ModelConfig next = *c;
+  std::vector<int> eos;
+  bool do_sample = false;
+  double temperature = 1.0, top_p = 1.0, penalty = 1.0;
+  int top_k = 50;  // Hugging Face's GenerationConfig defaults, for do_sample without the key
+  absl::Status s;
+  auto check = [&](absl::Status st) {
+    if (s.ok()) s = st;
+  };
+  check(ReadIds(j, file, "eos_token_id", &eos));
+  check(ReadInt(j, file, "bos_token_id", false, 0, int64_t(1) << 30, &next.bos_token_id));
+  check(ReadBool(j, file, "do_sample", &do_sample));
+  check(ReadDouble(j, file, "temperature", 0.0, 100.0, &temperature));
+  check(ReadDouble(j, file, "top_p", 0.0, 1.0, &top_p));
+  check(ReadInt(j, file, "top_k", false, 0, int64_t(1) << 30, &top_k));
+  check(ReadDouble(j, file, "repetition_penalty", 1e-6, 100.0, &penalty));
+  if (!s.ok()) return s;
+  if (config_keys::Has(j, "eos_token_id")) {
+    next.eos_token_ids = eos;
+    next.eos_token_id = eos.empty() ? -1 : eos[0];
+  }
+  if (absl::Status st = CheckSpecialIds(next, file); !st.ok()) return st;
+  // Greedy unless do_sample; the repetition penalty applies either way (as in Hugging Face).
+  if (do_sample) {
+    next.generation.temperature = float(temperature);
+    next.generation.top_k = top_k;
+    next.generation.top_p = top_p == 0 ? 1.0f : float(top_p);
+  }
+  if (config_keys::Has(j, "repetition_penalty")) next.generation.repetition_penalty = float(penalty);
+  *c = std::move(next);
+  return absl::OkStatus();
 }
 
 void OverrideMechanism(const std::string& mechanism, const nlohmann::json& params, ModelConfig* config) {

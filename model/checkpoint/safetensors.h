@@ -32,24 +32,43 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // offsets into the data section (after the header), [begin, end)
   uint64_t end = 0;
+  int file = 0;  // which of the set's files holds it (SafeTensors::file_name)
 
   int64_t NumElements() const;
 };
 
-// A parsed safetensors file held in memory. Immutable after Parse/Open.
+// Parsed safetensors: one file, or the shards a model.safetensors.index.json names, seen as one set
+// of tensors. Immutable after Open/Parse; copies share the same bytes. Open memory-maps each file
+// (read-only, private): nothing is read until a tensor's bytes are, so a loader can keep tensors in
+// place (RawData, Owner) instead of copying them. The files must not change while mapped.
 class SafeTensors {
  public:
-  // Reads and validates the whole file.
+  // Maps and validates one file.
   static absl::StatusOr<SafeTensors> Open(const std::string& path);
   // Validates `bytes` (a whole file's contents). `display_name` is used in error messages.
   static absl::StatusOr<SafeTensors> Parse(std::string bytes, std::string display_name);
+  // A sharded checkpoint: the index (`{"weight_map": {tensor: shard file}, "metadata": {...}}`) and
+  // every shard it names, in the index's directory. Refused, naming the index, the shard and the
+  // tensor: a shard that is missing or fails to parse (a short one does), a tensor the index places
+  // in a shard that lacks it, a shard holding a tensor the index does not place there, a tensor in
+  // two shards, a shard name that is not a plain file name.
+  static absl::StatusOr<SafeTensors> OpenIndex(const std::string& index_path);
+  // `dir`/model.safetensors.index.json when it exists, else `dir`/model.safetensors.
+  static absl::StatusOr<SafeTensors> OpenDirectory(const std::string& dir);
 
+  // The file (or the index) the set was opened from.
   const std::string& display_name() const { return display_name_; }
-  // In file order (by data offset).
+  // Every tensor: file by file, in each file's order (by data offset).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // The first file's __metadata__.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr when absent.
   const TensorInfo* Find(std::string_view name) const;
+  // The path (or display name) of file `index`: the one error messages about its tensors name.
+  const std::string& file_name(int index) const;
+  int file_count() const { return int(files_->size()); }
+  // Total bytes of the files (headers included).
+  uint64_t FileBytes() const;
 
   // Converts the tensor to float / double (from F64, F32, F16 or BF16). If `expected_shape` is
   // non-empty the tensor's shape must equal it. Non-finite values are refused unless allow_nonfinite.
@@ -59,14 +78,25 @@ class SafeTensors {
   absl::StatusOr<std::vector<double>> ReadDouble(std::string_view name,
                                                  const std::vector<int64_t>& expected_shape = {},
                                                  bool allow_nonfinite = false) const;
-  // Raw bytes of a tensor's data.
+  // The tensor in place, without conversion: it must exist, have a float dtype (F64, F32, F16,
+  // BF16), the expected shape when one is given, and only finite values (checked here, once). The
+  // bytes stay valid while Owner() (or this object) lives.
+  absl::StatusOr<const TensorInfo*> CheckedTensor(std::string_view name,
+                                                  const std::vector<int64_t>& expected_shape = {}) const;
+  // Raw bytes of a tensor's data (possibly unaligned).
   std::string_view RawData(const TensorInfo& info) const;
+  // Keeps every file's bytes (mapping or buffer) alive, for views that outlive this object.
+  std::shared_ptr<const void> Owner() const { return files_; }
 
  private:
+  struct File;  // one file's bytes (a mapping or a buffer), its name, where its data section starts
+  using Files = std::vector<std::unique_ptr<File>>;
+  // Parses every file's header into one set; names must be unique across files.
+  static absl::StatusOr<SafeTensors> FromFiles(Files files, std::string display_name);
+
   std::string display_name_;
-  std::string bytes_;         // the whole file
-  uint64_t data_offset_ = 0;  // 8 + header length
-  std::vector<TensorInfo> tensors_;  // sorted by data offset (file order)
+  std::shared_ptr<const Files> files_;  // shared by copies and by Owner()'s holders
+  std::vector<TensorInfo> tensors_;  // file by file, each sorted by data offset (file order)
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
 };

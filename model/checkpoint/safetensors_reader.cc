@@ -3,12 +3,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <tuple>
 #include <type_traits>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/check.h"
+#include "base/file_io.h"
 #include "base/status.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/safetensors_format.h"
@@ -279,43 +282,11 @@ double LoadElement(DType dtype, const char* p, int64_t i) {
   }
 }
 
-}  // namespace
 
-absl::StatusOr<SafeTensors> SafeTensors::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoError("cannot stat", path);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  std::string bytes(size_t(st.st_size), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status s = ErrnoError("read failed", path);
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;  // the file shrank while we read it
-    done += size_t(n);
-  }
-  ::close(fd);
-  if (done != bytes.size()) {
-    return absl::DataLossError(absl::StrCat(path, ": file changed size while being read"));
-  }
-  return Parse(std::move(bytes), path);
-}
-
-absl::StatusOr<SafeTensors> SafeTensors::Parse(std::string bytes, std::string display_name) {
-  const std::string& file = display_name;
+// Parses one file's header: its tensors (in file order, `file` set to `file_index`), its metadata and
+// where its data section starts. Errors name `file`.
+absl::Status ParseFileHeader(std::string_view bytes, const std::string& file, int file_index, uint64_t* data_offset,
+                             std::vector<TensorInfo>* tensors, std::map<std::string, std::string>* metadata) {
   auto invalid = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(file, ": ", parts...)); };
   if (bytes.size() < 8) {
     return invalid("file is ", bytes.size(), " bytes, too short for the 8-byte header length");
@@ -348,31 +319,217 @@ absl::StatusOr<SafeTensors> SafeTensors::Parse(std::string bytes, std::string di
   if (has_duplicate) return invalid("header has key ", Quoted(duplicate), " more than once");
   if (!header.is_object()) return invalid("header must be a JSON object");
 
-  SafeTensors st;
-  st.data_offset_ = 8 + header_size;
-  const uint64_t data_size = bytes.size() - st.data_offset_;
+  *data_offset = 8 + header_size;
+  const uint64_t data_size = bytes.size() - *data_offset;
+  std::vector<TensorInfo> mine;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) return invalid("__metadata__ must be an object of strings");
       for (const auto& [mkey, mvalue] : value.items()) {
         if (!mvalue.is_string()) return invalid("__metadata__ ", Quoted(mkey), " must be a string");
-        st.metadata_[mkey] = mvalue.get<std::string>();
+        (*metadata)[mkey] = mvalue.get<std::string>();
       }
       continue;
     }
     TensorInfo info;
     if (absl::Status s = ParseTensorEntry(file, key, value, data_size, &info); !s.ok()) return s;
-    st.tensors_.push_back(std::move(info));
+    info.file = file_index;
+    mine.push_back(std::move(info));
   }
   // File order; empty tensors first at a shared offset, then by name, so the order is deterministic.
-  std::sort(st.tensors_.begin(), st.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+  std::sort(mine.begin(), mine.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   });
-  if (absl::Status s = CheckCoverage(file, st.tensors_, data_size); !s.ok()) return s;
-  for (size_t i = 0; i < st.tensors_.size(); ++i) st.index_.emplace(st.tensors_[i].name, i);
+  if (absl::Status s = CheckCoverage(file, mine, data_size); !s.ok()) return s;
+  tensors->insert(tensors->end(), std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
+  return absl::OkStatus();
+}
+
+// Index of the first non-finite element of a float tensor's raw bytes, or -1. Tests the exponent
+// bits (all ones: inf or NaN) without converting, so a mapped multi-GB checkpoint is checked at
+// memory speed.
+template <typename Bits>
+int64_t FirstNonFinite(const char* p, int64_t n, Bits exponent_mask) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    bool bad = false;
+    for (int64_t i = b; i < e; ++i) {
+      Bits v;
+      std::memcpy(&v, p + i * int64_t(sizeof(Bits)), sizeof(Bits));
+      bad |= (v & exponent_mask) == exponent_mask;
+    }
+    if (!bad) continue;
+    for (int64_t i = b; i < e; ++i) {
+      Bits v;
+      std::memcpy(&v, p + i * int64_t(sizeof(Bits)), sizeof(Bits));
+      if ((v & exponent_mask) == exponent_mask) return i;
+    }
+  }
+  return -1;
+}
+
+int64_t FirstNonFinite(DType dtype, std::string_view raw) {
+  switch (dtype) {
+    case DType::kF64: return FirstNonFinite<uint64_t>(raw.data(), int64_t(raw.size() / 8), 0x7ff0000000000000ull);
+    case DType::kF32: return FirstNonFinite<uint32_t>(raw.data(), int64_t(raw.size() / 4), 0x7f800000u);
+    case DType::kF16: return FirstNonFinite<uint16_t>(raw.data(), int64_t(raw.size() / 2), uint16_t(0x7c00));
+    case DType::kBF16: return FirstNonFinite<uint16_t>(raw.data(), int64_t(raw.size() / 2), uint16_t(0x7f80));
+    default: return -1;
+  }
+}
+
+// A shard name from an index: a plain file name in the index's directory (no path, no "..").
+bool PlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+struct SafeTensors::File {
+  std::string name;
+  std::string buffer;          // Parse: the bytes
+  void* map = nullptr;         // Open: the mapping
+  size_t map_size = 0;
+  uint64_t data_offset = 0;    // 8 + header length
+  std::string_view bytes() const {
+    return map != nullptr ? std::string_view(static_cast<const char*>(map), map_size) : std::string_view(buffer);
+  }
+  File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() {
+    if (map != nullptr) ::munmap(map, map_size);
+  }
+};
+
+absl::StatusOr<SafeTensors> SafeTensors::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoError("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  auto file = std::make_unique<File>();
+  file->name = path;
+  if (st.st_size > 0) {
+    // Private and read-only: the pages are the page cache's, shared with other processes mapping the
+    // same file, and counted once however many tensors point into them.
+    void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      absl::Status s = ErrnoError("cannot map", path);
+      ::close(fd);
+      return s;
+    }
+    file->map = map;
+    file->map_size = size_t(st.st_size);
+  }
+  ::close(fd);
+  Files files;
+  files.push_back(std::move(file));
+  return FromFiles(std::move(files), path);
+}
+
+absl::StatusOr<SafeTensors> SafeTensors::Parse(std::string bytes, std::string display_name) {
+  auto file = std::make_unique<File>();
+  file->name = display_name;
+  file->buffer = std::move(bytes);
+  Files files;
+  files.push_back(std::move(file));
+  return FromFiles(std::move(files), std::move(display_name));
+}
+
+absl::StatusOr<SafeTensors> SafeTensors::FromFiles(Files files, std::string display_name) {
+  SafeTensors st;
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::map<std::string, std::string> metadata;
+    if (absl::Status s = ParseFileHeader(files[f]->bytes(), files[f]->name, int(f), &files[f]->data_offset,
+                                         &st.tensors_, &metadata);
+        !s.ok()) {
+      return s;
+    }
+    if (f == 0) st.metadata_ = std::move(metadata);
+  }
+  for (size_t i = 0; i < st.tensors_.size(); ++i) {
+    const TensorInfo& t = st.tensors_[i];
+    if (auto [it, added] = st.index_.emplace(t.name, i); !added) {
+      return absl::InvalidArgumentError(absl::StrCat(display_name, ": tensor ", Quoted(t.name), " is in both ",
+                                                     files[st.tensors_[it->second].file]->name, " and ",
+                                                     files[t.file]->name));
+    }
+  }
   st.display_name_ = std::move(display_name);
-  st.bytes_ = std::move(bytes);
+  st.files_ = std::make_shared<const Files>(std::move(files));
   return st;
+}
+
+absl::StatusOr<SafeTensors> SafeTensors::OpenIndex(const std::string& index_path) {
+  auto text = ReadWholeFile(index_path);
+  if (!text.ok()) return text.status();
+  auto invalid = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(index_path, ": ", parts...)); };
+  std::string duplicate;
+  bool has_duplicate = false;
+  const json index = JsonDepth(*text, kMaxJsonDepth) > kMaxJsonDepth
+                         ? json(json::value_t::discarded)
+                         : ParseJsonNoDuplicates(*text, &duplicate, &has_duplicate);
+  if (index.is_discarded() || !index.is_object()) return invalid("not a JSON object");
+  if (has_duplicate) return invalid("key ", Quoted(duplicate), " appears more than once");
+  if (!index.contains("weight_map") || !index.at("weight_map").is_object()) {
+    return invalid("\"weight_map\" must be an object mapping tensor names to shard files");
+  }
+  // Shards in order of first appearance in the weight map (deterministic: nlohmann sorts keys).
+  std::map<std::string, int> shard_of_name;
+  std::vector<std::string> shards;
+  std::map<std::string, int, std::less<>> placed;  // tensor -> shard index
+  for (const auto& [tensor, file] : index.at("weight_map").items()) {
+    if (!file.is_string() || !PlainFileName(file.get<std::string>())) {
+      return invalid("weight_map: tensor ", Quoted(tensor), ": the shard must be a file name in the index's directory, got ",
+                     Brief(file));
+    }
+    const std::string& name = file.get_ref<const std::string&>();
+    auto [it, added] = shard_of_name.emplace(name, int(shards.size()));
+    if (added) shards.push_back(name);
+    placed[tensor] = it->second;
+  }
+  if (shards.empty()) return invalid("weight_map is empty");
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  Files files;
+  for (const std::string& shard : shards) {
+    auto one = Open((dir / shard).string());
+    if (!one.ok()) return WithContext(one.status(), absl::StrCat(index_path, " names shard ", Quoted(shard)));
+    files.push_back(std::move(const_cast<Files&>(*one->files_)[0]));
+  }
+  auto st = FromFiles(std::move(files), index_path);
+  if (!st.ok()) return st.status();
+  for (const auto& [tensor, shard] : placed) {
+    const TensorInfo* t = st->Find(tensor);
+    if (t == nullptr || t->file != shard) {
+      return absl::DataLossError(absl::StrCat(index_path, ": tensor ", Quoted(tensor), " is placed in ",
+                                              Quoted(shards[shard]), ", which ",
+                                              t == nullptr ? "does not hold it" : "is not where it is"));
+    }
+  }
+  for (const TensorInfo& t : st->tensors()) {
+    if (!placed.count(t.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": shard ", Quoted(shards[t.file]), " holds tensor ",
+                                                     Quoted(t.name), ", which the weight_map does not list"));
+    }
+  }
+  return st;
+}
+
+absl::StatusOr<SafeTensors> SafeTensors::OpenDirectory(const std::string& dir) {
+  const std::filesystem::path index = std::filesystem::path(dir) / "model.safetensors.index.json";
+  std::error_code ec;
+  if (std::filesystem::exists(index, ec)) return OpenIndex(index.string());
+  return Open((std::filesystem::path(dir) / "model.safetensors").string());
 }
 
 const TensorInfo* SafeTensors::Find(std::string_view name) const {
@@ -380,19 +537,31 @@ const TensorInfo* SafeTensors::Find(std::string_view name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+const std::string& SafeTensors::file_name(int index) const { return (*files_)[size_t(index)]->name; }
+
+uint64_t SafeTensors::FileBytes() const {
+  uint64_t n = 0;
+  for (const auto& f : *files_) n += f->bytes().size();
+  return n;
+}
+
 std::string_view SafeTensors::RawData(const TensorInfo& info) const {
-  STEADY_CHECK(info.begin <= info.end && data_offset_ + info.end <= bytes_.size());
-  return std::string_view(bytes_.data() + data_offset_ + info.begin, info.end - info.begin);
+  const File& f = *(*files_)[size_t(info.file)];
+  const std::string_view bytes = f.bytes();
+  STEADY_CHECK(info.begin <= info.end && f.data_offset + info.end <= bytes.size());
+  return bytes.substr(f.data_offset + info.begin, info.end - info.begin);
 }
 
 namespace {
 
-template <typename T>
-absl::StatusOr<std::vector<T>> ReadAs(const SafeTensors& st, std::string_view name,
-                                             const std::vector<int64_t>& expected_shape, bool allow_nonfinite) {
-  const std::string where = absl::StrCat(st.display_name(), ": tensor ", Quoted(name));
+// The tensor `name` if it exists, has a float dtype and the expected shape (when one is given).
+absl::StatusOr<const TensorInfo*> FindFloatTensor(const SafeTensors& st, std::string_view name,
+                                                  const std::vector<int64_t>& expected_shape) {
   const TensorInfo* info = st.Find(name);
-  if (info == nullptr) return absl::NotFoundError(absl::StrCat(where, ": not in the file"));
+  if (info == nullptr) {
+    return absl::NotFoundError(absl::StrCat(st.display_name(), ": tensor ", Quoted(name), ": not in the file"));
+  }
+  const std::string where = absl::StrCat(st.file_name(info->file), ": tensor ", Quoted(name));
   if (!IsFloatDType(info->dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ", DTypeCStr(info->dtype),
                                                    " cannot be read as floating point (F64, F32, F16 or BF16 only)"));
@@ -401,6 +570,16 @@ absl::StatusOr<std::vector<T>> ReadAs(const SafeTensors& st, std::string_view na
     return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeString(info->shape), " but expected ",
                                                    ShapeString(expected_shape)));
   }
+  return info;
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ReadAs(const SafeTensors& st, std::string_view name,
+                                      const std::vector<int64_t>& expected_shape, bool allow_nonfinite) {
+  auto found = FindFloatTensor(st, name, expected_shape);
+  if (!found.ok()) return found.status();
+  const TensorInfo* info = *found;
+  const std::string where = absl::StrCat(st.file_name(info->file), ": tensor ", Quoted(name));
   const std::string_view raw = st.RawData(*info);
   const int64_t n = info->NumElements();
   std::vector<T> out(static_cast<size_t>(n));
@@ -421,6 +600,21 @@ absl::StatusOr<std::vector<T>> ReadAs(const SafeTensors& st, std::string_view na
 }
 
 }  // namespace
+
+absl::StatusOr<const TensorInfo*> SafeTensors::CheckedTensor(std::string_view name,
+                                                             const std::vector<int64_t>& expected_shape) const {
+  auto found = FindFloatTensor(*this, name, expected_shape);
+  if (!found.ok()) return found.status();
+  const TensorInfo* info = *found;
+  const std::string where = absl::StrCat(file_name(info->file), ": tensor ", Quoted(name));
+  const std::string_view raw = RawData(*info);
+  if (const int64_t bad = FirstNonFinite(info->dtype, raw); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": value ", LoadElement(info->dtype, raw.data(), bad),
+                                                   " at index ", bad, " is not finite (non-finite values are refused)"));
+  }
+  return info;
+}
+
 
 absl::StatusOr<std::vector<float>> SafeTensors::ReadFloat(std::string_view name,
                                                           const std::vector<int64_t>& expected_shape,

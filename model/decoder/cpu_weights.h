@@ -1,7 +1,8 @@
-// The precision the CPU backend reads the projection matrices in (docs/cpu.md). The Model keeps its
-// fp32 weights (checkpoint saving, the snapshot fingerprint and the CUDA upload read them); with
-// bf16 or q8 the CPU backend converts the seven matrices of every layer and the LM head once, at
-// start, and each decode step reads half (bf16) or about a quarter (q8) of the bytes.
+// The precision the CPU backend reads the projection matrices in (--cpu-weights, docs/cpu.md). By
+// default (auto) it reads the Model's matrices as the checkpoint stores them (fp32, bf16 or f16, a
+// memory-mapped view: no copy); f32, bf16 or q8 convert the seven matrices of every layer and the
+// LM head once, at start, into copies of the backend's own (and the mapped pages they came from
+// leave resident memory).
 #ifndef STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 #define STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 
@@ -11,14 +12,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/decoder/weights.h"
 
 namespace steady {
 
 class Model;
 
-enum class CpuWeights { kF32, kBf16, kQ8 };
+// auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter).
+enum class CpuWeights { kAuto, kF32, kBf16, kQ8 };
 
-// "f32", "bf16" or "q8"; anything else is an error naming the flag's values.
+// "auto", "f32", "bf16" or "q8"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name);
 std::string CpuWeightsName(CpuWeights w);
 
@@ -32,39 +35,28 @@ enum class CpuGemm { kAuto, kSimd, kOpenBlas };
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
 
-// One matrix [out, in] in a reduced precision: bf16 values (row-major, or packed for AMX tiles),
-// or q8_0 blocks (kernels/cpu/matmul.h). Exactly one of bf16, amx_bf16 and q8 is set.
-struct ReducedMatrix {
-  std::vector<uint16_t> bf16;
-  std::vector<uint16_t> amx_bf16;  // kernels/cpu/amx.h PackAmxBf16 (zero padding included)
-  std::vector<int8_t> q8;
-  std::vector<float> q8_scales;
-  int64_t weights = 0;  // out * in
-  int64_t Bytes() const;
-};
-
-// y[rows, out] = x[rows, in] m^T.
-void MatMulReduced(const float* x, int rows, int in, const ReducedMatrix& m, int out, float* y);
-
-// Every projection matrix of a model in one reduced precision, in the fp32 layout.
+// Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
+// A matrix already in the wanted type is the Model's own (shared, not copied).
 struct CpuMatrices {
   struct Layer {
-    ReducedMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
   };
-  CpuWeights precision = CpuWeights::kBf16;
+  CpuWeights precision = CpuWeights::kAuto;
   bool amx = false;  // the bf16 matrices are packed for AMX tiles
   std::vector<Layer> layers;
-  ReducedMatrix lm_head;  // [vocab, hidden]: the embedding table's copy when they are tied
+  WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
-  // `precision` is kBf16 or kQ8; `amx` (bf16 only, where cpu::AmxAvailable()) packs for AMX.
+  // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false);
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).
   int64_t Weights() const;
+  // The matrices' types, e.g. "bf16" or "f32 and bf16" (a checkpoint may mix them).
+  std::string TypeNames() const;
 
  private:
-  // `of` summed over every matrix.
-  int64_t Sum(int64_t (*of)(const ReducedMatrix&)) const;
+  template <typename Fn>
+  void ForEach(const Fn& fn) const;
 };
 
 }  // namespace steady

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,40 +20,92 @@
 namespace steady {
 namespace {
 
-enum class WeightKind { kNorm, kMatrix, kEmbedding };
+enum class WeightKind { kNorm, kBias, kMatrix, kEmbedding };
+
+// One dense weight: its checkpoint name, shape and where it lives in the Model (a vector for norms
+// and biases, a matrix for projections and the embedding).
+struct WeightSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  WeightKind kind;
+  std::vector<float>* vec = nullptr;
+  WeightMatrix* mat = nullptr;
+};
 
 // Visits every dense weight of the model with its checkpoint name and shape. One list serves
-// loading, saving and random initialization, so the three cannot disagree.
-template <typename ModelT, typename Fn>
-void ForEachWeight(const ModelConfig& c, ModelT& embed, ModelT& final_norm, ModelT& lm_head,
+// loading, saving and random initialization, so the three cannot disagree. (The order is the
+// random initialization's: a seed gives the weights it always gave.)
+template <typename Fn>
+void ForEachWeight(const ModelConfig& c, WeightMatrix& embed, std::vector<float>& final_norm, WeightMatrix& lm_head,
                    std::vector<LayerWeights>* layers, Fn fn) {
   const int64_t hidden = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim,
                 kv_dim = int64_t(c.num_kv_heads) * c.head_dim, inter = c.intermediate_size;
-  fn("model.embed_tokens.weight", std::vector<int64_t>{c.vocab_size, hidden}, embed, WeightKind::kEmbedding);
+  auto vec = [&](std::string name, int64_t n, WeightKind kind, std::vector<float>& v) {
+    fn(WeightSlot{std::move(name), {n}, kind, &v, nullptr});
+  };
+  auto mat = [&](std::string name, int64_t rows, int64_t cols, WeightKind kind, WeightMatrix& m) {
+    fn(WeightSlot{std::move(name), {rows, cols}, kind, nullptr, &m});
+  };
+  mat("model.embed_tokens.weight", c.vocab_size, hidden, WeightKind::kEmbedding, embed);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& w = (*layers)[l];
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    fn(p + "input_layernorm.weight", std::vector<int64_t>{hidden}, w.attn_norm, WeightKind::kNorm);
-    fn(p + "self_attn.q_proj.weight", std::vector<int64_t>{q_dim, hidden}, w.wq, WeightKind::kMatrix);
-    fn(p + "self_attn.k_proj.weight", std::vector<int64_t>{kv_dim, hidden}, w.wk, WeightKind::kMatrix);
-    fn(p + "self_attn.v_proj.weight", std::vector<int64_t>{kv_dim, hidden}, w.wv, WeightKind::kMatrix);
-    fn(p + "self_attn.o_proj.weight", std::vector<int64_t>{hidden, q_dim}, w.wo, WeightKind::kMatrix);
+    vec(p + "input_layernorm.weight", hidden, WeightKind::kNorm, w.attn_norm);
+    mat(p + "self_attn.q_proj.weight", q_dim, hidden, WeightKind::kMatrix, w.wq);
+    mat(p + "self_attn.k_proj.weight", kv_dim, hidden, WeightKind::kMatrix, w.wk);
+    mat(p + "self_attn.v_proj.weight", kv_dim, hidden, WeightKind::kMatrix, w.wv);
+    mat(p + "self_attn.o_proj.weight", hidden, q_dim, WeightKind::kMatrix, w.wo);
     if (c.qk_norm) {
-      fn(p + "self_attn.q_norm.weight", std::vector<int64_t>{c.head_dim}, w.q_norm, WeightKind::kNorm);
-      fn(p + "self_attn.k_norm.weight", std::vector<int64_t>{c.head_dim}, w.k_norm, WeightKind::kNorm);
+      vec(p + "self_attn.q_norm.weight", c.head_dim, WeightKind::kNorm, w.q_norm);
+      vec(p + "self_attn.k_norm.weight", c.head_dim, WeightKind::kNorm, w.k_norm);
     }
-    fn(p + "post_attention_layernorm.weight", std::vector<int64_t>{hidden}, w.mlp_norm, WeightKind::kNorm);
-    fn(p + "mlp.gate_proj.weight", std::vector<int64_t>{inter, hidden}, w.w_gate, WeightKind::kMatrix);
-    fn(p + "mlp.up_proj.weight", std::vector<int64_t>{inter, hidden}, w.w_up, WeightKind::kMatrix);
-    fn(p + "mlp.down_proj.weight", std::vector<int64_t>{hidden, inter}, w.w_down, WeightKind::kMatrix);
+    vec(p + "post_attention_layernorm.weight", hidden, WeightKind::kNorm, w.mlp_norm);
+    mat(p + "mlp.gate_proj.weight", inter, hidden, WeightKind::kMatrix, w.w_gate);
+    mat(p + "mlp.up_proj.weight", inter, hidden, WeightKind::kMatrix, w.w_up);
+    mat(p + "mlp.down_proj.weight", hidden, inter, WeightKind::kMatrix, w.w_down);
+    if (c.qkv_bias) {
+      vec(p + "self_attn.q_proj.bias", q_dim, WeightKind::kBias, w.q_bias);
+      vec(p + "self_attn.k_proj.bias", kv_dim, WeightKind::kBias, w.k_bias);
+      vec(p + "self_attn.v_proj.bias", kv_dim, WeightKind::kBias, w.v_bias);
+    }
+    if (c.o_bias) vec(p + "self_attn.o_proj.bias", hidden, WeightKind::kBias, w.o_bias);
+    if (c.mlp_bias) {
+      vec(p + "mlp.gate_proj.bias", inter, WeightKind::kBias, w.gate_bias);
+      vec(p + "mlp.up_proj.bias", inter, WeightKind::kBias, w.up_bias);
+      vec(p + "mlp.down_proj.bias", hidden, WeightKind::kBias, w.down_bias);
+    }
   }
-  fn("model.norm.weight", std::vector<int64_t>{hidden}, final_norm, WeightKind::kNorm);
-  if (!c.tie_word_embeddings) {
-    fn("lm_head.weight", std::vector<int64_t>{c.vocab_size, hidden}, lm_head, WeightKind::kMatrix);
-  }
+  vec("model.norm.weight", hidden, WeightKind::kNorm, final_norm);
+  if (!c.tie_word_embeddings) mat("lm_head.weight", c.vocab_size, hidden, WeightKind::kMatrix, lm_head);
 }
 
 std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, ".self_attn."); }
+
+// A checkpoint tensor as a matrix: its bytes in place where the type allows (fp32, bf16, f16,
+// aligned to the element size), else converted.
+WeightMatrix MatrixFromTensor(const SafeTensors& st, const TensorInfo& t) {
+  const std::string_view raw = st.RawData(t);
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const WeightType type = t.dtype == DType::kBF16 ? WeightType::kBf16
+                          : t.dtype == DType::kF16 ? WeightType::kF16
+                                                   : WeightType::kF32;
+  if (t.dtype != DType::kF64 && WeightMatrix::MatchesAlignment(type, raw.data())) {
+    return WeightMatrix::View(type, rows, cols, raw.data(), st.Owner());
+  }
+  // F64, or bytes not aligned to their type (a writer that packed mixed dtypes unaligned): fp32
+  // values (exact for the 16-bit types; bf16 goes back to bf16 exactly).
+  auto values = st.ReadFloat(t.name, t.shape, /*allow_nonfinite=*/true);
+  STEADY_CHECK(values.ok());
+  WeightMatrix m = WeightMatrix::FromFloats(*std::move(values), rows, cols);
+  return type == WeightType::kBf16 ? m.ConvertTo(WeightType::kBf16) : m;
+}
+
+// y[rows, n] += bias[n] on every row (no-op for an absent bias).
+void AddBias(float* y, int rows, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const int64_t n = int64_t(bias.size());
+  for (int r = 0; r < rows; ++r) cpu::AddInPlace(y + r * n, bias.data(), n);
+}
 
 }  // namespace
 
@@ -72,41 +122,47 @@ absl::StatusOr<Model> Model::FromConfig(ModelConfig config) {
     }
     m.layers_[l].attention = *std::move(a);
   }
-  if (c.rope_theta > 0) {
-    for (int i = 0; i < c.head_dim / 2; ++i) {
-      m.rope_inv_freq_.push_back(float(std::pow(c.rope_theta, -2.0 * i / c.head_dim)));
-    }
-  }
+  m.rope_ = RopeFrequencies(c);
   return m;
 }
 
 absl::StatusOr<Model> Model::Load(const std::string& dir, const std::optional<MechanismOverride>& override) {
-  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  const std::filesystem::path root(dir);
+  const std::string config_path = (root / "config.json").string();
   auto text = ReadWholeFile(config_path);
   if (!text.ok()) return text.status();
   auto config = ParseModelConfig(*text, config_path);
   if (!config.ok()) return config.status();
+  const std::string generation_path = (root / "generation_config.json").string();
+  std::error_code ec;
+  if (std::filesystem::exists(generation_path, ec)) {
+    auto generation = ReadWholeFile(generation_path);
+    if (!generation.ok()) return generation.status();
+    if (absl::Status s = ParseGenerationConfig(*generation, generation_path, &*config); !s.ok()) return s;
+  }
   if (override) OverrideMechanism(override->mechanism, override->params, &*config);
   auto model = FromConfig(*std::move(config));
   if (!model.ok()) return model.status();
   Model& m = *model;
 
-  auto st = SafeTensors::Open((std::filesystem::path(dir) / "model.safetensors").string());
+  auto st = SafeTensors::OpenDirectory(dir);
   if (!st.ok()) return st.status();
   std::set<std::string> used;
   absl::Status status;
-  ForEachWeight(m.config_, m.embed_, m.final_norm_, m.lm_head_, &m.layers_,
-                [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& out,
-                    WeightKind) {
-                  if (!status.ok()) return;
-                  auto values = st->ReadFloat(name, shape);
-                  if (!values.ok()) {
-                    status = values.status();
-                    return;
-                  }
-                  out = *std::move(values);
-                  used.insert(name);
-                });
+  ForEachWeight(m.config_, m.embed_, m.final_norm_, m.lm_head_, &m.layers_, [&](const WeightSlot& w) {
+    if (!status.ok()) return;
+    used.insert(w.name);
+    if (w.vec != nullptr) {
+      auto values = st->ReadFloat(w.name, w.shape);
+      if (values.ok()) *w.vec = *std::move(values);
+      status = values.status();
+      return;
+    }
+    // Checked in place (present, a float dtype, the shape, finite values), then viewed, not copied.
+    auto tensor = st->CheckedTensor(w.name, w.shape);
+    if (tensor.ok()) *w.mat = MatrixFromTensor(*st, **tensor);
+    status = tensor.status();
+  });
   if (!status.ok()) return status;
   for (int l = 0; l < m.config_.num_layers; ++l) {
     const std::string prefix = LayerPrefix(l);
@@ -139,21 +195,22 @@ absl::StatusOr<Model> Model::Random(const ModelConfig& config, uint64_t seed) {
   if (!model.ok()) return model.status();
   Model& m = *model;
   std::mt19937_64 rng(seed);
-  ForEachWeight(m.config_, m.embed_, m.final_norm_, m.lm_head_, &m.layers_,
-                [&](const std::string&, const std::vector<int64_t>& shape, std::vector<float>& out,
-                    WeightKind kind) {
-                  const int64_t n = shape.size() == 1 ? shape[0] : shape[0] * shape[1];
-                  out.resize(n);
-                  if (kind == WeightKind::kNorm) {
-                    std::uniform_real_distribution<float> u(0.8f, 1.2f);
-                    for (float& x : out) x = u(rng);
-                    return;
-                  }
-                  // Fan-in scaling keeps activations O(1) through the layers.
-                  const double stddev = kind == WeightKind::kEmbedding ? 1.0 : 1.0 / std::sqrt(double(shape[1]));
-                  std::normal_distribution<float> g(0.0f, float(stddev));
-                  for (float& x : out) x = g(rng);
-                });
+  ForEachWeight(m.config_, m.embed_, m.final_norm_, m.lm_head_, &m.layers_, [&](const WeightSlot& w) {
+    const int64_t n = w.shape.size() == 1 ? w.shape[0] : w.shape[0] * w.shape[1];
+    std::vector<float> out(static_cast<size_t>(n));
+    if (w.vec != nullptr) {
+      const bool norm = w.kind == WeightKind::kNorm;
+      std::uniform_real_distribution<float> u(norm ? 0.8f : -0.2f, norm ? 1.2f : 0.2f);
+      for (float& x : out) x = u(rng);
+      *w.vec = std::move(out);
+      return;
+    }
+    // Fan-in scaling keeps activations O(1) through the layers.
+    const double stddev = w.kind == WeightKind::kEmbedding ? 1.0 : 1.0 / std::sqrt(double(w.shape[1]));
+    std::normal_distribution<float> g(0.0f, float(stddev));
+    for (float& x : out) x = g(rng);
+    *w.mat = WeightMatrix::FromFloats(std::move(out), w.shape[0], w.shape[1]);
+  });
   for (int l = 0; l < m.config_.num_layers; ++l) RandomInitAttentionTensors(seed * 1000003 + l, &m.layers_[l].attention);
   return model;
 }
@@ -164,9 +221,10 @@ absl::Status Model::Save(const std::string& dir, DType dtype) const {
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create directory: ", ec.message()));
   std::vector<TensorToWrite> tensors;
   Model& self = const_cast<Model&>(*this);  // ForEachWeight is shared with Load; nothing is modified
-  ForEachWeight(config_, self.embed_, self.final_norm_, self.lm_head_, &self.layers_,
-                [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& w,
-                    WeightKind) { tensors.push_back({name, dtype, shape, std::vector<double>(w.begin(), w.end())}); });
+  ForEachWeight(config_, self.embed_, self.final_norm_, self.lm_head_, &self.layers_, [&](const WeightSlot& w) {
+    const std::vector<float> values = w.vec != nullptr ? *w.vec : w.mat->ToFloat();
+    tensors.push_back({w.name, dtype, w.shape, std::vector<double>(values.begin(), values.end())});
+  });
   for (int l = 0; l < config_.num_layers; ++l) AppendAttentionTensors(layers_[l].attention, LayerPrefix(l), &tensors);
   nlohmann::json cfg = config_.ToJson();
   if (absl::Status s = WriteSafeTensors((std::filesystem::path(dir) / "model.safetensors").string(), tensors,
@@ -198,16 +256,55 @@ size_t Model::StateFloats() const {
 }
 
 int64_t Model::ParameterCount() const {
-  int64_t n = embed_.size() + final_norm_.size() + lm_head_.size();
-  for (int l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& w = layers_[l];
-    n += w.attn_norm.size() + w.wq.size() + w.wk.size() + w.wv.size() + w.wo.size() + w.q_norm.size() +
-         w.k_norm.size() + w.mlp_norm.size() + w.w_gate.size() + w.w_up.size() + w.w_down.size();
+  int64_t n = 0;
+  Model& self = const_cast<Model&>(*this);  // ForEachWeight is shared with Load; nothing is modified
+  ForEachWeight(config_, self.embed_, self.final_norm_, self.lm_head_, &self.layers_, [&](const WeightSlot& w) {
+    n += w.vec != nullptr ? int64_t(w.vec->size()) : w.mat->Weights();
+  });
+  for (const LayerWeights& w : layers_) {
     std::vector<TensorToWrite> extra;
     AppendAttentionTensors(w.attention, "", &extra);
     for (const TensorToWrite& t : extra) n += t.values.size();
   }
   return n;
+}
+
+int64_t Model::WeightBytes() const {
+  int64_t n = 0;
+  Model& self = const_cast<Model&>(*this);
+  ForEachWeight(config_, self.embed_, self.final_norm_, self.lm_head_, &self.layers_, [&](const WeightSlot& w) {
+    n += w.vec != nullptr ? int64_t(w.vec->size() * sizeof(float)) : w.mat->Bytes();
+  });
+  return n;
+}
+
+void Model::VisitWeightValues(const std::function<void(const float*, size_t)>& tensor,
+                              const std::function<void(int)>& layer_done) const {
+  // The order (and the empty tensors: an absent LM head or QK-norm) the fingerprint has always
+  // hashed, so that snapshots written before the weights were mapped still match.
+  auto vec = [&](const std::vector<float>& v) { tensor(v.data(), v.size()); };
+  auto mat = [&](const WeightMatrix& w) {
+    if (w.type() == WeightType::kF32 || w.empty()) return tensor(w.as<float>(), size_t(w.Weights()));
+    const std::vector<float> values = w.ToFloat();
+    tensor(values.data(), values.size());
+  };
+  mat(embed_);
+  vec(final_norm_);
+  mat(lm_head_);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    vec(w.attn_norm);
+    for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo}) mat(*m);
+    vec(w.q_norm);
+    vec(w.k_norm);
+    vec(w.mlp_norm);
+    for (const WeightMatrix* m : {&w.w_gate, &w.w_up, &w.w_down}) mat(*m);
+    for (const std::vector<float>* b : {&w.q_bias, &w.k_bias, &w.v_bias, &w.o_bias, &w.gate_bias, &w.up_bias,
+                                        &w.down_bias}) {
+      if (!b->empty()) vec(*b);
+    }
+    layer_done(l);
+  }
 }
 
 nlohmann::json Model::DescribeAttention() const {
@@ -251,7 +348,7 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       ids.push_back(s.tokens[i]);
     }
   }
-  cpu::GatherRows(embed_.data(), hidden, ids.data(), rows, ws.x.data());
+  GatherRows(embed_, ids.data(), rows, ws.x.data());
   // Each segment's attention reads and writes only its own slot and its own rows, so segments run
   // on the compute threads side by side (the same arithmetic as one after another: bit-identical);
   // two segments of one slot would share a state and run in order instead.
@@ -261,28 +358,22 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
-    // y[rows, out] = x[rows, in] W^T from the caller's reduced copy of W when there is one.
-    auto project = [&](const float* x, int in, const std::vector<float>& w32, const ReducedMatrix* reduced_w, int out,
-                       float* y) {
-      if (reduced_w != nullptr) {
-        MatMulReduced(x, rows, in, *reduced_w, out, y);
-      } else {
-        cpu::MatMulNT(x, rows, in, w32.data(), out, y);
-      }
+    // y[rows, out] = x[rows, in] W^T (+ bias), W the caller's copy when there is one.
+    auto project = [&](const float* x, const WeightMatrix& own, const WeightMatrix* theirs,
+                       const std::vector<float>& bias, float* y) {
+      MatMul(x, rows, theirs != nullptr ? *theirs : own, y);
+      AddBias(y, rows, bias);
     };
     // Attention block.
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.wq, wr ? &wr->wq : nullptr, q_dim, ws.q.data());
-    project(ws.h.data(), hidden, w.wk, wr ? &wr->wk : nullptr, kv_dim, ws.k.data());
-    project(ws.h.data(), hidden, w.wv, wr ? &wr->wv : nullptr, kv_dim, ws.v.data());
+    project(ws.h.data(), w.wq, wr ? &wr->wq : nullptr, w.q_bias, ws.q.data());
+    project(ws.h.data(), w.wk, wr ? &wr->wk : nullptr, w.k_bias, ws.k.data());
+    project(ws.h.data(), w.wv, wr ? &wr->wv : nullptr, w.v_bias, ws.v.data());
     if (c.qk_norm) {
       cpu::RmsNorm(ws.q.data(), w.q_norm.data(), rows * c.num_heads, hd, float(c.rms_norm_eps), ws.q.data());
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
     }
-    if (!rope_inv_freq_.empty()) {
-      cpu::Rope(ws.q.data(), rows, c.num_heads, hd, ws.positions.data(), rope_inv_freq_.data());
-      cpu::Rope(ws.k.data(), rows, c.num_kv_heads, hd, ws.positions.data(), rope_inv_freq_.data());
-    }
+    ApplyRope(rows, ws);
     auto attend = [&](size_t i) {
       const Segment& s = segments[i];
       const size_t row = size_t(ws.first_row[i]);
@@ -295,14 +386,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     } else {
       for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
-    project(ws.att.data(), q_dim, w.wo, wr ? &wr->wo : nullptr, hidden, ws.proj.data());
+    project(ws.att.data(), w.wo, wr ? &wr->wo : nullptr, w.o_bias, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), hidden, w.w_gate, wr ? &wr->w_gate : nullptr, inter, ws.gate.data());
-    project(ws.h.data(), hidden, w.w_up, wr ? &wr->w_up : nullptr, inter, ws.up.data());
+    project(ws.h.data(), w.w_gate, wr ? &wr->w_gate : nullptr, w.gate_bias, ws.gate.data());
+    project(ws.h.data(), w.w_up, wr ? &wr->w_up : nullptr, w.up_bias, ws.up.data());
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
-    project(ws.gate.data(), inter, w.w_down, wr ? &wr->w_down : nullptr, hidden, ws.proj.data());
+    project(ws.gate.data(), w.w_down, wr ? &wr->w_down : nullptr, w.down_bias, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
   }
 
@@ -320,11 +411,27 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     pool.set_position(s.slot, pool.position(s.slot) + n);
   }
   logits->resize(size_t(out_rows) * c.vocab_size);
-  const std::vector<float>& head = c.tie_word_embeddings ? embed_ : lm_head_;
-  if (reduced != nullptr) {
-    MatMulReduced(ws.logits_in.data(), out_rows, hidden, reduced->lm_head, c.vocab_size, logits->data());
+  MatMul(ws.logits_in.data(), out_rows, reduced != nullptr ? reduced->lm_head : lm_head_matrix(), logits->data());
+}
+
+void Model::ApplyRope(int rows, ForwardWorkspace& ws) const {
+  if (rope_.empty()) return;
+  const ModelConfig& c = config_;
+  if (!rope_.position_dependent()) {
+    cpu::Rope(ws.q.data(), rows, c.num_heads, c.head_dim, ws.positions.data(), rope_.inv_freq().data());
+    cpu::Rope(ws.k.data(), rows, c.num_kv_heads, c.head_dim, ws.positions.data(), rope_.inv_freq().data());
   } else {
-    cpu::MatMulNT(ws.logits_in.data(), out_rows, hidden, head.data(), c.vocab_size, logits->data());
+    for (int r = 0; r < rows; ++r) {  // dynamic NTK: each row its own frequencies
+      const float* f = rope_.At(ws.positions[r], &ws.rope_scratch);
+      cpu::Rope(ws.q.data() + int64_t(r) * c.num_heads * c.head_dim, 1, c.num_heads, c.head_dim, &ws.positions[r], f);
+      cpu::Rope(ws.k.data() + int64_t(r) * c.num_kv_heads * c.head_dim, 1, c.num_kv_heads, c.head_dim,
+                &ws.positions[r], f);
+    }
+  }
+  if (rope_.attention_factor() != 1.0f) {  // yarn: cos and sin scaled, so q and k are
+    const float a = rope_.attention_factor();
+    for (int64_t i = 0; i < int64_t(rows) * c.num_heads * c.head_dim; ++i) ws.q[size_t(i)] *= a;
+    for (int64_t i = 0; i < int64_t(rows) * c.num_kv_heads * c.head_dim; ++i) ws.k[size_t(i)] *= a;
   }
 }
 

@@ -1,10 +1,14 @@
-// A Llama-style decoder (RMSNorm, optional RoPE, GQA, SwiGLU, optional QK-norm) whose attention
-// layers use any mechanism of model/mechanisms. The model is const after loading; every session's
-// attention state lives in a StatePool slot passed to Forward.
+// A Llama-style decoder (RMSNorm, optional RoPE with Hugging Face's scalings, GQA, SwiGLU, optional
+// QK-norm and projection biases: Llama, Mistral, Qwen2, Qwen3) whose attention layers use any
+// mechanism of model/mechanisms. The model is const after loading; every session's attention state
+// lives in a StatePool slot passed to Forward. Its matrices are WeightMatrix views
+// (model/decoder/weights.h): a loaded checkpoint's are its memory-mapped tensors, in their own
+// precision.
 #ifndef STEADY_MODEL_DECODER_MODEL_H_
 #define STEADY_MODEL_DECODER_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,20 +16,25 @@
 #include "absl/status/statusor.h"
 #include "model/checkpoint/config.h"
 #include "model/checkpoint/safetensors.h"
+#include "model/decoder/rope.h"
+#include "model/decoder/weights.h"
 #include "model/mechanisms/attention.h"
 
 namespace steady {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;       // [hidden]
-  std::vector<float> wq;              // [heads * head_dim, hidden]
-  std::vector<float> wk;              // [kv_heads * head_dim, hidden]
-  std::vector<float> wv;              // [kv_heads * head_dim, hidden]
-  std::vector<float> wo;              // [hidden, heads * head_dim]
-  std::vector<float> q_norm, k_norm;  // [head_dim], only with qk_norm
-  std::vector<float> mlp_norm;        // [hidden]
-  std::vector<float> w_gate, w_up;    // [intermediate, hidden]
-  std::vector<float> w_down;          // [hidden, intermediate]
+  std::vector<float> attn_norm;        // [hidden]
+  WeightMatrix wq;                     // [heads * head_dim, hidden]
+  WeightMatrix wk;                     // [kv_heads * head_dim, hidden]
+  WeightMatrix wv;                     // [kv_heads * head_dim, hidden]
+  WeightMatrix wo;                     // [hidden, heads * head_dim]
+  std::vector<float> q_norm, k_norm;   // [head_dim], only with qk_norm
+  std::vector<float> mlp_norm;         // [hidden]
+  WeightMatrix w_gate, w_up;           // [intermediate, hidden]
+  WeightMatrix w_down;                 // [hidden, intermediate]
+  // Biases, empty where the architecture has none (config qkv_bias, o_bias, mlp_bias).
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;   // [q_dim], [kv_dim], [kv_dim], [hidden]
+  std::vector<float> gate_bias, up_bias, down_bias;    // [intermediate], [intermediate], [hidden]
   LayerAttention attention;
 };
 
@@ -45,7 +54,7 @@ int64_t KvCacheFloatsPerToken(const ModelConfig& config);
 
 // Scratch buffers for Forward, reused across steps (resized, never shrunk).
 struct ForwardWorkspace {
-  std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in;
+  std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in, rope_scratch;
   std::vector<int64_t> positions;
   std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
 };
@@ -59,7 +68,10 @@ struct Segment {
 
 class Model {
  public:
-  // Loads config.json and model.safetensors from `dir` (tokenizer.model is loaded separately).
+  // Loads config.json, generation_config.json when present, and the weights: model.safetensors or
+  // the shards of model.safetensors.index.json, memory-mapped and kept in their precision (fp32,
+  // bf16 or f16; F64 tensors become fp32). Every tensor's name, shape and finiteness is checked
+  // before this returns; on any error nothing is kept. The tokenizer is loaded separately.
   static absl::StatusOr<Model> Load(const std::string& dir,
                                     const std::optional<MechanismOverride>& override = std::nullopt);
   // Random weights of the given shape (tests, `steady init`, `steady bench`).
@@ -69,9 +81,21 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  const std::vector<float>& embed() const { return embed_; }            // [vocab, hidden]
+  const WeightMatrix& embed() const { return embed_; }                  // [vocab, hidden]
   const std::vector<float>& final_norm() const { return final_norm_; }  // [hidden]
-  const std::vector<float>& lm_head() const { return lm_head_; }        // [vocab, hidden]; empty if tied
+  const WeightMatrix& lm_head() const { return lm_head_; }              // [vocab, hidden]; empty if tied
+  // The matrix the LM head multiplies by: lm_head, or the embedding table when they are tied.
+  const WeightMatrix& lm_head_matrix() const { return config_.tie_word_embeddings ? embed_ : lm_head_; }
+  const RopeFrequencies& rope() const { return rope_; }
+  // Bytes of the checkpoint's weights as the model holds them (matrices in their precision, the
+  // fp32 vectors), the figure resident memory is measured against.
+  int64_t WeightBytes() const;
+  // Every dense weight as fp32 values, in a fixed order: the embedding, final norm and LM head
+  // (empty when tied), then per layer its norms, q/k/v/o, QK-norms, MLP norm, gate, up, down and,
+  // where present, its biases; `layer_done(l)` after layer l's. The matrices are converted a
+  // matrix at a time (the snapshot fingerprint hashes them).
+  void VisitWeightValues(const std::function<void(const float* values, size_t n)>& tensor,
+                         const std::function<void(int layer)>& layer_done) const;
   int vocab_size() const { return config_.vocab_size; }
   // Fixed state floats per session and per layer (the slot size of a StatePool).
   size_t StateFloats() const;
@@ -85,22 +109,24 @@ class Model {
   // rows (weights read once per step), attention per segment against its slot's state (prefill
   // chunks for segments of more than one token, the recurrent step for one). Advances each slot's
   // position. Writes logits [rows_out, vocab] where rows_out counts one row per segment, or every
-  // row for segments with all_logits, in segment order. With `reduced` (model/decoder/cpu_weights.h) the
-  // projections and the LM head read its bf16 or q8 matrices instead of the fp32 ones.
+  // row for segments with all_logits, in segment order. With `reduced` (model/decoder/cpu_weights.h)
+  // the projections and the LM head read its matrices instead of the model's own.
   void Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
                std::vector<float>* logits, const CpuMatrices* reduced = nullptr) const;
 
  private:
   friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
+  // RoPE (with its scaling) on the step's q and k rows, in place.
+  void ApplyRope(int rows, ForwardWorkspace& ws) const;
   // Geometry and mechanisms without weights.
   static absl::StatusOr<Model> FromConfig(ModelConfig config);
 
   ModelConfig config_;
-  std::vector<float> embed_;       // [vocab, hidden]
+  WeightMatrix embed_;             // [vocab, hidden]
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;  // [hidden]
-  std::vector<float> lm_head_;     // [vocab, hidden]; empty when tied to embed_
-  std::vector<float> rope_inv_freq_;  // [head_dim / 2]
+  WeightMatrix lm_head_;           // [vocab, hidden]; empty when tied to embed_
+  RopeFrequencies rope_;
 };
 
 }  // namespace steady

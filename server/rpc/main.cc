@@ -48,7 +48,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights f32|bf16|q8] [--cpu-gemm auto|simd|openblas] [--max-context N]
+                    [--cpu-weights auto|f32|bf16|q8] [--cpu-gemm auto|simd|openblas] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -76,9 +76,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       have CUDA kernels, else cpu)
   --threads N         CPU backend: threads for the decode GEMMs and prefill (default 0: every core
                       the process may use; docs/cpu.md)
-  --cpu-weights W     CPU backend: the projection matrices in f32 (default), bf16 or q8 (8-bit
-                      blocks of 32 with a scale), converted at start: a half or about a quarter of
-                      the bytes per decode step, at a small quality cost (docs/cpu.md)
+  --cpu-weights W     CPU backend: the projection matrices as the checkpoint stores them (auto,
+                      the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
+                      start to f32, bf16 or q8 (8-bit blocks of 32 with a scale): q8 reads about a
+                      quarter of fp32's bytes per decode step, at a small quality cost (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles where
                       the CPU has them, activations rounded to bf16), simd (never AMX), openblas
                       (every fp32 GEMM in OpenBLAS: a baseline to measure against)
@@ -280,8 +281,11 @@ absl::Status Run(int argc, char** argv) {
                  "unsigned and any well-formed snapshot imports (docs/security.md)\n");
   }
 
+  const auto load_start = std::chrono::steady_clock::now();
   auto model = Model::Load(*dir, *override);
   if (!model.ok()) return model.status();
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
   auto store = StoreFromFlags(*flags, *model, *port);
@@ -289,6 +293,10 @@ absl::Status Run(int argc, char** argv) {
   engine_options->store = *std::move(store);
   auto engine = Engine::Start(*model, **tokenizer, *engine_options);
   if (!engine.ok()) return engine.status();
+  std::fprintf(stderr, "steady-server: loaded %s in %.2f s (%lld parameters, %.1f MB of %s weights), engine ready in %.2f s\n",
+               dir->c_str(), load_seconds, static_cast<long long>(model->ParameterCount()), model->WeightBytes() / 1e6,
+               CpuMatrices::From(*model, CpuWeights::kAuto).TypeNames().c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count() - load_seconds);
 
   Metrics metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;

@@ -93,17 +93,15 @@ int64_t SessionSnapshot::StateBytes() const {
 
 uint64_t ModelFingerprint(const Model& model) {
   uint64_t h = Hash64(model.config().ToJson().dump());
-  for (const std::vector<float>* t : {&model.embed(), &model.final_norm(), &model.lm_head()}) h = Hash64(AsBytes(*t), h);
-  for (int l = 0; l < int(model.layers().size()); ++l) {
-    const LayerWeights& w = model.layers()[l];
-    for (const std::vector<float>* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.q_norm, &w.k_norm, &w.mlp_norm,
-                                        &w.w_gate, &w.w_up, &w.w_down}) {
-      h = Hash64(AsBytes(*t), h);
-    }
-    std::vector<TensorToWrite> tensors;
-    AppendAttentionTensors(w.attention, absl::StrCat("layer", l, "."), &tensors);
-    for (const TensorToWrite& t : tensors) h = Hash64(AsBytes(t.values), Hash64(t.name, h));
-  }
+  model.VisitWeightValues(
+      [&](const float* values, size_t n) {
+        h = Hash64(std::string_view(reinterpret_cast<const char*>(values), n * sizeof(float)), h);
+      },
+      [&](int l) {  // each layer's mechanism tensors after its weights
+        std::vector<TensorToWrite> tensors;
+        AppendAttentionTensors(model.layers()[l].attention, absl::StrCat("layer", l, "."), &tensors);
+        for (const TensorToWrite& t : tensors) h = Hash64(AsBytes(t.values), Hash64(t.name, h));
+      });
   return h;
 }
 

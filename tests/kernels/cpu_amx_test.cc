@@ -144,11 +144,11 @@ TEST(CpuAmxTest, TheBackendTakesAmxForBf16UnlessTold) {
   EXPECT_LT(err, 0.05) << "bf16 activations moved the logits by this fraction of their spread";
   // The packed copy replaces the row-major one: two bytes a packed value, padding included.
   const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kBf16, /*amx=*/true);
-  int64_t values = int64_t(packed.lm_head.amx_bf16.size());
+  int64_t values = packed.lm_head.Bytes() / 2;
   for (const CpuMatrices::Layer& l : packed.layers) {
-    for (const ReducedMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      EXPECT_TRUE(w->bf16.empty() && !w->amx_bf16.empty());
-      values += int64_t(w->amx_bf16.size());
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_EQ(w->type(), WeightType::kAmxBf16);
+      values += w->Bytes() / 2;
     }
   }
   EXPECT_EQ(packed.Bytes(), 2 * values);

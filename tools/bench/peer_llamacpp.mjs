@@ -6,6 +6,11 @@
 //       greedy tokens of both engines on the same prompts (ids from llama.cpp, text from
 //       `steady generate`, compared as text), llama.cpp's tokenizer against sentencepiece's, and the
 //       per-token NLL of both on the same ids (`steady eval` against llama.cpp's logits).
+//   node peer_llamacpp.mjs exact   --steady BIN --model DIR --gguf FILE --prompts "1,5,9;1,300,7" [--max-tokens 64]
+//       exactness on token ids: per prompt, llama.cpp's logits after the prompt against
+//       `steady generate --prompt-ids --json --logits`'s (max absolute difference, and relative to the
+//       logits' spread), and the greedy continuations of --max-tokens ids (llama.cpp: the argmax of
+//       its logits at each step; EOS does not end either engine's) compared id for id. One JSON object.
 //   node peer_llamacpp.mjs llama   --gguf FILE --depths 0,1024 --steps N --prefill-tokens N ...
 //       llama.cpp alone: one JSON line per depth, as `steady bench --json` would give.
 //   node peer_llamacpp.mjs compare --steady BIN --model DIR --gguf FILE --rounds R ...
@@ -392,6 +397,66 @@ async function cmdCheck(flags) {
   console.log(JSON.stringify(report, null, 1));
 }
 
+// --- exactness on token ids ------------------------------------------------------------------------
+function argmax(logits) {  // Map<token, logit> -> the lowest id of the largest logit (Steady's tie rule)
+  let best = -1, bestLogit = -Infinity;
+  for (const [t, l] of logits) if (l > bestLogit || (l === bestLogit && t < best)) { best = t; bestLogit = l; }
+  return best;
+}
+
+async function cmdExact(flags) {
+  const {llama, threads, release} = await loadLlama(flags);
+  const model = await llama.loadModel({modelPath: flags.gguf, gpuLayers: 0});
+  const maxTokens = parseInt(flags["max-tokens"] || "64", 10);
+  const prompts = String(flags.prompts).split(";").map(ints);
+  const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const report = {engine: "llama.cpp", release, gguf: flags.gguf, model: flags.model, max_tokens: maxTokens,
+                  prompts: []};
+  const ctx = await createContext(model, {...flags, flash: flags.flash || "off"}, threads, 1024, 512);
+  const seq = ctx.getSequence();
+  for (const prompt of prompts) {
+    await seq.clearHistory();
+    // llama.cpp: the prompt, then one token at a time, the argmax of its raw logits each step.
+    const step = async (ids) => {
+      const input = ids.map((t, i) => i === ids.length - 1 ? [t, {generateNext: {logits: true}}] : t);
+      const out = await seq.controlledEvaluate(input);
+      return out[out.length - 1].next.logits;
+    };
+    let logits = await step(prompt);
+    const first = Array.from({length: vocab}, (_, t) => logits.get(t));
+    const theirs = [];
+    while (theirs.length < maxTokens) {
+      const t = argmax(logits);
+      theirs.push(t);
+      if (theirs.length < maxTokens) logits = await step([t]);
+    }
+    // Steady: the same ids, greedy, its logits after the prompt.
+    const r = spawnSync(flags.steady, ["generate", "--model", flags.model, "--prompt-ids", prompt.join(","),
+                                       "--max-tokens", String(maxTokens), "--json", "--logits", "--ignore-eos", "--device", "cpu",
+                                       "--temperature", "0", "--top-k", "0", "--top-p", "1", "--repetition-penalty", "1",
+                                       ...(flags["cpu-weights"] ? ["--cpu-weights", flags["cpu-weights"]] : [])],
+                        {encoding: "utf8", maxBuffer: 1 << 26});
+    if (r.status !== 0) throw new Error(`steady generate: ${r.stderr}`);
+    const steady = JSON.parse(r.stdout.trim().split("\n").pop());
+    let maxDiff = 0, mean = 0, sq = 0;
+    for (let t = 0; t < vocab; ++t) {
+      maxDiff = Math.max(maxDiff, Math.abs(steady.logits[t] - first[t]));
+      mean += first[t] / vocab;
+    }
+    for (let t = 0; t < vocab; ++t) sq += (first[t] - mean) ** 2 / vocab;
+    let agree = 0;
+    while (agree < Math.min(theirs.length, steady.ids.length) && theirs[agree] === steady.ids[agree]) ++agree;
+    report.prompts.push({prompt, generated_llama_cpp: theirs.length, generated_steady: steady.ids.length,
+                         agreeing_tokens: agree, identical: agree === theirs.length && agree === steady.ids.length,
+                         max_abs_logit_diff: maxDiff, logit_std: Math.sqrt(sq),
+                         max_logit_diff_over_std: maxDiff / Math.sqrt(sq), llama_cpp: theirs, steady: steady.ids});
+  }
+  await ctx.dispose();
+  await model.dispose();
+  await llama.dispose();
+  console.log(JSON.stringify(report));
+}
+
 // --- interleaved comparison -------------------------------------------------------------------------
 function runJsonLines(cmd, args, env) {
   const r = spawnSync(cmd, args, {encoding: "utf8", maxBuffer: 1 << 26, env: {...process.env, ...env}});
@@ -477,7 +542,8 @@ const flags = parseFlags(process.argv.slice(2));
 const command = flags._[0];
 if (command === "llama") await cmdLlama(flags);
 else if (command === "check") await cmdCheck(flags);
+else if (command === "exact") await cmdExact(flags);
 else if (command === "compare") cmdCompare(flags);
 else if (command === "table") cmdTable(flags);
 else if (command === "serve") await cmdServe(flags);
-else die("usage: peer_llamacpp.mjs check|llama|compare|serve|table [flags] (see the comment at the top of this file)");
+else die("usage: peer_llamacpp.mjs check|exact|llama|compare|serve|table [flags] (see the comment at the top of this file)");

@@ -5,6 +5,12 @@
 #   tools/bench/peer_llamacpp.sh install   # npm packages into $PEER_CACHE (outside the repo)
 #   tools/bench/peer_llamacpp.sh check     # tiny-softmax (and a copy without QK-norm) to GGUF; greedy
 #                                          # tokens, tokenizer and NLL of both engines compared
+#   tools/bench/peer_llamacpp.sh exact     # random Hugging Face checkpoints of each architecture
+#                                          # (tools/checkpoints/random_hf.py: llama, llama + llama3 rope
+#                                          # scaling, qwen2, qwen3; f32, bf16, f16, sharded and not) to
+#                                          # GGUF; greedy ids and last-position logits of both engines
+#                                          # compared; exit 1 unless every prompt agrees (the suite's
+#                                          # cli_peer_llamacpp_exact runs this)
 #   tools/bench/peer_llamacpp.sh bench     # a random llama1b-shaped checkpoint to GGUF; decode tokens/s
 #                                          # at batch 1 and each depth, prefill tokens/s, interleaved runs
 #   tools/bench/peer_llamacpp.sh serve     # a multi-turn serving load (16 sessions x 30 turns) on
@@ -42,8 +48,8 @@ CHECK_THREADS=${CHECK_THREADS:-1}  # llama.cpp threads for the tiny model: 2 thr
 DATA=${DATA:-}
 if [[ -z $DATA && -f $REPO/corpus-data/valid.txt ]]; then DATA=$REPO/corpus-data/valid.txt; fi
 
-WORK=$PEER_CACHE/work
-RESULTS=$PEER_CACHE/results/$(date -u +%Y%m%dT%H%M%SZ)
+WORK=${PEER_WORK:-$PEER_CACHE/work}
+RESULTS=${PEER_RESULTS:-$PEER_CACHE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 export PEER_NODE_MODULES=$PEER_CACHE/npm/node_modules PEER_PYTHON=$PYTHON
 MJS=$REPO/tools/bench/peer_llamacpp.mjs
 GGUF=$REPO/tools/gguf/steady_to_gguf.py
@@ -56,13 +62,22 @@ install() {
     return
   fi
   log "installing node-llama-cpp@$NLC_VERSION and @node-llama-cpp/linux-x64@$NLC_VERSION into $PEER_CACHE/npm"
-  mkdir -p "$PEER_CACHE/npm"
-  [[ -f $PEER_CACHE/npm/package.json ]] || echo '{"name": "steady-peer-llamacpp", "private": true}' >"$PEER_CACHE/npm/package.json"
+  # Into a fresh folder beside the cache, then moved in place: an interrupted install leaves no half
+  # cache behind.
+  mkdir -p "$PEER_CACHE"
+  local staging
+  staging=$(mktemp -d "$PEER_CACHE/npm.staging.XXXXXX")
+  echo '{"name": "steady-peer-llamacpp", "private": true}' >"$staging/package.json"
   # --omit=optional: not the CUDA/Vulkan/other-OS prebuilt packages; --ignore-scripts: its postinstall
   # would try to download or build llama.cpp when no prebuilt binary fits, and the prebuilt one is
   # all this needs (getLlama({build: "never"})).
-  (cd "$PEER_CACHE/npm" && npm install --no-audit --no-fund --omit=optional --ignore-scripts \
-    "node-llama-cpp@$NLC_VERSION" "@node-llama-cpp/linux-x64@$NLC_VERSION")
+  if ! (cd "$staging" && npm install --no-audit --no-fund --omit=optional --ignore-scripts --loglevel=error \
+          "node-llama-cpp@$NLC_VERSION" "@node-llama-cpp/linux-x64@$NLC_VERSION" >&2); then
+    rm -rf "$staging"
+    return 1
+  fi
+  rm -rf "$PEER_CACHE/npm"
+  mv "$staging" "$PEER_CACHE/npm"
 }
 
 convert() {  # convert MODEL_DIR TYPE OUT
@@ -94,6 +109,50 @@ print(f"{sys.argv[2]} (Steady --cpu-weights {sys.argv[3]}): greedy text identica
       + (f"; NLL/token Steady {nll['steady']:.6f} llama.cpp {nll['llama_cpp']:.6f} over {nll['tokens_scored']} tokens" if nll else ""))
 EOF
   done
+}
+
+# exact: token-id exactness on random checkpoints of every architecture (docs/peer-llamacpp.md,
+# "Architectures"). EXACT_TOKENS greedy tokens per prompt (64); three prompts, the last 200 ids long.
+exact() {
+  mkdir -p "$WORK" "$RESULTS"
+  local gen=$REPO/tools/checkpoints/random_hf.py prompts long="1" failed=0
+  for i in $(seq 199); do long+=",$(( (7 * i + 3) % 509 + 3 ))"; done
+  prompts="1,5,9,300;1,17,400,33,2,8,99,100,101,7;$long"
+  # name | generator flags (the same seed everywhere: llama and llama3 differ in RoPE only)
+  local cases=("llama.f32|--arch llama" "llama.bf16.2-shards|--arch llama --dtype bf16 --shards 2"
+               "llama3-rope.f32|--arch llama --rope-scaling llama3" "qwen2.bf16.3-shards|--arch qwen2 --dtype bf16 --shards 3"
+               "qwen2.f32|--arch qwen2" "qwen3.f32|--arch qwen3" "qwen3.f16|--arch qwen3 --dtype f16")
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name args <<<"$c"
+    # shellcheck disable=SC2086
+    "$PYTHON" "$gen" $args --out "$WORK/$name" 2>/dev/null
+    "$PYTHON" "$GGUF" --model "$WORK/$name" --out "$WORK/$name.gguf" --type f32 2>/dev/null
+    node "$MJS" exact --steady "$STEADY" --model "$WORK/$name" --gguf "$WORK/$name.gguf" --prompts "$prompts" \
+      --max-tokens "${EXACT_TOKENS:-64}" --threads "$CHECK_THREADS" >"$RESULTS/exact-$name.json"
+  done
+  # The control: llama3's checkpoint against the GGUF of the same weights without rope scaling must
+  # disagree, or the llama3 comparison above would show nothing.
+  node "$MJS" exact --steady "$STEADY" --model "$WORK/llama3-rope.f32" --gguf "$WORK/llama.f32.gguf" \
+    --prompts "$long" --max-tokens 8 --threads "$CHECK_THREADS" >"$RESULTS/control.json"
+  "$PYTHON" - "$RESULTS" <<'EOF' || failed=1
+import glob, json, os, sys
+bad = False
+print("| checkpoint | prompts with identical greedy ids | tokens compared | max abs logit diff | max diff / logit std |")
+print("|---|---|---|---|---|")
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "exact-*.json"))):
+    p = json.load(open(path))["prompts"]
+    same = sum(x["identical"] for x in p)
+    rel = max(x["max_logit_diff_over_std"] for x in p)
+    print(f"| {os.path.basename(path)[6:-5]} | {same}/{len(p)} | {sum(x['agreeing_tokens'] for x in p)} of "
+          f"{sum(x['generated_llama_cpp'] for x in p)} | {max(x['max_abs_logit_diff'] for x in p):.2e} | {rel:.2e} |")
+    bad |= same != len(p) or rel > 1e-4
+control = json.load(open(os.path.join(sys.argv[1], "control.json")))["prompts"][0]
+print(f"control, llama3 rope scaling against the GGUF without it: max diff / logit std "
+      f"{control['max_logit_diff_over_std']:.2e} (must be above 1e-3)")
+bad |= control["max_logit_diff_over_std"] < 1e-3
+sys.exit(1 if bad else 0)
+EOF
+  return $failed
 }
 
 bench() {
@@ -184,9 +243,10 @@ EOF
 case ${1:-all} in
   install) install ;;
   check) install; check ;;
+  exact) install; exact ;;
   bench) install; bench ;;
   serve) install; serve ;;
   all) install; check; bench ;;
-  *) echo "usage: $0 [install|check|bench|serve|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|check|exact|bench|serve|all]" >&2; exit 2 ;;
 esac
 log "results in $RESULTS"

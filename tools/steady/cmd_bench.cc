@@ -444,14 +444,14 @@ absl::Status RunBench(const Flags& flags) {
 
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
-                    --context L[,L...] [--device D] [--threads N] [--cpu-weights f32|bf16|q8]
+                    --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8]
                     [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                     [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8: the
-CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so); --cpu-gemm: auto (AMX
+CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so; auto, the default: as stored); --cpu-gemm: auto (AMX
 tiles for bf16 weights where the CPU has them), simd (never AMX), openblas (every fp32 GEMM through
 OpenBLAS, as before the small-row kernel), for baselines in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a

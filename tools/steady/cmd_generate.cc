@@ -3,7 +3,11 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "base/status.h"
 #include "base/file_io.h"
 #include "model/constrain/token_bytes.h"
@@ -53,50 +57,101 @@ absl::StatusOr<std::shared_ptr<const Constraint>> ConstraintFromFlags(const Flag
   return *compiled;
 }
 
+// "1,2,3" -> ids (each an integer; range-checked against the model later).
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: \"", part, "\" is not an integer (expected 1,2,3)"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
 absl::Status RunGenerate(const Flags& flags) {
   GenerateRequest request;
-  auto prompt = flags.Require("prompt");
+  const bool by_ids = flags.Has("prompt-ids"), json = flags.Has("json");
+  if (by_ids == flags.Has("prompt")) return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids 1,2,3");
+  if (by_ids && (flags.Has("chat") || flags.Has("system"))) {
+    return absl::InvalidArgumentError("--chat and --system render text; they do not go with --prompt-ids");
+  }
+  if (flags.Has("logits") && !json) return absl::InvalidArgumentError("--logits needs --json");
   auto max_tokens = flags.GetInt("max-tokens", 64, 0, 1 << 24);
   auto sampling = SamplingFromFlags(flags);
-  if (absl::Status s = FirstError({prompt.status(), max_tokens.status(), sampling.status()}); !s.ok()) return s;
-  request.prompt = *prompt;
+  if (absl::Status s = FirstError({max_tokens.status(), sampling.status()}); !s.ok()) return s;
+  std::vector<int32_t> ids;
+  if (by_ids) {
+    auto parsed = ParseIds(flags.Get("prompt-ids"));
+    if (!parsed.ok()) return parsed.status();
+    ids = *std::move(parsed);
+  }
+  request.prompt = flags.Get("prompt");
   request.max_tokens = int(*max_tokens);
-  request.sampling = *sampling;
   request.stop = flags.GetAll("stop");
+  request.want_prompt_logits = flags.Has("logits");
+  request.ignore_eos = flags.Has("ignore-eos");
 
   auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
+  // generation_config.json's defaults for what the flags leave unset.
+  request.sampling = WithGenerationDefaults(flags, model->config().generation, *sampling);
   if (flags.Has("chat") || flags.Has("system")) {
     // The prompt is a user message (after --system's), rendered with the model's chat template as
     // steady-server renders GenerateRequest.messages.
     const ChatTemplate& chat = model->config().chat_template;
     std::vector<ChatMessage> messages;
     if (flags.Has("system")) messages.push_back({"system", flags.Get("system")});
-    messages.push_back({"user", *prompt});
+    messages.push_back({"user", request.prompt});
     auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
     if (!rendered.ok()) return rendered.status();
     request.prompt = *std::move(rendered);
     request.stop.insert(request.stop.end(), chat.stop.begin(), chat.stop.end());
   }
-  auto tokenizer = Tokenizer::LoadFromDirectory(flags.Get("model"));
-  if (!tokenizer.ok()) return tokenizer.status();
-  auto constraint = ConstraintFromFlags(flags, *model, **tokenizer);
-  if (!constraint.ok()) return constraint.status();
-  request.constraint = *std::move(constraint);
+  // With --prompt-ids the tokenizer is optional (random test checkpoints have none): no text then.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::error_code ec;
+  const std::filesystem::path dir(flags.Get("model"));
+  if (!by_ids || std::filesystem::exists(dir / "tokenizer.json", ec) || std::filesystem::exists(dir / "tokenizer.model", ec)) {
+    auto loaded = Tokenizer::LoadFromDirectory(dir.string());
+    if (!loaded.ok()) return loaded.status();
+    tokenizer = *std::move(loaded);
+  }
+  if (tokenizer) {
+    auto constraint = ConstraintFromFlags(flags, *model, *tokenizer);
+    if (!constraint.ok()) return constraint.status();
+    request.constraint = *std::move(constraint);
+  } else if (flags.Has("json-object") || flags.Has("json-schema") || flags.Has("grammar")) {
+    return absl::FailedPreconditionError(absl::StrCat(dir.string(), ": constrained decoding needs the model's tokenizer"));
+  }
   // A KV cache preallocated on a GPU must hold the prompt (at most 2 tokens per byte, plus BOS) and
   // the generated tokens.
   BackendOptions options;
-  options.max_context = std::max<int64_t>(4096, 2 * int64_t(request.prompt.size()) + request.max_tokens + 2);
+  options.max_context = std::max<int64_t>(
+      4096, (by_ids ? int64_t(ids.size()) : 2 * int64_t(request.prompt.size())) + request.max_tokens + 2);
   auto backend = BackendFromFlags(flags, *model, options);
   if (!backend.ok()) return backend.status();
   const auto start = std::chrono::steady_clock::now();
-  auto result = GenerateText(*model, **tokenizer, **backend, 0, request, [](std::string_view text) {
+  auto stream = [json](std::string_view text) {
+    if (json) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-  });
+  };
+  auto result = by_ids ? GenerateFromIds(*model, tokenizer.get(), **backend, 0, ids, request, stream)
+                       : GenerateText(*model, *tokenizer, **backend, 0, request, stream);
   if (!result.ok()) return result.status();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("\n");
+  if (json) {
+    nlohmann::json out = {{"ids", result->tokens},
+                          {"text", tokenizer ? nlohmann::json(result->text) : nlohmann::json()},
+                          {"finish_reason", result->finish_reason},
+                          {"prompt_tokens", result->prompt_tokens}};
+    if (request.want_prompt_logits) out["logits"] = result->prompt_logits;
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
   std::fprintf(stderr, "[%d prompt tokens, %zu generated, finish: %s, %.1f tokens/s, state %lld bytes/session, %s]\n",
                result->prompt_tokens, result->tokens.size(), result->finish_reason.c_str(),
                (result->prompt_tokens + result->tokens.size()) / seconds,
@@ -107,15 +162,22 @@ absl::Status RunGenerate(const Flags& flags) {
 }  // namespace
 
 Command GenerateCommand() {
-  return {"generate", R"(usage: steady generate --model DIR --prompt TEXT [--chat [--system TEXT]] [--max-tokens N]
+  return {"generate", R"(usage: steady generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
+                       [--json [--logits]] [--max-tokens N] [--ignore-eos]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
                        [--json-object | --json-schema FILE | --grammar FILE]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
-                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
+                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights auto|f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
 
-Streams generated text to stdout; usage figures to stderr. --device: where the forward pass runs
+Streams generated text to stdout; usage figures to stderr. --prompt-ids: the prompt as token ids
+(BOS is put in front unless they begin with it), no tokenizer needed; --json: instead of the text
+stream, one JSON line {"ids": generated ids, "text": their text (null without a tokenizer),
+"finish_reason", "prompt_tokens"}, with --logits also "logits": the logits after the prompt.
+--ignore-eos: end-of-sequence ids do not stop generation (--max-tokens tokens always).
+Sampling flags left out take generation_config.json's values where the checkpoint has one. --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
---threads: the CPU backend's threads (default 0: every core); --cpu-weights bf16|q8: its matrices in bf16 or 8-bit blocks;
+--threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
+(auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16 or q8 (8-bit blocks);
 --cpu-gemm: auto (bf16 on AMX tiles where the CPU has them), simd (never AMX) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template (config.json's
@@ -124,9 +186,9 @@ user message (after the --system message), rendered with the model's chat templa
 output"): the text is a JSON object, an instance of the JSON Schema in FILE, or in the language of
 the GBNF grammar in FILE (llama.cpp's format); generation ends when it is complete.
 )",
-          {.with_value = FlagUnion({{"model", "prompt", "max-tokens", "stop", "system", "json-schema", "grammar"}, kMechanismFlags, kSamplingFlags,
-                                    kDeviceFlags}),
-           .switches = {"chat", "json-object"}},
+          {.with_value = FlagUnion({{"model", "prompt", "prompt-ids", "max-tokens", "stop", "system", "json-schema", "grammar"},
+                                    kMechanismFlags, kSamplingFlags, kDeviceFlags}),
+           .switches = {"chat", "json", "logits", "ignore-eos", "json-object"}},
           RunGenerate};
 }
 

@@ -1,0 +1,210 @@
+#include "model/decoder/weights.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
+
+namespace steady {
+namespace {
+
+// A buffer a converted matrix owns, of any element type.
+template <typename T>
+std::shared_ptr<std::vector<T>> Buffer(size_t n) {
+  return std::make_shared<std::vector<T>>(n);
+}
+
+// Rows converted in parallel, in bands of about a million weights.
+template <typename Fn>
+void ByRowBands(int64_t rows, int64_t cols, const Fn& convert_rows) {
+  const int64_t band = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(cols, 1));
+  cpu::ParallelFor(int((rows + band - 1) / band), [&](int b) {
+    const int64_t r0 = int64_t(b) * band;
+    convert_rows(r0, std::min(rows, r0 + band));
+  });
+}
+
+}  // namespace
+
+const char* WeightTypeName(WeightType t) {
+  switch (t) {
+    case WeightType::kF32: return "f32";
+    case WeightType::kBf16: return "bf16";
+    case WeightType::kF16: return "f16";
+    case WeightType::kQ8: return "q8";
+    case WeightType::kAmxBf16: return "amx-bf16";
+  }
+  return "?";
+}
+
+WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, const void* data,
+                                std::shared_ptr<const void> owner) {
+  STEADY_CHECK(MatchesAlignment(type, data));
+  WeightMatrix m;
+  m.type_ = type;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  m.data_ = data;
+  m.owner_ = std::move(owner);
+  m.is_view_ = true;
+  return m;
+}
+
+WeightMatrix WeightMatrix::FromFloats(std::vector<float> values, int64_t rows, int64_t cols) {
+  STEADY_CHECK(int64_t(values.size()) == rows * cols);
+  auto buffer = std::make_shared<std::vector<float>>(std::move(values));
+  WeightMatrix m;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  m.data_ = buffer->data();
+  m.owner_ = std::move(buffer);
+  return m;
+}
+
+bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  switch (type) {
+    case WeightType::kF32: return address % alignof(float) == 0;
+    case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
+    default: return address % alignof(uint16_t) == 0;
+  }
+}
+
+int64_t WeightMatrix::Bytes() const {
+  switch (type_) {
+    case WeightType::kF32: return Weights() * 4;
+    case WeightType::kBf16:
+    case WeightType::kF16: return Weights() * 2;
+    case WeightType::kQ8: return Weights() + rows_ * cpu::Q8BlocksPerRow(cols_) * int64_t(sizeof(float));
+    case WeightType::kAmxBf16: return cpu::AmxPackedSize(int(rows_), int(cols_)) * 2;
+  }
+  return 0;
+}
+
+const float* WeightMatrix::q8_scales() const {
+  STEADY_CHECK(type_ == WeightType::kQ8);
+  // The int8 values are padded to a multiple of 4 bytes so that the scales after them are aligned.
+  return reinterpret_cast<const float*>(as<int8_t>() + (Weights() + 3) / 4 * 4);
+}
+
+void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
+  STEADY_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows_);
+  const int64_t begin = r0 * cols_, n = (r1 - r0) * cols_;
+  switch (type_) {
+    case WeightType::kF32:
+      std::memcpy(out, as<float>() + begin, size_t(n) * sizeof(float));
+      return;
+    case WeightType::kBf16:
+      for (int64_t i = 0; i < n; ++i) out[i] = cpu::Bf16ToFloat(as<uint16_t>()[begin + i]);
+      return;
+    case WeightType::kF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = cpu::F16ToFloat(as<uint16_t>()[begin + i]);
+      return;
+    case WeightType::kQ8: {
+      const int64_t blocks = cpu::Q8BlocksPerRow(cols_);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t k = 0; k < cols_; ++k) {
+          out[(r - r0) * cols_ + k] = float(as<int8_t>()[r * cols_ + k]) * q8_scales()[r * blocks + k / cpu::kQ8Block];
+        }
+      }
+      return;
+    }
+    case WeightType::kAmxBf16:
+      break;
+  }
+  STEADY_CHECK(false && "RowsToFloat of an AMX-packed matrix");
+}
+
+std::vector<float> WeightMatrix::RowsSlice(int64_t r0, int64_t r1) const {
+  std::vector<float> out(size_t((r1 - r0) * cols_));
+  ByRowBands(r1 - r0, cols_, [&](int64_t a, int64_t b) { RowsToFloat(r0 + a, r0 + b, out.data() + a * cols_); });
+  return out;
+}
+
+WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
+  if (type == type_) return *this;
+  WeightMatrix m;
+  m.type_ = type;
+  m.rows_ = rows_;
+  m.cols_ = cols_;
+  const int64_t n = Weights();
+  switch (type) {
+    case WeightType::kF32: {
+      auto buffer = Buffer<float>(size_t(n));
+      ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) { RowsToFloat(r0, r1, buffer->data() + r0 * cols_); });
+      m.data_ = buffer->data();
+      m.owner_ = std::move(buffer);
+      return m;
+    }
+    case WeightType::kBf16:
+    case WeightType::kAmxBf16: {
+      auto bf16 = Buffer<uint16_t>(size_t(n));
+      ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(size_t((r1 - r0) * cols_));
+        RowsToFloat(r0, r1, row.data());
+        for (size_t i = 0; i < row.size(); ++i) (*bf16)[size_t(r0 * cols_) + i] = cpu::FloatToBf16(row[i]);
+      });
+      if (type == WeightType::kAmxBf16) {  // the tile layout replaces the row-major copy
+        auto packed = Buffer<uint16_t>(size_t(cpu::AmxPackedSize(int(rows_), int(cols_))));
+        cpu::PackAmxBf16(bf16->data(), int(rows_), int(cols_), packed->data());
+        bf16 = std::move(packed);
+      }
+      m.data_ = bf16->data();
+      m.owner_ = std::move(bf16);
+      return m;
+    }
+    case WeightType::kQ8: {
+      const int64_t blocks = cpu::Q8BlocksPerRow(cols_);
+      // int8 values (padded to 4 bytes), then the fp32 scales, in one buffer.
+      auto buffer = Buffer<float>(size_t((n + 3) / 4 + rows_ * blocks));
+      m.data_ = buffer->data();
+      int8_t* q = reinterpret_cast<int8_t*>(buffer->data());
+      float* scales = const_cast<float*>(m.q8_scales());
+      ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+        const std::vector<float> rows = RowsSlice(r0, r1);
+        cpu::QuantizeQ8(rows.data(), r1 - r0, int(cols_), q + r0 * cols_, scales + r0 * blocks);
+      });
+      m.owner_ = std::move(buffer);
+      return m;
+    }
+    case WeightType::kF16:
+      break;
+  }
+  STEADY_CHECK(false && "ConvertTo: f16 is a checkpoint's type, not a conversion target");
+  return m;
+}
+
+void WeightMatrix::ReleasePages() const {
+  if (!is_view_ || data_ == nullptr) return;
+  // Whole pages inside the matrix only: its neighbours may still be in use.
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + uintptr_t(Bytes())) / page * page;
+  // On a private read-only file mapping this drops clean pages; nothing is lost.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
+  const int in = int(w.cols()), out = int(w.rows());
+  switch (w.type()) {
+    case WeightType::kF32: return cpu::MatMulNT(x, rows, in, w.as<float>(), out, y);
+    case WeightType::kBf16: return cpu::MatMulNTBf16(x, rows, in, w.as<uint16_t>(), out, y);
+    case WeightType::kF16: return cpu::MatMulNTF16(x, rows, in, w.as<uint16_t>(), out, y);
+    case WeightType::kQ8: return cpu::MatMulNTQ8(x, rows, in, {w.as<int8_t>(), w.q8_scales()}, out, y);
+    case WeightType::kAmxBf16: return cpu::MatMulNTAmxBf16(x, rows, in, w.as<uint16_t>(), out, y);
+  }
+}
+
+void GatherRows(const WeightMatrix& table, const int32_t* ids, int rows, float* out) {
+  if (table.type() == WeightType::kF32) return cpu::GatherRows(table.as<float>(), int(table.cols()), ids, rows, out);
+  for (int r = 0; r < rows; ++r) table.RowsToFloat(ids[r], int64_t(ids[r]) + 1, out + int64_t(r) * table.cols());
+}
+
+}  // namespace steady

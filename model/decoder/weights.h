@@ -1,0 +1,93 @@
+// Weight matrices as a forward step reads them: a typed view (element type, shape, bytes) whose
+// bytes are either a checkpoint's memory-mapped tensor, read in place, or a buffer of its own (a
+// conversion, a quantization, random weights). docs/cpu.md ("Weight storage") has the design.
+//
+// A loader makes WeightMatrix::View over a mapped file in the checkpoint's precision (fp32, bf16,
+// f16: no copy, no fp32 duplicate); the CPU backend may convert to another type once
+// (--cpu-weights, cpu_weights.h); MatMul dispatches on the type to the kernels of
+// kernels/cpu/matmul.h. Adding a storage type (int8 or 4-bit blocks, GGUF's quantized tensors) is
+// a WeightType, its Bytes/RowsToFloat, a kernel in MatMul and, for a converting backend, ConvertTo.
+#ifndef STEADY_MODEL_DECODER_WEIGHTS_H_
+#define STEADY_MODEL_DECODER_WEIGHTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace steady {
+
+enum class WeightType {
+  kF32,      // fp32 values, row-major
+  kBf16,     // bf16 bits (the top half of an fp32), row-major
+  kF16,      // IEEE half-precision bits, row-major
+  kQ8,       // q8_0 blocks of kernels/cpu/matmul.h: int8 values [rows, cols], fp32 scales after them
+  kAmxBf16,  // bf16 packed for AMX tiles (kernels/cpu/amx.h), zero padding included
+};
+// "f32", "bf16", "f16", "q8", "amx-bf16".
+const char* WeightTypeName(WeightType t);
+
+// A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
+// [vocab, hidden]. Immutable; copies share the bytes (and whatever keeps them alive).
+class WeightMatrix {
+ public:
+  WeightMatrix() = default;
+  // A view of `data`, kept alive by `owner` (e.g. SafeTensors::Owner(): the mapped file). Data of a
+  // 2- or 4-byte type must be aligned to its size (MatchesAlignment).
+  static WeightMatrix View(WeightType type, int64_t rows, int64_t cols, const void* data,
+                           std::shared_ptr<const void> owner);
+  // A matrix of its own holding `values` (rows * cols of them) in fp32.
+  static WeightMatrix FromFloats(std::vector<float> values, int64_t rows, int64_t cols);
+  // Whether `data` may be viewed as `type` in place (else the loader copies it).
+  static bool MatchesAlignment(WeightType type, const void* data);
+
+  // This matrix in `type` (kF32, kBf16, kQ8 or kAmxBf16): itself when already so, else a converted
+  // copy of its own (bf16: rounded to nearest even; q8: QuantizeQ8 of the fp32 values; AMX: packed
+  // from bf16). Converted in parallel over the compute threads.
+  WeightMatrix ConvertTo(WeightType type) const;
+
+  WeightType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  bool empty() const { return rows_ == 0; }
+  int64_t Weights() const { return rows_ * cols_; }
+  // Bytes the matrix occupies (a forward step reads all of them, except an embedding's).
+  int64_t Bytes() const;
+  const void* data() const { return data_; }
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
+  const float* q8_scales() const;  // kQ8 only
+
+  // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for kAmxBf16).
+  void RowsToFloat(int64_t r0, int64_t r1, float* out) const;
+  std::vector<float> ToFloat() const { return RowsSlice(0, rows_); }
+  std::vector<float> RowsSlice(int64_t r0, int64_t r1) const;
+
+  // Tells the kernel the bytes will not be read soon (after a backend made its own converted copy):
+  // a mapped file's pages leave the process's resident memory (they are read back from the file if
+  // ever touched again); a matrix of its own is left alone.
+  void ReleasePages() const;
+  // Whether the bytes are a view of something else (a mapped file) rather than a buffer of its own.
+  bool is_view() const { return is_view_; }
+
+ private:
+  WeightType type_ = WeightType::kF32;
+  int64_t rows_ = 0, cols_ = 0;
+  const void* data_ = nullptr;
+  std::shared_ptr<const void> owner_;
+  bool is_view_ = false;
+};
+
+// y[rows, out] = x[rows, in] w^T for w [out, in] of any type: fp32 through cpu::MatMulNT (the
+// small-row kernel, OpenBLAS above 32 rows), the other types through their kernels of
+// kernels/cpu/matmul.h and kernels/cpu/amx.h, each weight widened to fp32 (AMX: x rounded to bf16).
+void MatMul(const float* x, int rows, const WeightMatrix& w, float* y);
+
+// out[r, :] = table[ids[r], :] in fp32 (an embedding lookup in the table's type).
+void GatherRows(const WeightMatrix& table, const int32_t* ids, int rows, float* out);
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_DECODER_WEIGHTS_H_
