@@ -1,6 +1,8 @@
 #include "base/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -89,6 +91,35 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
   return ss.str();
+}
+
+absl::StatusOr<MappedFile> MapFileReadOnly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoError("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  MappedFile file;
+  if (st.st_size > 0) {
+    const size_t length = size_t(st.st_size);
+    void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      absl::Status s = ErrnoError("cannot map", path);
+      ::close(fd);
+      return s;
+    }
+    file.storage = std::shared_ptr<const void>(map, [length](const void* p) { ::munmap(const_cast<void*>(p), length); });
+    file.bytes = std::string_view(static_cast<const char*>(map), length);
+  }
+  ::close(fd);  // the mapping stays valid
+  return file;
 }
 
 }  // namespace steady

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,15 @@ inline absl::Status WriteFileAtomic(const std::string& path, std::string_view da
 
 // The whole file; NOT_FOUND when it cannot be opened, DATA_LOSS on a read error.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// A regular file mapped read-only and private: the pages are the page cache's, shared with other
+// processes mapping the same file. `bytes` stays valid while `storage` (which unmaps) lives; an empty
+// file has no mapping. Errors name the path: cannot open, cannot stat, not a regular file, cannot map.
+struct MappedFile {
+  std::shared_ptr<const void> storage;
+  std::string_view bytes;
+};
+absl::StatusOr<MappedFile> MapFileReadOnly(const std::string& path);
 
 }  // namespace steady
 

@@ -9,11 +9,6 @@
 #include <tuple>
 #include <type_traits>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -390,48 +385,23 @@ bool PlainFileName(const std::string& name) {
 struct SafeTensors::File {
   std::string name;
   std::string buffer;          // Parse: the bytes
-  void* map = nullptr;         // Open: the mapping
-  size_t map_size = 0;
+  MappedFile map;              // Open: the mapping
   uint64_t data_offset = 0;    // 8 + header length
   std::string_view bytes() const {
-    return map != nullptr ? std::string_view(static_cast<const char*>(map), map_size) : std::string_view(buffer);
+    return map.storage != nullptr ? map.bytes : std::string_view(buffer);
   }
   File() = default;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
-  ~File() {
-    if (map != nullptr) ::munmap(map, map_size);
-  }
 };
 
 absl::StatusOr<SafeTensors> SafeTensors::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoError("cannot stat", path);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
+  auto mapped = MapFileReadOnly(path);
+  if (!mapped.ok()) return mapped.status();
   auto file = std::make_unique<File>();
   file->name = path;
-  if (st.st_size > 0) {
-    // Private and read-only: the pages are the page cache's, shared with other processes mapping the
-    // same file, and counted once however many tensors point into them.
-    void* map = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      absl::Status s = ErrnoError("cannot map", path);
-      ::close(fd);
-      return s;
-    }
-    file->map = map;
-    file->map_size = size_t(st.st_size);
-  }
-  ::close(fd);
+  // Counted once however many tensors point into the mapping.
+  file->map = *std::move(mapped);
   Files files;
   files.push_back(std::move(file));
   return FromFiles(std::move(files), path);

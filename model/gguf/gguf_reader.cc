@@ -7,14 +7,12 @@
 #include <limits>
 #include <numeric>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/check.h"
+#include "base/file_io.h"
 #include "base/status.h"
 #include "model/checkpoint/safetensors_format.h"
 #include "model/gguf/dequantize.h"
@@ -191,33 +189,13 @@ absl::Status SizeTensor(const std::string& file, const GgmlTypeTraits& traits, G
 }  // namespace
 
 absl::StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoError("cannot stat", path);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
+  auto mapped = MapFileReadOnly(path);
+  if (!mapped.ok()) return mapped.status();
   GgufFile file;
   file.display_name_ = path;
-  file.size_ = uint64_t(st.st_size);
-  if (file.size_ > 0) {
-    void* map = ::mmap(nullptr, size_t(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      absl::Status s = ErrnoError("cannot map", path);
-      ::close(fd);
-      return s;
-    }
-    const size_t length = size_t(file.size_);
-    file.storage_ = std::shared_ptr<const void>(map, [length](const void* p) { ::munmap(const_cast<void*>(p), length); });
-    file.data_ = static_cast<const char*>(map);
-  }
-  ::close(fd);  // the mapping stays valid
+  file.size_ = uint64_t(mapped->bytes.size());
+  file.storage_ = std::move(mapped->storage);
+  file.data_ = mapped->bytes.data();
   if (absl::Status s = file.ParseAll(); !s.ok()) return s;
   return file;
 }
