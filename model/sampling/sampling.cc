@@ -98,37 +98,74 @@ int Sampler::Draw(float* logits, int vocab) {
   if (params_.temperature == 0.0f) {
     return int(std::max_element(logits, logits + vocab) - logits);  // first maximum: deterministic
   }
+  const bool top_k = params_.top_k > 0 && params_.top_k < vocab, top_p = params_.top_p < 1.0f;
+  if (!top_k && !top_p) {
+    // Every token a candidate: no order is needed, so none is made (a sort of a 150K vocabulary
+    // costs milliseconds a row): the draw walks the ids in order. Equal in distribution to the
+    // sorted walk of DrawReference, not draw for draw.
+    float max_logit = -INFINITY;
+    for (int i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i] / params_.temperature);
+    probs_.resize(vocab);
+    double total = 0;
+    for (int i = 0; i < vocab; ++i) total += probs_[i] = std::exp(double(logits[i] / params_.temperature - max_logit));
+    std::uniform_real_distribution<double> u(0.0, total);
+    const double r = u(rng_);
+    double acc = 0;
+    for (int i = 0; i < vocab; ++i) {
+      acc += probs_[i];
+      if (r < acc) return i;
+    }
+    for (int i = vocab - 1; i > 0; --i) {  // r rounded up to total: the last token with mass
+      if (probs_[i] > 0) return i;
+    }
+    return 0;
+  }
   candidates_.resize(vocab);
   for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
-  // Order by logit (ties by id, so the order is deterministic), keep top-k.
+  // Order by logit (ties by id, so the order is deterministic). Only the head is sorted: top-k's k
+  // tokens, or for top-p a head that grows until it holds the nucleus (its order is the full sort's).
   auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  size_t keep = vocab;
-  if (params_.top_k > 0 && params_.top_k < vocab) {
-    keep = params_.top_k;
+  const float max_logit = std::max_element(candidates_.begin(), candidates_.end(), [&](const auto& a, const auto& b) {
+                            return by_logit(b, a);
+                          })->first;
+  size_t keep = top_k ? size_t(params_.top_k) : size_t(vocab);
+  double total = 0;  // the mass of the `keep` best
+  if (top_k) {
     std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+    for (size_t i = 0; i < keep; ++i) total += std::exp(double(candidates_[i].first - max_logit));
   } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    for (const auto& c : candidates_) total += std::exp(double(c.first - max_logit));
   }
-  candidates_.resize(keep);
-  const float max_logit = candidates_[0].first;
-  std::vector<double> probs(keep);
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(double(candidates_[i].first - max_logit));
-  if (params_.top_p < 1.0f) {
+  size_t sorted = top_k ? keep : 0;
+  probs_.clear();
+  double mass = 0;
+  if (top_p) {
     // Smallest prefix whose mass reaches top_p (at least one token).
-    double mass = 0;
-    size_t n = 0;
-    while (n < keep && mass < params_.top_p * total) mass += probs[n++];
-    keep = std::max<size_t>(n, 1);
-    probs.resize(keep);
-    total = mass;
+    size_t head = std::min<size_t>(keep, 256);
+    while (true) {
+      if (head > sorted) {
+        std::partial_sort(candidates_.begin() + sorted, candidates_.begin() + head, candidates_.begin() + keep, by_logit);
+        sorted = head;
+      }
+      while (probs_.size() < head && mass < params_.top_p * total) {
+        mass += probs_.emplace_back(std::exp(double(candidates_[probs_.size()].first - max_logit)));
+      }
+      if (mass >= params_.top_p * total || head == keep) break;
+      head = std::min(keep, head * 4);
+    }
+    if (probs_.empty()) {
+      mass = probs_.emplace_back(std::exp(double(candidates_[0].first - max_logit)));
+    }
+    keep = probs_.size();
+  } else {
+    for (size_t i = 0; i < keep; ++i) mass += probs_.emplace_back(std::exp(double(candidates_[i].first - max_logit)));
   }
-  std::uniform_real_distribution<double> u(0.0, total);
+  std::uniform_real_distribution<double> u(0.0, mass);
   double r = u(rng_), acc = 0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += probs[i];
+    acc += probs_[i];
     if (r < acc) return candidates_[i].second;
   }
   return candidates_[keep - 1].second;

@@ -68,6 +68,7 @@ class Sampler {
   std::vector<std::pair<int32_t, int32_t>> sampled_;  // (token, times drawn), sorted by token
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int>> candidates_;  // scratch
+  std::vector<double> probs_;                      // scratch
 };
 
 // Stop strings over streamed text: holds back the tail that could still begin a stop string, so what

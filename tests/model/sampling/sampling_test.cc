@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -63,6 +64,60 @@ TEST(SamplingTest, TemperatureSamplesFollowTheDistribution) {
     first += s.Sample(l.data(), 2, {}) == 0;
   }
   EXPECT_NEAR(double(first) / kDraws, 0.75, 0.02);  // ~6 standard deviations
+}
+
+// The plain reference: softmax(logits / T) over every token sorted by logit (ties: lower id), cut to
+// the smallest prefix whose mass reaches top_p, renormalized. {token -> probability}.
+std::map<int, double> NucleusReference(const std::vector<float>& logits, float temperature, float top_p) {
+  std::vector<int> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  std::vector<double> p;
+  double total = 0;
+  for (int t : order) total += p.emplace_back(std::exp(double(logits[t]) / temperature - double(logits[order[0]]) / temperature));
+  std::map<int, double> nucleus;
+  double mass = 0;
+  for (size_t i = 0; i < order.size() && (nucleus.empty() || mass < top_p * total); ++i) {
+    nucleus[order[i]] = p[i];
+    mass += p[i];
+  }
+  for (auto& [t, q] : nucleus) q /= mass;
+  return nucleus;
+}
+
+// Draws without top-k walk the ids unsorted (all tokens) or sort only a growing head (top-p): each
+// token's frequency must be its reference probability, and no token outside the nucleus may come.
+TEST(SamplingTest, UnsortedAndHeadSortedDrawsFollowTheReferenceNucleus) {
+  struct Case {
+    int vocab;
+    float scale, temperature, top_p;
+  };
+  // 64 tokens: every one or a 0.9 nucleus; 5000 nearly flat tokens: a nucleus far past the first
+  // 256-token head, so the head grows.
+  for (const Case c : {Case{64, 2.0f, 0.8f, 1.0f}, Case{64, 2.0f, 0.8f, 0.9f}, Case{5000, 0.3f, 1.0f, 0.95f}}) {
+    SCOPED_TRACE(::testing::Message() << "vocab " << c.vocab << " top_p " << c.top_p);
+    std::vector<float> logits = RandomLogits(c.vocab, 40 + c.vocab);
+    for (float& l : logits) l *= c.scale / 2.0f;
+    const std::map<int, double> nucleus = NucleusReference(logits, c.temperature, c.top_p);
+    Sampler s(SamplingParams{c.temperature, 0, c.top_p, 1.0f, testing::TestSeed()});
+    const int draws = c.vocab > 64 ? 2000 : 60000;  // the large case only checks membership
+    std::map<int, int> counts;
+    for (int i = 0; i < draws; ++i) {
+      std::vector<float> copy = logits;
+      const int t = s.Sample(copy.data(), c.vocab, {});
+      ASSERT_TRUE(nucleus.contains(t)) << "token " << t << " is outside the nucleus";
+      ++counts[t];
+    }
+    if (c.vocab > 64) {
+      EXPECT_GT(nucleus.size(), 256u);  // the case reaches past the first head...
+      EXPECT_GT(counts.size(), 256u);   // ...and so do the draws
+      continue;                         // too many tokens for per-token frequencies
+    }
+    for (const auto& [t, q] : nucleus) {
+      const double f = double(counts[t]) / draws;
+      EXPECT_NEAR(f, q, 5 * std::sqrt(q * (1 - q) / draws) + 1e-4) << "token " << t;
+    }
+  }
 }
 
 TEST(SamplingTest, RepetitionPenaltyDiscouragesSeenTokens) {
