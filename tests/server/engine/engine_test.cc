@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <future>
 #include <mutex>
@@ -340,18 +341,30 @@ TEST(EngineTest, CancelMidPromptRollsThePromptBack) {
   Play(*engine, "p", {{Prompt(3), 3}});
   Play(*engine, "twin", {{Prompt(3), 3}});
   const int64_t before = Get(*engine, "p")->position;
-  // A decoding job cancels the long prompt from the engine thread after a few chunks.
-  GenerateJob long_prompt = Job("p", Prompt(89), 5);
+  // A decoding job cancels the long prompt from the engine thread a few of its own tokens after the
+  // prompt's prefill has begun (armed once the session shows busy): the prompt's ~50 chunks leave a
+  // wide margin however fast a step is.
+  std::string text;
+  for (int i = 0; i < 5; ++i) text += (i ? " " : "") + Prompt(89);
+  GenerateJob long_prompt = Job("p", text, 5);
   auto flag = long_prompt.cancelled;
-  GenerateJob ticker = Job("", "tick", 4);
+  GenerateJob ticker = Job("", "tick", 60000);  // until stop_ticker
+  auto stop_ticker = ticker.cancelled;
+  std::atomic<bool> armed{false};
   int ticks = 0;
   ticker.on_output = [&](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {
-    if (++ticks == 3) flag->store(true);
+    if (armed.load() && ++ticks == 3) flag->store(true);
   };
   auto t = SubmitAsync(*engine, ticker);
   auto p = SubmitAsync(*engine, long_prompt);
+  for (int i = 0; i < 100000 && !armed.load(); ++i) {
+    if (Get(*engine, "p")->busy) armed.store(true);
+  }
+  if (!armed.load()) flag->store(true);  // ends both jobs before the assertion below
   const Outcome cancelled = p.get();
+  stop_ticker->store(true);
   t.get();
+  ASSERT_TRUE(armed.load()) << "the long prompt never showed busy";
   ASSERT_TRUE(cancelled.status.ok()) << cancelled.status;
   EXPECT_EQ(cancelled.finish_reason, "cancelled");
   EXPECT_EQ(cancelled.usage.prompt_tokens, 0);
