@@ -171,7 +171,7 @@ func newHandler(conn *grpc.ClientConn) http.Handler {
 		serveHealth(w, r, health)
 	})
 	(&openAI{client: steadyv1.NewInferenceClient(conn)}).register(mux)
-	mux.Handle("/", withPlayground(routeBySession(gateway)))
+	mux.Handle("/", withPlayground(routeBySession(withHonestSizes(gateway))))
 	return withRefusalHeaders(mux)
 }
 
