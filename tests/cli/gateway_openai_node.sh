@@ -9,10 +9,7 @@ bin=$1
 src=$2
 source "$(dirname "$0")/lib.bash"
 openai_version=4.104.0
-if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
-  echo "SKIP: needs node and npm (scripts/install-deps.sh)"
-  exit 77
-fi
+skip_without_node
 cache=${STEADY_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady/node}
 if [ ! -f "$cache/node_modules/openai/package.json" ] ||
    ! grep -q "\"version\": \"$openai_version\"" "$cache/node_modules/openai/package.json"; then

@@ -11,11 +11,8 @@ bin=$1
 src=$2
 source "$(dirname "$0")/lib.bash"
 
-if ! command -v npm > /dev/null || ! command -v node > /dev/null; then
-  echo "SKIP: needs node and npm (scripts/install-deps.sh)"
-  exit 77
-fi
-export PEER_CACHE=${PEER_CACHE:-$HOME/.cache/steady-peer-llamacpp}
+skip_without_node
+export PEER_CACHE=${PEER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady-peer-llamacpp}
 if ! timeout 600 bash "$src/tools/bench/peer_llamacpp.sh" install > "$tmp/npm.log" 2>&1; then
   echo "SKIP: npm could not install node-llama-cpp (registry unreachable?):"
   tail -5 "$tmp/npm.log"

@@ -89,3 +89,11 @@ finish() {
   echo "$1: $passes passed, $fails failed"
   [ "$fails" -eq 0 ]
 }
+
+# skip_without_node: exit 77 (a visible skip) where node or npm is missing.
+skip_without_node() {
+  if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
+    echo "SKIP: needs node and npm (scripts/install-deps.sh)"
+    exit 77
+  fi
+}

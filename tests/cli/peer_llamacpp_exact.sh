@@ -12,10 +12,7 @@ set -euo pipefail
 bin=$1
 src=$2
 source "$(dirname "$0")/lib.bash"
-if ! command -v node > /dev/null || ! command -v npm > /dev/null; then
-  echo "SKIP: needs node and npm (scripts/install-deps.sh)"
-  exit 77
-fi
+skip_without_node
 export PEER_CACHE=${PEER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady-peer-llamacpp}
 if STEADY="$bin/steady" PEER_WORK="$tmp/work" PEER_RESULTS="$tmp/results" CHECK_THREADS=1 \
      timeout 900 "$src/tools/bench/peer_llamacpp.sh" exact > "$tmp/out" 2>&1; then
