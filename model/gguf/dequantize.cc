@@ -55,6 +55,16 @@ void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   }
 }
 
+// The scales and mins of the two 32-value runs `is` and `is` + 1 of a Q4_K or Q5_K block, in ggml's
+// order of operations: d * scale and dmin * min.
+void RunScales(int is, const uint8_t* scales, float d, float dmin, float* d1, float* m1, float* d2, float* m2) {
+  uint8_t sc, m;
+  ScaleMinK4(is, scales, &sc, &m);
+  *d1 = d * float(sc), *m1 = dmin * float(m);
+  ScaleMinK4(is + 1, scales, &sc, &m);
+  *d2 = d * float(sc), *m2 = dmin * float(m);
+}
+
 void DequantizeQ4_K(const uint8_t* b, int64_t n, float* y) {
   for (int64_t block = 0; block < n / kQK_K; ++block, b += 144) {
     const float d = LoadHalf(b);
@@ -62,11 +72,8 @@ void DequantizeQ4_K(const uint8_t* b, int64_t n, float* y) {
     const uint8_t* scales = b + 4;
     const uint8_t* q = b + 16;
     for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, q += 32) {
-      uint8_t sc, m;
-      ScaleMinK4(is, scales, &sc, &m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      ScaleMinK4(is + 1, scales, &sc, &m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
+      float d1, m1, d2, m2;
+      RunScales(is, scales, d, dmin, &d1, &m1, &d2, &m2);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0x0F) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
     }
@@ -82,11 +89,8 @@ void DequantizeQ5_K(const uint8_t* b, int64_t n, float* y) {
     const uint8_t* ql = b + 48;
     uint8_t u1 = 1, u2 = 2;  // the bit of qh[l] that is the fifth bit of this pair of 32-value runs
     for (int j = 0, is = 0; j < kQK_K; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-      uint8_t sc, m;
-      ScaleMinK4(is, scales, &sc, &m);
-      const float d1 = d * float(sc), m1 = dmin * float(m);
-      ScaleMinK4(is + 1, scales, &sc, &m);
-      const float d2 = d * float(sc), m2 = dmin * float(m);
+      float d1, m1, d2, m2;
+      RunScales(is, scales, d, dmin, &d1, &m1, &d2, &m2);
       for (int l = 0; l < 32; ++l) *y++ = d1 * float((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     }

@@ -99,76 +99,61 @@ int Sampler::Draw(float* logits, int vocab) {
     return int(std::max_element(logits, logits + vocab) - logits);  // first maximum: deterministic
   }
   const bool top_k = params_.top_k > 0 && params_.top_k < vocab, top_p = params_.top_p < 1.0f;
+  float max_logit = -INFINITY;
+  for (int i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i] / params_.temperature);
+  probs_.clear();
+  double mass = 0;
   if (!top_k && !top_p) {
     // Every token a candidate: no order is needed, so none is made (a sort of a 150K vocabulary
-    // costs milliseconds a row): the draw walks the ids in order. Equal in distribution to the
-    // sorted walk of DrawReference, not draw for draw.
-    float max_logit = -INFINITY;
-    for (int i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i] / params_.temperature);
-    probs_.resize(vocab);
-    double total = 0;
-    for (int i = 0; i < vocab; ++i) total += probs_[i] = std::exp(double(logits[i] / params_.temperature - max_logit));
-    std::uniform_real_distribution<double> u(0.0, total);
-    const double r = u(rng_);
-    double acc = 0;
-    for (int i = 0; i < vocab; ++i) {
-      acc += probs_[i];
-      if (r < acc) return i;
-    }
-    for (int i = vocab - 1; i > 0; --i) {  // r rounded up to total: the last token with mass
-      if (probs_[i] > 0) return i;
-    }
-    return 0;
+    // costs milliseconds a row); the draw walks the ids. Equal in distribution to the sorted walk,
+    // not draw for draw.
+    for (int i = 0; i < vocab; ++i) mass += probs_.emplace_back(std::exp(double(logits[i] / params_.temperature - max_logit)));
+    return int(DrawIndex(mass));
   }
   candidates_.resize(vocab);
   for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i] / params_.temperature, i};
-  // Order by logit (ties by id, so the order is deterministic). Only the head is sorted: top-k's k
-  // tokens, or for top-p a head that grows until it holds the nucleus (its order is the full sort's).
+  auto weight = [&](size_t i) { return std::exp(double(candidates_[i].first - max_logit)); };
+  // Order by logit (ties by id, so the order is deterministic), only as far as the cut needs it:
+  // top-k sorts its k tokens, top-p a head that grows until it holds the nucleus (in the full
+  // sort's order).
   auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  const float max_logit = std::max_element(candidates_.begin(), candidates_.end(), [&](const auto& a, const auto& b) {
-                            return by_logit(b, a);
-                          })->first;
-  size_t keep = top_k ? size_t(params_.top_k) : size_t(vocab);
-  double total = 0;  // the mass of the `keep` best
+  size_t keep = vocab;
   if (top_k) {
+    keep = params_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
-    for (size_t i = 0; i < keep; ++i) total += std::exp(double(candidates_[i].first - max_logit));
-  } else {
-    for (const auto& c : candidates_) total += std::exp(double(c.first - max_logit));
   }
-  size_t sorted = top_k ? keep : 0;
-  probs_.clear();
-  double mass = 0;
-  if (top_p) {
-    // Smallest prefix whose mass reaches top_p (at least one token).
-    size_t head = std::min<size_t>(keep, 256);
+  if (!top_p) {
+    for (size_t i = 0; i < keep; ++i) mass += probs_.emplace_back(weight(i));
+  } else {
+    // Smallest prefix whose mass reaches top_p of the kept tokens' (at least one token).
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += weight(i);
+    size_t sorted = top_k ? keep : 0, head = std::min<size_t>(keep, 256);
     while (true) {
       if (head > sorted) {
         std::partial_sort(candidates_.begin() + sorted, candidates_.begin() + head, candidates_.begin() + keep, by_logit);
         sorted = head;
       }
-      while (probs_.size() < head && mass < params_.top_p * total) {
-        mass += probs_.emplace_back(std::exp(double(candidates_[probs_.size()].first - max_logit)));
-      }
+      while (probs_.size() < head && mass < params_.top_p * total) mass += probs_.emplace_back(weight(probs_.size()));
       if (mass >= params_.top_p * total || head == keep) break;
       head = std::min(keep, head * 4);
     }
-    if (probs_.empty()) {
-      mass = probs_.emplace_back(std::exp(double(candidates_[0].first - max_logit)));
-    }
-    keep = probs_.size();
-  } else {
-    for (size_t i = 0; i < keep; ++i) mass += probs_.emplace_back(std::exp(double(candidates_[i].first - max_logit)));
+    if (probs_.empty()) mass = probs_.emplace_back(weight(0));
   }
+  return candidates_[DrawIndex(mass)].second;
+}
+
+size_t Sampler::DrawIndex(double mass) {
   std::uniform_real_distribution<double> u(0.0, mass);
-  double r = u(rng_), acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
+  const double r = u(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < probs_.size(); ++i) {
     acc += probs_[i];
-    if (r < acc) return candidates_[i].second;
+    if (r < acc) return i;
   }
-  return candidates_[keep - 1].second;
+  return probs_.size() - 1;  // r rounded up to the mass
 }
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {

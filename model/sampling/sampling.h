@@ -64,6 +64,8 @@ class Sampler {
   SamplingParams params_;
   // Temperature, top-k and top-p over the final logits.
   int Draw(float* logits, int vocab);
+  // An index into probs_, drawn in proportion to them (`mass` their sum).
+  size_t DrawIndex(double mass);
 
   std::vector<std::pair<int32_t, int32_t>> sampled_;  // (token, times drawn), sorted by token
   std::mt19937_64 rng_;
