@@ -1,14 +1,24 @@
-// bf16 x bf16 and int8 x int8 decode GEMMs (matmul_dot.h). The kernels are AVX-512 intrinsics in
-// functions compiled for their own target (the rest of the binary stays baseline x86-64) and run only
-// after a run-time CPU check. Why intrinsics and not Highway: Debian's Highway (1.0.3) emulates
-// ReorderWidenMulAccumulate on bf16 with shifts and fp32 FMAs (its source says "TODO: _mm_dpbf16_ps")
-// and has no SumOfMulQuadAccumulate, so through it neither VDPBF16PS nor VPDPBUSD would be emitted.
+// bf16 x bf16 and int8 x int8 decode GEMMs over packed weights (matmul_dot.h). The kernels are
+// AVX-512 intrinsics in functions compiled for their own target (the rest of the binary stays
+// baseline x86-64) and run only after a run-time CPU check. Why intrinsics and not Highway: Debian's
+// Highway (1.0.3) emulates ReorderWidenMulAccumulate on bf16 with shifts and fp32 FMAs (its source
+// says "TODO: _mm_dpbf16_ps") and has no SumOfMulQuadAccumulate, so through it neither VDPBF16PS nor
+// VPDPBUSD would be emitted.
+//
+// Why the packed layout (docs/cpu.md): the first version of these kernels read the row-major
+// weights, one 32-pair vector of a weight row against one of an activation row, and summed each
+// output's 16 lanes at the end. That lost to the widening kernels (0.13x to 0.93x): q8 spent five
+// instructions per VPDPBUSD on signs and scales, and both shared each weight vector across only the
+// rows of a 4-row tile. Packed by column groups, one broadcast activation unit times one weight
+// vector is 16 outputs' worth of work, the int32 sums of a q8 block need one conversion and one
+// scale per 16 outputs, and the + 128 offset makes the weights VPDPBUSD's unsigned operand directly.
 #include "kernels/cpu/matmul_dot.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -18,41 +28,36 @@
 namespace steady::cpu {
 namespace {
 
-// As in matmul.cc: rows of x per pass over a block of weight rows, and the stretch of `in` (in
-// elements) the pass's accumulators run over before the next 4 rows, so that the weight rows being
-// read (4 x 1 KB in bf16) stay in L1 while every row of x uses them.
-constexpr int kPassRows = 32;
-constexpr int64_t kChunk = 512;
-constexpr int kTileCols = 4;  // 16 accumulators + 4 weight vectors + x fit AVX-512's 32 registers
-constexpr int64_t kPad = 64;  // rows of the rounded x are padded with zeros to a multiple of this
+constexpr int kGroup = 16;      // output columns per packed group: one vector of fp32 sums
+constexpr int kTileGroups = 4;  // groups per register tile (64 columns)
+constexpr int kTileRows = 4;    // rows of x per register tile: 16 accumulators + 4 weights + x
+constexpr int kPassRows = 32;   // rows of x whose sums are kept (in L1) during a pass over the weights
+constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
 
-int64_t Padded(int64_t in) { return (in + kPad - 1) / kPad * kPad; }
+int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
 
-// bf16 x bf16: acc[rr][c] += bf16 pairs of x row r + rr and w row c over [k0, k1), 32 at a time.
+// bf16 x bf16: acc[rr][c] (16 columns each) += x[r + rr, pair p] . w[group c, pair p] over [p0, p1).
 struct Bf16Op {
-  const uint16_t* x;  // [rows, xs], zero padded
-  int64_t xs;
-  const uint16_t* w;  // [out, in]
-  int64_t in;
-  static constexpr int64_t kStep = 32;
+  const uint32_t* x;  // [rows, steps]: bf16(x) two by two, the odd tail padded with zero
+  const uint16_t* w;  // packed, at the tile's first group
+  int64_t steps;      // pairs of inputs
+  // 64 pairs x 4 groups x 64 bytes: the tile's 16 KB of weights stay in L1 while every row uses them.
+  static constexpr int64_t kChunk = 64;
 
-  Bf16Op Shift(int64_t j) const { return {x, xs, w + j * in, in}; }
+  Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t k0, int64_t k1, float* acc) const {
+  STEADY_DOT_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc) const {
     __m512 a[R][C];
     for (int rr = 0; rr < R; ++rr) {
       for (int c = 0; c < C; ++c) a[rr][c] = _mm512_load_ps(acc + (rr * C + c) * 16);
     }
-    const int64_t full = in - in % kStep;
-    for (int64_t k = k0; k < k1; k += kStep) {
-      // The last, partial vector of a weight row loads zeros past its end (x's padding is zero too).
-      const __mmask32 m = k < full ? ~__mmask32(0) : __mmask32((1u << (in - k)) - 1);
-      __m512i wv[C];
-      for (int c = 0; c < C; ++c) wv[c] = _mm512_maskz_loadu_epi16(m, w + c * in + k);
+    for (int64_t p = p0; p < p1; ++p) {
+      __m512bh wv[C];
+      for (int c = 0; c < C; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + (c * steps + p) * 32);
       for (int rr = 0; rr < R; ++rr) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (r + rr) * xs + k);
-        for (int c = 0; c < C; ++c) a[rr][c] = _mm512_dpbf16_ps(a[rr][c], xv, (__m512bh)wv[c]);
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(int(x[(r + rr) * steps + p]));
+        for (int c = 0; c < C; ++c) a[rr][c] = _mm512_dpbf16_ps(a[rr][c], xv, wv[c]);
       }
     }
     for (int rr = 0; rr < R; ++rr) {
@@ -61,101 +66,102 @@ struct Bf16Op {
   }
 };
 
-// int8 x int8, 64 at a time (two q8_0 blocks): VPDPBUSD multiplies unsigned by signed bytes, so x
-// enters as |x| and its sign moves onto w (|w| <= 127: -w never overflows). Each int32 lane (four
-// products of one block) is scaled by scale_x * scale_w of its block and added in fp32.
+// int8 x int8, a q8_0 block (32 inputs) per step: 8 VPDPBUSD of the weights (+ 128, unsigned) by x's
+// 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of x, so that they
+// end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by scale_x scale_w.
 struct Q8Op {
-  const int8_t* x;       // [rows, xs], zero padded
-  const float* xscale;   // [rows, xs / 4]: per 64 values, 8 lanes of block b's scale, 8 of b + 1's
-  int64_t xs;
-  const int8_t* wq;      // [out, in]
-  const float* wscale;   // [out, blocks]
-  int64_t in, blocks;
-  static constexpr int64_t kStep = 64;
+  const int8_t* x;        // [rows, steps * 32], zero padded
+  const float* xscale;    // [rows, steps]
+  const int32_t* xcorr;   // [rows, steps]: -128 * the block's sum of q_x
+  const uint8_t* w;       // packed, at the tile's first group
+  int64_t steps;          // blocks
+  static constexpr int64_t kChunk = 8;  // 8 blocks x 4 groups x 576 bytes: 18 KB in L1
 
-  Q8Op Shift(int64_t j) const { return {x, xscale, xs, wq + j * in, wscale + j * blocks, in, blocks}; }
+  Q8Op Shift(int64_t groups) const { return {x, xscale, xcorr, w + groups * steps * kQ8Record, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t k0, int64_t k1, float* acc) const {
-    __m512 a[R][C];
-    for (int rr = 0; rr < R; ++rr) {
-      for (int c = 0; c < C; ++c) a[rr][c] = _mm512_load_ps(acc + (rr * C + c) * 16);
-    }
-    const __m512i zero = _mm512_setzero_si512();
-    const int64_t full = in - in % kStep;
-    for (int64_t k = k0; k < k1; k += kStep) {
-      const __mmask64 m = k < full ? ~__mmask64(0) : (__mmask64(1) << (in - k)) - 1;
-      const int64_t b = k / kQ8Block;
-      __m512i wv[C];
-      __m512 wd[C];
-      for (int c = 0; c < C; ++c) {
-        wv[c] = _mm512_maskz_loadu_epi8(m, wq + c * in + k);
-        const float d0 = wscale[c * blocks + b], d1 = b + 1 < blocks ? wscale[c * blocks + b + 1] : 0.0f;
-        wd[c] = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-      }
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i s[R][C];
       for (int rr = 0; rr < R; ++rr) {
-        const __m512i xv = _mm512_loadu_si512(x + (r + rr) * xs + k);
-        const __mmask64 neg = _mm512_movepi8_mask(xv);
-        const __m512i xa = _mm512_abs_epi8(xv);
-        const __m512 xd = _mm512_loadu_ps(xscale + (r + rr) * (xs / 4) + k / 4);
-        for (int c = 0; c < C; ++c) {
-          const __m512i sw = _mm512_mask_sub_epi8(wv[c], neg, zero, wv[c]);
-          const __m512i s = _mm512_dpbusd_epi32(zero, xa, sw);
-          a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(xd, wd[c]), a[rr][c]);
+        const __m512i corr = _mm512_set1_epi32(xcorr[(r + rr) * steps + b]);
+        for (int c = 0; c < C; ++c) s[rr][c] = corr;
+      }
+      const uint8_t* wb = w + b * kQ8Record;
+      for (int q = 0; q < 8; ++q) {
+        __m512i wv[C];
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_si512(wb + c * steps * kQ8Record + q * 64);
+        for (int rr = 0; rr < R; ++rr) {
+          int32_t four;
+          std::memcpy(&four, x + ((r + rr) * steps + b) * 32 + q * 4, 4);
+          const __m512i xv = _mm512_set1_epi32(four);
+          for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m512 ws = _mm512_loadu_ps(reinterpret_cast<const float*>(wb + c * steps * kQ8Record + 512));
+        for (int rr = 0; rr < R; ++rr) {
+          float* a = acc + (rr * C + c) * 16;
+          const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(xscale[(r + rr) * steps + b]));
+          _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
         }
       }
     }
-    for (int rr = 0; rr < R; ++rr) {
-      for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (rr * C + c) * 16, a[rr][c]);
-    }
   }
 };
 
-// y[r, c] (row stride `out`) for every row of x and the C weight rows at op: each element's 16
-// lanes run over all of `in` in order, then are summed by one fixed reduction, whatever the tile.
+// y[r, c * 16 + l] (row stride `out`; only the first `valid` columns) for every row of x and the C
+// groups at op. Each output is one lane's running sum over the steps in order, whatever the tile.
 template <int C, class Op>
-STEADY_DOT_TARGET void Columns(const Op& op, int rows, float* y, int64_t out) {
+STEADY_DOT_TARGET void Columns(const Op& op, int rows, float* y, int64_t out, int64_t valid) {
   alignas(64) float acc[kPassRows * C * 16];
-  const int64_t kend = (op.in + Op::kStep - 1) / Op::kStep * Op::kStep;
   for (int r0 = 0; r0 < rows; r0 += kPassRows) {
     const int n = std::min(kPassRows, rows - r0);
     std::memset(acc, 0, sizeof(float) * n * C * 16);
-    for (int64_t k0 = 0; k0 < kend; k0 += kChunk) {
-      const int64_t k1 = std::min(kend, k0 + kChunk);
+    for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
+      const int64_t s1 = std::min(op.steps, s0 + Op::kChunk);
       int r = 0;
-      for (; r + 4 <= n; r += 4) op.template Tile<4, C>(r0 + r, k0, k1, acc + r * C * 16);
+      for (; r + kTileRows <= n; r += kTileRows) op.template Tile<kTileRows, C>(r0 + r, s0, s1, acc + r * C * 16);
       float* a = acc + r * C * 16;
       switch (n - r) {
-        case 3: op.template Tile<3, C>(r0 + r, k0, k1, a); break;
-        case 2: op.template Tile<2, C>(r0 + r, k0, k1, a); break;
-        case 1: op.template Tile<1, C>(r0 + r, k0, k1, a); break;
+        case 3: op.template Tile<3, C>(r0 + r, s0, s1, a); break;
+        case 2: op.template Tile<2, C>(r0 + r, s0, s1, a); break;
+        case 1: op.template Tile<1, C>(r0 + r, s0, s1, a); break;
         default: break;
       }
     }
     for (int r = 0; r < n; ++r) {
-      for (int c = 0; c < C; ++c) y[(r0 + r) * out + c] = _mm512_reduce_add_ps(_mm512_load_ps(acc + (r * C + c) * 16));
+      for (int c = 0; c < C && c * 16 < valid; ++c) {
+        const int64_t cols = std::min<int64_t>(16, valid - c * 16);
+        const __mmask16 m = cols == 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+        _mm512_mask_storeu_ps(y + (r0 + r) * out + c * 16, m, _mm512_load_ps(acc + (r * C + c) * 16));
+      }
     }
   }
 }
 
+// Groups [g0, g1) of y's columns.
 template <class Op>
-STEADY_DOT_TARGET void ColumnRange(const Op& op, int rows, int64_t out, int64_t begin, int64_t end, float* y) {
-  int64_t j = begin;
-  for (; j + kTileCols <= end; j += kTileCols) Columns<kTileCols>(op.Shift(j), rows, y + j, out);
-  for (; j < end; ++j) Columns<1>(op.Shift(j), rows, y + j, out);
+STEADY_DOT_TARGET void GroupRange(const Op& op, int rows, int64_t out, int64_t g0, int64_t g1, float* y) {
+  int64_t g = g0;
+  for (; g + kTileGroups <= g1; g += kTileGroups) {
+    Columns<kTileGroups>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
+  }
+  for (; g < g1; ++g) Columns<1>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
 }
 
-// Splits y's columns over the compute threads in chunks that are a multiple of the tile width,
-// about 4 per thread (as matmul.cc does): no element's arithmetic depends on the split.
+// Splits the column groups over the compute threads in runs of whole tiles, about 4 per thread (as
+// matmul.cc does): no output's arithmetic depends on the split.
 template <class Op>
-void Run(const Op& op, int rows, int out, float* y) {
-  if (int64_t(rows) * op.in * out < kMinParallelWork) return ColumnRange(op, rows, out, 0, out, y);
+void Run(const Op& op, int rows, int in, int out, float* y) {
+  const int64_t groups = Groups(out);
+  if (int64_t(rows) * in * out < kMinParallelWork) return GroupRange(op, rows, out, 0, groups, y);
   const int threads = ComputeThreads();
-  const int64_t per_task = std::max<int64_t>(64, (int64_t(out) / (4 * threads) + 63) / 64 * 64);
-  const int tasks = int((out + per_task - 1) / per_task);
+  const int64_t per_task = std::max<int64_t>(kTileGroups, (groups / (4 * threads) + kTileGroups - 1) / kTileGroups * kTileGroups);
+  const int tasks = int((groups + per_task - 1) / per_task);
   ParallelFor(tasks, [&](int t) {
-    const int64_t begin = t * per_task;
-    ColumnRange(op, rows, out, begin, std::min<int64_t>(out, begin + per_task), y);
+    const int64_t g0 = t * per_task;
+    GroupRange(op, rows, out, g0, std::min<int64_t>(groups, g0 + per_task), y);
   });
 }
 
@@ -164,25 +170,47 @@ bool HasAvx512Base() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
-// q8(x) as the kernel reads it: values zero padded to xs per row, scales spread per lane.
-struct QuantizedRows {
-  std::vector<int8_t> q;
-  std::vector<float> lane_scales;
-  int64_t xs;
-};
-
-QuantizedRows QuantizeRows(const float* x, int rows, int in) {
-  const int64_t xs = Padded(in), blocks = Q8BlocksPerRow(in);
-  QuantizedRows out{std::vector<int8_t>(size_t(rows * xs), 0), std::vector<float>(size_t(rows * xs / 4), 0.0f), xs};
-  std::vector<float> scales(static_cast<size_t>(blocks));
-  for (int r = 0; r < rows; ++r) {
-    QuantizeQ8(x + int64_t(r) * in, 1, in, out.q.data() + r * xs, scales.data());
-    // Lane l of the 16 per 64 values holds the scale of block 2 * (k / 64) + l / 8.
-    for (int64_t b = 0; b < blocks; ++b) {
-      std::fill_n(out.lane_scales.data() + r * xs / 4 + b * 8, 8, scales[size_t(b)]);
-    }
+// FloatToBf16 sixteen at a time: round to nearest even, a NaN stays a quiet NaN.
+STEADY_DOT_TARGET void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512i u = _mm512_loadu_si512(x + k);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
   }
-  return out;
+  for (; k < n; ++k) out[k] = FloatToBf16(x[k]);
+}
+
+// QuantizeQ8 of one row, a block at a time (the same arithmetic: scale = max |x| / 127, q = x * (1 /
+// scale) rounded to nearest even, as lrint does), with each block's -128 * sum of q.
+STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* corr) {
+  for (int64_t b = 0; b * kQ8Block < in; ++b) {
+    const int64_t k0 = b * kQ8Block, left = in - k0;
+    const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __mmask16 m1 = left >= 32 ? __mmask16(0xffff) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + k0), v1 = _mm512_maskz_loadu_ps(m1, x + k0 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float scale = amax / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv)));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + 16), _mm512_cvtepi32_epi8(q1));
+    scales[b] = scale;
+    corr[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+// Per-thread scratch for the rounded activations (a decode step calls these kernels hundreds of
+// times: no allocation per call once they have grown).
+template <typename T>
+T* Scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 }  // namespace
@@ -196,23 +224,79 @@ bool Int8DotAvailable() {
   return ok;
 }
 
-const char* Bf16DotPath() { return Bf16DotAvailable() ? "avx512_bf16 (VDPBF16PS)" : "widening fp32"; }
-const char* Int8DotPath() { return Int8DotAvailable() ? "avx512_vnni (VPDPBUSD)" : "widening fp32"; }
-
-void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
-  if (!Bf16DotAvailable()) return MatMulNTBf16(x, rows, in, w, out, y);
-  const int64_t xs = Padded(in);
-  std::vector<uint16_t> xb(size_t(rows * xs), 0);
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < in; ++k) xb[size_t(r * xs + k)] = FloatToBf16(x[r * int64_t(in) + k]);
-  }
-  Run(Bf16Op{xb.data(), xs, w, in}, rows, out, y);
+const char* Bf16DotPath() {
+  static const std::string path =
+      Bf16DotAvailable() ? "avx512_bf16 (VDPBF16PS)" : std::string("widening fp32 (") + SimdTargetName() + ")";
+  return path.c_str();
+}
+const char* Int8DotPath() {
+  static const std::string path =
+      Int8DotAvailable() ? "avx512_vnni (VPDPBUSD)" : std::string("widening fp32 (") + SimdTargetName() + ")";
+  return path.c_str();
 }
 
-void MatMulNTQ8Dot(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
-  if (!Int8DotAvailable()) return MatMulNTQ8(x, rows, in, w, out, y);
-  const QuantizedRows xq = QuantizeRows(x, rows, in);
-  Run(Q8Op{xq.q.data(), xq.lane_scales.data(), xq.xs, w.q, w.scales, in, Q8BlocksPerRow(in)}, rows, out, y);
+int64_t Bf16DotPackedSize(int64_t out, int64_t in) { return Groups(out) * ((in + 1) / 2) * 32; }
+
+void PackBf16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed) {
+  const int64_t pairs = (in + 1) / 2;
+  for (int64_t g = 0; g < Groups(out); ++g) {
+    for (int64_t p = 0; p < pairs; ++p) {
+      uint16_t* v = packed + (g * pairs + p) * 32;
+      for (int c = 0; c < kGroup; ++c) {
+        const int64_t j = g * kGroup + c;
+        for (int e = 0; e < 2; ++e) {
+          const int64_t k = 2 * p + e;
+          v[2 * c + e] = j < out && k < in ? w[j * in + k] : uint16_t(0);
+        }
+      }
+    }
+  }
+}
+
+int64_t Q8DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ8Record; }
+
+void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  for (int64_t g = 0; g < Groups(out); ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* rec = packed + (g * blocks + b) * kQ8Record;
+      float scales[kGroup];
+      for (int c = 0; c < kGroup; ++c) {
+        const int64_t j = g * kGroup + c;
+        scales[c] = j < out ? w.scales[j * blocks + b] : 0.0f;
+        for (int i = 0; i < kQ8Block; ++i) {
+          const int64_t k = b * kQ8Block + i;
+          const int value = j < out && k < in ? w.q[j * in + k] : 0;
+          rec[(i / 4) * 64 + c * 4 + i % 4] = uint8_t(value + 128);
+        }
+      }
+      std::memcpy(rec + 512, scales, sizeof(scales));
+    }
+  }
+}
+
+void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+  thread_local std::vector<uint32_t> scratch;
+  const int64_t pairs = (in + 1) / 2;
+  uint32_t* xb = Scratch(scratch, size_t(rows * pairs));
+  for (int r = 0; r < rows; ++r) {
+    uint16_t* row = reinterpret_cast<uint16_t*>(xb + r * pairs);
+    RoundToBf16(x + int64_t(r) * in, in, row);
+    if (in % 2 != 0) row[in] = 0;
+  }
+  Run(Bf16Op{xb, packed, pairs}, rows, in, out, y);
+}
+
+void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  thread_local std::vector<int8_t> scratch_q;
+  thread_local std::vector<float> scratch_scales;
+  thread_local std::vector<int32_t> scratch_corr;
+  const int64_t blocks = Q8BlocksPerRow(in), xs = blocks * kQ8Block;
+  int8_t* q = Scratch(scratch_q, size_t(rows * xs));
+  float* scales = Scratch(scratch_scales, size_t(rows * blocks));
+  int32_t* corr = Scratch(scratch_corr, size_t(rows * blocks));
+  for (int r = 0; r < rows; ++r) QuantizeRow(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, corr + r * blocks);
+  Run(Q8Op{q, scales, corr, packed, blocks}, rows, in, out, y);
 }
 
 void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {

@@ -1,7 +1,14 @@
 // Decode GEMMs y = x w^T that multiply in the weights' own precision where the CPU has the
 // instructions for it (kernels/cpu/matmul_dot.cc): bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and
-// int8 x int8 on AVX512_VNNI (VPDPBUSD). The widening kernels of matmul.h stay the fallback and the
-// reference. Only kernels/cpu/ and the code above it include this file.
+// int8 x int8 on AVX512_VNNI (VPDPBUSD), over weights packed once at load into the layout those
+// instructions read. The widening kernels of matmul.h stay the fallback (where the CPU lacks the
+// instructions) and the reference. Only kernels/cpu/ and the code above it include this file.
+//
+// The layout: output columns in groups of 16 (one AVX-512 vector of fp32 sums), and within a group
+// the weights of a few consecutive inputs side by side for all 16 columns (2 bf16 or 4 int8 per
+// column, the unit one VDPBF16PS / VPDPBUSD lane multiplies). A step broadcasts that unit of one
+// activation row and multiplies it into all 16 columns at once: no horizontal sums, and each weight
+// vector loaded once serves every row of the batch (kernels/cpu/matmul_dot.cc has the tiling).
 //
 // Both change the numerics against the widening kernels: the activations are rounded once per call
 // (to bf16, or to q8_0 int8 blocks with an fp32 scale, as llama.cpp's q8_0 x q8_0 does) and the
@@ -16,31 +23,45 @@
 
 namespace steady::cpu {
 
-// Whether this CPU (and OS) runs the dot-product kernels below; where not, they call the widening
-// kernels of matmul.h with the activations as given.
-bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL)
+// Whether this CPU (and OS) runs the dot-product kernels below (checked with cpuid once). The
+// kernels must only be called where their check holds; callers keep the widening kernels otherwise.
+bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ)
 bool Int8DotAvailable();  // AVX512_VNNI (+ AVX512BW/VL/DQ)
-// The instruction path each weight format takes here, e.g. "avx512_bf16 (VDPBF16PS)" or
-// "widening fp32 (AVX3)": for logs and benchmark labels.
+// The instruction path each weight format takes here with --cpu-gemm auto, e.g.
+// "avx512_bf16 (VDPBF16PS)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 const char* Int8DotPath();
 
-// y = bf16(x) w^T, w in bf16 [out, in]: x rounded to bf16 (nearest even, FloatToBf16) once, then
-// bf16 pairs multiplied exactly and summed in fp32 lanes by VDPBF16PS (which flushes subnormal
-// inputs and outputs to zero). Where the CPU lacks AVX512_BF16 this is MatMulNTBf16(x, ...).
+// bf16 weights packed for VDPBF16PS: per group of 16 columns, per pair of inputs (k, k + 1), the 16
+// columns' two bf16 values side by side (64 bytes). Zero padding past `out` and `in`.
+int64_t Bf16DotPackedSize(int64_t out, int64_t in);  // in uint16_t values
+// w [out, in] in bf16 (FloatToBf16) -> packed (Bf16DotPackedSize values).
+void PackBf16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed);
+
+// y = bf16(x) w^T: x rounded to bf16 (nearest even, FloatToBf16) once, then bf16 pairs multiplied
+// exactly and summed in fp32 by VDPBF16PS (which flushes subnormal inputs and outputs to zero), each
+// y[r, j] one running sum over the pairs in order. Only where Bf16DotAvailable().
 // Against the exact product of x and w, each element is off by at most 2^-8 sum |x_k w_k| (bf16's
 // relative rounding: half an ulp of 8 significant bits) plus the fp32 sum's error.
-void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
-// The double-precision product of bf16(x) and w: what MatMulNTBf16Dot computes, exactly summed.
+void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
+// The double-precision product of bf16(x) and the row-major w: what MatMulNTBf16Dot computes.
 void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
 
-// y = q8(x) w^T with q8_0 weights: each row of x quantized per block of kQ8Block by QuantizeQ8
-// (scale max|x| / 127), then per block the int8 products summed exactly in int32 (VPDPBUSD, four
-// at a time) and scaled by x's scale times w's in fp32. Where the CPU lacks AVX512_VNNI this is
-// MatMulNTQ8(x, ...). Against the product of x and the dequantized w, each element is off by at
-// most sum over blocks of scale_x(block) / 2 * sum |w_k| in the block, plus the fp32 sum's error.
-void MatMulNTQ8Dot(const float* x, int rows, int in, Q8Weights w, int out, float* y);
-// The double-precision product of the dequantized q8(x) and the dequantized w.
+// q8_0 weights packed for VPDPBUSD: per group of 16 columns, per block of kQ8Block inputs, 8 vectors
+// of the 16 columns' 4 consecutive values side by side, each stored + 128 as an unsigned byte (what
+// VPDPBUSD's unsigned operand takes), then the 16 columns' fp32 scales: 576 bytes per 512 weights,
+// the 1.125 bytes a weight of q8_0. Zero weights (and scales) past `out` and `in`.
+int64_t Q8DotPackedSize(int64_t out, int64_t in);  // in bytes
+void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed);
+
+// y = q8(x) w^T with packed q8_0 weights: each row of x quantized per block of kQ8Block by
+// QuantizeQ8 (scale max|x| / 127), then per block the int8 products summed exactly in int32
+// (VPDPBUSD, four at a time; the + 128 of the weights is taken off with 128 * the block's sum of x)
+// and scaled by x's scale times w's in fp32. Only where Int8DotAvailable(). Against the product of
+// x and the dequantized w, each element is off by at most the sum over blocks of
+// scale_x(block) / 2 * sum |w_k| in the block, plus the fp32 sum's error.
+void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+// The double-precision product of the dequantized q8(x) and the dequantized row-major w.
 void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int out, float* y);
 
 }  // namespace steady::cpu

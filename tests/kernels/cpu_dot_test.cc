@@ -1,7 +1,8 @@
 // The dot-product kernels (kernels/cpu/matmul_dot.h) against double-precision references at many
 // shapes (odd `in`, partial q8 blocks, 1..64 rows), with tolerances derived from the rounding of the
-// activations; and their batch and thread invariance. Where the CPU lacks the instructions the
-// kernels fall back to the widening ones, which must meet the same bounds against the exact product.
+// activations; and their batch and thread invariance. The kernels read weights packed by PackBf16Dot
+// and PackQ8Dot; where the CPU lacks the instructions the tests skip (the backend keeps the widening
+// kernels there, tests/model/cpu_weights_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,27 +26,36 @@ struct ThreadsGuard {
 constexpr double kF32Eps = 1.2e-7;  // 2^-23 and a little: fp32 rounding per term of a sum
 
 // Shapes: rows (1..64 and odd counts between), `in` (below, at and past the 16/32/64-lane steps and
-// the 512-value chunk) and `out` (below, at and past the 4-column tile).
+// 128- and 256-value chunks) and `out` (below, at and past the 16-column group and the 64-column tile).
 const int kRows[] = {1, 2, 3, 4, 5, 7, 16, 33, 64};
 const int kIns[] = {1, 31, 32, 33, 64, 65, 100, 600};
-const int kOuts[] = {1, 5, 9};
+const int kOuts[] = {1, 9, 16, 17, 70};
 
 struct Bf16Problem {
   int rows, in, out;
   std::vector<float> x;
-  std::vector<uint16_t> w;
+  std::vector<uint16_t> w, packed;
 };
 
 Bf16Problem MakeBf16(int rows, int in, int out, std::mt19937_64& rng) {
-  Bf16Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), {}};
+  Bf16Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), {}, {}};
   for (float v : testing::RandomNormal<float>(size_t(out) * in, rng)) p.w.push_back(cpu::FloatToBf16(v));
+  p.packed.assign(size_t(cpu::Bf16DotPackedSize(out, in)), 0xffff);
+  cpu::PackBf16Dot(p.w.data(), out, in, p.packed.data());
   return p;
 }
+
 
 std::vector<float> RunBf16(const Bf16Problem& p, const std::vector<float>& x, int rows,
                            void (*fn)(const float*, int, int, const uint16_t*, int, float*)) {
   std::vector<float> y(size_t(rows) * p.out, NAN);
   fn(x.data(), rows, p.in, p.w.data(), p.out, y.data());
+  return y;
+}
+// The kernel, on the packed weights.
+std::vector<float> RunBf16Dot(const Bf16Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTBf16Dot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
   return y;
 }
 
@@ -58,13 +68,14 @@ double Magnitude(const std::vector<float>& x, int r, int in, int j, const Weight
 }
 
 TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   std::mt19937_64 rng(11);
   std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
   for (int rows : kRows) {
     for (int in : kIns) {
       for (int out : kOuts) {
         const Bf16Problem p = MakeBf16(rows, in, out, rng);
-        const std::vector<float> got = RunBf16(p, p.x, rows, cpu::MatMulNTBf16Dot);
+        const std::vector<float> got = RunBf16Dot(p, p.x, rows);
         const std::vector<float> exact = RunBf16(p, p.x, rows, cpu::MatMulNTBf16Reference);
         const std::vector<float> rounded = RunBf16(p, p.x, rows, cpu::MatMulNTBf16DotReference);
         for (int r = 0; r < rows; ++r) {
@@ -77,10 +88,8 @@ TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
             // bf16 keeps 8 significant bits: rounding x moves each term by at most half an ulp, 2^-8 of itself.
             ASSERT_NEAR(got[i], exact[i], std::ldexp(mag, -8) + sum_err)
                 << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-            if (cpu::Bf16DotAvailable()) {
-              ASSERT_NEAR(got[i], rounded[i], sum_err)
-                  << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-            }
+            ASSERT_NEAR(got[i], rounded[i], sum_err)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
           }
         }
       }
@@ -93,7 +102,7 @@ TEST(CpuDotTest, Bf16RoundsTheActivations) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   std::mt19937_64 rng(12);
   const Bf16Problem p = MakeBf16(4, 1000, 16, rng);
-  const std::vector<float> dot = RunBf16(p, p.x, 4, cpu::MatMulNTBf16Dot);
+  const std::vector<float> dot = RunBf16Dot(p, p.x, 4);
   const std::vector<float> widening = RunBf16(p, p.x, 4, cpu::MatMulNTBf16);
   const std::vector<float> rounded = RunBf16(p, p.x, 4, cpu::MatMulNTBf16DotReference);
   const std::vector<float> exact = RunBf16(p, p.x, 4, cpu::MatMulNTBf16Reference);
@@ -112,14 +121,17 @@ struct Q8Problem {
   std::vector<float> x;
   std::vector<int8_t> q;
   std::vector<float> scales;
+  std::vector<uint8_t> packed;
   cpu::Q8Weights w() const { return {q.data(), scales.data()}; }
 };
 
 Q8Problem MakeQ8(int rows, int in, int out, std::mt19937_64& rng) {
   Q8Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<int8_t>(size_t(out) * in),
-              std::vector<float>(size_t(out * cpu::Q8BlocksPerRow(in)))};
+              std::vector<float>(size_t(out * cpu::Q8BlocksPerRow(in))), {}};
   const std::vector<float> w = testing::RandomNormal<float>(size_t(out) * in, rng);
   cpu::QuantizeQ8(w.data(), out, in, p.q.data(), p.scales.data());
+  p.packed.assign(size_t(cpu::Q8DotPackedSize(out, in)), 0xff);
+  cpu::PackQ8Dot(p.w(), out, in, p.packed.data());
   return p;
 }
 
@@ -129,8 +141,14 @@ std::vector<float> RunQ8(const Q8Problem& p, const std::vector<float>& x, int ro
   fn(x.data(), rows, p.in, p.w(), p.out, y.data());
   return y;
 }
+std::vector<float> RunQ8Dot(const Q8Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ8Dot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
 
 TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   std::mt19937_64 rng(13);
   std::printf("q8 path: %s\n", cpu::Int8DotPath());
   for (int rows : kRows) {
@@ -139,7 +157,7 @@ TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
         Q8Problem p = MakeQ8(rows, in, out, rng);
         if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);  // a row of zeros: every scale 0
         const int64_t blocks = cpu::Q8BlocksPerRow(in);
-        const std::vector<float> got = RunQ8(p, p.x, rows, cpu::MatMulNTQ8Dot);
+        const std::vector<float> got = RunQ8Dot(p, p.x, rows);
         const std::vector<float> exact = RunQ8(p, p.x, rows, cpu::MatMulNTQ8Reference);
         const std::vector<float> rounded = RunQ8(p, p.x, rows, cpu::MatMulNTQ8DotReference);
         const auto weight = [&](int j, int k) { return double(p.q[size_t(j) * in + k]) * p.scales[j * blocks + k / 32]; };
@@ -160,10 +178,8 @@ TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
             const size_t i = size_t(r) * out + j;
             ASSERT_NEAR(got[i], exact[i], quant_err + sum_err)
                 << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-            if (cpu::Int8DotAvailable()) {
-              ASSERT_NEAR(got[i], rounded[i], sum_err)
-                  << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-            }
+            ASSERT_NEAR(got[i], rounded[i], sum_err)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
           }
         }
       }
@@ -196,15 +212,17 @@ void ExpectInvariant(const Problem& p, const Runner& run) {
 }
 
 TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   std::mt19937_64 rng(14);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
-  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16(p, x, rows, cpu::MatMulNTBf16Dot); });
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
 }
 
 TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   std::mt19937_64 rng(15);
   const Q8Problem p = MakeQ8(37, 1001, 301, rng);
-  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8(p, x, rows, cpu::MatMulNTQ8Dot); });
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
 }
 
 }  // namespace

@@ -110,6 +110,8 @@ struct LowPrecisionWeights {
   std::vector<uint16_t> bf16;
   std::vector<int8_t> q8;
   std::vector<float> q8_scales;
+  std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
+  std::vector<uint8_t> q8_dot;
 };
 
 const LowPrecisionWeights& WeightsFor(int in, int out) {
@@ -127,6 +129,14 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
     for (float& v : row) v = g(rng);
     for (int k = 0; k < in; ++k) lw.bf16[size_t(j * in + k)] = cpu::FloatToBf16(row[size_t(k)]);
     cpu::QuantizeQ8(row.data(), 1, in, lw.q8.data() + j * in, lw.q8_scales.data() + j * cpu::Q8BlocksPerRow(in));
+  }
+  if (cpu::Bf16DotAvailable()) {
+    lw.bf16_dot.resize(size_t(cpu::Bf16DotPackedSize(out, in)));
+    cpu::PackBf16Dot(lw.bf16.data(), out, in, lw.bf16_dot.data());
+  }
+  if (cpu::Int8DotAvailable()) {
+    lw.q8_dot.resize(size_t(cpu::Q8DotPackedSize(out, in)));
+    cpu::PackQ8Dot({lw.q8.data(), lw.q8_scales.data()}, out, in, lw.q8_dot.data());
   }
   return lw;
 }
@@ -156,9 +166,10 @@ void BM_Bf16Widening(benchmark::State& state) {
   });
 }
 void BM_Bf16Dot(benchmark::State& state) {
+  if (!cpu::Bf16DotAvailable()) return state.SkipWithError("no AVX512_BF16 on this CPU");
   RunLowPrecision(state, 16, cpu::Bf16DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                      int out, float* y) {
-    cpu::MatMulNTBf16Dot(x, rows, in, lw.bf16.data(), out, y);
+    cpu::MatMulNTBf16Dot(x, rows, in, lw.bf16_dot.data(), out, y);
   });
 }
 // q8_0 is 9 bytes per 8 weights: the int8 values and an fp32 scale per 32.
@@ -169,9 +180,10 @@ void BM_Q8Widening(benchmark::State& state) {
   });
 }
 void BM_Q8Dot(benchmark::State& state) {
+  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
   RunLowPrecision(state, 9, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                    int out, float* y) {
-    cpu::MatMulNTQ8Dot(x, rows, in, {lw.q8.data(), lw.q8_scales.data()}, out, y);
+    cpu::MatMulNTQ8Dot(x, rows, in, lw.q8_dot.data(), out, y);
   });
 }
 
