@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
 #include "model/decoder/state_pool.h"
 #include "model/sampling/sampling.h"
@@ -49,18 +50,27 @@ class CpuBackend : public Backend {
     const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
                       (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && options.cpu_gemm == CpuGemm::kAuto && cpu::AmxAvailable();
-    if (options.cpu_weights != CpuWeights::kAuto || amx) {
-      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx));
+    // Elsewhere bf16 and q8 matrices go to the dot-product kernels where the CPU has them (packed:
+    // a copy either way; matrices the kernels do not take are shared, not copied).
+    const std::string types = own.TypeNames();
+    const bool dot = options.cpu_gemm == CpuGemm::kAuto && !amx &&
+                     ((cpu::Bf16DotAvailable() && (bf16 || types.find("bf16") != std::string::npos)) ||
+                      (cpu::Int8DotAvailable() && (options.cpu_weights == CpuWeights::kQ8 ||
+                                                   types.find("q8") != std::string::npos)));
+    if (options.cpu_weights != CpuWeights::kAuto || amx || dot) {
+      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx, dot));
     }
     const CpuMatrices& read = reduced_ ? *reduced_ : own;
     types_ = read.TypeNames();
-    amx_ = read.amx;
+    kernels_ = read.Kernels();
     matrix_bytes_ = read.Bytes();
   }
 
+  // "cpu", or e.g. "cpu (bf16 weights on AVX512_BF16)": the weights' types and the CPU extensions
+  // their GEMMs run on where that is not the widening kernel (steady bench, the server's log).
   std::string Name() const override {
     if (types_ == "f32") return "cpu";
-    return "cpu (" + types_ + " weights" + (amx_ ? " on AMX)" : ")");
+    return "cpu (" + types_ + " weights" + (kernels_.empty() ? "" : " on " + kernels_) + ")";
   }
   int slots() const override { return pool_.slots(); }
   int64_t position(int slot) const override { return pool_.position(slot); }
@@ -130,7 +140,7 @@ class CpuBackend : public Backend {
   std::vector<float> scratch_logits_;
   std::unique_ptr<CpuMatrices> reduced_;  // null: the model's own matrices
   std::string types_;                     // the types of the matrices read ("f32", "bf16", ...)
-  bool amx_ = false;
+  std::string kernels_;                   // CpuMatrices::Kernels(): "AMX", "AVX512_BF16", ... or ""
   int64_t matrix_bytes_ = 0;              // their bytes
 };
 

@@ -7,6 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "base/check.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "model/decoder/model.h"
 
 namespace steady {
@@ -47,7 +49,24 @@ std::string CpuWeightsName(CpuWeights w) {
   return "?";
 }
 
-CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx) {
+std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
+  const std::string widening = absl::StrCat("widening fp32 (", cpu::SimdTargetName(), ")");
+  const bool fast = gemm == CpuGemm::kAuto;
+  std::string bf16 = widening, q8 = widening;
+  if (fast && cpu::AmxAvailable()) {
+    bf16 = "amx_bf16 (TDPBF16PS)";
+  } else if (fast && cpu::Bf16DotAvailable()) {
+    bf16 = cpu::Bf16DotPath();
+  }
+  if (fast && cpu::Int8DotAvailable()) q8 = cpu::Int8DotPath();
+  const std::string f32 = gemm == CpuGemm::kOpenBlas
+                              ? "OpenBLAS sgemm"
+                              : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
+                                             " rows, OpenBLAS sgemm above");
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}};
+}
+
+CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
   STEADY_CHECK(!amx || cpu::AmxAvailable());
   CpuMatrices m;
   m.precision = precision;
@@ -58,6 +77,8 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (precision == CpuWeights::kBf16) to = WeightType::kBf16;
     if (precision == CpuWeights::kQ8) to = WeightType::kQ8;
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
+    if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
+    if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -94,7 +115,24 @@ int64_t CpuMatrices::Weights() const {
 
 std::string CpuMatrices::TypeNames() const {
   std::set<std::string> names;
-  ForEach([&](const WeightMatrix& w) { names.insert(w.type() == WeightType::kAmxBf16 ? "bf16" : WeightTypeName(w.type())); });
+  ForEach([&](const WeightMatrix& w) {
+    switch (w.type()) {
+      case WeightType::kAmxBf16:
+      case WeightType::kDotBf16: names.insert("bf16"); break;
+      case WeightType::kDotQ8: names.insert("q8"); break;
+      default: names.insert(WeightTypeName(w.type()));
+    }
+  });
+  return absl::StrJoin(names, " and ");
+}
+
+std::string CpuMatrices::Kernels() const {
+  std::set<std::string> names;
+  ForEach([&](const WeightMatrix& w) {
+    if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
+    if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
+    if (w.type() == WeightType::kDotQ8) names.insert("AVX512_VNNI");
+  });
   return absl::StrJoin(names, " and ");
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,13 +28,21 @@ std::string CpuWeightsName(CpuWeights w);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
-//         kernels/cpu/amx.h), else the SIMD small-row kernel up to 32 rows and OpenBLAS above;
-//  kSimd: never AMX: the SIMD kernel with fp32 activations whatever the CPU;
+//         kernels/cpu/amx.h), else bf16 on VDPBF16PS where it has AVX512_BF16, and q8 weights on
+//         VPDPBUSD where it has AVX512_VNNI (activations rounded to bf16 / quantized to q8_0,
+//         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
+//         to 32 rows and OpenBLAS above;
+//  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
+//         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
 //         against; bf16 and q8 weights still take the SIMD kernel).
 enum class CpuGemm { kAuto, kSimd, kOpenBlas };
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
+
+// The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
+// {format, path} pairs for f32, bf16 and q8, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
+std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
 
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).
@@ -46,8 +55,13 @@ struct CpuMatrices {
   std::vector<Layer> layers;
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
-  // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX.
-  static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false);
+  // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8 ones for
+  // VPDPBUSD where cpu::Int8DotAvailable(); the other matrices stay as they are.
+  static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
+  // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",
+  // "AVX512_VNNI" or "" (the widening kernels).
+  std::string Kernels() const;
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).
   int64_t Weights() const;

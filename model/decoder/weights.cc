@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 
@@ -40,6 +41,8 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kF16: return "f16";
     case WeightType::kQ8: return "q8";
     case WeightType::kAmxBf16: return "amx-bf16";
+    case WeightType::kDotBf16: return "dot-bf16";
+    case WeightType::kDotQ8: return "dot-q8";
   }
   return "?";
 }
@@ -84,6 +87,8 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kF16: return Weights() * 2;
     case WeightType::kQ8: return Weights() + rows_ * cpu::Q8BlocksPerRow(cols_) * int64_t(sizeof(float));
     case WeightType::kAmxBf16: return cpu::AmxPackedSize(int(rows_), int(cols_)) * 2;
+    case WeightType::kDotBf16: return cpu::Bf16DotPackedSize(rows_, cols_) * 2;
+    case WeightType::kDotQ8: return cpu::Q8DotPackedSize(rows_, cols_);
   }
   return 0;
 }
@@ -117,9 +122,11 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return;
     }
     case WeightType::kAmxBf16:
+    case WeightType::kDotBf16:
+    case WeightType::kDotQ8:
       break;
   }
-  STEADY_CHECK(false && "RowsToFloat of an AMX-packed matrix");
+  STEADY_CHECK(false && "RowsToFloat of a packed matrix");
 }
 
 std::vector<float> WeightMatrix::RowsSlice(int64_t r0, int64_t r1) const {
@@ -144,7 +151,8 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       return m;
     }
     case WeightType::kBf16:
-    case WeightType::kAmxBf16: {
+    case WeightType::kAmxBf16:
+    case WeightType::kDotBf16: {
       auto bf16 = Buffer<uint16_t>(size_t(n));
       ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
         std::vector<float> row(size_t((r1 - r0) * cols_));
@@ -154,6 +162,10 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       if (type == WeightType::kAmxBf16) {  // the tile layout replaces the row-major copy
         auto packed = Buffer<uint16_t>(size_t(cpu::AmxPackedSize(int(rows_), int(cols_))));
         cpu::PackAmxBf16(bf16->data(), int(rows_), int(cols_), packed->data());
+        bf16 = std::move(packed);
+      } else if (type == WeightType::kDotBf16) {
+        auto packed = Buffer<uint16_t>(size_t(cpu::Bf16DotPackedSize(rows_, cols_)));
+        cpu::PackBf16Dot(bf16->data(), rows_, cols_, packed->data());
         bf16 = std::move(packed);
       }
       m.data_ = bf16->data();
@@ -172,6 +184,14 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
         cpu::QuantizeQ8(rows.data(), r1 - r0, int(cols_), q + r0 * cols_, scales + r0 * blocks);
       });
       m.owner_ = std::move(buffer);
+      return m;
+    }
+    case WeightType::kDotQ8: {  // the packed layout replaces the row-major q8 copy
+      const WeightMatrix q8 = ConvertTo(WeightType::kQ8);
+      auto packed = Buffer<uint8_t>(size_t(cpu::Q8DotPackedSize(rows_, cols_)));
+      cpu::PackQ8Dot({q8.as<int8_t>(), q8.q8_scales()}, rows_, cols_, packed->data());
+      m.data_ = packed->data();
+      m.owner_ = std::move(packed);
       return m;
     }
     case WeightType::kF16:
@@ -199,6 +219,8 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kF16: return cpu::MatMulNTF16(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kQ8: return cpu::MatMulNTQ8(x, rows, in, {w.as<int8_t>(), w.q8_scales()}, out, y);
     case WeightType::kAmxBf16: return cpu::MatMulNTAmxBf16(x, rows, in, w.as<uint16_t>(), out, y);
+    case WeightType::kDotBf16: return cpu::MatMulNTBf16Dot(x, rows, in, w.as<uint16_t>(), out, y);
+    case WeightType::kDotQ8: return cpu::MatMulNTQ8Dot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 

@@ -23,8 +23,10 @@ enum class WeightType {
   kF16,      // IEEE half-precision bits, row-major
   kQ8,       // q8_0 blocks of kernels/cpu/matmul.h: int8 values [rows, cols], fp32 scales after them
   kAmxBf16,  // bf16 packed for AMX tiles (kernels/cpu/amx.h), zero padding included
+  kDotBf16,  // bf16 packed for VDPBF16PS (kernels/cpu/matmul_dot.h PackBf16Dot), zero padding included
+  kDotQ8,    // q8_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ8Dot), zero padding included
 };
-// "f32", "bf16", "f16", "q8", "amx-bf16".
+// "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
@@ -41,9 +43,10 @@ class WeightMatrix {
   // Whether `data` may be viewed as `type` in place (else the loader copies it).
   static bool MatchesAlignment(WeightType type, const void* data);
 
-  // This matrix in `type` (kF32, kBf16, kQ8 or kAmxBf16): itself when already so, else a converted
-  // copy of its own (bf16: rounded to nearest even; q8: QuantizeQ8 of the fp32 values; AMX: packed
-  // from bf16). Converted in parallel over the compute threads.
+  // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16 or kDotQ8): itself when already so,
+  // else a converted copy of its own (bf16: rounded to nearest even; q8: QuantizeQ8 of the fp32
+  // values; AMX and dot-bf16: packed from bf16; dot-q8: packed from q8). Converted in parallel over
+  // the compute threads (the packing: one thread).
   WeightMatrix ConvertTo(WeightType type) const;
 
   WeightType type() const { return type_; }
@@ -60,7 +63,7 @@ class WeightMatrix {
   }
   const float* q8_scales() const;  // kQ8 only
 
-  // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for kAmxBf16).
+  // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;
   std::vector<float> ToFloat() const { return RowsSlice(0, rows_); }
   std::vector<float> RowsSlice(int64_t r0, int64_t r1) const;
@@ -82,7 +85,8 @@ class WeightMatrix {
 
 // y[rows, out] = x[rows, in] w^T for w [out, in] of any type: fp32 through cpu::MatMulNT (the
 // small-row kernel, OpenBLAS above 32 rows), the other types through their kernels of
-// kernels/cpu/matmul.h and kernels/cpu/amx.h, each weight widened to fp32 (AMX: x rounded to bf16).
+// kernels/cpu/matmul.h, kernels/cpu/amx.h and kernels/cpu/matmul_dot.h, each weight widened to fp32
+// (AMX and dot-bf16: x rounded to bf16; dot-q8: x quantized to q8_0 blocks).
 void MatMul(const float* x, int rows, const WeightMatrix& w, float* y);
 
 // out[r, :] = table[ids[r], :] in fp32 (an embedding lookup in the table's type).

@@ -80,8 +80,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
                       start to f32, bf16 or q8 (8-bit blocks of 32 with a scale): q8 reads about a
                       quarter of fp32's bytes per decode step, at a small quality cost (docs/cpu.md)
-  --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles where
-                      the CPU has them, activations rounded to bf16), simd (never AMX), openblas
+  --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
+                      VDPBF16PS, q8 on VPDPBUSD, where the CPU has them; activations rounded to
+                      bf16 / q8; the startup log names them), simd (the widening kernels), openblas
                       (every fp32 GEMM in OpenBLAS: a baseline to measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused

@@ -158,7 +158,7 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 
 # --threads and --cpu-gemm reach the report; bad values are refused naming the flag.
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
-  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"], r' \
+  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and sorted(r["cpu_gemm_paths"]) == ["bf16", "f32", "q8"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
 # bf16 and q8 matrices: the backend says so, and a step reads about a half and a quarter of the
 # weight bytes (against the f32 run above). bf16 goes on AMX tiles by default where the CPU has them
@@ -177,11 +177,21 @@ assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (
     pass "bench: $* reads $low-$high of the weight bytes on \"$device\"" || fail "bench $*"
 }
 reduced_weights bf16 "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm simd
-reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
+reduced_weights q8-simd "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8 --cpu-gemm simd
+# By default q8 goes to VPDPBUSD where the CPU has AVX512_VNNI, and bf16 to AMX tiles where it has
+# them, else to VDPBF16PS where it has AVX512_BF16 (kernels/cpu/matmul_dot.h).
+if grep -qw avx512_vnni /proc/cpuinfo; then
+  reduced_weights q8 "cpu (q8 weights on AVX512_VNNI)" 0.2 0.35 --cpu-weights q8
+else
+  reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
+fi
 if grep -qw amx_bf16 /proc/cpuinfo; then
   reduced_weights amx "cpu (bf16 weights on AMX)" 0.45 0.6 --cpu-weights bf16
-else
+elif grep -qw avx512_bf16 /proc/cpuinfo; then
   echo "skip - bench --cpu-weights bf16 on AMX (this CPU has no AMX-BF16)"
+  reduced_weights dot "cpu (bf16 weights on AVX512_BF16)" 0.45 0.6 --cpu-weights bf16
+else
+  echo "skip - bench --cpu-weights bf16 on AMX or AVX512_BF16 (this CPU has neither)"
   reduced_weights amx "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16
 fi
 expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \

@@ -1,8 +1,9 @@
 // The dot-product kernels (kernels/cpu/matmul_dot.h) against double-precision references at many
 // shapes (odd `in`, partial q8 blocks, 1..64 rows), with tolerances derived from the rounding of the
-// activations; and their batch and thread invariance. The kernels read weights packed by PackBf16Dot
-// and PackQ8Dot; where the CPU lacks the instructions the tests skip (the backend keeps the widening
-// kernels there, tests/model/cpu_weights_test.cc).
+// activations; their batch and thread invariance; and the CPU backend's choice of them (--cpu-gemm
+// auto takes them, simd keeps the widening kernels). The kernels read weights packed by PackBf16Dot
+// and PackQ8Dot; where the CPU lacks the instructions these tests skip (and the backend keeps the
+// widening kernels, which cpu_kernels_test checks against their references).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,9 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
+#include "model/backend/backend.h"
+#include "model/decoder/cpu_weights.h"
+#include "model/decoder/model.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -223,6 +228,61 @@ TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(15);
   const Q8Problem p = MakeQ8(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
+}
+
+// Through the backend, each path forced by --cpu-gemm: auto packs bf16 and q8 matrices for the dot
+// kernels (and says so in its name), simd keeps the widening kernels on the same stored weights. Both
+// steps' logits are close to the fp32 weights' (the rounding of weights and activations moves them a
+// little), and the dot step's differ from the widening one's (the packed matrices were read).
+void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_name, const std::string& simd_name,
+                                     WeightType packed_type) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  auto step = [&](CpuWeights w, CpuGemm gemm, std::string* name) {
+    BackendOptions o;
+    o.slots = 2;
+    o.cpu_weights = w;
+    o.cpu_gemm = gemm;
+    auto backend = MakeBackend(m, "cpu", o);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    *name = (*backend)->Name();
+    std::vector<float> logits;
+    (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
+    return std::vector<double>(logits.begin(), logits.end());
+  };
+  std::string dot_got, simd_got, f32_got;
+  const std::vector<double> dot = step(weights, CpuGemm::kAuto, &dot_got);
+  const std::vector<double> simd = step(weights, CpuGemm::kSimd, &simd_got);
+  const std::vector<double> f32 = step(CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
+  EXPECT_EQ(dot_got, dot_name);
+  EXPECT_EQ(simd_got, simd_name);
+  ASSERT_EQ(dot.size(), f32.size());
+  ASSERT_EQ(simd.size(), f32.size());
+  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
+  const double dot_err = testing::MaxRelError(dot, f32), simd_err = testing::MaxRelError(simd, f32);
+  EXPECT_LT(dot_err, 0.05) << "against the fp32 weights' logits (the widening kernel: " << simd_err << ")";
+  EXPECT_LT(simd_err, 0.05);
+  // The packed copies replace the row-major ones.
+  const CpuMatrices packed = CpuMatrices::From(m, weights, /*amx=*/false, /*dot=*/true);
+  for (const CpuMatrices::Layer& l : packed.layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_EQ(w->type(), packed_type);
+    }
+  }
+  EXPECT_EQ(packed.lm_head.type(), packed_type);
+  EXPECT_GE(packed.Bytes(), CpuMatrices::From(m, weights).Bytes());
+}
+
+TEST(CpuDotTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
+  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, "cpu (bf16 weights on AVX512_BF16)", "cpu (bf16 weights)",
+                                  WeightType::kDotBf16);
+}
+
+TEST(CpuDotTest, TheBackendTakesVpdpbusdForQ8UnlessTold) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on AVX512_VNNI)", "cpu (q8 weights)",
+                                  WeightType::kDotQ8);
 }
 
 }  // namespace

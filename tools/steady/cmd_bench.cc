@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -292,6 +293,13 @@ nlohmann::json MeasurePrefill(Backend& b, int64_t total, int64_t chunk, TokenSou
   return out;
 }
 
+// {"f32": path, "bf16": path, "q8": path}: the instruction path each --cpu-weights format takes here.
+nlohmann::json CpuGemmPathsJson(CpuGemm gemm) {
+  nlohmann::json paths = nlohmann::json::object();
+  for (const auto& [format, path] : CpuGemmPaths(gemm)) paths[format] = path;
+  return paths;
+}
+
 std::string Bytes(double b) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
   int u = 0;
@@ -304,6 +312,11 @@ void PrintTable(const nlohmann::json& r) {
   const nlohmann::json& d = r["decode"];
   const auto row = [](const char* name, const std::string& value) { std::printf("%-28s %s\n", name, value.c_str()); };
   row("device", r["device"].get<std::string>());
+  if (absl::StartsWith(r["device"].get<std::string>(), "cpu")) {
+    std::vector<std::string> paths;
+    for (const auto& [format, path] : r["cpu_gemm_paths"].items()) paths.push_back(absl::StrCat(format, ": ", path.get<std::string>()));
+    row("cpu gemm paths", absl::StrJoin(paths, "; "));
+  }
   row("model", m["source"].get<std::string>());
   row("shape", absl::StrFormat("hidden %d, layers %d, heads %d, kv heads %d, head_dim %d, vocab %d, %lld parameters",
                                m["hidden"].get<int>(), m["layers"].get<int>(), m["heads"].get<int>(),
@@ -395,6 +408,7 @@ absl::Status RunBench(const Flags& flags) {
           {"cpu_threads", cpu::ComputeThreads()},
           {"cpu_simd", cpu::SimdTargetName()},
           {"cpu_gemm", CpuGemmName(cpu_flags.cpu_gemm)},
+          {"cpu_gemm_paths", CpuGemmPathsJson(cpu_flags.cpu_gemm)},
           {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
                      {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
                      {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
@@ -452,8 +466,10 @@ Command BenchCommand() {
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8: the
 CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so; auto, the default: as stored); --cpu-gemm: auto (AMX
-tiles for bf16 weights where the CPU has them), simd (never AMX), openblas (every fp32 GEMM through
-OpenBLAS, as before the small-row kernel), for baselines in the same run (docs/cpu.md). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
+tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8 on VPDPBUSD with
+AVX512_VNNI), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
+the small-row kernel), for baselines in the same run (docs/cpu.md); the report names each format's
+path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a
 sliding window's W if larger, then the position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
 other growing state: L real tokens prefilled, refused on the cpu backend above 1e12 multiply-adds),

@@ -178,7 +178,8 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
 (auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16 or q8 (8-bit blocks);
---cpu-gemm: auto (bf16 on AMX tiles where the CPU has them), simd (never AMX) or openblas (docs/cpu.md).
+--cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8 on VPDPBUSD, where the CPU has them), simd (the widening
+kernels only) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template (config.json's
 "chat_template", or the default: docs/checkpoint-format.md), whose stop strings are added.
