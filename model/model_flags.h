@@ -26,7 +26,7 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
 // --temperature, --top-k, --top-p and --repetition-penalty the flags leave out.
 SamplingParams WithGenerationDefaults(const Flags& flags, const GenerationDefaults& defaults, SamplingParams sampling);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
-                                                  // --cpu-weights auto|f32|bf16|q8, --cpu-gemm
+                                                  // --cpu-weights auto|f32|bf16|q8|q4, --cpu-gemm
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
 extern const std::set<std::string> kCudaFlags;  // --cuda-weights bf16|f32, --cuda-kv bf16|f32 (default bf16 both)

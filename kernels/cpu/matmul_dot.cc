@@ -17,13 +17,15 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
 
-#define STEADY_DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni")))
+#define STEADY_DOT_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,f16c")))
 
 namespace steady::cpu {
 namespace {
@@ -33,6 +35,7 @@ constexpr int kTileGroups = 4;  // groups per register tile (64 columns)
 constexpr int kTileRows = 4;    // rows of x per register tile: 16 accumulators + 4 weights + x
 constexpr int kPassRows = 32;   // rows of x whose sums are kept (in L1) during a pass over the weights
 constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
+constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
 
 int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
 
@@ -66,46 +69,105 @@ struct Bf16Op {
   }
 };
 
+// The activations of the int8 kernels: each row quantized per q8_0 block (QuantizeRow).
+struct Q8Rows {
+  const int8_t* x;      // [rows, blocks * 32], zero padded
+  const float* xscale;  // [rows, blocks]
+  const int32_t* xsum;  // [rows, blocks]: the block's sum of q_x
+  int64_t blocks;
+
+  // s[rr][c] = -offset * the sum of q_x of row r + rr's block b: VPDPBUSD's sums of q_x (q_w +
+  // offset) start there, and end at the exact sum of q_x q_w.
+  template <int R, int C>
+  STEADY_DOT_TARGET void Start(int r, int64_t b, int32_t offset, __m512i (&s)[R][C]) const {
+    for (int rr = 0; rr < R; ++rr) {
+      const __m512i start = _mm512_set1_epi32(-offset * xsum[(r + rr) * blocks + b]);
+      for (int c = 0; c < C; ++c) s[rr][c] = start;
+    }
+  }
+  // s[rr][c] += the 16 columns' 4 weights wv[c] times row r + rr's inputs 4u..4u+3 of block b.
+  template <int R, int C>
+  STEADY_DOT_TARGET void Add(int r, int64_t b, int u, const __m512i (&wv)[C], __m512i (&s)[R][C]) const {
+    for (int rr = 0; rr < R; ++rr) {
+      int32_t four;
+      std::memcpy(&four, x + ((r + rr) * blocks + b) * 32 + u * 4, 4);
+      const __m512i xv = _mm512_set1_epi32(four);
+      for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
+    }
+  }
+  // acc[rr][c] += s[rr][c] * scale_x(row r + rr, block b) * ws[c], in fp32.
+  template <int R, int C>
+  STEADY_DOT_TARGET void Scale(int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) const {
+    for (int c = 0; c < C; ++c) {
+      for (int rr = 0; rr < R; ++rr) {
+        float* a = acc + (rr * C + c) * 16;
+        const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(xscale[(r + rr) * blocks + b]));
+        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
+      }
+    }
+  }
+};
+
 // int8 x int8, a q8_0 block (32 inputs) per step: 8 VPDPBUSD of the weights (+ 128, unsigned) by x's
-// 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of x, so that they
-// end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by scale_x scale_w.
+// 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of q_x, so that
+// they end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by
+// scale_x scale_w.
 struct Q8Op {
-  const int8_t* x;        // [rows, steps * 32], zero padded
-  const float* xscale;    // [rows, steps]
-  const int32_t* xcorr;   // [rows, steps]: -128 * the block's sum of q_x
-  const uint8_t* w;       // packed, at the tile's first group
-  int64_t steps;          // blocks
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;  // 8 blocks x 4 groups x 576 bytes: 18 KB in L1
 
-  Q8Op Shift(int64_t groups) const { return {x, xscale, xcorr, w + groups * steps * kQ8Record, steps}; }
+  Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
 
   template <int R, int C>
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
-      for (int rr = 0; rr < R; ++rr) {
-        const __m512i corr = _mm512_set1_epi32(xcorr[(r + rr) * steps + b]);
-        for (int c = 0; c < C; ++c) s[rr][c] = corr;
-      }
+      x.Start(r, b, 128, s);
       const uint8_t* wb = w + b * kQ8Record;
-      for (int q = 0; q < 8; ++q) {
+      for (int u = 0; u < 8; ++u) {
         __m512i wv[C];
-        for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_si512(wb + c * steps * kQ8Record + q * 64);
-        for (int rr = 0; rr < R; ++rr) {
-          int32_t four;
-          std::memcpy(&four, x + ((r + rr) * steps + b) * 32 + q * 4, 4);
-          const __m512i xv = _mm512_set1_epi32(four);
-          for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
-        }
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_si512(wb + c * steps * kQ8Record + u * 64);
+        x.Add(r, b, u, wv, s);
       }
+      __m512 ws[C];
+      for (int c = 0; c < C; ++c) ws[c] = _mm512_loadu_ps(reinterpret_cast<const float*>(wb + c * steps * kQ8Record + 512));
+      x.Scale(r, b, s, ws, acc);
+    }
+  }
+};
+
+// int8 x 4-bit: as Q8Op, the weights' nibbles (q_w + 8 in 0..15, unsigned) unpacked with a mask and
+// a shift, the sums starting at -8 * the block's sum of q_x, the scales widened from fp16.
+struct Q4Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 16;  // 16 blocks x 4 groups x 288 bytes: 18 KB in L1
+
+  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i s[R][C];
+      x.Start(r, b, 8, s);
+      const uint8_t* wb = w + b * kQ4Record;
+      for (int v = 0; v < 4; ++v) {
+        __m512i raw[C], wv[C];
+        for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4Record + v * 64);
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);  // inputs 4v..4v+3
+        x.Add(r, b, v, wv, s);
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);  // 16 + 4v..
+        x.Add(r, b, v + 4, wv, s);
+      }
+      __m512 ws[C];
       for (int c = 0; c < C; ++c) {
-        const __m512 ws = _mm512_loadu_ps(reinterpret_cast<const float*>(wb + c * steps * kQ8Record + 512));
-        for (int rr = 0; rr < R; ++rr) {
-          float* a = acc + (rr * C + c) * 16;
-          const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(xscale[(r + rr) * steps + b]));
-          _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
-        }
+        ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
       }
+      x.Scale(r, b, s, ws, acc);
     }
   }
 };
@@ -186,8 +248,8 @@ STEADY_DOT_TARGET void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
 }
 
 // QuantizeQ8 of one row, a block at a time (the same arithmetic: scale = max |x| / 127, q = x * (1 /
-// scale) rounded to nearest even, as lrint does), with each block's -128 * sum of q.
-STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* corr) {
+// scale) rounded to nearest even, as lrint does), with each block's sum of q.
+STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
   for (int64_t b = 0; b * kQ8Block < in; ++b) {
     const int64_t k0 = b * kQ8Block, left = in - k0;
     const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
@@ -201,7 +263,7 @@ STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float*
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0), _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + 16), _mm512_cvtepi32_epi8(q1));
     scales[b] = scale;
-    corr[b] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   }
 }
 
@@ -287,16 +349,80 @@ void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, i
   Run(Bf16Op{xb, packed, pairs}, rows, in, out, y);
 }
 
-void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+namespace {
+
+// q8(x) into per-thread scratch, for the int8 kernels.
+Q8Rows QuantizeRows(const float* x, int rows, int in) {
   thread_local std::vector<int8_t> scratch_q;
   thread_local std::vector<float> scratch_scales;
-  thread_local std::vector<int32_t> scratch_corr;
+  thread_local std::vector<int32_t> scratch_sums;
   const int64_t blocks = Q8BlocksPerRow(in), xs = blocks * kQ8Block;
   int8_t* q = Scratch(scratch_q, size_t(rows * xs));
   float* scales = Scratch(scratch_scales, size_t(rows * blocks));
-  int32_t* corr = Scratch(scratch_corr, size_t(rows * blocks));
-  for (int r = 0; r < rows; ++r) QuantizeRow(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, corr + r * blocks);
-  Run(Q8Op{q, scales, corr, packed, blocks}, rows, in, out, y);
+  int32_t* sums = Scratch(scratch_sums, size_t(rows * blocks));
+  for (int r = 0; r < rows; ++r) QuantizeRow(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, sums + r * blocks);
+  return {q, scales, sums, blocks};
+}
+
+STEADY_DOT_TARGET uint16_t FloatToF16(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+}  // namespace
+
+void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in);
+  Run(Q8Op{xq, packed, xq.blocks}, rows, in, out, y);
+}
+
+void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in);
+  Run(Q4Op{xq, packed, xq.blocks}, rows, in, out, y);
+}
+
+int64_t Q4DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ4Record; }
+
+void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  for (int64_t g = 0; g < Groups(out); ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* rec = packed + (g * blocks + b) * kQ4Record;
+      uint16_t scales[kGroup];
+      for (int c = 0; c < kGroup; ++c) {
+        const int64_t j = g * kGroup + c;
+        float v[kQ8Block] = {};
+        for (int i = 0; i < kQ8Block && j < out && b * kQ8Block + i < in; ++i) v[i] = w[j * in + b * kQ8Block + i];
+        float amax = 0.0f, m = 0.0f;  // llama.cpp's quantize_row_q4_0_ref
+        for (float e : v) {
+          if (amax < std::fabs(e)) {
+            amax = std::fabs(e);
+            m = e;
+          }
+        }
+        const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        scales[c] = FloatToF16(d);
+        uint8_t q[kQ8Block];
+        for (int i = 0; i < kQ8Block; ++i) q[i] = uint8_t(std::min(15, int(v[i] * id + 8.5f)));
+        for (int i = 0; i < 16; ++i) rec[(i / 4) * 64 + c * 4 + i % 4] = uint8_t(q[i] | (q[i + 16] << 4));
+      }
+      std::memcpy(rec + 256, scales, sizeof(scales));
+    }
+  }
+}
+
+void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0, int64_t r1, float* w) {
+  (void)out;
+  const int64_t blocks = Q8BlocksPerRow(in);
+  for (int64_t j = r0; j < r1; ++j) {
+    const int64_t g = j / kGroup, c = j % kGroup;
+    for (int64_t k = 0; k < in; ++k) {
+      const int64_t b = k / kQ8Block, i = k % kQ8Block;
+      const uint8_t* rec = packed + (g * blocks + b) * kQ4Record;
+      uint16_t d;
+      std::memcpy(&d, rec + 256 + 2 * c, 2);
+      const uint8_t byte = rec[((i % 16) / 4) * 64 + c * 4 + i % 4];
+      const int q = i < 16 ? byte & 15 : byte >> 4;
+      w[(j - r0) * in + k] = float(q - 8) * F16ToFloat(d);
+    }
+  }
 }
 
 void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {
@@ -311,7 +437,11 @@ void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* 
   }
 }
 
-void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
+namespace {
+
+// y[r, j] = sum over k of the dequantized q8(x)[r, k] * weight(j, k), in double.
+template <typename WeightAt>
+void Q8ActivationsProduct(const float* x, int rows, int in, int out, float* y, const WeightAt& weight) {
   const int64_t blocks = Q8BlocksPerRow(in);
   std::vector<int8_t> xq(static_cast<size_t>(in));
   std::vector<float> xd(static_cast<size_t>(blocks));
@@ -319,13 +449,23 @@ void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int o
     QuantizeQ8(x + int64_t(r) * in, 1, in, xq.data(), xd.data());
     for (int j = 0; j < out; ++j) {
       double s = 0;
-      for (int k = 0; k < in; ++k) {
-        s += double(xq[size_t(k)]) * xd[size_t(k / kQ8Block)] * double(w.q[int64_t(j) * in + k]) *
-             w.scales[j * blocks + k / kQ8Block];
-      }
+      for (int k = 0; k < in; ++k) s += double(xq[size_t(k)]) * xd[size_t(k / kQ8Block)] * weight(j, k);
       y[int64_t(r) * out + j] = float(s);
     }
   }
+}
+
+}  // namespace
+
+void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  Q8ActivationsProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) {
+    return double(w.q[j * in + k]) * w.scales[j * blocks + k / kQ8Block];
+  });
+}
+
+void MatMulNTQ8ActivationsReference(const float* x, int rows, int in, const float* w, int out, float* y) {
+  Q8ActivationsProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return double(w[j * in + k]); });
 }
 
 }  // namespace steady::cpu

@@ -64,6 +64,28 @@ void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int 
 // The double-precision product of the dequantized q8(x) and the dequantized row-major w.
 void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int out, float* y);
 
+// q4_0 weights (after llama.cpp's q4_0, --cpu-weights q4): blocks of kQ8Block weights, each weight
+// (q - 8) * scale with q in 0..15 and the scale in IEEE half precision, 4.5 bits a weight. A block's
+// scale is m / -8 for m its value of largest magnitude (sign kept), and q = min(15, trunc(w / scale
+// + 8.5)): the largest magnitude is exact, the others off by at most half a step (the top step's
+// values by up to one, clipped at 15). Stored only packed, as for Q8Dot: per group of 16 columns and
+// block, 4 vectors of the 16 columns' 4 consecutive q side by side (low nibbles: inputs 0-15 of the
+// block, high nibbles: 16-31), then the 16 columns' scales (288 bytes per 512 weights). There is no
+// widening q4 kernel: q4 needs Int8DotAvailable().
+int64_t Q4DotPackedSize(int64_t out, int64_t in);  // in bytes
+// w [out, in] in fp32 -> packed (Q4DotPackedSize bytes).
+void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed);
+// Rows [r0, r1) of a packed q4 matrix as fp32 values into w[(r1 - r0) * in], exactly.
+void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0, int64_t r1, float* w);
+// y = q8(x) w^T with packed q4 weights: x quantized as MatMulNTQ8Dot does, then per block the
+// products of q_x and q_w - 8 summed exactly in int32 (VPDPBUSD of the nibbles, less 8 * the block's
+// sum of q_x) and scaled by scale_x * scale_w in fp32. Only where Int8DotAvailable(). The same error
+// bound as MatMulNTQ8Dot against x times the dequantized weights.
+void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+// The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the
+// dequantized weights, DequantizeQ4Dot).
+void MatMulNTQ8ActivationsReference(const float* x, int rows, int in, const float* w, int out, float* y);
+
 }  // namespace steady::cpu
 
 #endif  // STEADY_KERNELS_CPU_MATMUL_DOT_H_

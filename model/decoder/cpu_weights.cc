@@ -18,8 +18,9 @@ absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name) {
   if (name == "f32") return CpuWeights::kF32;
   if (name == "bf16") return CpuWeights::kBf16;
   if (name == "q8") return CpuWeights::kQ8;
+  if (name == "q4") return CpuWeights::kQ4;
   return absl::InvalidArgumentError(
-      absl::StrCat("--cpu-weights: expected auto, f32, bf16 or q8, got \"", std::string(name), "\""));
+      absl::StrCat("--cpu-weights: expected auto, f32, bf16, q8 or q4, got \"", std::string(name), "\""));
 }
 
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
@@ -45,6 +46,7 @@ std::string CpuWeightsName(CpuWeights w) {
     case CpuWeights::kF32: return "f32";
     case CpuWeights::kBf16: return "bf16";
     case CpuWeights::kQ8: return "q8";
+    case CpuWeights::kQ4: return "q4";
   }
   return "?";
 }
@@ -63,11 +65,19 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}};
+  const std::string q4 = cpu::Int8DotAvailable() ? cpu::Int8DotPath() : "none (q4 needs AVX512_VNNI)";
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q4}};
+}
+
+absl::Status Q4Available() {
+  if (cpu::Int8DotAvailable()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "--cpu-weights q4: its kernel needs AVX512_VNNI (VPDPBUSD), which this CPU lacks; use q8 or bf16");
 }
 
 CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
   STEADY_CHECK(!amx || cpu::AmxAvailable());
+  STEADY_CHECK(precision != CpuWeights::kQ4 || Q4Available().ok());
   CpuMatrices m;
   m.precision = precision;
   m.amx = amx;
@@ -76,6 +86,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (precision == CpuWeights::kF32) to = WeightType::kF32;
     if (precision == CpuWeights::kBf16) to = WeightType::kBf16;
     if (precision == CpuWeights::kQ8) to = WeightType::kQ8;
+    if (precision == CpuWeights::kQ4) to = WeightType::kDotQ4;
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
@@ -120,6 +131,7 @@ std::string CpuMatrices::TypeNames() const {
       case WeightType::kAmxBf16:
       case WeightType::kDotBf16: names.insert("bf16"); break;
       case WeightType::kDotQ8: names.insert("q8"); break;
+      case WeightType::kDotQ4: names.insert("q4"); break;
       default: names.insert(WeightTypeName(w.type()));
     }
   });
@@ -131,7 +143,7 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (w.type() == WeightType::kDotQ8) names.insert("AVX512_VNNI");
+    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4) names.insert("AVX512_VNNI");
   });
   return absl::StrJoin(names, " and ");
 }

@@ -19,10 +19,11 @@ namespace steady {
 
 class Model;
 
-// auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter).
-enum class CpuWeights { kAuto, kF32, kBf16, kQ8 };
+// auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter); q4
+// (q4_0's 4-bit blocks, about a seventh; only where the CPU has AVX512_VNNI: Q4Available()).
+enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4 };
 
-// "auto", "f32", "bf16" or "q8"; anything else is an error naming the flag's values.
+// "auto", "f32", "bf16", "q8" or "q4"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name);
 std::string CpuWeightsName(CpuWeights w);
 
@@ -43,6 +44,8 @@ std::string CpuGemmName(CpuGemm g);
 // The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
 // {format, path} pairs for f32, bf16 and q8, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
+// Whether --cpu-weights q4 runs here (its only kernel is VPDPBUSD's), else an error naming the flag.
+absl::Status Q4Available();
 
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).

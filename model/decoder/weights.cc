@@ -43,6 +43,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kAmxBf16: return "amx-bf16";
     case WeightType::kDotBf16: return "dot-bf16";
     case WeightType::kDotQ8: return "dot-q8";
+    case WeightType::kDotQ4: return "q4";
   }
   return "?";
 }
@@ -89,6 +90,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kAmxBf16: return cpu::AmxPackedSize(int(rows_), int(cols_)) * 2;
     case WeightType::kDotBf16: return cpu::Bf16DotPackedSize(rows_, cols_) * 2;
     case WeightType::kDotQ8: return cpu::Q8DotPackedSize(rows_, cols_);
+    case WeightType::kDotQ4: return cpu::Q4DotPackedSize(rows_, cols_);
   }
   return 0;
 }
@@ -121,6 +123,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       }
       return;
     }
+    case WeightType::kDotQ4:
+      return cpu::DequantizeQ4Dot(as<uint8_t>(), rows_, cols_, r0, r1, out);
     case WeightType::kAmxBf16:
     case WeightType::kDotBf16:
     case WeightType::kDotQ8:
@@ -194,6 +198,18 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(packed);
       return m;
     }
+    case WeightType::kDotQ4: {  // from the fp32 values, in bands of whole 16-row groups
+      auto packed = Buffer<uint8_t>(size_t(cpu::Q4DotPackedSize(rows_, cols_)));
+      constexpr int64_t kBand = 1024;
+      for (int64_t r0 = 0; r0 < rows_; r0 += kBand) {
+        const int64_t r1 = std::min(rows_, r0 + kBand);
+        const std::vector<float> rows = RowsSlice(r0, r1);
+        cpu::QuantizePackQ4Dot(rows.data(), r1 - r0, cols_, packed->data() + cpu::Q4DotPackedSize(r0, cols_));
+      }
+      m.data_ = packed->data();
+      m.owner_ = std::move(packed);
+      return m;
+    }
     case WeightType::kF16:
       break;
   }
@@ -221,6 +237,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kAmxBf16: return cpu::MatMulNTAmxBf16(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotBf16: return cpu::MatMulNTBf16Dot(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotQ8: return cpu::MatMulNTQ8Dot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kDotQ4: return cpu::MatMulNTQ4Dot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 

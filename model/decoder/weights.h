@@ -25,8 +25,9 @@ enum class WeightType {
   kAmxBf16,  // bf16 packed for AMX tiles (kernels/cpu/amx.h), zero padding included
   kDotBf16,  // bf16 packed for VDPBF16PS (kernels/cpu/matmul_dot.h PackBf16Dot), zero padding included
   kDotQ8,    // q8_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ8Dot), zero padding included
+  kDotQ4,    // q4_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h QuantizePackQ4Dot), the only q4 layout
 };
-// "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8".
+// "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
@@ -43,10 +44,10 @@ class WeightMatrix {
   // Whether `data` may be viewed as `type` in place (else the loader copies it).
   static bool MatchesAlignment(WeightType type, const void* data);
 
-  // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16 or kDotQ8): itself when already so,
-  // else a converted copy of its own (bf16: rounded to nearest even; q8: QuantizeQ8 of the fp32
-  // values; AMX and dot-bf16: packed from bf16; dot-q8: packed from q8). Converted in parallel over
-  // the compute threads (the packing: one thread).
+  // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8 or kDotQ4): itself when
+  // already so, else a converted copy of its own (bf16: rounded to nearest even; q8: QuantizeQ8 of
+  // the fp32 values; AMX and dot-bf16: packed from bf16; dot-q8: packed from q8; q4: quantized from
+  // the fp32 values). Converted in parallel over the compute threads (the packing: one thread).
   WeightMatrix ConvertTo(WeightType type) const;
 
   WeightType type() const { return type_; }
@@ -63,7 +64,7 @@ class WeightMatrix {
   }
   const float* q8_scales() const;  // kQ8 only
 
-  // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types).
+  // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;
   std::vector<float> ToFloat() const { return RowsSlice(0, rows_); }
   std::vector<float> RowsSlice(int64_t r0, int64_t r1) const;

@@ -152,6 +152,36 @@ std::vector<float> RunQ8Dot(const Q8Problem& p, const std::vector<float>& x, int
   return y;
 }
 
+// got (a kernel on q8(x)) against exact (x times the weights, in double) within q8(x)'s error bound
+// plus the fp32 sum's, and against rounded (q8(x) times the weights, in double) within the sum's.
+template <typename WeightAt>
+void ExpectQ8ActivationBounds(const std::vector<float>& x, int rows, int in, int out, const WeightAt& weight,
+                              const std::vector<float>& got, const std::vector<float>& exact,
+                              const std::vector<float>& rounded) {
+  const int64_t blocks = cpu::Q8BlocksPerRow(in);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      // Quantizing x moves each value by at most half its block's step, max |x| / 127 / 2.
+      double quant_err = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        double amax = 0, wsum = 0;
+        for (int64_t k = b * 32; k < std::min<int64_t>(in, b * 32 + 32); ++k) {
+          amax = std::max(amax, std::abs(double(x[size_t(r) * in + k])));
+          wsum += std::abs(weight(j, int(k)));
+        }
+        quant_err += amax / 127 / 2 * wsum * (1 + 1e-6);
+      }
+      const double mag = Magnitude(x, r, in, j, weight);
+      const double sum_err = 1e-30 + in * kF32Eps * (mag + quant_err);
+      const size_t i = size_t(r) * out + j;
+      ASSERT_NEAR(got[i], exact[i], quant_err + sum_err)
+          << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+      ASSERT_NEAR(got[i], rounded[i], sum_err)
+          << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+    }
+  }
+}
+
 TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   std::mt19937_64 rng(13);
@@ -162,31 +192,84 @@ TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
         Q8Problem p = MakeQ8(rows, in, out, rng);
         if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);  // a row of zeros: every scale 0
         const int64_t blocks = cpu::Q8BlocksPerRow(in);
-        const std::vector<float> got = RunQ8Dot(p, p.x, rows);
-        const std::vector<float> exact = RunQ8(p, p.x, rows, cpu::MatMulNTQ8Reference);
-        const std::vector<float> rounded = RunQ8(p, p.x, rows, cpu::MatMulNTQ8DotReference);
         const auto weight = [&](int j, int k) { return double(p.q[size_t(j) * in + k]) * p.scales[j * blocks + k / 32]; };
-        for (int r = 0; r < rows; ++r) {
-          for (int j = 0; j < out; ++j) {
-            // Quantizing x moves each value by at most half its block's step, max |x| / 127 / 2.
-            double quant_err = 0;
-            for (int64_t b = 0; b < blocks; ++b) {
-              double amax = 0, wsum = 0;
-              for (int64_t k = b * 32; k < std::min<int64_t>(in, b * 32 + 32); ++k) {
-                amax = std::max(amax, std::abs(double(p.x[size_t(r) * in + k])));
-                wsum += std::abs(weight(j, int(k)));
-              }
-              quant_err += amax / 127 / 2 * wsum * (1 + 1e-6);
-            }
-            const double mag = Magnitude(p.x, r, in, j, weight);
-            const double sum_err = 1e-30 + in * kF32Eps * (mag + quant_err);
-            const size_t i = size_t(r) * out + j;
-            ASSERT_NEAR(got[i], exact[i], quant_err + sum_err)
-                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-            ASSERT_NEAR(got[i], rounded[i], sum_err)
-                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
-          }
-        }
+        ExpectQ8ActivationBounds(p.x, rows, in, out, weight, RunQ8Dot(p, p.x, rows),
+                                 RunQ8(p, p.x, rows, cpu::MatMulNTQ8Reference),
+                                 RunQ8(p, p.x, rows, cpu::MatMulNTQ8DotReference));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// q4: fp32 weights quantized and packed (QuantizePackQ4Dot), and read back (DequantizeQ4Dot).
+struct Q4Problem {
+  int rows, in, out;
+  std::vector<float> x, w, dequantized;
+  std::vector<uint8_t> packed;
+};
+
+Q4Problem MakeQ4(int rows, int in, int out, std::mt19937_64& rng) {
+  Q4Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
+              testing::RandomNormal<float>(size_t(out) * in, rng), std::vector<float>(size_t(out) * in), {}};
+  p.packed.assign(size_t(cpu::Q4DotPackedSize(out, in)), 0xff);
+  cpu::QuantizePackQ4Dot(p.w.data(), out, in, p.packed.data());
+  cpu::DequantizeQ4Dot(p.packed.data(), out, in, 0, out, p.dequantized.data());
+  return p;
+}
+
+std::vector<float> RunQ4Dot(const Q4Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ4Dot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
+
+// q4_0's rounding by hand: a block whose largest magnitude is -8 has scale 1 and keeps integers
+// exactly; 7.9 clips to 7, -0.4 rounds to 0 and 0.6 to 1; a block of zeros stays zero.
+TEST(CpuDotTest, Q4QuantizesAsQ4_0) {
+  std::vector<float> w(64, 0.0f);
+  for (int k = 0; k < 16; ++k) w[size_t(k)] = float(k - 8);
+  w[16] = 7.9f;
+  w[17] = -0.4f;
+  w[18] = 0.6f;
+  std::vector<uint8_t> packed(size_t(cpu::Q4DotPackedSize(1, 64)));
+  cpu::QuantizePackQ4Dot(w.data(), 1, 64, packed.data());
+  std::vector<float> back(64, NAN);
+  cpu::DequantizeQ4Dot(packed.data(), 1, 64, 0, 1, back.data());
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(back[size_t(k)], float(k - 8)) << k;
+  EXPECT_EQ(back[16], 7.0f);
+  EXPECT_EQ(back[17], 0.0f);
+  EXPECT_EQ(back[18], 1.0f);
+  for (int k = 19; k < 64; ++k) EXPECT_EQ(back[size_t(k)], 0.0f) << k;
+  // Random blocks: every weight within one step (|scale|) of its value, the largest within fp16's rounding.
+  std::mt19937_64 rng(16);
+  const Q4Problem p = MakeQ4(1, 1000, 37, rng);
+  for (int j = 0; j < p.out; ++j) {
+    for (int b = 0; b * 32 < p.in; ++b) {
+      double amax = 0;
+      for (int k = b * 32; k < std::min(p.in, b * 32 + 32); ++k) amax = std::max(amax, std::abs(double(p.w[size_t(j) * p.in + k])));
+      for (int k = b * 32; k < std::min(p.in, b * 32 + 32); ++k) {
+        const size_t i = size_t(j) * p.in + size_t(k);
+        ASSERT_NEAR(p.dequantized[i], p.w[i], amax / 8 * (1 + 1.0 / 128)) << "row " << j << " input " << k;
+      }
+    }
+  }
+}
+
+TEST(CpuDotTest, Q4MatchesReferencesAtManyShapes) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  std::mt19937_64 rng(17);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        Q4Problem p = MakeQ4(rows, in, out, rng);
+        if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);
+        std::vector<float> exact(size_t(rows) * out), rounded(size_t(rows) * out);
+        cpu::MatMulNTReference(p.x.data(), rows, in, p.dequantized.data(), out, exact.data());
+        cpu::MatMulNTQ8ActivationsReference(p.x.data(), rows, in, p.dequantized.data(), out, rounded.data());
+        const auto weight = [&](int j, int k) { return double(p.dequantized[size_t(j) * in + k]); };
+        ExpectQ8ActivationBounds(p.x, rows, in, out, weight, RunQ4Dot(p, p.x, rows), exact, rounded);
+        if (HasFatalFailure()) return;
       }
     }
   }
@@ -221,6 +304,13 @@ TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(14);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
+}
+
+TEST(CpuDotTest, Q4IsBatchAndThreadInvariant) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  std::mt19937_64 rng(18);
+  const Q4Problem p = MakeQ4(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Dot(p, x, rows); });
 }
 
 TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
@@ -283,6 +373,44 @@ TEST(CpuDotTest, TheBackendTakesVpdpbusdForQ8UnlessTold) {
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on AVX512_VNNI)", "cpu (q8 weights)",
                                   WeightType::kDotQ8);
+}
+
+// --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits
+// stay near the fp32 weights' (q4 moves them more than q8 does).
+TEST(CpuDotTest, TheBackendServesQ4) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  auto step = [&](CpuWeights w, std::string* name) {
+    BackendOptions o;
+    o.slots = 2;
+    o.cpu_weights = w;
+    auto backend = MakeBackend(m, "cpu", o);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    *name = (*backend)->Name();
+    std::vector<float> logits;
+    (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
+    return std::vector<double>(logits.begin(), logits.end());
+  };
+  std::string q4_name, q8_name, f32_name;
+  const std::vector<double> q4 = step(CpuWeights::kQ4, &q4_name), q8 = step(CpuWeights::kQ8, &q8_name);
+  const std::vector<double> f32 = step(CpuWeights::kF32, &f32_name);
+  EXPECT_EQ(q4_name, "cpu (q4 weights on AVX512_VNNI)");
+  const double q4_err = testing::MaxRelError(q4, f32), q8_err = testing::MaxRelError(q8, f32);
+  EXPECT_GT(q4_err, q8_err) << "4 bits should cost more than 8";
+  // Random weights are q4's worst case (no outliers to spend the steps on): 0.29 of the spread here.
+  EXPECT_LT(q4_err, 0.5) << "against the fp32 weights' logits (q8: " << q8_err << ")";
+  std::printf("max error of the logits against fp32 weights', of their spread: q4 %.3f, q8 %.3f\n", q4_err, q8_err);
+  const CpuMatrices q4_matrices = CpuMatrices::From(m, CpuWeights::kQ4);
+  EXPECT_EQ(q4_matrices.TypeNames(), "q4");
+  EXPECT_LT(q4_matrices.Bytes(), CpuMatrices::From(m, CpuWeights::kQ8).Bytes() * 0.6);
+  // The packed matrix reads back (RowsToFloat) as the kernel multiplies it.
+  const WeightMatrix& w = q4_matrices.layers[0].wq;
+  std::mt19937_64 rng(3);
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
+  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
+  MatMul(x.data(), 1, w, got.data());
+  cpu::MatMulNTQ8ActivationsReference(x.data(), 1, int(w.cols()), w.ToFloat().data(), int(w.rows()), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
 }
 
 }  // namespace
