@@ -78,8 +78,9 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
                       the process may use; docs/cpu.md)
   --cpu-weights W     CPU backend: the projection matrices as the checkpoint stores them (auto,
                       the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
-                      start to f32, bf16 or q8 (8-bit blocks of 32 with a scale): q8 reads about a
-                      quarter of fp32's bytes per decode step, at a small quality cost (docs/cpu.md)
+                      start to f32, bf16, q8 (8-bit blocks of 32 with a scale: about a quarter of
+                      fp32's bytes per decode step, at a small quality cost) or q4 (4-bit blocks,
+                      about a seventh, a larger cost; needs AVX512_VNNI) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
                       VDPBF16PS, q8 on VPDPBUSD, where the CPU has them; activations rounded to
                       bf16 / q8; the startup log names them), simd (the widening kernels), openblas

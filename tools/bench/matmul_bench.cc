@@ -2,7 +2,8 @@
 // small-row kernel (kernels/cpu/matmul.cc) against OpenBLAS's sgemm/sgemv on the same buffers, in
 // one run (docs/cpu.md, docs/benchmarks.md). bytes_per_second counts the weights read once.
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
-// (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes.
+// (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
+// BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -111,7 +112,7 @@ struct LowPrecisionWeights {
   std::vector<int8_t> q8;
   std::vector<float> q8_scales;
   std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
-  std::vector<uint8_t> q8_dot;
+  std::vector<uint8_t> q8_dot, q4_dot;
 };
 
 const LowPrecisionWeights& WeightsFor(int in, int out) {
@@ -121,14 +122,18 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   LowPrecisionWeights& lw = it->second;
   std::mt19937 rng(9);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> row(static_cast<size_t>(in));
+  constexpr int64_t kBand = 16;  // rows made at a time: q4 packs whole groups of 16
+  std::vector<float> band(static_cast<size_t>(kBand * in));
   lw.bf16.resize(size_t(out) * in);
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
-  for (int64_t j = 0; j < out; ++j) {
-    for (float& v : row) v = g(rng);
-    for (int k = 0; k < in; ++k) lw.bf16[size_t(j * in + k)] = cpu::FloatToBf16(row[size_t(k)]);
-    cpu::QuantizeQ8(row.data(), 1, in, lw.q8.data() + j * in, lw.q8_scales.data() + j * cpu::Q8BlocksPerRow(in));
+  if (cpu::Int8DotAvailable()) lw.q4_dot.resize(size_t(cpu::Q4DotPackedSize(out, in)));
+  for (int64_t j0 = 0; j0 < out; j0 += kBand) {
+    const int64_t n = std::min<int64_t>(kBand, out - j0);
+    for (int64_t i = 0; i < n * in; ++i) band[size_t(i)] = g(rng);
+    for (int64_t i = 0; i < n * in; ++i) lw.bf16[size_t(j0 * in + i)] = cpu::FloatToBf16(band[size_t(i)]);
+    cpu::QuantizeQ8(band.data(), n, in, lw.q8.data() + j0 * in, lw.q8_scales.data() + j0 * cpu::Q8BlocksPerRow(in));
+    if (cpu::Int8DotAvailable()) cpu::QuantizePackQ4Dot(band.data(), n, in, lw.q4_dot.data() + cpu::Q4DotPackedSize(j0, in));
   }
   if (cpu::Bf16DotAvailable()) {
     lw.bf16_dot.resize(size_t(cpu::Bf16DotPackedSize(out, in)));
@@ -186,6 +191,14 @@ void BM_Q8Dot(benchmark::State& state) {
     cpu::MatMulNTQ8Dot(x, rows, in, lw.q8_dot.data(), out, y);
   });
 }
+// q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
+void BM_Q4Dot(benchmark::State& state) {
+  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  RunLowPrecision(state, 36, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                    int out, float* y) {
+    cpu::MatMulNTQ4Dot(x, rows, in, lw.q4_dot.data(), out, y);
+  });
+}
 
 // Llama 3.2 1B: q/o 2048x2048, gate/up 2048->8192, down 8192->2048, the head 2048->128256.
 void DotShapes(benchmark::internal::Benchmark* b) {
@@ -196,6 +209,7 @@ void DotShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Bf16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q4Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -458,14 +458,14 @@ absl::Status RunBench(const Flags& flags) {
 
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
-                    --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8]
+                    --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8|q4]
                     [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                     [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
-checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8: the
-CPU backend's matrices in bf16 or 8-bit blocks (weight bytes count them so; auto, the default: as stored); --cpu-gemm: auto (AMX
+checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8|q4: the
+CPU backend's matrices in bf16, 8-bit or 4-bit blocks (weight bytes count them so; auto, the default: as stored); --cpu-gemm: auto (AMX
 tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8 on VPDPBUSD with
 AVX512_VNNI), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
 the small-row kernel), for baselines in the same run (docs/cpu.md); the report names each format's

@@ -177,7 +177,7 @@ stream, one JSON line {"ids": generated ids, "text": their text (null without a 
 Sampling flags left out take generation_config.json's values where the checkpoint has one. --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
-(auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16 or q8 (8-bit blocks);
+(auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16, q8 (8-bit blocks) or q4 (4-bit, AVX512_VNNI only);
 --cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8 on VPDPBUSD, where the CPU has them), simd (the widening
 kernels only) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
