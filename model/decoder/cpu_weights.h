@@ -29,10 +29,10 @@ std::string CpuWeightsName(CpuWeights w);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
-//         kernels/cpu/amx.h), else bf16 on VDPBF16PS where it has AVX512_BF16, and q8 weights on
-//         VPDPBUSD where it has AVX512_VNNI (activations rounded to bf16 / quantized to q8_0,
-//         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
-//         to 32 rows and OpenBLAS above;
+//         kernels/cpu/amx.h); else, for --cpu-weights bf16 or q8 (not a checkpoint's own bf16 read
+//         as stored), VDPBF16PS where the CPU has AVX512_BF16 and VPDPBUSD where it has
+//         AVX512_VNNI (activations rounded to bf16 / quantized to q8_0, kernels/cpu/matmul_dot.h);
+//         otherwise, and for fp32 weights, the SIMD small-row kernel up to 32 rows and OpenBLAS above;
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
