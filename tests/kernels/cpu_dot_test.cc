@@ -320,6 +320,22 @@ TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
 }
 
+// The logits of one step of two sessions (12 and 3 prompt tokens) through the CPU backend; `name`
+// gets the backend's name.
+std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm, std::string* name) {
+  BackendOptions o;
+  o.slots = 2;
+  o.cpu_weights = weights;
+  o.cpu_gemm = gemm;
+  auto backend = MakeBackend(m, "cpu", o);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return {};
+  *name = (*backend)->Name();
+  std::vector<float> logits;
+  (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
+  return std::vector<double>(logits.begin(), logits.end());
+}
+
 // Through the backend, each path forced by --cpu-gemm: auto packs bf16 and q8 matrices for the dot
 // kernels (and says so in its name), simd keeps the widening kernels on the same stored weights. Both
 // steps' logits are close to the fp32 weights' (the rounding of weights and activations moves them a
@@ -327,22 +343,10 @@ TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
 void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_name, const std::string& simd_name,
                                      WeightType packed_type) {
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
-  auto step = [&](CpuWeights w, CpuGemm gemm, std::string* name) {
-    BackendOptions o;
-    o.slots = 2;
-    o.cpu_weights = w;
-    o.cpu_gemm = gemm;
-    auto backend = MakeBackend(m, "cpu", o);
-    EXPECT_TRUE(backend.ok()) << backend.status();
-    *name = (*backend)->Name();
-    std::vector<float> logits;
-    (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
-    return std::vector<double>(logits.begin(), logits.end());
-  };
   std::string dot_got, simd_got, f32_got;
-  const std::vector<double> dot = step(weights, CpuGemm::kAuto, &dot_got);
-  const std::vector<double> simd = step(weights, CpuGemm::kSimd, &simd_got);
-  const std::vector<double> f32 = step(CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
+  const std::vector<double> dot = BackendStep(m, weights, CpuGemm::kAuto, &dot_got);
+  const std::vector<double> simd = BackendStep(m, weights, CpuGemm::kSimd, &simd_got);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
   EXPECT_EQ(dot_got, dot_name);
   EXPECT_EQ(simd_got, simd_name);
   ASSERT_EQ(dot.size(), f32.size());
@@ -380,20 +384,10 @@ TEST(CpuDotTest, TheBackendTakesVpdpbusdForQ8UnlessTold) {
 TEST(CpuDotTest, TheBackendServesQ4) {
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
-  auto step = [&](CpuWeights w, std::string* name) {
-    BackendOptions o;
-    o.slots = 2;
-    o.cpu_weights = w;
-    auto backend = MakeBackend(m, "cpu", o);
-    EXPECT_TRUE(backend.ok()) << backend.status();
-    *name = (*backend)->Name();
-    std::vector<float> logits;
-    (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
-    return std::vector<double>(logits.begin(), logits.end());
-  };
   std::string q4_name, q8_name, f32_name;
-  const std::vector<double> q4 = step(CpuWeights::kQ4, &q4_name), q8 = step(CpuWeights::kQ8, &q8_name);
-  const std::vector<double> f32 = step(CpuWeights::kF32, &f32_name);
+  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
+  const std::vector<double> q8 = BackendStep(m, CpuWeights::kQ8, CpuGemm::kAuto, &q8_name);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kAuto, &f32_name);
   EXPECT_EQ(q4_name, "cpu (q4 weights on AVX512_VNNI)");
   const double q4_err = testing::MaxRelError(q4, f32), q8_err = testing::MaxRelError(q8, f32);
   EXPECT_GT(q4_err, q8_err) << "4 bits should cost more than 8";
