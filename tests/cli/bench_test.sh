@@ -185,6 +185,13 @@ if grep -qw avx512_vnni /proc/cpuinfo; then
 else
   reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
 fi
+# q4 (4.5 bits a weight) runs only on VPDPBUSD; elsewhere it is refused naming the extension.
+if grep -qw avx512_vnni /proc/cpuinfo; then
+  reduced_weights q4 "cpu (q4 weights on AVX512_VNNI)" 0.1 0.2 --cpu-weights q4
+else
+  expect_error "bench: --cpu-weights q4 without VNNI" nonzero "AVX512_VNNI" "$steady" bench --device cpu --preset tiny \
+    --batch 1 --context 8 --cpu-weights q4
+fi
 if grep -qw amx_bf16 /proc/cpuinfo; then
   reduced_weights amx "cpu (bf16 weights on AMX)" 0.45 0.6 --cpu-weights bf16
 elif grep -qw avx512_bf16 /proc/cpuinfo; then
