@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "model/speculate/ngram.h"
 
 namespace steady {
 
@@ -72,10 +73,31 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
     result.text += text;
     if (on_text) on_text(text);
   };
+  // The loop samples one token a turn from `logits` row `row`. Plainly the state then takes the token
+  // in a step of its own. Speculating, the step instead verifies the token followed by its drafts
+  // (Segment::verify: one logits row per token, each what plain decoding would give): while a sampled
+  // token equals the draft already after it in the state, the next turn samples from the next row
+  // without a step; the first that differs (or the end) settles the verify, the state keeping exactly
+  // the emitted tokens (KeepVerified). Sampling sees the same rows in the same order, so greedy and
+  // seeded draws give plain decoding's tokens, and the emitted token's distribution is the target's
+  // (for a deterministic draft, sampling and comparing is the speculative-sampling acceptance rule).
+  const bool speculate = request.speculative == Speculation::kNgram && request.draft_tokens > 0 && backend.Verifies();
+  const int vocab = model.vocab_size();
+  std::vector<int32_t> drafts;  // the verify step's tokens after its first; empty when not verifying
+  int row = 0;
+  bool verifying = false;
+  auto settle = [&] {  // the state keeps the verified tokens emitted so far
+    if (verifying) backend.KeepVerified(slot, row + 1);
+    verifying = false;
+  };
   result.finish_reason = "length";
   for (int i = 0; i < request.max_tokens; ++i) {
-    auto next = SampleNext(sampler, constraint ? &*constraint : nullptr, &mask, logits.data(), model.vocab_size(), context);
-    if (!next.ok()) return next.status();
+    auto next = SampleNext(sampler, constraint ? &*constraint : nullptr, &mask, logits.data() + size_t(row) * vocab,
+                           vocab, context);
+    if (!next.ok()) {
+      settle();
+      return next.status();
+    }
     const int token = *next;
     // -1: the constraint's text is complete (it ends the turn even with ignore_eos).
     if (token < 0 || (!request.ignore_eos && model.config().IsEos(token))) {
@@ -86,17 +108,46 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
     context.push_back(token);
     if (streamer && token < tokenizer->vocab_size()) {
       auto piece = streamer->Add(token);
-      if (!piece.ok()) return piece.status();
+      if (!piece.ok()) {
+        settle();
+        return piece.status();
+      }
       emit(stops.Add(*piece));
     }
+    if (verifying && row < int(drafts.size()) && token == drafts[size_t(row)]) {
+      // Already in the state, its logits computed: accepted.
+      ++result.accepted;
+      ++row;
+      if (stops.stopped()) {
+        result.finish_reason = "stop";
+        break;
+      }
+      continue;
+    }
+    settle();
     // The sampled token enters the state even when it ends generation, so the session continues
     // exactly after the last token the client saw.
-    backend.Forward({Segment{slot, {token}, false}}, &logits);
+    const int remaining = request.max_tokens - i - 1;
+    drafts.clear();
+    if (speculate && remaining > 0 && !stops.stopped()) {
+      drafts = NgramDraft(context, std::min(request.draft_tokens, remaining));
+    }
+    Segment seg{slot, {token}, false};
+    if (!drafts.empty()) {
+      seg.tokens.insert(seg.tokens.end(), drafts.begin(), drafts.end());
+      seg.verify = true;
+      verifying = true;
+      result.drafted += int64_t(drafts.size());
+    }
+    backend.Forward({seg}, &logits);
+    ++result.steps;
+    row = 0;
     if (stops.stopped()) {
       result.finish_reason = "stop";
       break;
     }
   }
+  settle();
   if (streamer && !stops.stopped()) {
     auto tail = streamer->Flush();
     if (!tail.ok()) return tail.status();

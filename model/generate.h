@@ -19,6 +19,10 @@
 
 namespace steady {
 
+// Speculative decoding (docs/speculative.md): kNgram drafts by prompt lookup (model/speculate/ngram.h)
+// and verifies the drafts in one step; the tokens are those plain decoding gives (greedy or with a seed).
+enum class Speculation { kOff, kNgram };
+
 struct GenerateRequest {
   std::string prompt;
   int max_tokens = 64;
@@ -30,6 +34,10 @@ struct GenerateRequest {
   std::shared_ptr<const Constraint> constraint;
   bool want_prompt_logits = false;
   bool ignore_eos = false;  // generate max_tokens tokens whatever they are (checks, benchmarks)
+  // Speculation: up to draft_tokens drafted tokens verified per step. Off on a backend without
+  // verify segments (Backend::Verifies).
+  Speculation speculative = Speculation::kOff;
+  int draft_tokens = 4;
 };
 
 struct GenerateResult {
@@ -40,6 +48,9 @@ struct GenerateResult {
   // With want_prompt_logits: the logits after the prompt (those the first generated token is drawn
   // from), before any sampling transform.
   std::vector<float> prompt_logits;
+  // Speculation: tokens drafted and verified, those of them accepted (generated without a step of
+  // their own), and the forward steps the generated tokens took.
+  int64_t drafted = 0, accepted = 0, steps = 0;
 };
 
 // Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes

@@ -81,6 +81,8 @@ class CpuBackend : public Backend {
   void Forward(const std::vector<Segment>& segments, std::vector<float>* logits) override {
     model_.Forward(segments, pool_, ws_, logits != nullptr ? logits : &scratch_logits_, reduced_.get());
   }
+  bool Verifies() const override { return true; }
+  void KeepVerified(int slot, int keep) override { model_.KeepVerified(pool_, ws_, slot, keep); }
   SlotState ReadSlot(int slot) override {
     SlotState s;
     s.position = pool_.position(slot);
@@ -149,6 +151,8 @@ class CpuBackend : public Backend {
 int64_t Backend::LayerStateBytes(int layer) const {
   return int64_t(model_.LayerStateFloats(layer) * sizeof(float));
 }
+
+void Backend::KeepVerified(int, int) { STEADY_CHECK(false && "this backend takes no verify segments"); }
 
 void Backend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                             std::vector<int32_t>* ids) {

@@ -86,6 +86,12 @@ class Backend {
   // between the two; random draws use different generators.
   virtual void ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                              std::vector<int32_t>* ids);
+  // Speculative verification (Segment::verify): whether Forward takes verify segments, and after
+  // one, Model::KeepVerified's contract: the slot keeps only the first `keep` of its tokens, its
+  // state bit for bit the one plain decoding of them leaves. The CPU backend does; the CUDA
+  // backend does not yet (callers decode plainly there).
+  virtual bool Verifies() const { return false; }
+  virtual void KeepVerified(int slot, int keep);
   // Whether ForwardSample draws where the logits are (true: only ids cross to the host, so callers
   // prefer it to Forward + host sampling).
   virtual bool DrawsOnDevice() const { return false; }

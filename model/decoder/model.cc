@@ -326,7 +326,7 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     ws.first_row.push_back(rows);
     ws.slots.push_back(s.slot);
     rows += int(s.tokens.size());
-    out_rows += s.all_logits ? int(s.tokens.size()) : 1;
+    out_rows += s.all_logits || s.verify ? int(s.tokens.size()) : 1;
   }
   ws.x.resize(size_t(rows) * hidden);
   ws.h.resize(size_t(rows) * hidden);
@@ -354,6 +354,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   // two segments of one slot would share a state and run in order instead.
   std::sort(ws.slots.begin(), ws.slots.end());
   const bool distinct_slots = std::adjacent_find(ws.slots.begin(), ws.slots.end()) == ws.slots.end();
+  // Verify segments: their slots' states before the step, kept for KeepVerified (indices into
+  // ws.verify, which does not grow during the layers).
+  std::vector<int> verify_log(segments.size(), -1);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (!segments[i].verify) continue;
+    STEADY_CHECK(distinct_slots);  // a verify segment is its slot's only one in the step
+    verify_log[i] = BeginVerify(pool, ws, segments[i].slot, int(segments[i].tokens.size()));
+  }
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
@@ -377,8 +385,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     auto attend = [&](size_t i) {
       const Segment& s = segments[i];
       const size_t row = size_t(ws.first_row[i]);
-      AttentionForward<float>(w.attention, int(s.tokens.size()), ws.q.data() + row * q_dim,
-                              ws.k.data() + row * kv_dim, ws.v.data() + row * kv_dim, pool.View(s.slot, l),
+      const float *q = ws.q.data() + row * q_dim, *k = ws.k.data() + row * kv_dim, *v = ws.v.data() + row * kv_dim;
+      if (s.verify) {
+        RecordVerifyRows(ws.verify[size_t(verify_log[i])], l, q, k, v);
+        AttentionRecurrent<float>(w.attention, int(s.tokens.size()), q, k, v, pool.View(s.slot, l),
+                                  ws.att.data() + row * q_dim);
+        return;
+      }
+      AttentionForward<float>(w.attention, int(s.tokens.size()), q, k, v, pool.View(s.slot, l),
                               ws.att.data() + row * q_dim);
     };
     if (distinct_slots) {
@@ -402,8 +416,9 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   int row = 0, out = 0;
   for (const Segment& s : segments) {
     const int n = int(s.tokens.size());
-    const int first = s.all_logits ? row : row + n - 1;
-    const int count = s.all_logits ? n : 1;
+    const bool all = s.all_logits || s.verify;
+    const int first = all ? row : row + n - 1;
+    const int count = all ? n : 1;
     cpu::RmsNorm(ws.x.data() + size_t(first) * hidden, final_norm_.data(), count, hidden, float(c.rms_norm_eps),
                  ws.logits_in.data() + size_t(out) * hidden);
     out += count;

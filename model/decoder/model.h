@@ -52,11 +52,27 @@ absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
 // Floats a session's growing state adds per token (softmax layers' KV cache; 0 for constant state).
 int64_t KvCacheFloatsPerToken(const ModelConfig& config);
 
+// What a verify segment (Segment::verify) needs to keep a prefix of its tokens afterwards
+// (model/decoder/verify.cc): the slot's state before it and every layer's attention inputs of its rows.
+struct VerifyLog {
+  int slot = -1;             // -1: unused entry
+  int64_t position = 0;      // the slot's position before the segment
+  int rows = 0;              // the segment's tokens
+  std::vector<float> fixed;  // the slot's fixed state before the segment
+  // Per layer: the growing state before it (layers whose growing state is an append-only KV cache
+  // keep only its length in growing_size), and q, k, v of the rows as the attention saw them.
+  std::vector<std::vector<float>> growing;
+  std::vector<size_t> growing_size;
+  std::vector<std::vector<float>> q, k, v;
+};
+
 // Scratch buffers for Forward, reused across steps (resized, never shrunk).
 struct ForwardWorkspace {
   std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in, rope_scratch;
   std::vector<int64_t> positions;
   std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
+  std::vector<VerifyLog> verify;      // per verify segment of the last steps, until KeepVerified
+  std::vector<float> replay_y;        // KeepVerified's discarded attention outputs
 };
 
 // One session's rows in a forward step: `tokens` appended to the state in `slot`.
@@ -64,6 +80,11 @@ struct Segment {
   int slot = 0;
   std::vector<int32_t> tokens;
   bool all_logits = false;  // logits for every row (eval) instead of the last one only
+  // Speculative verification (docs/speculative.md): logits for every row, attention token by token
+  // through each mechanism's decode Step (so row i's logits are bit for bit those plain decoding
+  // gives after the same tokens), and the slot's state before the segment kept in the workspace so
+  // that Model::KeepVerified can then keep only an accepted prefix of the tokens.
+  bool verify = false;
 };
 
 class Model {
@@ -113,11 +134,22 @@ class Model {
   // the projections and the LM head read its matrices instead of the model's own.
   void Forward(const std::vector<Segment>& segments, StatePool& pool, ForwardWorkspace& ws,
                std::vector<float>* logits, const CpuMatrices* reduced = nullptr) const;
+  // After a Forward with a verify segment of `slot` (n tokens): the slot keeps only the first `keep`
+  // of them (1 <= keep <= n), its state then bit for bit the state n plain decode steps of those
+  // tokens leave: a KV cache is cut back; any other state is restored from before the segment and
+  // the kept rows' attention updates replayed through Step from their saved q, k, v (no projection
+  // is recomputed). keep == n costs nothing. Every verify segment must be settled by this before the
+  // slot's next Forward.
+  void KeepVerified(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const;
 
  private:
   friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
   // RoPE (with its scaling) on the step's q and k rows, in place.
   void ApplyRope(int rows, ForwardWorkspace& ws) const;
+  // verify.cc: a verify segment's log (its index in ws.verify) holding the slot's state before the
+  // step, and the rows' q, k, v of one layer.
+  int BeginVerify(StatePool& pool, ForwardWorkspace& ws, int slot, int rows) const;
+  void RecordVerifyRows(VerifyLog& log, int layer, const float* q, const float* k, const float* v) const;
   // Geometry and mechanisms without weights.
   static absl::StatusOr<Model> FromConfig(ModelConfig config);
 

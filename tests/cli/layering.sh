@@ -20,6 +20,7 @@ declare -A allowed=(
   [model/gguf]="model/gguf model/checkpoint base absl"
   [model/mechanisms]="model/mechanisms model/checkpoint kernels base absl"
   [model/sampling]="model/sampling base absl"
+  [model/speculate]="model/speculate base absl"
   [model/constrain]="model/constrain model/text base absl"
   [model/decoder]="model/decoder model/mechanisms model/checkpoint kernels base absl"
   [model/backend]="model/backend model/decoder model/mechanisms model/checkpoint model/sampling kernels base absl"
