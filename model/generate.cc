@@ -1,6 +1,7 @@
 #include "model/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,7 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
   // the emitted tokens (KeepVerified). Sampling sees the same rows in the same order, so greedy and
   // seeded draws give plain decoding's tokens, and the emitted token's distribution is the target's
   // (for a deterministic draft, sampling and comparing is the speculative-sampling acceptance rule).
+  const auto decode_start = std::chrono::steady_clock::now();
   const bool speculate = request.speculative == Speculation::kNgram && request.draft_tokens > 0 && backend.Verifies();
   const int vocab = model.vocab_size();
   std::vector<int32_t> drafts;  // the verify step's tokens after its first; empty when not verifying
@@ -148,6 +150,7 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
     }
   }
   settle();
+  result.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
   if (streamer && !stops.stopped()) {
     auto tail = streamer->Flush();
     if (!tail.ok()) return tail.status();

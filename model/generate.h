@@ -22,6 +22,7 @@ namespace steady {
 // Speculative decoding (docs/speculative.md): kNgram drafts by prompt lookup (model/speculate/ngram.h)
 // and verifies the drafts in one step; the tokens are those plain decoding gives (greedy or with a seed).
 enum class Speculation { kOff, kNgram };
+inline constexpr int kMaxDraftTokens = 32;  // verify rows of one session per step
 
 struct GenerateRequest {
   std::string prompt;
@@ -51,6 +52,7 @@ struct GenerateResult {
   // Speculation: tokens drafted and verified, those of them accepted (generated without a step of
   // their own), and the forward steps the generated tokens took.
   int64_t drafted = 0, accepted = 0, steps = 0;
+  double decode_seconds = 0;  // from the prompt's logits to the last token's step
 };
 
 // Appends the prompt to the session in `slot` and generates. `on_text` receives text as it becomes

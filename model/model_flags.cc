@@ -7,6 +7,7 @@ namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
+const std::set<std::string> kSpeculationFlags = {"speculative", "draft-tokens"};
 const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights", "cpu-gemm"};
 const std::set<std::string> kCudaFlags = {"cuda-weights", "cuda-kv"};
 
@@ -39,6 +40,21 @@ absl::StatusOr<std::optional<MechanismOverride>> MechanismOverrideFromFlags(cons
     o.params[kv.substr(0, eq)] = v.is_discarded() ? nlohmann::json(kv.substr(eq + 1)) : v;
   }
   return std::optional<MechanismOverride>(o);
+}
+
+absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* draft_tokens) {
+  const std::string name = flags.Get("speculative", "off");
+  if (name == "off") {
+    *mode = Speculation::kOff;
+  } else if (name == "ngram") {
+    *mode = Speculation::kNgram;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--speculative: expected off or ngram, got \"", name, "\""));
+  }
+  auto k = flags.GetInt("draft-tokens", 4, 1, kMaxDraftTokens);
+  if (!k.ok()) return k.status();
+  *draft_tokens = int(*k);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {

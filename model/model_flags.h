@@ -13,6 +13,7 @@
 #include "base/flags.h"
 #include "model/backend/backend.h"
 #include "model/decoder/model.h"
+#include "model/generate.h"
 #include "model/sampling/sampling.h"
 
 namespace steady {
@@ -25,6 +26,9 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
 // `sampling` with generation_config.json's defaults (ModelConfig::generation) for each of
 // --temperature, --top-k, --top-p and --repetition-penalty the flags leave out.
 SamplingParams WithGenerationDefaults(const Flags& flags, const GenerationDefaults& defaults, SamplingParams sampling);
+extern const std::set<std::string> kSpeculationFlags;  // --speculative off|ngram (default off), --draft-tokens K
+// --speculative and --draft-tokens (1..kMaxDraftTokens, default 4) into `mode` and `draft_tokens`.
+absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* draft_tokens);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
                                                   // --cpu-weights auto|f32|bf16|q8|q4, --cpu-gemm
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).

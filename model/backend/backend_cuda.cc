@@ -713,6 +713,7 @@ void CudaBackend::Step(const std::vector<Segment>& segments, const std::vector<D
   std::vector<bool> seen(options_.slots, false);
   for (const Segment& s : segments) {
     STEADY_CHECK(!s.tokens.empty() && s.slot >= 0 && s.slot < options_.slots);
+    STEADY_CHECK(!s.verify);  // no verify segments here yet (Backend::Verifies)
     STEADY_CHECK(!seen[s.slot]);  // a slot in two segments of one step
     seen[s.slot] = true;
     STEADY_CHECK(softmax_layers_ == 0 || positions_[s.slot] + int64_t(s.tokens.size()) <= options_.max_context);

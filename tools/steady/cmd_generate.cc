@@ -92,6 +92,7 @@ absl::Status RunGenerate(const Flags& flags) {
   request.stop = flags.GetAll("stop");
   request.want_prompt_logits = flags.Has("logits");
   request.ignore_eos = flags.Has("ignore-eos");
+  if (absl::Status s = SpeculationFromFlags(flags, &request.speculative, &request.draft_tokens); !s.ok()) return s;
 
   auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
@@ -156,6 +157,17 @@ absl::Status RunGenerate(const Flags& flags) {
                result->prompt_tokens, result->tokens.size(), result->finish_reason.c_str(),
                (result->prompt_tokens + result->tokens.size()) / seconds,
                static_cast<long long>((*backend)->BytesInUse(0)), (*backend)->Name().c_str());
+  if (request.speculative != Speculation::kOff) {
+    // Decode figures: tokens after the first over the decode time (the first comes from the prompt's logits).
+    std::fprintf(stderr, "[speculative ngram: %lld drafted, %lld accepted (%.0f%%), %lld steps for %zu tokens, decode %.1f tokens/s%s]\n",
+                 static_cast<long long>(result->drafted), static_cast<long long>(result->accepted),
+                 result->drafted > 0 ? 100.0 * double(result->accepted) / double(result->drafted) : 0.0,
+                 static_cast<long long>(result->steps), result->tokens.size(),
+                 double(result->tokens.size()) / std::max(result->decode_seconds, 1e-9),
+                 (*backend)->Verifies() ? "" : "; this backend cannot verify: decoded plainly");
+  } else {
+    std::fprintf(stderr, "[decode %.1f tokens/s]\n", double(result->tokens.size()) / std::max(result->decode_seconds, 1e-9));
+  }
   return absl::OkStatus();
 }
 
@@ -165,7 +177,7 @@ Command GenerateCommand() {
   return {"generate", R"(usage: steady generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
                        [--json [--logits]] [--max-tokens N] [--ignore-eos]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
-                       [--json-object | --json-schema FILE | --grammar FILE]
+                       [--json-object | --json-schema FILE | --grammar FILE] [--speculative off|ngram [--draft-tokens K]]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
                        [--device cpu|cuda|auto] [--threads N] [--cpu-weights auto|f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
 
@@ -186,9 +198,13 @@ user message (after the --system message), rendered with the model's chat templa
 --json-object, --json-schema FILE, --grammar FILE: constrained decoding (docs/api.md, "Structured
 output"): the text is a JSON object, an instance of the JSON Schema in FILE, or in the language of
 the GBNF grammar in FILE (llama.cpp's format); generation ends when it is complete.
+--speculative ngram: speculative decoding with prompt-lookup drafts (docs/speculative.md): up to
+--draft-tokens K (default 4, at most 32) tokens that followed the latest earlier occurrence of the
+text's last tokens are verified in one step; the tokens are those plain decoding gives (greedy, or
+with --seed), faster where the output repeats the prompt. CPU backend only (elsewhere: plain).
 )",
           {.with_value = FlagUnion({{"model", "prompt", "prompt-ids", "max-tokens", "stop", "system", "json-schema", "grammar"},
-                                    kMechanismFlags, kSamplingFlags, kDeviceFlags}),
+                                    kMechanismFlags, kSamplingFlags, kDeviceFlags, kSpeculationFlags}),
            .switches = {"chat", "json", "logits", "ignore-eos", "json-object"}},
           RunGenerate};
 }
