@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
+#include "model/generate.h"
 #include "model/mechanisms/kv_rows.h"
 #include "tools/steady/commands.h"
 
@@ -248,6 +249,42 @@ absl::StatusOr<nlohmann::json> MeasureDecode(Backend& b, const Model& model, int
                         {"bandwidth_bytes_per_second", bytes / median}};
 }
 
+// Speculative verification's cost in slot 0 (already at its context): per row count K of `rows`,
+// the median time of a verify step of K tokens (Segment::verify) settled by KeepVerified, with every
+// draft accepted (keep K: no rollback) and with every draft rejected (keep 1: the state restored and
+// one row replayed), against the median plain one-token step of the same slot, measured alongside;
+// each step from the same state.
+nlohmann::json MeasureVerify(Backend& b, const std::vector<int64_t>& rows, int steps, TokenSource& tokens) {
+  // Every step starts from the same state (written back untimed), so that the context stays put.
+  const SlotState start_state = b.ReadSlot(0);
+  std::vector<float> logits;
+  auto time_steps = [&](int64_t k, int64_t keep) {
+    std::vector<double> times;
+    for (int step = 0; step < kWarmupSteps + steps; ++step) {
+      b.WriteSlot(0, start_state);
+      Segment seg{0, tokens.Next(k), false};
+      seg.verify = k > 1;
+      const auto start = Clock::now();
+      b.Forward({seg}, &logits);
+      if (seg.verify) b.KeepVerified(0, int(keep));
+      b.Synchronize();
+      if (step >= kWarmupSteps) times.push_back(SecondsSince(start));
+    }
+    return Median(times);
+  };
+  const double one = time_steps(1, 1);
+  nlohmann::json out = {{"one_row_step_seconds_median", one}, {"steps", steps}, {"rows", nlohmann::json::array()}};
+  for (const int64_t k : rows) {
+    const double accept_all = time_steps(k, k), reject_all = time_steps(k, 1);
+    out["rows"].push_back({{"rows", k},
+                           {"accept_all_seconds_median", accept_all},
+                           {"reject_all_seconds_median", reject_all},
+                           {"accept_all_ratio", accept_all / one},
+                           {"reject_all_ratio", reject_all / one}});
+  }
+  return out;
+}
+
 // Layer 0's attention alone for the decode slots (the fused state-update kernel on the GPU), after
 // the decode steps: each slot reads and writes its layer state once, and a KV cache is read whole.
 nlohmann::json MeasureAttention(Backend& b, int reps, double copy_bandwidth) {
@@ -348,6 +385,16 @@ void PrintTable(const nlohmann::json& r) {
       absl::StrFormat("%.3f ms, %s moved, %s/s = %.1f%% of copy", 1e3 * a["seconds_median"].get<double>(),
                       Bytes(a["bytes"].get<double>()), Bytes(a["bandwidth_bytes_per_second"].get<double>()),
                       100 * a["bandwidth_fraction_of_copy"].get<double>()));
+  if (!r["verify"].is_null()) {
+    const nlohmann::json& v = r["verify"];
+    row("1-row step (slot 0)", absl::StrFormat("%.3f ms", 1e3 * v["one_row_step_seconds_median"].get<double>()));
+    for (const nlohmann::json& k : v["rows"]) {
+      row(absl::StrCat("verify ", k["rows"].get<int64_t>(), " rows").c_str(),
+          absl::StrFormat("all accepted %.3f ms (%.2fx), all rejected %.3f ms (%.2fx)",
+                          1e3 * k["accept_all_seconds_median"].get<double>(), k["accept_all_ratio"].get<double>(),
+                          1e3 * k["reject_all_seconds_median"].get<double>(), k["reject_all_ratio"].get<double>()));
+    }
+  }
   if (r["prefill"].is_null()) return;
   for (const nlohmann::json& p : r["prefill"].is_array() ? r["prefill"] : nlohmann::json::array({r["prefill"]})) {
     row("prefill (one slot)", absl::StrFormat("%lld tokens in chunks of %lld: %.3f s, %.1f tokens/s",
@@ -371,9 +418,10 @@ absl::Status RunBench(const Flags& flags) {
   auto chunk = flags.GetInt("prefill-chunk", 512, 1, 1 << 20);
   auto copy_bytes = flags.GetInt("copy-bytes", int64_t(256) << 20, 1, int64_t(1) << 40);
   auto seed = flags.GetInt("seed", 1, 0, INT64_MAX);
+  auto verify_rows = IntList(flags, "verify-rows", 2, kMaxDraftTokens + 1, "2");
   if (absl::Status s =
           FirstError({batch_flag.status(), context_flag.status(), batches.status(), contexts.status(), steps.status(),
-                      prefill_tokens.status(), chunk.status(), copy_bytes.status(), seed.status()});
+                      prefill_tokens.status(), chunk.status(), copy_bytes.status(), seed.status(), verify_rows.status()});
       !s.ok()) {
     return s;
   }
@@ -424,6 +472,11 @@ absl::Status RunBench(const Flags& flags) {
       (*decode)["bandwidth_fraction_of_copy"] = (*decode)["bandwidth_bytes_per_second"].get<double>() / copy;
       report["decode"] = *decode;
       report["attention_alone"] = MeasureAttention(b, int(*steps), copy);
+      report["verify"] = nullptr;
+      if (flags.Has("verify-rows")) {
+        if (!b.Verifies()) return absl::FailedPreconditionError(absl::StrCat("--verify-rows: ", b.Name(), " takes no verify segments"));
+        report["verify"] = MeasureVerify(b, *verify_rows, int(*steps), tokens);
+      }
       backend->reset();  // the decode slots' memory, before the prefill backend takes its own
 
       // One prefill measurement per --prefill-tokens length (0 skips), with the first report: an
@@ -461,6 +514,7 @@ Command BenchCommand() {
                     --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8|q4]
                     [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                     [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
+                    [--verify-rows K[,K...]]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
@@ -486,9 +540,12 @@ step / median step time, also as a fraction of the copy bandwidth. Prefill: one 
 (default 2048; 0 skips; a list measures each length) in chunks of C (default 512), after one untimed
 chunk; on the GPU also layer 0's attention alone over the prompt as one segment. --cuda-weights f32:
 the CUDA backend in fp32 (the reference precision; default bf16); --cuda-kv f32: softmax's KV cache
-in fp32 (default bf16, as serving stacks keep it).
+in fp32 (default bf16, as serving stacks keep it). --verify-rows K: after decode, slot 0's
+speculative verify step of K tokens (docs/speculative.md) with every draft accepted and with every
+draft rejected (the state rolled back, one row replayed), against its plain one-token step measured
+alongside: the medians of N steps and their ratios (the CPU backend).
 )",
-          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed"}, kMechanismFlags, kDeviceFlags, kCudaFlags}), .switches = {"json"}}, RunBench};
+          {.with_value = FlagUnion({{"model", "config", "preset", "batch", "context", "steps", "prefill-tokens", "prefill-chunk", "copy-bytes", "seed", "verify-rows"}, kMechanismFlags, kDeviceFlags, kCudaFlags}), .switches = {"json"}}, RunBench};
 }
 
 }  // namespace steady
