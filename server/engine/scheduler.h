@@ -11,6 +11,9 @@
 //   - Decode: every decoding job advances one token per step, up to max_batch rows; beyond that the
 //     groups take turns, each offering its job that advanced least recently (round robin), ties in
 //     arrival order.
+//   - Speculation: the rows of max_batch the decode jobs leave go to speculating jobs' verify rows
+//     (decode_rows - 1 each at most), in the same turn order; a verify row never takes a job's one
+//     row of a step.
 //   - Prefill: prefilling jobs (admitted ones included) share prefill_budget tokens: a max-min fair
 //     split over the groups, and inside a group in arrival order (FIFO): the first takes what it still
 //     needs up to the group's share, the next the rest, and so on. A prompt longer than the budget is
@@ -36,6 +39,9 @@ struct ScheduledJob {
   int64_t arrival = 0;             // lower: earlier
   int64_t last_advanced = -1;      // kDecode: step at which the job last got a row (-1: never)
   int64_t group = 0;               // fair-share group
+  // kDecode: rows the job could use this step: 1, or 1 + its draft tokens when it speculates
+  // (a verify step, docs/speculative.md).
+  int64_t decode_rows = 1;
 };
 
 struct SchedulerInput {
@@ -53,6 +59,7 @@ struct PrefillChunk {
 struct StepPlan {
   std::vector<int64_t> admit;          // waiting jobs to give a slot, in arrival order
   std::vector<int64_t> decode;         // one row each, in arrival order
+  std::vector<int64_t> decode_rows;    // rows granted to each of `decode` (1 plus verify rows)
   std::vector<PrefillChunk> prefill;   // in arrival order
   bool empty() const { return admit.empty() && decode.empty() && prefill.empty(); }
 };

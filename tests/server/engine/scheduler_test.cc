@@ -51,6 +51,28 @@ TEST(SchedulerTest, BeyondMaxBatchLeastRecentlyAdvancedGoFirst) {
   EXPECT_EQ(Schedule(in).decode, (std::vector<int64_t>{2, 3}));
 }
 
+// Verify rows (speculation) take only the rows the decode jobs leave: every decoding job still gets
+// its row, and the spare rows go to speculating jobs in the decode turn order, capped at what each wants.
+TEST(SchedulerTest, VerifyRowsTakeOnlySpareRows) {
+  auto speculating = [](int64_t id, int64_t arrival, int64_t rows, int64_t last = -1) {
+    ScheduledJob j = Decode(id, arrival, last);
+    j.decode_rows = rows;
+    return j;
+  };
+  // 3 jobs, max_batch 8: 5 spare rows; job 1 wants 4 more, job 3 wants 4 more (gets 1), job 2 none.
+  StepPlan p = Schedule({{speculating(1, 10, 5), Decode(2, 20), speculating(3, 30, 5)}, 8, 16, 0});
+  EXPECT_EQ(p.decode, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(p.decode_rows, (std::vector<int64_t>{5, 1, 2}));
+  // max_batch full of one-row jobs: speculation gets nothing, and takes nobody's row.
+  p = Schedule({{speculating(1, 10, 5), Decode(2, 20), Decode(3, 30)}, 3, 16, 0});
+  EXPECT_EQ(p.decode, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(p.decode_rows, (std::vector<int64_t>{1, 1, 1}));
+  // Beyond max_batch the round robin is unchanged: the least recently advanced go first.
+  p = Schedule({{speculating(1, 10, 9, 5), Decode(2, 20, 4), Decode(3, 30, 3)}, 2, 16, 0});
+  EXPECT_EQ(p.decode, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(p.decode_rows, (std::vector<int64_t>{1, 1}));
+}
+
 TEST(SchedulerTest, AdmissionIsFifoAndLimitedBySlots) {
   SchedulerInput in{{Waiting(5, 10, 50), Waiting(4, 10, 40), Waiting(6, 10, 60)}, 4, 512, 2};
   const StepPlan p = Schedule(in);
