@@ -21,6 +21,7 @@
 #include "model/decoder/cpu_weights.h"
 #include "model/constrain/constraint.h"
 #include "model/decoder/model.h"
+#include "model/generate.h"
 #include "model/sampling/sampling.h"
 #include "model/text/tokenizer.h"
 #include "server/store/session_store.h"
@@ -68,6 +69,11 @@ struct EngineOptions {
   // taken at every multiple of prefix_cache_interval tokens and at each prompt's end.
   int64_t prefix_cache_bytes = 0;
   int prefix_cache_interval = 256;
+  // Speculative decoding's server default (--speculative, --draft-tokens; docs/speculative.md): a
+  // decoding job verifies up to draft_tokens prompt-lookup drafts in its row's step, using the rows
+  // of max_batch the other decode rows leave. Only on a backend that verifies (the CPU).
+  Speculation speculative = Speculation::kOff;
+  int draft_tokens = 4;
   bool device_sampling = true;                    // on a GPU, draw tokens there when no row of a step
                                                   // needs the repetition penalty (only ids come back)
 };
@@ -87,6 +93,8 @@ struct Usage {
   int64_t completion_tokens = 0;
   int64_t session_position = 0;
   int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prefix cache instead of prefilled
+  // Speculation: draft tokens verified, and those of them accepted (of completion_tokens).
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
 };
 
 // A token's text inside running text ("\\xNN" escapes for a piece of a UTF-8 character) and its
@@ -133,6 +141,10 @@ struct GenerateJob {
   // constraint, model/constrain/constraint.h); null: free text. Ended by max_tokens: "length".
   std::shared_ptr<const Constraint> constraint;
   std::vector<std::string> stop;
+  // Speculative decoding for this call; unset: the server's (EngineOptions). draft_tokens in
+  // [1, kMaxDraftTokens].
+  std::optional<Speculation> speculative;
+  std::optional<int> draft_tokens;
   // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries).
   std::optional<int64_t> expected_position;
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each sampled token's, with this many of the most

@@ -56,7 +56,9 @@ struct EngineJob {
   size_t prompt_done = 0;        // prompt tokens in the state
   std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
   std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
-  std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample)
+  std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample),
+                                 // or sampled from a verify step's row where it rejected a draft
+  int64_t drafted = 0, accepted = 0;  // speculation's draft tokens verified and accepted
   bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
   std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval
   PrefixCache::Ids cache_ids;        // the prompt's ids as the cache's entries share them
@@ -253,6 +255,17 @@ struct Engine::Impl {
   int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
   void CachePrefix(EngineJob& job, const Session& s);
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
+  // The draft tokens a decoding job may verify per step (0: it does not speculate).
+  int DraftTokens(const EngineJob& job) const;
+  // A sampled token goes out: the context, the text (held back for stop strings), the
+  // log-probabilities from `raw` (the logits before sampling). An error: the caller finishes the job.
+  absl::Status EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw);
+  // After a verify step of `drafts` whose first `rows` logits rows (each [vocab]) are at `logits`:
+  // samples row by row while the drafts are accepted, emitting them, and keeps exactly the emitted
+  // tokens in the slot (Backend::KeepVerified). The row after the last accepted draft is the job's
+  // next logits, or the token it drew the job's next (drawn). May finish the job.
+  // Returns the drafts it emitted.
+  int64_t SettleVerify(EngineJob& job, int slot, const std::vector<int32_t>& drafts, const float* logits);
   void Emit(EngineJob& job, const std::string& text, std::vector<int32_t> ids,
             const std::vector<TokenLogprobs>& logprobs = {}) {
     if (text.empty() && ids.empty()) return;

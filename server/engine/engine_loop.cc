@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "server/engine/engine_impl.h"
 #include "model/generate.h"
+#include "model/speculate/ngram.h"
 #include "server/engine/request_checks.h"
 
 namespace steady {
@@ -298,6 +299,8 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   usage.prompt_tokens = int64_t(job.prompt_done);
   usage.cached_tokens = job.prompt_done > 0 ? job.cached_tokens : 0;
   usage.completion_tokens = job.generated;
+  usage.drafted_tokens = job.drafted;
+  usage.accepted_tokens = job.accepted;
   usage.session_position = Position(s);
   const bool commit = status.ok() && !s.ephemeral && TurnDurable() && !job.choices;  // several choices end below
   // A turn to commit keeps its session busy until it is acknowledged (or undone).
@@ -318,6 +321,8 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
       choices->usage.cached_tokens = usage.cached_tokens;
     }
     choices->usage.completion_tokens += usage.completion_tokens;
+    choices->usage.drafted_tokens += usage.drafted_tokens;
+    choices->usage.accepted_tokens += usage.accepted_tokens;
     if (!status.ok() && choices->status.ok()) {
       choices->status = status;
       request.cancelled->store(true);  // shared by every choice: the others end at the next step
@@ -432,6 +437,68 @@ void Engine::Impl::CommitTurns(bool final) {
   }
 }
 
+int Engine::Impl::DraftTokens(const EngineJob& job) const {
+  if (!pool->Verifies()) return 0;
+  if (job.request.speculative.value_or(options.speculative) == Speculation::kOff) return 0;
+  return job.request.draft_tokens.value_or(options.draft_tokens);
+}
+
+absl::Status Engine::Impl::EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw) {
+  job.context.push_back(token);
+  std::string text;
+  if (token < tokenizer.vocab_size()) {
+    auto piece = job.streamer.Add(token);
+    if (!piece.ok()) return piece.status();
+    text = job.stops.Add(*piece);
+  }
+  std::vector<TokenLogprobs> logprobs;
+  if (job.request.top_logprobs >= 0) logprobs.push_back(Logprobs(raw, token, job.request.top_logprobs));
+  Emit(job, text, {token}, logprobs);
+  return absl::OkStatus();
+}
+
+int64_t Engine::Impl::SettleVerify(EngineJob& job, int slot, const std::vector<int32_t>& drafts, const float* logits) {
+  // Row i holds the logits after the step's token and drafts [0, i): row 0 is job.logits already.
+  // Each turn samples row i as the next decode step would; an accepted draft is in the state with
+  // its logits computed, so the job goes on with row i + 1 without a step of its own.
+  const size_t vocab = size_t(model.vocab_size());
+  int keep = 1;  // the step's first token, then each accepted draft
+  for (size_t i = 0; i <= drafts.size(); ++i) {
+    job.logits.assign(logits + i * vocab, logits + (i + 1) * vocab);
+    if (i == drafts.size()) break;  // every draft accepted: the last row is the next step's
+    std::vector<float> row = job.logits;  // sampling changes it; job.logits stays raw
+    auto next = SampleNext(job.sampler, job.constraint ? &*job.constraint : nullptr, &job.mask, row.data(),
+                           int(vocab), job.context);
+    if (!next.ok()) {
+      pool->KeepVerified(slot, keep);
+      Finish(job, next.status(), "");
+      return keep - 1;
+    }
+    const int token = *next;
+    if (token != drafts[i] || token < 0 || model.config().IsEos(token)) {
+      // The next token, sampled from its row as the next step would sample it: that step takes it
+      // (an end token, or -1, ends the job there, never entering the state).
+      job.drawn = token;
+      break;
+    }
+    if (absl::Status st = EmitToken(job, token, job.logits); !st.ok()) {
+      pool->KeepVerified(slot, keep);  // as plain decoding: the token failed before entering the state
+      Finish(job, st, "");
+      return keep - 1;
+    }
+    ++keep;
+    ++job.accepted;
+    ++job.generated;
+    if (job.stops.stopped() || job.generated >= job.request.max_tokens) {
+      pool->KeepVerified(slot, keep);
+      Finish(job, absl::OkStatus(), job.stops.stopped() ? "stop" : "length");
+      return keep - 1;
+    }
+  }
+  pool->KeepVerified(slot, keep);
+  return keep - 1;
+}
+
 bool Engine::Impl::Step() {
   const auto start = std::chrono::steady_clock::now();
   // Cancelled jobs end at this step boundary.
@@ -447,7 +514,7 @@ bool Engine::Impl::Step() {
   in.slots_available = sessions.free_slots() + (store() ? sessions.evictable() : 0);
   for (const auto& [id, job] : jobs) {
     in.jobs.push_back({id, job->phase, int64_t(job->prompt.size() - job->prompt_done), job->arrival, job->last_advanced,
-                       job->group});
+                       job->group, 1 + int64_t(DraftTokens(*job))});
   }
   const StepPlan plan = Schedule(in);
   if (plan.empty()) return !cancelled.empty();
@@ -469,16 +536,18 @@ bool Engine::Impl::Step() {
     StartFromPrefixCache(job, s);
   }
 
-  // Rows of this step: decode tokens first, then prefill chunks; one logits row per segment.
+  // Rows of this step: decode tokens first, then prefill chunks; one logits row per segment (a
+  // verify segment: one per token).
   struct Row {
     EngineJob* job;
-    int64_t prompt_tokens;  // 0: a decode row
+    int64_t prompt_tokens;        // 0: a decode row
+    std::vector<int32_t> drafts;  // a decode row's drafted tokens after its own (verified this step)
   };
   std::vector<Segment> segments;
   std::vector<Row> rows;
   int64_t tokens_in = 0, tokens_out = 0;
-  for (int64_t id : plan.decode) {
-    EngineJob& job = *jobs.at(id);
+  for (size_t d = 0; d < plan.decode.size(); ++d) {
+    EngineJob& job = *jobs.at(plan.decode[d]);
     job.last_advanced = step;
     std::vector<float> raw;  // the logits before Sample changes them, for the log-probabilities
     if (job.request.top_logprobs >= 0) raw = job.logits;
@@ -499,23 +568,27 @@ bool Engine::Impl::Step() {
       Finish(job, absl::OkStatus(), "stop");
       continue;
     }
-    job.context.push_back(token);
-    std::string text;
-    if (token < tokenizer.vocab_size()) {
-      auto piece = job.streamer.Add(token);
-      if (!piece.ok()) {
-        Finish(job, piece.status(), "");
-        continue;
-      }
-      text = job.stops.Add(*piece);
+    if (absl::Status st = EmitToken(job, token, raw); !st.ok()) {
+      Finish(job, st, "");
+      continue;
     }
-    std::vector<TokenLogprobs> logprobs;
-    if (job.request.top_logprobs >= 0) logprobs.push_back(Logprobs(raw, token, job.request.top_logprobs));
-    Emit(job, text, {token}, logprobs);
     // The sampled token enters the state even when it ends generation (as in GenerateText), so
-    // the session continues right after the last token the client saw.
-    segments.push_back({sessions.Find(job.session_id)->slot, {token}, false});
-    rows.push_back({&job, 0});
+    // the session continues right after the last token the client saw. Speculating, the drafts
+    // that may follow it are verified in the same step (in the rows the scheduler granted).
+    Segment seg{sessions.Find(job.session_id)->slot, {token}, false};
+    std::vector<int32_t> drafts;
+    const int64_t remaining = job.request.max_tokens - job.generated - 1;
+    const int64_t granted = plan.decode_rows.empty() ? 0 : plan.decode_rows[d] - 1;
+    if (granted > 0 && remaining > 0 && !job.stops.stopped()) {
+      drafts = NgramDraft(job.context, int(std::min({granted, remaining, int64_t(DraftTokens(job))})));
+    }
+    if (!drafts.empty()) {
+      seg.tokens.insert(seg.tokens.end(), drafts.begin(), drafts.end());
+      seg.verify = true;
+      job.drafted += int64_t(drafts.size());
+    }
+    segments.push_back(std::move(seg));
+    rows.push_back({&job, 0, std::move(drafts)});
   }
   for (const PrefillChunk& chunk : plan.prefill) {
     auto it = jobs.find(chunk.id);
@@ -540,7 +613,8 @@ bool Engine::Impl::Step() {
     for (const Row& row : rows) {
       const GenerateJob& r = row.job->request;
       // (n > 1: the other choices start from this row's logits.)
-      on_device = on_device && !r.sampling.ChangesLogits() && r.top_logprobs < 0 && !r.constraint && r.n == 1;
+      on_device = on_device && !r.sampling.ChangesLogits() && r.top_logprobs < 0 && !r.constraint && r.n == 1 &&
+                  row.drafts.empty();
     }
     std::vector<float> logits;
     std::vector<int32_t> drawn;
@@ -556,21 +630,27 @@ bool Engine::Impl::Step() {
     } else {
       pool->Forward(segments, &logits);
     }
-    const int vocab = model.vocab_size();
+    const size_t vocab = size_t(model.vocab_size());
+    size_t out = 0;  // the row's first logits row
     for (size_t r = 0; r < rows.size(); ++r) {
       EngineJob& job = *rows[r].job;
+      const size_t first = out;
+      out += segments[r].verify ? segments[r].tokens.size() : 1;
       if (on_device) {
         job.drawn = drawn[r];
       } else {
-        job.logits.assign(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+        job.logits.assign(logits.begin() + first * vocab, logits.begin() + (first + 1) * vocab);
       }
       if (rows[r].prompt_tokens == 0) {
         ++job.generated;
         ++tokens_out;
+        // (A job that drafted had room for more tokens and no stop string yet.)
         if (job.stops.stopped()) {
           Finish(job, absl::OkStatus(), "stop");
         } else if (job.generated >= job.request.max_tokens) {
           Finish(job, absl::OkStatus(), "length");
+        } else if (!rows[r].drafts.empty()) {
+          tokens_out += SettleVerify(job, segments[r].slot, rows[r].drafts, logits.data() + first * vocab);
         }
         continue;
       }

@@ -11,6 +11,10 @@ absl::Status CheckGenerateJob(const GenerateJob& job, const EngineOptions& optio
     if (absl::Status s = CheckSessionId(job.session_id, "session_id"); !s.ok()) return s;
   }
   if (!IsValidUtf8(job.prompt)) return absl::InvalidArgumentError("prompt: not valid UTF-8");
+  if (job.draft_tokens && (*job.draft_tokens < 1 || *job.draft_tokens > kMaxDraftTokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_tokens: must be in [1, ", kMaxDraftTokens, "], got ", *job.draft_tokens));
+  }
   if (!job.prompt.empty() && !job.prompt_token_ids.empty()) {
     return absl::InvalidArgumentError("prompt and prompt_token_ids: give one, not both");
   }
