@@ -92,6 +92,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host
   --prefix-cache-memory B   states kept after prompt prefixes, so a new or stateless request that
                       starts with one prefills only the rest (bytes or K/M/G; default 256M; 0: off)
   --prefix-cache-interval N  the cache keeps a state every N prompt tokens and at each prompt's end (256)
+  --speculative M     off (default) or ngram: speculative decoding with prompt-lookup drafts, the
+                      tokens those of plain decoding (docs/speculative.md); per request:
+                      GenerateRequest.speculation. CPU backend only
+  --draft-tokens K    drafts verified per step, from the rows --max-batch leaves (1..32; 4)
   --max-queue N       Generate calls accepted and not finished; beyond: RESOURCE_EXHAUSTED (1024)
   --max-batch N       decode rows per engine step (64)
   --prefill-budget N  prompt tokens per engine step, in chunks (512)
@@ -165,6 +169,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   auto interval = flags.GetInt("prefix-cache-interval", o.prefix_cache_interval, 1, 1 << 20);
   if (!interval.ok()) return interval.status();
   o.prefix_cache_interval = int(*interval);
+  if (absl::Status st = SpeculationFromFlags(flags, &o.speculative, &o.draft_tokens); !st.ok()) return st;
   o.max_queue = int(max_queue);
   o.max_batch = int(max_batch);
   o.prefill_budget = int(prefill);
@@ -237,6 +242,7 @@ absl::Status Run(int argc, char** argv) {
                                  "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
                                  "api-keys",      "snapshot-key-file"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
+  known.insert(kSpeculationFlags.begin(), kSpeculationFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"allow-unsigned-imports"}});
   if (!flags.ok()) return flags.status();
   if (flags->help()) {

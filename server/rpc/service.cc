@@ -122,6 +122,17 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
         absl::StrCat("top_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", r.top_logprobs()));
   }
   if (r.logprobs()) job.top_logprobs = r.top_logprobs();
+  if (r.has_speculation()) {
+    const std::string& mode = r.speculation().mode();
+    if (mode == "off") {
+      job.speculative = Speculation::kOff;
+    } else if (mode == "ngram") {
+      job.speculative = Speculation::kNgram;
+    } else if (!mode.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("speculation.mode: expected off or ngram, got \"", mode, "\""));
+    }
+    if (r.speculation().draft_tokens() != 0) job.draft_tokens = r.speculation().draft_tokens();
+  }
   return job;
 }
 

@@ -140,6 +140,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       u->set_completion_tokens(usage.completion_tokens);
       u->set_session_position(usage.session_position);
       u->set_cached_tokens(usage.cached_tokens);
+      u->set_drafted_tokens(usage.drafted_tokens);
+      u->set_accepted_tokens(usage.accepted_tokens);
     }
     AdvanceLocked();
   }
