@@ -39,6 +39,28 @@ TEST_F(ServiceTest, StreamedGreedyOutputEqualsTheCollectedReference) {
   EXPECT_EQ(last.usage().session_position(), ref.prompt_tokens + int64_t(ref.tokens.size()));
 }
 
+// GenerateRequest.speculation: n-gram drafts verified per step, the text plain decoding's, the usage
+// counting drafted and accepted tokens; an unknown mode is refused naming the field.
+TEST_F(ServiceTest, SpeculativeOutputEqualsTheReference) {
+  const std::string prompt = "This License applies to any program. This License applies to any program. This License";
+  v1::GenerateRequest r = Request("", prompt, 32);
+  r.mutable_speculation()->set_mode("ngram");
+  r.mutable_speculation()->set_draft_tokens(4);
+  const Streamed s = Generate(r);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  const GenerateResult ref = Reference(*model_, *tokenizer_, prompt, 32, {});
+  EXPECT_EQ(s.text, ref.text);
+  EXPECT_EQ(s.ids, ref.tokens);
+  const v1::Usage& u = s.messages.back().usage();
+  EXPECT_EQ(u.session_position(), ref.prompt_tokens + int64_t(ref.tokens.size()));
+  EXPECT_GT(u.drafted_tokens(), 0);
+  EXPECT_LE(u.accepted_tokens(), u.drafted_tokens());
+  r.mutable_speculation()->set_mode("draft");
+  const Streamed bad = Generate(r);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.status.error_message().find("speculation.mode"), std::string::npos) << bad.status.error_message();
+}
+
 TEST_F(ServiceTest, StreamedSampledOutputWithStopEqualsTheReference) {
   v1::GenerateRequest r = Request("", "The", 40);
   r.set_temperature(1.0f);
