@@ -2,9 +2,11 @@
 // the checkpoint's generation_config.json default (docs/api.md, "Sampling").
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "server/rpc/service.h"
 
@@ -70,12 +72,14 @@ void ToProto(const GenerateJob& job, v1::Sampling* out) {
 }
 
 std::string GenerationDefaultsJson(const GenerationDefaults& defaults) {
+  // The float as the JSON file wrote it (0.7, not 0.699999988): 7 significant digits.
+  auto decimal = [](float v) { return std::strtod(absl::StrFormat("%.7g", v).c_str(), nullptr); };
   nlohmann::json j = nlohmann::json::object();
   if (defaults.max_new_tokens) j["max_tokens"] = *defaults.max_new_tokens;
-  if (defaults.temperature) j["temperature"] = *defaults.temperature;
+  if (defaults.temperature) j["temperature"] = decimal(*defaults.temperature);
   if (defaults.top_k) j["top_k"] = *defaults.top_k;
-  if (defaults.top_p) j["top_p"] = *defaults.top_p;
-  if (defaults.repetition_penalty) j["repetition_penalty"] = *defaults.repetition_penalty;
+  if (defaults.top_p) j["top_p"] = decimal(*defaults.top_p);
+  if (defaults.repetition_penalty) j["repetition_penalty"] = decimal(*defaults.repetition_penalty);
   return j.dump();
 }
 
