@@ -133,10 +133,12 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Flags& a) {
   r.set_session_id(a.Get("session"));
   r.set_prompt(prompt);
   r.set_max_tokens(*max_tokens);
-  r.set_temperature(float(*temperature));
-  r.set_top_k(int32_t(*top_k));
-  r.set_top_p(float(*top_p));
-  r.set_repetition_penalty(float(*penalty));
+  // Sampling flags left out are left out of the request: the server applies the checkpoint's
+  // generation_config.json defaults (docs/api.md, "Sampling").
+  if (a.Has("temperature")) r.set_temperature(float(*temperature));
+  if (a.Has("top-k")) r.set_top_k(int32_t(*top_k));
+  if (a.Has("top-p")) r.set_top_p(float(*top_p));
+  if (a.Has("repetition-penalty")) r.set_repetition_penalty(float(*penalty));
   r.set_seed(*seed);
   for (const std::string& stop : a.GetAll("stop")) r.add_stop(stop);
   return r;
@@ -285,7 +287,8 @@ const Command kCommands[] = {
      " [--session ID] [--prompt TEXT | --prompt -] [--max-tokens N] [--temperature T] [--top-k K]\n"
      "         [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...] [--json]\n"
      "    streams the text to stdout as it arrives, usage to stderr; --json prints every streamed\n"
-     "    message as a JSON line instead. Without --session the call is stateless.",
+     "    message as a JSON line instead. Without --session the call is stateless. Sampling flags\n"
+     "    left out take the model's generation_config.json defaults (--max-tokens: 64).",
      {"session", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty", "seed", "stop"},
      {"json"},
      {},

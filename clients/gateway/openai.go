@@ -240,7 +240,7 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 			fmt.Sprintf("The model `%s` does not exist; this server serves `%s` (GET /v1/models)", req.Model, model))
 		return nil
 	}
-	g := &steadyv1.GenerateRequest{SessionId: req.SessionID, Temperature: 1, TopP: 1}
+	g := &steadyv1.GenerateRequest{SessionId: req.SessionID}
 	if req.N != nil {
 		if *req.N < 1 || *req.N > 1<<20 { // the server's own bound (16) is in its message
 			invalid(w, "n", fmt.Sprintf("n = %d: must be in [1, 16]", *req.N))
@@ -253,12 +253,6 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 	}
 	if req.PresencePenalty != nil {
 		g.PresencePenalty = float32(*req.PresencePenalty)
-	}
-	if req.RepetitionPenalty != nil {
-		g.RepetitionPenalty = float32(*req.RepetitionPenalty)
-	}
-	if req.TopK != nil {
-		g.TopK = *req.TopK
 	}
 	bias, ok := logitBias(w, req.LogitBias)
 	if !ok || !setResponseFormat(w, req.ResponseFormat, req.Grammar, g) || !setLogprobs(w, chat, req, g) {
@@ -301,26 +295,7 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 			return nil
 		}
 	}
-	maxTokens := int64(defaultCompletionTokens)
-	if chat {
-		maxTokens = defaultChatTokens
-	}
-	if limit := info.GetLimits().GetMaxNewTokens(); limit > 0 && maxTokens > limit {
-		maxTokens = limit // a default never exceeds the server's --max-new-tokens
-	}
-	if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	}
-	g.MaxTokens = maxTokens
-	if req.Temperature != nil {
-		g.Temperature = float32(*req.Temperature)
-	}
-	if req.TopP != nil {
-		g.TopP = float32(*req.TopP)
-	}
+	setSampling(req, chat, info, g) // openai_sampling.go
 	if req.Seed != nil {
 		g.Seed = uint64(*req.Seed)
 	} else {

@@ -45,7 +45,7 @@ func TestOpenAIFieldsPassedThrough(t *testing.T) {
 	if code != http.StatusServiceUnavailable || g == nil {
 		t.Fatalf("HTTP %d, upstream got %v", code, g)
 	}
-	if g.N != 3 || g.PresencePenalty != 0.5 || g.FrequencyPenalty != -1 || g.Seed != 5 || g.TopK != 4 ||
+	if g.N != 3 || g.PresencePenalty != 0.5 || g.FrequencyPenalty != -1 || g.Seed != 5 || g.GetTopK() != 4 ||
 		len(g.Stop) != 1 || g.LogitBias[262] != 100 || g.LogitBias[7] != -100 || len(g.LogitBias) != 2 ||
 		g.ResponseFormat.GetType() != "json_object" {
 		t.Fatalf("GenerateRequest %v", g)

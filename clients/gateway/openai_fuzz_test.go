@@ -26,11 +26,12 @@ import (
 // embedded nil interface would panic, failing the fuzzer).
 type fakeUpstream struct {
 	steadyv1.InferenceClient
-	got *steadyv1.GenerateRequest
+	got      *steadyv1.GenerateRequest
+	defaults string // ModelInfo.generation_defaults_json
 }
 
 func (f *fakeUpstream) GetModelInfo(ctx context.Context, in *steadyv1.GetModelInfoRequest, opts ...grpc.CallOption) (*steadyv1.ModelInfo, error) {
-	return &steadyv1.ModelInfo{ModelName: "tiny", VocabSize: 8192,
+	return &steadyv1.ModelInfo{ModelName: "tiny", VocabSize: 8192, GenerationDefaultsJson: f.defaults,
 		Limits: &steadyv1.Limits{MaxNewTokens: 4096, MaxPromptTokens: 65536, MaxStopStrings: 16, MaxStopBytes: 256}}, nil
 }
 
@@ -61,8 +62,8 @@ func fuzzOpenAI(t *testing.T, path string, chat bool, body []byte) {
 	}
 	if g := up.got; g != nil {
 		// A request that reached the upstream is within the limits the gateway knows.
-		if g.MaxTokens < 0 || g.MaxTokens > 4096 {
-			t.Fatalf("max_tokens %d passed on", g.MaxTokens)
+		if g.GetMaxTokens() < 0 || g.GetMaxTokens() > 4096 {
+			t.Fatalf("max_tokens %d passed on", g.GetMaxTokens())
 		}
 		if (g.Prompt != "" || len(g.PromptTokenIds) > 0) && len(g.Messages) > 0 {
 			t.Fatalf("both a prompt and messages passed on")

@@ -120,6 +120,20 @@ class CpuBackend : public Backend {
     return times[times.size() / 2];
   }
   int64_t WeightBytes() const override { return matrix_bytes_ + OtherWeightBytes(model_); }
+  void ReleaseCopiedPages() override {
+    if (!reduced_) return;
+    // A matrix whose copy has another type is not read from the mapping again.
+    auto release = [](const WeightMatrix& source, const WeightMatrix& copy) {
+      if (copy.type() != source.type()) source.ReleasePages();
+    };
+    for (size_t l = 0; l < reduced_->layers.size(); ++l) {
+      const LayerWeights& s = model_.layers()[l];
+      const CpuMatrices::Layer& c = reduced_->layers[l];
+      release(s.wq, c.wq), release(s.wk, c.wk), release(s.wv, c.wv), release(s.wo, c.wo);
+      release(s.w_gate, c.w_gate), release(s.w_up, c.w_up), release(s.w_down, c.w_down);
+    }
+    release(model_.lm_head_matrix(), reduced_->lm_head);
+  }
   int64_t StateBytesPerSlot() const override { return int64_t(pool_.FixedBytesPerSlot()); }
   int64_t BytesInUse(int slot) const override { return int64_t(pool_.BytesInUse(slot)); }
   double CopyBandwidth(int64_t bytes) override {

@@ -130,6 +130,11 @@ class Backend {
   // few repetitions), counting bytes read plus bytes written (2 * bytes per copy), as the decode
   // figures count state: the bandwidth baseline they are compared against.
   virtual double CopyBandwidth(int64_t bytes) = 0;
+  // Gives back the pages of the checkpoint's mapping that this backend keeps a copy of (matrices
+  // converted with --cpu-weights), which passes over the model's own weights after the backend was
+  // made (the engine's fingerprint and shape measurement) fault in again. Any time, any number of
+  // times: a page read later comes back from the page cache.
+  virtual void ReleaseCopiedPages() {}
 
  protected:
   const Model& model_;

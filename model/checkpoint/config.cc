@@ -267,6 +267,7 @@ absl::Status ParseGenerationConfig(std::string_view json_text, const std::string
   bool do_sample = false;
   double temperature = 1.0, top_p = 1.0, penalty = 1.0;
   int top_k = 50;  // Hugging Face's GenerationConfig defaults, for do_sample without the key
+  int64_t max_new_tokens = 0;
   absl::Status s;
   auto check = [&](absl::Status st) {
     if (s.ok()) s = st;
@@ -278,6 +279,7 @@ absl::Status ParseGenerationConfig(std::string_view json_text, const std::string
   check(ReadDouble(j, file, "top_p", 0.0, 1.0, &top_p));
   check(ReadInt(j, file, "top_k", false, 0, int64_t(1) << 30, &top_k));
   check(ReadDouble(j, file, "repetition_penalty", 1e-6, 100.0, &penalty));
+  check(ReadInt(j, file, "max_new_tokens", false, 0, int64_t(1) << 30, &max_new_tokens));
   if (!s.ok()) return s;
   if (config_keys::Has(j, "eos_token_id")) {
     next.eos_token_ids = eos;
@@ -291,6 +293,7 @@ absl::Status ParseGenerationConfig(std::string_view json_text, const std::string
     next.generation.top_p = top_p == 0 ? 1.0f : float(top_p);
   }
   if (config_keys::Has(j, "repetition_penalty")) next.generation.repetition_penalty = float(penalty);
+  if (config_keys::Has(j, "max_new_tokens")) next.generation.max_new_tokens = max_new_tokens;
   *c = std::move(next);
   return absl::OkStatus();
 }

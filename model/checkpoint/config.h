@@ -53,6 +53,7 @@ struct GenerationDefaults {
   std::optional<int> top_k;
   std::optional<float> top_p;
   std::optional<float> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;  // tokens to generate (max_length, prompt included, is ignored)
 };
 
 struct ModelConfig {

@@ -93,6 +93,20 @@ absl::Status ReadScaling(const json& s, const std::string& file, const std::stri
       if (v != 0) *out = v;
     }
     if (absl::Status st = ReadBool(s, where, "truncate", &r.truncate); !st.ok()) return st;
+    // Values Hugging Face only warns about, refused here: each makes the correction range or the
+    // extension mean something other than what the config says.
+    if (r.factor < 1) {
+      return Invalid(file, absl::StrCat(key, ".factor: yarn extends the context, so it must be >= 1, got ", r.factor));
+    }
+    if (r.beta_fast < r.beta_slow) {
+      return Invalid(file, absl::StrCat(key, ".beta_fast ", r.beta_fast, " must not be below ", key, ".beta_slow ",
+                                        r.beta_slow, " (the correction range would be reversed)"));
+    }
+    if (c->max_position_embeddings > 0 && r.original_max_position_embeddings > c->max_position_embeddings) {
+      return Invalid(file, absl::StrCat(key, ".original_max_position_embeddings ", r.original_max_position_embeddings,
+                                        " is above max_position_embeddings ", c->max_position_embeddings,
+                                        ": the context before yarn cannot be longer than the model's"));
+    }
     if (Has(s, "attention_factor")) {
       if (absl::Status st = ReadDouble(s, where, "attention_factor", 1e-6, 1e6, &r.attention_factor); !st.ok()) {
         return st;

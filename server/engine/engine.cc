@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const Model& model, const 
   auto backend = MakeEngineBackend(model, options);
   if (!backend.ok()) return backend.status();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options), *std::move(backend));
+  impl->pool->ReleaseCopiedPages();  // Impl's fingerprint and shape measurement read the mapping again
   if (impl->options.prefix_cache_bytes > 0) impl->prefix_cache = std::make_unique<PrefixCache>(impl->options.prefix_cache_bytes);
   if (impl->store() && !impl->Shared()) {  // a shared store's sessions are read as they are used
     const auto start = std::chrono::steady_clock::now();

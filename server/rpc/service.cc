@@ -45,23 +45,9 @@ absl::Status ValidateSessionId(const std::string& field, const std::string& id, 
 }
 
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const EngineOptions& engine,
-                                           const ServiceOptions& options, const ChatTemplate& chat) {
+                                           const ServiceOptions& options, const ChatTemplate& chat,
+                                           const GenerationDefaults& defaults) {
   if (absl::Status s = ValidateSessionId("session_id", r.session_id(), /*allow_empty=*/true); !s.ok()) return s;
-  if (r.max_tokens() < 0 || r.max_tokens() > engine.max_new_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens: must be in [0, ", engine.max_new_tokens, "], got ", r.max_tokens()));
-  }
-  if (!std::isfinite(r.temperature()) || r.temperature() < 0 || r.temperature() > 100) {
-    return absl::InvalidArgumentError(absl::StrCat("temperature: must be in [0, 100], got ", r.temperature()));
-  }
-  if (r.top_k() < 0) return absl::InvalidArgumentError(absl::StrCat("top_k: must be >= 0, got ", r.top_k()));
-  if (!std::isfinite(r.top_p()) || r.top_p() < 0 || r.top_p() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p: must be in [0, 1] (0: off), got ", r.top_p()));
-  }
-  if (!std::isfinite(r.repetition_penalty()) || r.repetition_penalty() < 0 || r.repetition_penalty() > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("repetition_penalty: must be in [0, 100] (0: off), got ", r.repetition_penalty()));
-  }
   if (r.stop_size() > options.max_stop_strings) {
     return absl::InvalidArgumentError(
         absl::StrCat("stop: at most ", options.max_stop_strings, " strings, got ", r.stop_size()));
@@ -88,11 +74,7 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
     job.prompt = *std::move(rendered);
     if (system_bytes > 0) job.cache_at_bytes.push_back(system_bytes);
   }
-  job.max_tokens = r.max_tokens();
-  job.sampling.temperature = r.temperature();
-  job.sampling.top_k = r.top_k();
-  job.sampling.top_p = r.top_p() == 0 ? 1.0f : r.top_p();
-  job.sampling.repetition_penalty = r.repetition_penalty() == 0 ? 1.0f : r.repetition_penalty();
+  if (absl::Status s = SamplingFromRequest(r, defaults, engine.max_new_tokens, &job); !s.ok()) return s;
   job.sampling.seed = r.seed();
   job.sampling.presence_penalty = r.presence_penalty();
   job.sampling.frequency_penalty = r.frequency_penalty();
@@ -213,6 +195,7 @@ v1::ModelInfo DescribeModel(const Model& model, const EngineOptions& engine, con
   limits->set_max_stop_bytes(options.max_stop_bytes);
   limits->set_max_session_id_bytes(kMaxSessionIdBytes);
   limits->set_max_snapshot_bytes(options.max_snapshot_bytes);
+  info.set_generation_defaults_json(GenerationDefaultsJson(c.generation));
   return info;
 }
 

@@ -50,11 +50,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // INVALID_ARGUMENT naming `field` unless `id` is 1-128 bytes of [A-Za-z0-9_.-] not starting with '.'
 // (ids name files in the session directory). An empty id passes when `allow_empty`.
 absl::Status ValidateSessionId(const std::string& field, const std::string& id, bool allow_empty);
-// The request's fields checked against the limits, with zero values resolved (top_p 0 -> 1,
-// repetition_penalty 0 -> 1), and chat messages rendered with `chat` into the prompt.
+// The request's fields checked against the limits, the sampling fields it leaves out taken from
+// `defaults` (SamplingFromRequest), and chat messages rendered with `chat` into the prompt.
 // INVALID_ARGUMENT naming the field.
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
-                                           const ServiceOptions& options, const ChatTemplate& chat);
+                                           const ServiceOptions& options, const ChatTemplate& chat,
+                                           const GenerationDefaults& defaults);
+// request_sampling.cc. job->max_tokens and job->sampling's temperature, top_k, top_p and
+// repetition_penalty: the request's value where it sets the field (checked: INVALID_ARGUMENT naming
+// it; top_p and repetition_penalty 0 mean off, 1), else the checkpoint's default (max_tokens held to
+// `max_new_tokens`), else what `job` holds.
+absl::Status SamplingFromRequest(const v1::GenerateRequest& request, const GenerationDefaults& defaults,
+                                 int64_t max_new_tokens, GenerateJob* job);
+// The values `job` samples with, for the final GenerateResponse.
+void ToProto(const GenerateJob& job, v1::Sampling* out);
+// ModelInfo.generation_defaults_json: the fields `defaults` sets, named as GenerateRequest names them.
+std::string GenerationDefaultsJson(const GenerationDefaults& defaults);
 // The request's response_format compiled into job->constraint (left null for "" and "text"), through
 // `cache`. INVALID_ARGUMENT naming response_format and the problem (a schema keyword and where it
 // is, a grammar's line and column).

@@ -45,6 +45,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void Attach(GenerateJob& job) {
     cancelled_ = job.cancelled;
     choices_ = job.n;
+    ToProto(job, &sampling_);
     job.on_output = [this](const std::string& text, const std::vector<int32_t>& ids,
                            const std::vector<TokenLogprobs>& logprobs) { OnOutput(0, text, ids, logprobs); };
     job.on_choice_output = [this](int index, const std::string& text, const std::vector<int32_t>& ids,
@@ -142,6 +143,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       u->set_cached_tokens(usage.cached_tokens);
       u->set_drafted_tokens(usage.drafted_tokens);
       u->set_accepted_tokens(usage.accepted_tokens);
+      *last->mutable_sampling() = sampling_;
     }
     AdvanceLocked();
   }
@@ -179,6 +181,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   v1::GenerateResponse writing_;  // guarded by mu_: the message in flight
   std::deque<v1::GenerateResponse> queue_;  // guarded by mu_: output not yet written
   int choices_ = 1;               // GenerateJob::n, set before the job is submitted
+  v1::Sampling sampling_;         // the job's sampling values, set before it is submitted
   bool write_in_flight_ = false;  // guarded by mu_
   bool broken_ = false;           // guarded by mu_: a write failed; drop further output
   bool engine_done_ = false;      // guarded by mu_: on_done ran (or the request was refused)
@@ -194,7 +197,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc:
                                                                            const v1::GenerateRequest* request) {
   absl::StatusOr<std::shared_ptr<const Tenant>> tenant = Authorize(context);
   absl::StatusOr<GenerateJob> job =
-      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template)
+      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template,
+                                   engine_.model().config().generation)
                   : absl::StatusOr<GenerateJob>(tenant.status());
   if (job.ok() && request->has_response_format()) {
     // Compiled here, on the RPC thread, so a bad schema is refused before the engine sees the call.

@@ -98,6 +98,9 @@ absl::Status RunGenerate(const Flags& flags) {
   if (!model.ok()) return model.status();
   // generation_config.json's defaults for what the flags leave unset.
   request.sampling = WithGenerationDefaults(flags, model->config().generation, *sampling);
+  if (!flags.Has("max-tokens") && model->config().generation.max_new_tokens) {
+    request.max_tokens = int(std::min<int64_t>(*model->config().generation.max_new_tokens, 1 << 24));
+  }
   if (flags.Has("chat") || flags.Has("system")) {
     // The prompt is a user message (after --system's), rendered with the model's chat template as
     // steady-server renders GenerateRequest.messages.
@@ -186,7 +189,8 @@ Streams generated text to stdout; usage figures to stderr. --prompt-ids: the pro
 stream, one JSON line {"ids": generated ids, "text": their text (null without a tokenizer),
 "finish_reason", "prompt_tokens"}, with --logits also "logits": the logits after the prompt.
 --ignore-eos: end-of-sequence ids do not stop generation (--max-tokens tokens always).
-Sampling flags left out take generation_config.json's values where the checkpoint has one. --device: where the forward pass runs
+Sampling flags left out take generation_config.json's values where the checkpoint has one
+(--max-tokens: its max_new_tokens, else 64). --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
 (auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16, q8 (8-bit blocks) or q4 (4-bit, AVX512_VNNI only);

@@ -67,6 +67,14 @@ TEST(HfConfigTest, RopeScalingTypes) {
   c = ParseModelConfig(j.dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NEAR(c->rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1, 1e-12);
+  // Qwen's recipes: original_max_position_embeddings equal to max_position_embeddings (Qwen2.5), or
+  // below it at another ratio than factor (Qwen3: 32768 of 40960, factor 4); Hugging Face uses factor.
+  for (int64_t original : {4096, 3276}) {
+    j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", original}};
+    c = ParseModelConfig(j.dump(), "config.json");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->rope_scaling.factor, 4.0);
+  }
   // No RoPE scaling key at all: Hugging Face's default theta.
   nlohmann::json plain = Base("llama");
   plain.erase("rope_theta");
@@ -124,6 +132,14 @@ TEST(HfConfigTest, RefusalsNameFileAndKey) {
       {"mistral", R"({"sliding_window": 0})", "sliding_window"},
       {"qwen2", R"({"use_sliding_window": true, "sliding_window": 0})", "sliding_window"},
       {"qwen2", R"({"layer_types": ["full_attention"]})", "layer_types"},
+      // yarn's inconsistent values (Hugging Face warns and computes something else than meant).
+      {"qwen2", R"({"rope_scaling": {"type": "yarn", "factor": 0.5, "original_max_position_embeddings": 1024}})",
+       "rope_scaling.factor"},
+      {"qwen2", R"({"rope_scaling": {"type": "yarn", "factor": 4, "beta_fast": 2, "beta_slow": 8}})",
+       "rope_scaling.beta_fast 2 must not be below rope_scaling.beta_slow 8"},
+      {"qwen2", R"({"rope_scaling": {"type": "yarn", "factor": 4, "beta_fast": 0.5}})", "rope_scaling.beta_fast"},
+      {"qwen2", R"({"rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 8192}})",
+       "rope_scaling.original_max_position_embeddings 8192 is above max_position_embeddings 4096"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = Base(c.type);
