@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "model/decoder/model.h"
 #include "model/model_flags.h"
+#include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "server/auth/api_keys.h"
 #include "server/engine/engine.h"
@@ -296,6 +297,10 @@ absl::Status Run(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
+  auto chat = LoadChatFormat(*dir, &model->config().chat_template);
+  if (!chat.ok()) return chat.status();
+  std::fprintf(stderr, "steady-server: chat messages rendered with %s\n", (*chat)->source().c_str());
+  service_options.chat = *std::move(chat);
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();
   engine_options->store = *std::move(store);

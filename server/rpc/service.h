@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "model/constrain/constraint_cache.h"
-#include "model/text/chat_template.h"
+#include "model/text/chat_format.h"
 #include "server/auth/api_keys.h"
 #include "server/auth/tenant_limits.h"
 #include "server/engine/engine.h"
@@ -41,6 +41,9 @@ struct ServiceOptions {
   std::shared_ptr<Authenticator> auth;              // --api-keys
   std::string snapshot_key;                         // --snapshot-key-file's bytes; empty: exports unsigned
   bool allow_unsigned_imports = false;              // --allow-unsigned-imports (with a snapshot key)
+  // How chat messages become the prompt (the model directory's Jinja template or config.json's small
+  // format: model/text/chat_format.h). Null: the model config's small format.
+  std::shared_ptr<const ChatFormat> chat;
 };
 constexpr int64_t kMaxSessionIdBytes = 128;
 
@@ -50,11 +53,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // INVALID_ARGUMENT naming `field` unless `id` is 1-128 bytes of [A-Za-z0-9_.-] not starting with '.'
 // (ids name files in the session directory). An empty id passes when `allow_empty`.
 absl::Status ValidateSessionId(const std::string& field, const std::string& id, bool allow_empty);
+// INVALID_ARGUMENT "FIELD: not valid UTF-8 (byte N, 0xXX)" at the first byte of `text` that does not
+// begin a well-formed UTF-8 character.
+absl::Status CheckUtf8(const std::string& field, std::string_view text);
 // The request's fields checked against the limits, with zero values resolved (top_p 0 -> 1,
-// repetition_penalty 0 -> 1), and chat messages rendered with `chat` into the prompt.
-// INVALID_ARGUMENT naming the field.
+// repetition_penalty 0 -> 1), and chat messages (and tools) rendered with `chat` into the prompt.
+// INVALID_ARGUMENT naming the field (text that is not UTF-8 names the byte).
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
-                                           const ServiceOptions& options, const ChatTemplate& chat);
+                                           const ServiceOptions& options, const ChatFormat& chat);
 // The request's response_format compiled into job->constraint (left null for "" and "text"), through
 // `cache`. INVALID_ARGUMENT naming response_format and the problem (a schema keyword and where it
 // is, a grammar's line and column).

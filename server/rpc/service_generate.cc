@@ -194,7 +194,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc:
                                                                            const v1::GenerateRequest* request) {
   absl::StatusOr<std::shared_ptr<const Tenant>> tenant = Authorize(context);
   absl::StatusOr<GenerateJob> job =
-      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template)
+      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, *options_.chat)
                   : absl::StatusOr<GenerateJob>(tenant.status());
   if (job.ok() && request->has_response_format()) {
     // Compiled here, on the RPC thread, so a bad schema is refused before the engine sees the call.
