@@ -157,6 +157,48 @@ EOF2
       fail "$name: request $i: want \"$want\", got: $line $(tail -n 3 "$tmp/err")"
     fi
   done
+
+  # OpenAI tool calling through steady-gateway (Qwen3's template writes hermes <tool_call> tags): the
+  # tools reach the template (the prompt is the reference's rendering with them), a named
+  # tool_choice holds the random model to a call (the server's grammar constraint), and the call comes
+  # back as tool_calls, whole and streamed.
+  if [ "$name" = qwen3 ] && [ -x "$bin/steady-gateway" ]; then
+    "$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 2> "$tmp/gateway.log" &
+    gateway_pid=$!
+    started_pids+=("$gateway_pid")
+    url=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on \(http://127\.0\.0\.1:[0-9]*\).*|\1|p')
+    tools='[{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]'
+    messages='[{"role": "user", "content": "Weather in Paris?"}]'
+    "$py" -c "import json, sys; print(json.dumps({'template': json.load(open(sys.argv[1]))['chat_template'], 'context': {'messages': json.loads(sys.argv[2]), 'tools': json.loads(sys.argv[3]), 'add_generation_prompt': True}}))" \
+      "$model/tokenizer_config.json" "$messages" "$tools" | $ref render |
+      "$py" -c "import json, sys; print(json.dumps({'text': json.loads(sys.stdin.read())['text'], 'add_special_tokens': False}))" |
+      $ref encode "$model" > "$tmp/tools.ref-ids"
+    want_tokens=$("$py" -c "import json, sys; print(len(json.load(open(sys.argv[1]))['ids']))" "$tmp/tools.ref-ids")
+    # A random model would fill the arguments' strings until max_tokens: a logit_bias on '"' (id 1)
+    # and '}' (92), among the tokens the grammar allows, lets it close them at once ({"": ""}).
+    body="{\"model\": \"$name-model\", \"messages\": $messages, \"tools\": $tools, \"temperature\": 0, \"max_tokens\": 150,
+      \"logit_bias\": {\"1\": 60, \"92\": 40},
+      \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}}"
+    check "$name: tools through the gateway: the reference's prompt ($want_tokens tokens), a named call read back as tool_calls" \
+      200 POST /v1/chat/completions "$body" -- \
+      "b['usage']['prompt_tokens'] == $want_tokens and b['choices'][0]['finish_reason'] == 'tool_calls' and [c['function']['name'] for c in b['choices'][0]['message']['tool_calls']] == ['get_weather'] and isinstance(json.loads(b['choices'][0]['message']['tool_calls'][0]['function']['arguments']), dict)"
+    whole=$("$py" -c "import json, sys; print(json.load(open(sys.argv[1]))['choices'][0]['message']['tool_calls'][0]['function']['arguments'])" "$tmp/body" 2> /dev/null || true)
+    curl -s -N --max-time 60 -H 'Content-Type: application/json' --data-binary "${body%\}}, \"stream\": true}" "$url/v1/chat/completions" > "$tmp/events"
+    if "$py" - "$tmp/events" "$whole" > "$tmp/why" 2>&1 <<'PY'
+import json, sys
+events = [json.loads(b[6:]) for b in open(sys.argv[1]).read().split("\n\n") if b.startswith("data: {")]
+calls = [c for e in events for c in e["choices"][0]["delta"].get("tool_calls", [])]
+assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather" and calls[0]["index"] == 0, calls
+assert calls[0]["function"]["arguments"] == sys.argv[2], (calls, sys.argv[2])
+assert events[-1]["choices"][0]["finish_reason"] == "tool_calls", events[-1]
+PY
+    then
+      pass "$name: the call streamed as one tool_calls delta with the same arguments"
+    else
+      fail "$name: streamed tool call: $(tail -n 2 "$tmp/why") $(head -c 600 "$tmp/events")"
+    fi
+    stop "$gateway_pid"
+  fi
   stop "$server_pid"
 done
 finish hf_chat_server
