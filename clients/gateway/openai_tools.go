@@ -117,8 +117,8 @@ func setTools(w http.ResponseWriter, req *request, info *steadyv1.ModelInfo, g *
 		return nil, true // OpenAI: the model calls no tool; the template is not shown them
 	}
 	if info.ToolCallFormat != "hermes" && info.ToolCallFormat != "llama3_json" {
-		invalid(w, "tools", "the model's chat template has no tool-call format Steady reads (hermes <tool_call> tags or Llama 3.1 JSON): "+
-			"its tool calls could not come back as tool_calls")
+		invalid(w, "tools", "tool calling needs a chat template whose tool-call format Steady reads (hermes <tool_call> tags or Llama 3.1 JSON); this model's has none: "+
+			"its calls could not come back as tool_calls")
 		return nil, false
 	}
 	g.ToolsJson = string(req.Tools)
