@@ -115,6 +115,10 @@ Security (docs/security.md):
                       tenant, key: the file's bytes, at least 32) and import only signed ones
   --allow-unsigned-imports   with --snapshot-key-file: import unsigned snapshots too
   A non-loopback --host without TLS or without --api-keys logs a warning.
+
+Chat (docs/api.md, "Chat"): GenerateRequest.messages are rendered with DIR's Jinja chat template
+(chat_template.jinja, or tokenizer_config.json's "chat_template"), else config.json's small
+"chat_template" or the default; the log names which.
 )";
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
