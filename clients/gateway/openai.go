@@ -8,6 +8,7 @@ package main
 // without one a call is stateless, and the server's prefix cache keeps a resent history cheap.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -181,11 +182,20 @@ type request struct {
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	RepetitionPenalty *float64           `json:"repetition_penalty"`
 	TopK              *int32             `json:"top_k"`
+	// Tool calling (openai_tools.go).
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// Tool calling: an assistant's calls (OpenAI's list, passed on as JSON), a tool result's call id
+	// and function name.
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
 }
 
 // text of a chat message's content: a string, or OpenAI's list of {"type": "text", "text": ...} parts.
@@ -227,24 +237,26 @@ func stringOrList(raw json.RawMessage) ([]string, error) {
 	return many, nil
 }
 
-// toGenerate checks an OpenAI request and turns it into a steady.v1 GenerateRequest; on a refusal it
-// has written the error and returns nil.
-func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, req *request, info *steadyv1.ModelInfo) *steadyv1.GenerateRequest {
+// toGenerate checks an OpenAI request and turns it into a steady.v1 GenerateRequest, with the parser
+// of the tool calls in its answer (nil: none asked for); on a refusal it has written the error and
+// returns nil.
+func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, req *request, info *steadyv1.ModelInfo) (*steadyv1.GenerateRequest, *toolParser) {
 	model := info.ModelName
 	if req.Model == "" {
 		invalid(w, "model", "you must provide a model parameter")
-		return nil
+		return nil, nil
 	}
 	if req.Model != model {
 		writeOpenAIError(w, http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
 			fmt.Sprintf("The model `%s` does not exist; this server serves `%s` (GET /v1/models)", req.Model, model))
-		return nil
+		return nil, nil
 	}
 	g := &steadyv1.GenerateRequest{SessionId: req.SessionID}
+	var parser *toolParser
 	if req.N != nil {
 		if *req.N < 1 || *req.N > 1<<20 { // the server's own bound (16) is in its message
 			invalid(w, "n", fmt.Sprintf("n = %d: must be in [1, 16]", *req.N))
-			return nil
+			return nil, nil
 		}
 		g.N = int32(*req.N) // the server bounds it and refuses n > 1 with a session
 	}
@@ -256,7 +268,7 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 	}
 	bias, ok := logitBias(w, req.LogitBias)
 	if !ok || !setResponseFormat(w, req.ResponseFormat, req.Grammar, g) || !setLogprobs(w, chat, req, g) {
-		return nil
+		return nil, nil
 	}
 	g.LogitBias = bias
 	if g.SessionId == "" {
@@ -265,19 +277,27 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 	if chat {
 		if len(req.Prompt) > 0 {
 			invalid(w, "prompt", "chat completions take messages, not prompt")
-			return nil
+			return nil, nil
 		}
 		if len(req.Messages) == 0 {
 			invalid(w, "messages", "messages must not be empty")
-			return nil
+			return nil, nil
 		}
 		for i, m := range req.Messages {
 			text, err := m.text()
 			if err != nil {
 				invalid(w, fmt.Sprintf("messages[%d].content", i), err.Error())
-				return nil
+				return nil, nil
 			}
-			g.Messages = append(g.Messages, &steadyv1.ChatMessage{Role: m.Role, Content: text})
+			message := &steadyv1.ChatMessage{Role: m.Role, Content: text, ToolCallId: m.ToolCallID, Name: m.Name}
+			if calls := bytes.TrimSpace(m.ToolCalls); len(calls) > 0 && string(calls) != "null" && string(calls) != "[]" {
+				message.ToolCallsJson = string(calls)
+			}
+			g.Messages = append(g.Messages, message)
+		}
+		var ok bool
+		if parser, ok = setTools(w, req, info, g); !ok {
+			return nil, nil
 		}
 	} else {
 		if ids, ok := tokenIDs(req.Prompt); ok {
@@ -288,11 +308,11 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 			}
 		} else {
 			invalid(w, "prompt", "prompt must be a string or a list of token ids (one prompt per request)")
-			return nil
+			return nil, nil
 		}
 		if req.Echo && g.Prompt == "" && len(g.PromptTokenIds) > 0 {
 			invalid(w, "echo", "echo needs a text prompt")
-			return nil
+			return nil, nil
 		}
 	}
 	setSampling(req, chat, info, g) // openai_sampling.go
@@ -306,10 +326,10 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 	stops, err := stringOrList(req.Stop)
 	if err != nil {
 		invalid(w, "stop", "stop must be a string or a list of strings")
-		return nil
+		return nil, nil
 	}
 	g.Stop = stops
-	return g
+	return g, parser
 }
 
 // tokenIDs reads a token-id prompt: [1, 2, 3] or [[1, 2, 3]] (a list holding one prompt).
@@ -441,6 +461,10 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 				"session in parts (docs/api.md, \"Long inputs\")", maxBodyBytes))
 		return
 	}
+	if message := utf8Error(body); message != "" {
+		invalid(w, jsonPath(body, badUTF8(body)), message)
+		return
+	}
 	if !checkFields(w, chat, body) {
 		return
 	}
@@ -457,7 +481,7 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	model := info.ModelName
-	g := o.toGenerate(w, r, chat, &req, info)
+	g, tools := o.toGenerate(w, r, chat, &req, info)
 	if g == nil {
 		return
 	}
@@ -474,7 +498,8 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	if req.Stream {
 		o.streamSSE(w, stream, err, sseCall{chat: chat, id: id, created: created, model: model, echo: echo,
-			includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, logprobs: g.Logprobs, session: g.SessionId})
+			includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, logprobs: g.Logprobs, session: g.SessionId,
+			tools: tools})
 		return
 	}
 	// Each choice's text, log-probabilities and finish_reason, by index (n > 1: messages interleave).
@@ -521,7 +546,19 @@ func (o *openAI) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			choice["logprobs"] = logprobsJSON(chat, lps[i], len(echo))
 		}
 		if chat {
-			choice["message"] = map[string]interface{}{"role": "assistant", "content": texts[i].String()}
+			message := map[string]interface{}{"role": "assistant", "content": texts[i].String()}
+			if tools != nil {
+				if content, calls := tools.parse(texts[i].String()); len(calls) > 0 {
+					message["content"], message["tool_calls"] = nil, calls
+					if content != "" {
+						message["content"] = content
+					}
+					if reasons[i] != "length" {
+						choice["finish_reason"] = "tool_calls"
+					}
+				}
+			}
+			choice["message"] = message
 		} else {
 			choice["text"] = echo + texts[i].String()
 		}
@@ -544,6 +581,7 @@ type sseCall struct {
 	created                int64
 	echo                   string // completions' echo: the prompt, sent first
 	includeUsage, logprobs bool
+	tools                  *toolParser // chat with tools: calls are read out of each choice's text
 }
 
 // streamSSE writes the Generate stream as server-sent events: one "data: {chunk}" per message,
@@ -600,6 +638,7 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 		return out
 	}
 	startedChoice := map[int32]bool{} // each choice's first chunk carries the role (chat) or the echo
+	toolStreams := map[int32]*toolStream{}
 	var usage *steadyv1.Usage
 	for err == nil {
 		var m *steadyv1.GenerateResponse
@@ -619,8 +658,29 @@ func (o *openAI) streamSSE(w http.ResponseWriter, stream steadyv1.Inference_Gene
 		if first {
 			text = c.echo + text // completions' echo: the prompt comes first
 		}
-		if text != "" || finish != nil || (first && m.Usage == nil) || (c.logprobs && len(m.Logprobs) > 0) {
-			send(chunk(m.Index, text, finish, first, m.Logprobs))
+		var calls []interface{}
+		if c.tools != nil { // text that may be a call is held until it is one (or is not)
+			ts := toolStreams[m.Index]
+			if ts == nil {
+				ts = &toolStream{p: c.tools}
+				toolStreams[m.Index] = ts
+			}
+			content, completed := ts.add(text)
+			if finish != nil {
+				rest, last := ts.flush()
+				content, completed = content+rest, append(completed, last...)
+			}
+			text, calls = content, ts.deltas(completed)
+			if finish != nil && ts.calls > 0 && m.FinishReason != "length" {
+				finish = "tool_calls"
+			}
+		}
+		if text != "" || len(calls) > 0 || finish != nil || (first && m.Usage == nil) || (c.logprobs && len(m.Logprobs) > 0) {
+			out := chunk(m.Index, text, finish, first, m.Logprobs)
+			if len(calls) > 0 {
+				out["choices"].([]interface{})[0].(map[string]interface{})["delta"].(map[string]interface{})["tool_calls"] = calls
+			}
+			send(out)
 			startedChoice[m.Index] = true
 		}
 	}

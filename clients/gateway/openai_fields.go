@@ -48,7 +48,7 @@ func isJSON(values ...string) func(json.RawMessage) bool {
 	}
 }
 
-const noTools = "tool calling is not supported"
+const noFunctions = "the deprecated functions API is not supported: use tools and tool_choice"
 
 var openAIFields = map[string]fieldRule{
 	// Implemented (docs/api.md).
@@ -71,6 +71,10 @@ var openAIFields = map[string]fieldRule{
 	"frequency_penalty":     {use: forBoth},
 	"logit_bias":            {use: forBoth},
 	"response_format":       {use: forBoth},
+	// Tool calling (openai_tools.go): with a chat template whose calls Steady reads back.
+	"tools":               {use: forChat},
+	"tool_choice":         {use: forChat},
+	"parallel_tool_calls": {use: forChat},
 	// Accepted, and asking for nothing Steady could do differently: OpenAI uses these to identify
 	// end users for abuse monitoring and to route to its caches; Steady's prefix cache needs no key.
 	"user":              {use: forBoth},
@@ -82,11 +86,8 @@ var openAIFields = map[string]fieldRule{
 	"repetition_penalty": {use: forBoth},
 	"top_k":              {use: forBoth},
 	// Refused unless they ask for their default.
-	"tools":               {use: forChat, refused: noTools, harmless: isJSON("[]")},
-	"tool_choice":         {use: forChat, refused: noTools, harmless: isJSON(`"none"`, `"auto"`)},
-	"parallel_tool_calls": {use: forChat, refused: noTools, harmless: isJSON("true", "false")},
-	"functions":           {use: forChat, refused: noTools, harmless: isJSON("[]")},
-	"function_call":       {use: forChat, refused: noTools, harmless: isJSON(`"none"`, `"auto"`)},
+	"functions":           {use: forChat, refused: noFunctions, harmless: isJSON("[]")},
+	"function_call":       {use: forChat, refused: noFunctions, harmless: isJSON(`"none"`, `"auto"`)},
 	"audio":               {use: forChat, refused: "audio output is not supported (text only)"},
 	"modalities":          {use: forChat, refused: "only the text modality is supported", harmless: isJSON(`["text"]`)},
 	"store":               {use: forChat, refused: "Steady stores no completions", harmless: isJSON("false")},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 
 	"github.com/golang/protobuf/jsonpb"
@@ -13,7 +14,8 @@ import (
 // strictJSON is the gateway's JSON marshaler (runtime.JSONPb) except that a request body naming a
 // field the message does not have is refused (INVALID_ARGUMENT: HTTP 400) instead of ignored:
 // a typo such as "max_token" must not silently turn a Generate into a prefill-only call.
-// grpc-gateway v1.6.4 hard-codes AllowUnknownFields: true in JSONPb's decoder.
+// grpc-gateway v1.6.4 hard-codes AllowUnknownFields: true in JSONPb's decoder. Text that is not
+// UTF-8 is refused naming the field and byte (utf8_fields.go), not turned into U+FFFD.
 type strictJSON struct {
 	*runtime.JSONPb // responses: Marshal, NewEncoder, ContentType, Delimiter
 }
@@ -31,6 +33,13 @@ func (m strictJSON) NewDecoder(r io.Reader) runtime.Decoder {
 		if !ok { // not a request body: path or query parameters
 			return runtime.DecoderWrapper{Decoder: d}.Decode(v)
 		}
-		return (&jsonpb.Unmarshaler{}).UnmarshalNext(d, message)
+		var raw json.RawMessage // one value, checked for UTF-8 before jsonpb would replace bad bytes
+		if err := d.Decode(&raw); err != nil {
+			return err
+		}
+		if message := utf8Error(raw); message != "" {
+			return errors.New(message)
+		}
+		return (&jsonpb.Unmarshaler{}).Unmarshal(bytes.NewReader(raw), message)
 	})
 }

@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "model/decoder/model.h"
 #include "model/model_flags.h"
+#include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "server/auth/api_keys.h"
 #include "server/engine/engine.h"
@@ -114,6 +115,10 @@ Security (docs/security.md):
                       tenant, key: the file's bytes, at least 32) and import only signed ones
   --allow-unsigned-imports   with --snapshot-key-file: import unsigned snapshots too
   A non-loopback --host without TLS or without --api-keys logs a warning.
+
+Chat (docs/api.md, "Chat"): GenerateRequest.messages are rendered with DIR's Jinja chat template
+(chat_template.jinja, or tokenizer_config.json's "chat_template"), else config.json's small
+"chat_template" or the default; the log names which.
 )";
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -296,6 +301,10 @@ absl::Status Run(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
+  auto chat = LoadChatFormat(*dir, &model->config().chat_template);
+  if (!chat.ok()) return chat.status();
+  std::fprintf(stderr, "steady-server: chat messages rendered with %s\n", (*chat)->source().c_str());
+  service_options.chat = *std::move(chat);
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();
   engine_options->store = *std::move(store);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "base/status.h"
+#include "base/utf8.h"
 #include "model/constrain/token_bytes.h"
 #include "server/store/snapshot_signing.h"
 
@@ -44,16 +45,76 @@ absl::Status ValidateSessionId(const std::string& field, const std::string& id, 
   return absl::OkStatus();
 }
 
+absl::Status CheckUtf8(const std::string& field, std::string_view text) {
+  for (size_t at = 0; at < text.size();) {
+    size_t length = 0;
+    if (DecodeUtf8At(text, at, &length) == kReplacementChar && length == 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: not valid UTF-8 (byte %u, 0x%02x)", field, at,
+                                                        static_cast<unsigned char>(text[at])));
+    }
+    at += length;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The request's messages (and tools) as the chat format takes them; INVALID_ARGUMENT naming the field
+// for text that is not UTF-8 or JSON that does not parse.
+absl::StatusOr<ChatInput> ChatInputFromRequest(const v1::GenerateRequest& r) {
+  using Json = nlohmann::ordered_json;
+  ChatInput input;
+  for (int i = 0; i < r.messages_size(); ++i) {
+    const v1::ChatMessage& m = r.messages(i);
+    const std::string where = absl::StrCat("messages[", i, "]");
+    const std::pair<const char*, const std::string*> fields[] = {
+        {"role", &m.role()}, {"content", &m.content()}, {"tool_calls_json", &m.tool_calls_json()},
+        {"tool_call_id", &m.tool_call_id()}, {"name", &m.name()}};
+    for (const auto& [name, text] : fields) {
+      if (absl::Status s = CheckUtf8(absl::StrCat(where, ".", name), *text); !s.ok()) return s;
+    }
+    Json message = {{"role", m.role()}, {"content", m.content()}};
+    if (!m.tool_calls_json().empty()) {
+      Json calls = Json::parse(m.tool_calls_json(), nullptr, /*allow_exceptions=*/false);
+      if (!calls.is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".tool_calls_json: expected a JSON list of tool calls"));
+      }
+      // OpenAI sends arguments as JSON text; the templates (as transformers gives them) read an object.
+      for (Json& call : calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        Json& arguments = call["function"]["arguments"];
+        if (!arguments.is_string()) continue;
+        Json parsed = Json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_discarded()) arguments = std::move(parsed);
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    if (!m.name().empty()) message["name"] = m.name();
+    input.messages.push_back(std::move(message));
+  }
+  if (!r.tools_json().empty()) {
+    if (absl::Status s = CheckUtf8("tools_json", r.tools_json()); !s.ok()) return s;
+    input.tools = Json::parse(r.tools_json(), nullptr, /*allow_exceptions=*/false);
+    if (!input.tools.is_array()) return absl::InvalidArgumentError("tools_json: expected a JSON list of tools");
+  }
+  return input;
+}
+
+}  // namespace
+
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const EngineOptions& engine,
-                                           const ServiceOptions& options, const ChatTemplate& chat,
+                                           const ServiceOptions& options, const ChatFormat& chat,
                                            const GenerationDefaults& defaults) {
   if (absl::Status s = ValidateSessionId("session_id", r.session_id(), /*allow_empty=*/true); !s.ok()) return s;
+  if (absl::Status s = CheckUtf8("prompt", r.prompt()); !s.ok()) return s;
   if (r.stop_size() > options.max_stop_strings) {
     return absl::InvalidArgumentError(
         absl::StrCat("stop: at most ", options.max_stop_strings, " strings, got ", r.stop_size()));
   }
   for (int i = 0; i < r.stop_size(); ++i) {
     if (r.stop(i).empty()) return absl::InvalidArgumentError(absl::StrCat("stop[", i, "]: must not be empty"));
+    if (absl::Status s = CheckUtf8(absl::StrCat("stop[", i, "]"), r.stop(i)); !s.ok()) return s;
     if (int64_t(r.stop(i).size()) > options.max_stop_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("stop[", i, "]: longer than ", options.max_stop_bytes, " bytes"));
     }
@@ -66,10 +127,16 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
     if (!r.prompt().empty() || r.prompt_token_ids_size() > 0) {
       return absl::InvalidArgumentError("messages: give prompt, prompt_token_ids or messages, only one");
     }
-    std::vector<ChatMessage> messages;
-    for (const v1::ChatMessage& m : r.messages()) messages.push_back({m.role(), m.content()});
+    if (!r.session_id().empty() && !chat.continues_sessions()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages: the model's chat template (", chat.source(),
+          ") renders whole conversations, so a session cannot take its messages turn by turn; send the whole "
+          "conversation without session_id (the prefix cache keeps a resent history cheap), or a prompt to the session"));
+    }
+    auto input = ChatInputFromRequest(r);
+    if (!input.ok()) return input.status();
     size_t system_bytes = 0;
-    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true, &system_bytes);
+    auto rendered = chat.Render(*input, &system_bytes);
     if (!rendered.ok()) return rendered.status();
     job.prompt = *std::move(rendered);
     if (system_bytes > 0) job.cache_at_bytes.push_back(system_bytes);
@@ -94,7 +161,7 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
         "n: more than one choice needs a stateless call (no session_id): a session keeps one continuation");
   }
   job.stop.assign(r.stop().begin(), r.stop().end());
-  if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop.begin(), chat.stop.end());
+  if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop().begin(), chat.stop().end());
   if (r.has_expected_position()) job.expected_position = r.expected_position().value();
   if (r.top_logprobs() != 0 && !r.logprobs()) {
     return absl::InvalidArgumentError("top_logprobs: needs logprobs = true");
@@ -201,13 +268,23 @@ v1::ModelInfo DescribeModel(const Model& model, const EngineOptions& engine, con
 
 }  // namespace
 
+namespace {
+
+ServiceOptions WithChatFormat(ServiceOptions options, const ModelConfig& config) {
+  if (!options.chat) options.chat = MakeSmallChatFormat(config.chat_template, "config.json chat_template");
+  return options;
+}
+
+}  // namespace
+
 InferenceService::InferenceService(Engine& engine, Metrics& metrics, ServiceOptions options)
     : engine_(engine),
       metrics_(metrics),
-      options_(std::move(options)),
+      options_(WithChatFormat(std::move(options), engine.model().config())),
       model_info_(DescribeModel(engine.model(), engine.options(), options_)),
       id_rng_(std::random_device{}()) {
   const ModelConfig& config = engine.model().config();
+  model_info_.set_tool_call_format(ToolCallStyleName(options_.chat->tool_call_style()));
   auto vocab = MakeTokenVocabulary(engine.tokenizer(), engine.model().vocab_size(),
                                    std::vector<int32_t>(config.eos_token_ids.begin(), config.eos_token_ids.end()));
   if (vocab.ok()) {

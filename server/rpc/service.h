@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "model/constrain/constraint_cache.h"
-#include "model/text/chat_template.h"
+#include "model/text/chat_format.h"
 #include "server/auth/api_keys.h"
 #include "server/auth/tenant_limits.h"
 #include "server/engine/engine.h"
@@ -41,6 +41,9 @@ struct ServiceOptions {
   std::shared_ptr<Authenticator> auth;              // --api-keys
   std::string snapshot_key;                         // --snapshot-key-file's bytes; empty: exports unsigned
   bool allow_unsigned_imports = false;              // --allow-unsigned-imports (with a snapshot key)
+  // How chat messages become the prompt (the model directory's Jinja template or config.json's small
+  // format: model/text/chat_format.h). Null: the model config's small format.
+  std::shared_ptr<const ChatFormat> chat;
 };
 constexpr int64_t kMaxSessionIdBytes = 128;
 
@@ -50,11 +53,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // INVALID_ARGUMENT naming `field` unless `id` is 1-128 bytes of [A-Za-z0-9_.-] not starting with '.'
 // (ids name files in the session directory). An empty id passes when `allow_empty`.
 absl::Status ValidateSessionId(const std::string& field, const std::string& id, bool allow_empty);
+// INVALID_ARGUMENT "FIELD: not valid UTF-8 (byte N, 0xXX)" at the first byte of `text` that does not
+// begin a well-formed UTF-8 character.
+absl::Status CheckUtf8(const std::string& field, std::string_view text);
 // The request's fields checked against the limits, the sampling fields it leaves out taken from
 // `defaults` (SamplingFromRequest), and chat messages rendered with `chat` into the prompt.
 // INVALID_ARGUMENT naming the field.
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
-                                           const ServiceOptions& options, const ChatTemplate& chat,
+                                           const ServiceOptions& options, const ChatFormat& chat,
                                            const GenerationDefaults& defaults);
 // request_sampling.cc. job->max_tokens and job->sampling's temperature, top_k, top_p and
 // repetition_penalty: the request's value where it sets the field (checked: INVALID_ARGUMENT naming

@@ -197,7 +197,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc:
                                                                            const v1::GenerateRequest* request) {
   absl::StatusOr<std::shared_ptr<const Tenant>> tenant = Authorize(context);
   absl::StatusOr<GenerateJob> job =
-      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, engine_.model().config().chat_template,
+      tenant.ok() ? JobFromRequest(*request, engine_.options(), options_, *options_.chat,
                                    engine_.model().config().generation)
                   : absl::StatusOr<GenerateJob>(tenant.status());
   if (job.ok() && request->has_response_format()) {

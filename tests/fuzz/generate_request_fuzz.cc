@@ -10,7 +10,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "base/check.h"
-#include "model/text/chat_template.h"
+#include "model/text/chat_format.h"
 #include "server/engine/engine.h"
 #include "server/rpc/service.h"
 #include "steady/v1/inference.pb.h"
@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   static const steady::EngineOptions engine;
   static const steady::ServiceOptions options;
-  static const steady::ChatTemplate chat;
-  auto job = steady::JobFromRequest(request, engine, options, chat);
+  static const std::unique_ptr<steady::ChatFormat> chat = steady::MakeSmallChatFormat(steady::ChatTemplate(), "fuzz");
+  auto job = steady::JobFromRequest(request, engine, options, *chat);
   if (!job.ok()) {
     STEADY_CHECK(!job.status().message().empty());  // an error names what it refuses
     return 0;
@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   STEADY_CHECK(job->sampling.top_p > 0 && job->sampling.top_p <= 1);
   STEADY_CHECK(job->sampling.repetition_penalty > 0);
   STEADY_CHECK(job->top_logprobs >= -1 && job->top_logprobs <= steady::kMaxTopLogprobs);
-  STEADY_CHECK(int64_t(job->stop.size()) <= options.max_stop_strings + int64_t(chat.stop.size()));
+  STEADY_CHECK(int64_t(job->stop.size()) <= options.max_stop_strings + int64_t(chat->stop().size()));
   for (size_t bytes : job->cache_at_bytes) STEADY_CHECK(bytes <= job->prompt.size());
   return 0;
 }

@@ -6,7 +6,7 @@ check against llama.cpp (tools/bench/peer_llamacpp.sh exact). numpy only (Debian
 
     /usr/bin/python3 tools/checkpoints/random_hf.py --arch qwen2 --out /tmp/q2 [--size small|llama1b]
         [--dtype f32|bf16|f16] [--shards N] [--seed S] [--rope-scaling llama3|linear|dynamic|yarn]
-        [--sliding-window W] [--tie] [--layers N] [--no-generation-config]
+        [--sliding-window W] [--tie] [--layers N] [--vocab N] [--no-generation-config]
 
 --arch llama | mistral | qwen2 | qwen3. Per architecture, what its Hugging Face config implies:
 qwen2 has q/k/v biases (and llama.cpp's assumption head_dim = hidden / heads); qwen3 has per-head
@@ -44,6 +44,8 @@ def config_for(a):
     s = dict(SHAPES[a.size])
     if a.layers:
         s["layers"] = a.layers
+    if a.vocab:
+        s["vocab"] = a.vocab
     if a.arch == "qwen3" and a.size == "small":
         s["head_dim"] = 32  # Qwen3's heads are wider than hidden / heads (0.6B: 1024 / 16 = 64, head_dim 128)
     c = {
@@ -172,6 +174,7 @@ def main():
     ap.add_argument("--shards", type=int, default=1, help="files to split the tensors over (>1: with an index)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layers", type=int, help="number of layers (default: the size's)")
+    ap.add_argument("--vocab", type=int, help="vocab_size (default: the size's), e.g. a real tokenizer's")
     ap.add_argument("--rope-scaling", choices=["llama3", "linear", "dynamic", "yarn"])
     ap.add_argument("--sliding-window", type=int, help="mistral: every layer; qwen2/qwen3: the upper half")
     ap.add_argument("--attention-bias", action="store_true", help="llama: attention_bias (q, k, v, o biases)")

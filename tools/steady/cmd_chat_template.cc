@@ -1,14 +1,13 @@
 // steady chat-template: a model directory's Jinja chat template rendered over a conversation, printed
 // exactly (no newline added), as transformers renders it for apply_chat_template.
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
-#include "model/text/hf/tokenizer_config.h"
+#include "model/text/chat_format.h"
 #include "model/text/jinja/jinja.h"
 #include "tools/steady/commands.h"
 
@@ -50,62 +49,28 @@ absl::Status RunChatTemplate(const Flags& flags) {
   auto messages_path = flags.Require("messages");
   if (!dir.ok()) return dir.status();
   if (!messages_path.ok()) return messages_path.status();
-  const std::string config_path = *dir + "/tokenizer_config.json";
-  auto config_text = ReadWholeFile(config_path);
-  if (!config_text.ok()) return config_text.status();
-  auto config = hf::ParseTokenizerConfig(*config_text, config_path);
-  if (!config.ok()) return config.status();
-
-  nlohmann::ordered_json context;
+  ChatInput input;
   auto messages = ReadJsonFile(*messages_path, "--messages");
   if (!messages.ok()) return messages.status();
   if (!messages->is_array()) return absl::InvalidArgumentError(absl::StrCat(*messages_path, ": expected a JSON list of messages"));
-  context["messages"] = *messages;
-  bool has_tools = false;
+  input.messages = *messages;
   if (flags.Has("tools")) {
     auto tools = ReadJsonFile(flags.Get("tools"), "--tools");
     if (!tools.ok()) return tools.status();
     if (!tools->is_array()) return absl::InvalidArgumentError(absl::StrCat(flags.Get("tools"), ": expected a JSON list of tools"));
-    context["tools"] = *tools;
-    has_tools = true;
+    input.tools = *tools;
   }
-  context["add_generation_prompt"] = !flags.Has("no-generation-prompt");
+  input.add_generation_prompt = !flags.Has("no-generation-prompt");
   if (flags.Has("vars")) {  // more variables, as apply_chat_template's keyword arguments
     auto vars = ReadJsonFile(flags.Get("vars"), "--vars");
     if (!vars.ok()) return vars.status();
     if (!vars->is_object()) return absl::InvalidArgumentError(absl::StrCat(flags.Get("vars"), ": expected a JSON object"));
-    for (const auto& [k, v] : vars->items()) context[k] = v;
+    input.vars = *vars;
   }
-  const std::pair<const char*, const std::optional<std::string>*> specials[] = {
-      {"bos_token", &config->bos_token}, {"eos_token", &config->eos_token},
-      {"unk_token", &config->unk_token}, {"pad_token", &config->pad_token}};
-  for (const auto& [name, value] : specials) {
-    if (*value) context[name] = **value;
-  }
-
-  // Which template: chat_template.jinja beside the config wins (transformers' newer layout); else the
-  // config's, by --template NAME, or "tool_use" when tools are given and there is one, or "default".
-  std::string where, source;
-  const std::string jinja_path = *dir + "/chat_template.jinja";
-  if (std::filesystem::exists(jinja_path) && !flags.Has("template")) {
-    auto text = ReadWholeFile(jinja_path);
-    if (!text.ok()) return text.status();
-    where = jinja_path;
-    source = *text;
-  } else {
-    std::string name = flags.Has("template") ? flags.Get("template") : "default";
-    if (!flags.Has("template") && has_tools && config->chat_templates.count("tool_use")) name = "tool_use";
-    auto it = config->chat_templates.find(name);
-    if (it == config->chat_templates.end()) {
-      return absl::NotFoundError(absl::StrCat(config_path, ": no chat_template", name == "default" ? "" : " named " + name,
-                                              " (and no chat_template.jinja)"));
-    }
-    where = absl::StrCat(config_path, ": chat_template", name == "default" ? "" : " " + name);
-    source = it->second;
-  }
-  auto parsed = JinjaTemplate::Parse(source, where);
-  if (!parsed.ok()) return parsed.status();
-  auto text = parsed->Render(context);
+  // The template the server would use (model/text/chat_format.h), or the one --template names.
+  auto format = LoadChatFormat(*dir, /*own=*/nullptr, flags.Get("template"));
+  if (!format.ok()) return format.status();
+  auto text = (*format)->Render(input);
   if (!text.ok()) return text.status();
   std::fwrite(text->data(), 1, text->size(), stdout);
   return absl::OkStatus();

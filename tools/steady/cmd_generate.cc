@@ -12,7 +12,7 @@
 #include "base/file_io.h"
 #include "model/constrain/token_bytes.h"
 #include "model/generate.h"
-#include "model/text/chat_template.h"
+#include "model/text/chat_format.h"
 #include "tools/steady/commands.h"
 
 namespace steady {
@@ -104,14 +104,15 @@ absl::Status RunGenerate(const Flags& flags) {
   if (flags.Has("chat") || flags.Has("system")) {
     // The prompt is a user message (after --system's), rendered with the model's chat template as
     // steady-server renders GenerateRequest.messages.
-    const ChatTemplate& chat = model->config().chat_template;
-    std::vector<ChatMessage> messages;
-    if (flags.Has("system")) messages.push_back({"system", flags.Get("system")});
-    messages.push_back({"user", request.prompt});
-    auto rendered = RenderChat(chat, messages, /*add_generation_prompt=*/true);
+    auto chat = LoadChatFormat(flags.Get("model"), &model->config().chat_template);
+    if (!chat.ok()) return chat.status();
+    ChatInput input;
+    if (flags.Has("system")) input.messages.push_back({{"role", "system"}, {"content", flags.Get("system")}});
+    input.messages.push_back({{"role", "user"}, {"content", request.prompt}});
+    auto rendered = (*chat)->Render(input);
     if (!rendered.ok()) return rendered.status();
     request.prompt = *std::move(rendered);
-    request.stop.insert(request.stop.end(), chat.stop.begin(), chat.stop.end());
+    request.stop.insert(request.stop.end(), (*chat)->stop().begin(), (*chat)->stop().end());
   }
   // With --prompt-ids the tokenizer is optional (random test checkpoints have none): no text then.
   std::unique_ptr<Tokenizer> tokenizer;
@@ -197,8 +198,10 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 --cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8 on VPDPBUSD, where the CPU has them), simd (the widening
 kernels only) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
-user message (after the --system message), rendered with the model's chat template (config.json's
-"chat_template", or the default: docs/checkpoint-format.md), whose stop strings are added.
+user message (after the --system message), rendered with the model's chat template as steady-server
+renders chat: the Jinja template of a Hugging Face directory (chat_template.jinja or
+tokenizer_config.json's), else config.json's "chat_template" or the default (docs/checkpoint-format.md),
+whose stop strings are added.
 --json-object, --json-schema FILE, --grammar FILE: constrained decoding (docs/api.md, "Structured
 output"): the text is a JSON object, an instance of the JSON Schema in FILE, or in the language of
 the GBNF grammar in FILE (llama.cpp's format); generation ends when it is complete.
