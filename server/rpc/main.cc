@@ -27,6 +27,7 @@
 #include "base/file_io.h"
 #include "base/status.h"
 #include "model/decoder/model.h"
+#include "model/load.h"
 #include "model/model_flags.h"
 #include "model/text/tokenizer.h"
 #include "server/auth/api_keys.h"
@@ -290,11 +291,11 @@ absl::Status Run(int argc, char** argv) {
   }
 
   const auto load_start = std::chrono::steady_clock::now();
-  auto model = Model::Load(*dir, *override);
+  auto model = LoadModel(*dir, *override);
   if (!model.ok()) return model.status();
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
+  auto tokenizer = LoadTokenizer(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();

@@ -22,7 +22,7 @@ absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags) {
   if (!dir.ok()) return dir.status();
   auto override = MechanismOverrideFromFlags(flags);
   if (!override.ok()) return override.status();
-  return Model::Load(*dir, *override);
+  return LoadModel(*dir, *override);
 }
 
 namespace {
@@ -112,10 +112,9 @@ absl::Status RunGenerate(const Flags& flags) {
   }
   // With --prompt-ids the tokenizer is optional (random test checkpoints have none): no text then.
   std::unique_ptr<Tokenizer> tokenizer;
-  std::error_code ec;
   const std::filesystem::path dir(flags.Get("model"));
-  if (!by_ids || std::filesystem::exists(dir / "tokenizer.json", ec) || std::filesystem::exists(dir / "tokenizer.model", ec)) {
-    auto loaded = Tokenizer::LoadFromDirectory(dir.string());
+  if (!by_ids || HasTokenizer(dir.string())) {
+    auto loaded = LoadTokenizer(dir.string());
     if (!loaded.ok()) return loaded.status();
     tokenizer = *std::move(loaded);
   }

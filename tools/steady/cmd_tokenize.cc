@@ -44,7 +44,7 @@ absl::StatusOr<nlohmann::json> Answer(const Tokenizer& t, const std::string& inp
 absl::Status RunTokenize(const Flags& flags) {
   auto dir = flags.Require("model");
   if (!dir.ok()) return dir.status();
-  auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
+  auto tokenizer = LoadTokenizer(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
   const bool decode = flags.Has("decode");
   DecodeOptions options;

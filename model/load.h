@@ -1,0 +1,30 @@
+// What `--model PATH` names, loaded: a checkpoint directory (config.json, safetensors, tokenizer.json
+// or tokenizer.model; model/decoder/model.h, model/text/tokenizer.h) or a GGUF file (model/gguf/).
+// The one place that tells the two apart, so that the binaries and the engine above see a Model and
+// a Tokenizer whatever the format.
+#ifndef STEADY_MODEL_LOAD_H_
+#define STEADY_MODEL_LOAD_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/decoder/model.h"
+#include "model/text/tokenizer.h"
+
+namespace steady {
+
+// Whether `path` is a GGUF file (a regular file starting with the magic "GGUF"), not a directory.
+bool IsGgufFile(const std::string& path);
+// The model at `path`, with `override` applied to every layer.
+absl::StatusOr<Model> LoadModel(const std::string& path, const std::optional<MechanismOverride>& override = std::nullopt);
+// The tokenizer at `path`: the GGUF file's own, or the directory's (Tokenizer::LoadFromDirectory).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
+// Whether `path` has a tokenizer to load (a GGUF file always has; a directory when it holds
+// tokenizer.json or tokenizer.model).
+bool HasTokenizer(const std::string& path);
+
+}  // namespace steady
+
+#endif  // STEADY_MODEL_LOAD_H_
