@@ -32,7 +32,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
 }
 
 bool HasTokenizer(const std::string& path) {
-  if (IsGgufFile(path)) return true;
+  if (IsGgufFile(path)) {
+    auto file = GgufFile::Open(path);
+    return !file.ok() || file->FindValue("tokenizer.ggml.model") != nullptr;  // a broken file: LoadTokenizer says why
+  }
   std::error_code ec;
   const std::filesystem::path dir(path);
   return std::filesystem::exists(dir / "tokenizer.json", ec) || std::filesystem::exists(dir / "tokenizer.model", ec);

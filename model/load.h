@@ -21,7 +21,7 @@ bool IsGgufFile(const std::string& path);
 absl::StatusOr<Model> LoadModel(const std::string& path, const std::optional<MechanismOverride>& override = std::nullopt);
 // The tokenizer at `path`: the GGUF file's own, or the directory's (Tokenizer::LoadFromDirectory).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
-// Whether `path` has a tokenizer to load (a GGUF file always has; a directory when it holds
+// Whether `path` has a tokenizer to load (a GGUF file with tokenizer.ggml.model; a directory with
 // tokenizer.json or tokenizer.model).
 bool HasTokenizer(const std::string& path);
 

@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 // llama.cpp's token types (llama_token_type).
-constexpr int64_t kControl = 3, kUserDefined = 4;
+constexpr int64_t kUnknown = 2, kControl = 3, kUserDefined = 4;
 
 // The pre-tokenizer regexes of tokenizer.ggml.pre's names, as llama.cpp's llama-vocab.cpp gives them.
 struct PreTokenizer {
@@ -150,9 +150,9 @@ absl::StatusOr<GgufTokenizerFiles> GgufTokenizerAsJson(const GgufFile& f) {
       return Bad(f, "tokenizer.ggml.tokens", absl::StrCat("token ", i, " repeats token ", vocab[tokens[i]].get<int64_t>()));
     }
     vocab[tokens[i]] = i;
-    if (types[i] == kControl || types[i] == kUserDefined) {
+    if (types[i] == kUnknown || types[i] == kControl || types[i] == kUserDefined) {
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                       {"normalized", false}, {"special", types[i] == kControl}});
+                       {"normalized", false}, {"special", types[i] != kUserDefined}});
     }
   }
   json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};

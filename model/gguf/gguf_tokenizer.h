@@ -9,7 +9,8 @@
 //                                 first, as llama.cpp's and sentencepiece's BPE), "▁" for spaces and
 //                                 a leading one unless tokenizer.ggml.add_space_prefix is false
 //
-// Control tokens (token_type 3) and user-defined ones (4) are added tokens. BOS goes in front when
+// Unknown (token_type 2), control (3) and user-defined (4) tokens are added tokens, found in text as
+// llama.cpp finds them with special-token parsing on. BOS goes in front when
 // tokenizer.ggml.add_bos_token says so (absent: true for llama, false for gpt2, llama.cpp's
 // defaults); EOS is tokenizer.ggml.eos_token_id; tokenizer.chat_template becomes the tokenizer
 // configuration's Jinja template.

@@ -5,7 +5,9 @@
 # turns each back into fp32. `steady gguf-info` must list the same tensors, types and offsets, and
 # its dequantization must equal ggml's bit for bit. The npm packages go into the cache
 # tools/bench/peer_llamacpp.sh uses (outside the repo). Exit 77 (a visible skip) without node/npm or
-# when the registry cannot be reached.
+# when the registry cannot be reached. Then Steady reading GGUF files as models (`--model FILE.gguf`):
+# tools/bench/peer_llamacpp.sh gguf, and the mapping's errors on damaged files (missing tensor, wrong
+# shape, unknown architecture, a tensor no layer uses).
 set -euo pipefail
 bin=$1
 src=$2
@@ -53,5 +55,39 @@ if ! "$bin/steady" gguf-info "$tmp/cut.gguf" --tensor t.F32 --out "$tmp/none.f32
   pass "a truncated file is refused by name: $(head -1 "$tmp/err.txt")"
 else
   fail "truncated file: $(cat "$tmp/err.txt")"
+fi
+# The mapping's errors: each damaged model is refused naming what is wrong; the good one generates.
+mkdir -p "$tmp/bad"
+/usr/bin/python3 "$src/tests/model/gguf/bad_models.py" "$tmp/bad"
+if "$bin/steady" generate --model "$tmp/bad/good.gguf" --prompt-ids 1,2 --max-tokens 2 --json > "$tmp/good.json" 2>&1 &&
+   grep -q '"ids":\[' "$tmp/good.json"; then
+  pass "a one-layer llama GGUF without a vocabulary generates by ids"
+else
+  fail "the good GGUF model: $(cat "$tmp/good.json")"
+fi
+while IFS='|' read -r name pattern; do
+  if ! "$bin/steady" generate --model "$tmp/bad/$name.gguf" --prompt-ids 1,2 --max-tokens 2 > /dev/null 2> "$tmp/err.txt" &&
+     grep -qE "$pattern" "$tmp/err.txt"; then
+    pass "$name: $(head -1 "$tmp/err.txt")"
+  else
+    fail "$name: expected /$pattern/, got: $(cat "$tmp/err.txt")"
+  fi
+done <<'CASES'
+missing|missing.gguf: tensor "blk\.0\.ffn_up\.weight" is missing
+shape|shape.gguf: tensor "blk\.0\.attn_k\.weight" has shape \[32, 64\], expected \[64, 64\]
+arch|arch.gguf: general.architecture "gemma2" is not one Steady computes
+extra|extra.gguf: tensors the llama architecture does not use \(e.g. blk\.0\.mystery\.weight\)
+key|key.gguf: no metadata "llama\.block_count"
+CASES
+
+# Steady serving GGUF files itself, against llama.cpp on the same files: every architecture in f32,
+# llama.cpp's own quantizations, the files' tokenizers (tools/bench/peer_llamacpp.sh gguf; its table).
+if STEADY="$bin/steady" PEER_WORK="$tmp/work" PEER_RESULTS="$tmp/results" CHECK_THREADS=1 EXACT_TOKENS=16 \
+     timeout 480 "$src/tools/bench/peer_llamacpp.sh" gguf > "$tmp/peer.txt" 2>&1; then
+  cat "$tmp/peer.txt"
+  pass "--model FILE.gguf: llama.cpp's greedy ids and logits on f32 and quantized files, and its tokenization (table above)"
+else
+  cat "$tmp/peer.txt"
+  fail "--model FILE.gguf disagrees with llama.cpp, or the check did not run (above)"
 fi
 finish gguf_llamacpp
