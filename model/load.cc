@@ -31,6 +31,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
   return LoadGgufTokenizer(*file);
 }
 
+absl::StatusOr<hf::TokenizerConfig> LoadGgufTokenizerConfig(const std::string& path) {
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  auto files = GgufTokenizerAsJson(*file);
+  if (!files.ok()) return files.status();
+  return files->config;
+}
+
 bool HasTokenizer(const std::string& path) {
   if (IsGgufFile(path)) {
     auto file = GgufFile::Open(path);

