@@ -42,7 +42,7 @@
 namespace steady {
 namespace {
 
-constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
+constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port N] [--host ADDR] [--state-memory BYTES]
                     [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]
                     [--replica-name NAME] [--takeover-wait-ms MS]]
                     [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]

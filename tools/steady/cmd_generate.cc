@@ -173,7 +173,7 @@ absl::Status RunGenerate(const Flags& flags) {
 }  // namespace
 
 Command GenerateCommand() {
-  return {"generate", R"(usage: steady generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
+  return {"generate", R"(usage: steady generate --model DIR|FILE.gguf (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
                        [--json [--logits]] [--max-tokens N] [--ignore-eos]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
                        [--json-object | --json-schema FILE | --grammar FILE] [--speculative off|ngram [--draft-tokens K]]

@@ -78,8 +78,8 @@ absl::Status RunTokenize(const Flags& flags) {
 }  // namespace
 
 Command TokenizeCommand() {
-  return {"tokenize", R"(usage: steady tokenize --model DIR [--add-special]            text on stdin -> {"ids": [...]}
-       steady tokenize --model DIR --decode [--skip-special] [--no-clean-up]
+  return {"tokenize", R"(usage: steady tokenize --model DIR|FILE.gguf [--add-special] text on stdin -> {"ids": [...]}
+       steady tokenize --model DIR|FILE.gguf --decode [--skip-special] [--no-clean-up]
                                                                   ids (a JSON list) -> {"text": "..."}
                    [--batch]   one JSON string (or list of ids) per stdin line, one answer per line
 
