@@ -1,8 +1,10 @@
 #include "model/gguf/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -220,6 +222,16 @@ absl::StatusOr<std::string> Architecture(const GgufFile& f) {
                                                  "\" is not one Steady computes (llama, qwen2, qwen3)"));
 }
 
+// A metadata value; `fallback` when the key is absent and there is one. The first error is kept in
+// *status (the later lookups' are dropped), and 0 returned in its place.
+template <typename T>
+T KeyOr(const absl::StatusOr<T>& got, std::optional<T> fallback, absl::Status* status) {
+  if (got.ok()) return *got;
+  if (fallback && absl::IsNotFound(got.status())) return *fallback;
+  if (status->ok()) *status = got.status();
+  return T(0);
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
@@ -228,21 +240,11 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   const std::string& a = *arch;
   const std::string& file = f.display_name();
   absl::Status status;
-  auto uint = [&](const std::string& key, std::optional<uint64_t> fallback = std::nullopt) -> uint64_t {
-    if (!status.ok()) return 0;
-    auto v = f.GetUint(a + "." + key);
-    if (v.ok()) return *v;
-    if (fallback && absl::IsNotFound(v.status())) return *fallback;
-    status = v.status();
-    return 0;
+  auto uint = [&](const std::string& key, std::optional<uint64_t> fallback = std::nullopt) {
+    return KeyOr<uint64_t>(f.GetUint(a + "." + key), fallback, &status);
   };
-  auto real = [&](const std::string& key, std::optional<double> fallback = std::nullopt) -> double {
-    if (!status.ok()) return 0;
-    auto v = f.GetFloat(a + "." + key);
-    if (v.ok()) return *v;
-    if (fallback && absl::IsNotFound(v.status())) return *fallback;
-    status = v.status();
-    return 0;
+  auto real = [&](const std::string& key, std::optional<double> fallback = std::nullopt) {
+    return KeyOr<double>(f.GetFloat(a + "." + key), fallback, &status);
   };
   const uint64_t hidden = uint("embedding_length"), heads = uint("attention.head_count");
   nlohmann::json j = {{"model_type", a},
@@ -252,8 +254,8 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
                       {"num_attention_heads", heads},
                       {"num_key_value_heads", uint("attention.head_count_kv", heads)},
                       {"rms_norm_eps", real("attention.layer_norm_rms_epsilon")},
-                      {"rope_theta", real("rope.freq_base", 10000.0)},
-                      {"max_position_embeddings", uint("context_length", 0)}};
+                      {"rope_theta", real("rope.freq_base", 10000.0)}};
+  if (const uint64_t context = uint("context_length", 0); context > 0) j["max_position_embeddings"] = context;
   if (!status.ok()) return status;
   if (heads == 0) return absl::InvalidArgumentError(absl::StrCat(file, ": ", a, ".attention.head_count is 0"));
   const uint64_t head_dim = uint("attention.key_length", hidden / heads);
