@@ -42,6 +42,9 @@ struct RopeScaling {
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   bool truncate = true;                      // yarn: the correction range rounded outwards to integers
   double attention_factor = 1.0;             // yarn: cos and sin (so q and k) scaled by it
+  // A GGUF file's rope_freqs tensor (llama.cpp's form of llama3 scaling): head_dim / 2 divisors, one
+  // per frequency, applied after `type`'s scaling. Empty for every config.json.
+  std::vector<double> freq_divisors;
 };
 
 // generation_config.json's sampling defaults, for requests that leave a value unset (nullopt:

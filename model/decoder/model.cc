@@ -190,6 +190,35 @@ absl::StatusOr<Model> Model::Load(const std::string& dir, const std::optional<Me
   return model;
 }
 
+absl::StatusOr<Model> Model::FromWeights(ModelConfig config, const WeightSource& source) {
+  auto model = FromConfig(std::move(config));
+  if (!model.ok()) return model.status();
+  Model& m = *model;
+  absl::Status status;
+  ForEachWeight(m.config_, m.embed_, m.final_norm_, m.lm_head_, &m.layers_, [&](const WeightSlot& w) {
+    if (!status.ok()) return;
+    if (w.vec != nullptr) {
+      auto values = source.vector(w.name, w.shape);
+      if (values.ok()) *w.vec = *std::move(values);
+      status = values.status();
+      return;
+    }
+    auto matrix = source.matrix(w.name, w.shape);
+    if (matrix.ok()) *w.mat = *std::move(matrix);
+    status = matrix.status();
+  });
+  if (!status.ok()) return status;
+  // The mechanisms read their tensors from an empty set: those that need trained ones say so.
+  static const SafeTensors* const kNone =
+      new SafeTensors(*SafeTensors::Parse(std::string("\x02\0\0\0\0\0\0\0{}", 10), "(no mechanism tensors)"));
+  for (int l = 0; l < m.config_.num_layers; ++l) {
+    if (absl::Status s = LoadAttentionTensors(*kNone, LayerPrefix(l), &m.layers_[l].attention); !s.ok()) {
+      return WithContext(s, absl::StrCat("layer ", l));
+    }
+  }
+  return model;
+}
+
 absl::StatusOr<Model> Model::Random(const ModelConfig& config, uint64_t seed) {
   auto model = FromConfig(config);
   if (!model.ok()) return model.status();

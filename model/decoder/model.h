@@ -47,6 +47,15 @@ struct MechanismOverride {
 class StatePool;
 struct CpuMatrices;
 
+// A checkpoint's dense weights by their Hugging Face names and shapes (what Model::Load reads from
+// safetensors), for the loaders of other formats (model/gguf/gguf_model.h): `vector` gives a norm or
+// a bias in fp32, `matrix` a projection or the embedding table in the precision the loader chose.
+// Each returns an error naming the tensor when it is missing or malformed.
+struct WeightSource {
+  std::function<absl::StatusOr<std::vector<float>>(const std::string& name, const std::vector<int64_t>& shape)> vector;
+  std::function<absl::StatusOr<WeightMatrix>(const std::string& name, const std::vector<int64_t>& shape)> matrix;
+};
+
 // Fixed state floats per session for a configuration, without weights (for sizing and reports).
 absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
 // Floats a session's growing state adds per token (softmax layers' KV cache; 0 for constant state).
@@ -95,6 +104,10 @@ class Model {
   // before this returns; on any error nothing is kept. The tokenizer is loaded separately.
   static absl::StatusOr<Model> Load(const std::string& dir,
                                     const std::optional<MechanismOverride>& override = std::nullopt);
+  // A model of `config` (overrides already applied) whose dense weights come from `source`, by the
+  // names Load reads. Mechanisms' own trained tensors are not part of such a checkpoint: a mechanism
+  // that needs them is refused as Load refuses a safetensors file without them.
+  static absl::StatusOr<Model> FromWeights(ModelConfig config, const WeightSource& source);
   // Random weights of the given shape (tests, `steady init`, `steady bench`).
   static absl::StatusOr<Model> Random(const ModelConfig& config, uint64_t seed);
   // Writes config.json and model.safetensors (F32, F16 or BF16) into `dir` atomically per file.

@@ -78,6 +78,9 @@ RopeFrequencies::RopeFrequencies(const ModelConfig& c) {
     factor_ = r.factor;
     original_ = r.original_max_position_embeddings;
   }
+  if (r.freq_divisors.size() == f.size()) {
+    for (size_t i = 0; i < f.size(); ++i) f[i] /= r.freq_divisors[i];
+  }
   inv_freq_ = ToFloat(f);
 }
 

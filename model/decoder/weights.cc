@@ -61,6 +61,13 @@ WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, con
   return m;
 }
 
+WeightMatrix WeightMatrix::Owned(WeightType type, int64_t rows, int64_t cols, const void* data,
+                                 std::shared_ptr<const void> owner) {
+  WeightMatrix m = View(type, rows, cols, data, std::move(owner));
+  m.is_view_ = false;
+  return m;
+}
+
 WeightMatrix WeightMatrix::FromFloats(std::vector<float> values, int64_t rows, int64_t cols) {
   STEADY_CHECK(int64_t(values.size()) == rows * cols);
   auto buffer = std::make_shared<std::vector<float>>(std::move(values));

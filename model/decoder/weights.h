@@ -39,6 +39,10 @@ class WeightMatrix {
   // 2- or 4-byte type must be aligned to its size (MatchesAlignment).
   static WeightMatrix View(WeightType type, int64_t rows, int64_t cols, const void* data,
                            std::shared_ptr<const void> owner);
+  // A matrix of its own whose bytes, laid out as `type` wants, are `data`, kept alive by `owner` (a
+  // loader's converted buffer: unlike a View, its pages are never released).
+  static WeightMatrix Owned(WeightType type, int64_t rows, int64_t cols, const void* data,
+                            std::shared_ptr<const void> owner);
   // A matrix of its own holding `values` (rows * cols of them) in fp32.
   static WeightMatrix FromFloats(std::vector<float> values, int64_t rows, int64_t cols);
   // Whether `data` may be viewed as `type` in place (else the loader copies it).

@@ -108,6 +108,8 @@ class GgufFile {
   absl::StatusOr<uint64_t> GetUint(std::string_view key) const;
   absl::StatusOr<double> GetFloat(std::string_view key) const;  // float32 or float64
 
+  // Keeps the mapping (or the owned bytes) alive, for views of RawData that outlive this object.
+  std::shared_ptr<const void> Owner() const { return storage_; }
   // The tensor's bytes in the mapped file.
   std::string_view RawData(const GgufTensorInfo& info) const;
   // The tensor dequantized to fp32, in ggml's element order (innermost first, which is row-major

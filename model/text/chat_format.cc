@@ -156,26 +156,18 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> MakeJinjaChatFormat(const JinjaChatS
       std::make_unique<JinjaChatFormat>(*std::move(main), s.where, std::move(tool_use), style, std::move(specials)));
 }
 
-absl::StatusOr<std::unique_ptr<ChatFormat>> LoadChatFormat(const std::string& dir, const ChatTemplate* own,
-                                                           const std::string& template_name) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string config_path = dir + "/tokenizer_config.json";
-  const std::string jinja_path = dir + "/chat_template.jinja";
+absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormatFromConfig(const std::optional<hf::TokenizerConfig>& config,
+                                                                const std::string& config_where, const ChatTemplate* own,
+                                                                const std::string& template_name,
+                                                                const std::string& jinja_path) {
   JinjaChatSources s;
-  std::optional<hf::TokenizerConfig> config;
-  if (fs::exists(config_path, ec)) {
-    auto text = ReadWholeFile(config_path);
-    if (!text.ok()) return text.status();
-    auto parsed = hf::ParseTokenizerConfig(*text, config_path);
-    if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
+  if (config) {
     s.bos_token = config->bos_token.value_or("");
     s.eos_token = config->eos_token.value_or("");
     s.unk_token = config->unk_token.value_or("");
     s.pad_token = config->pad_token.value_or("");
   }
-  if (template_name.empty() && fs::exists(jinja_path, ec)) {  // transformers' newer layout wins
+  if (template_name.empty() && !jinja_path.empty()) {  // transformers' newer layout wins
     auto text = ReadWholeFile(jinja_path);
     if (!text.ok()) return text.status();
     s.source = *std::move(text);
@@ -185,18 +177,35 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> LoadChatFormat(const std::string& di
   const std::string name = template_name.empty() ? "default" : template_name;
   if (config && config->chat_templates.count(name)) {
     s.source = config->chat_templates.at(name);
-    s.where = absl::StrCat(config_path, ": chat_template", name == "default" ? "" : " " + name);
+    s.where = absl::StrCat(config_where, ": chat_template", name == "default" ? "" : " " + name);
     if (template_name.empty() && config->chat_templates.count("tool_use")) {
       s.tool_use_source = config->chat_templates.at("tool_use");
-      s.tool_use_where = absl::StrCat(config_path, ": chat_template tool_use");
+      s.tool_use_where = absl::StrCat(config_where, ": chat_template tool_use");
     }
     return MakeJinjaChatFormat(s);
   }
   if (!template_name.empty() || (config && !config->chat_templates.empty()) || own == nullptr) {
-    return absl::NotFoundError(absl::StrCat(config_path, ": no chat_template",
+    return absl::NotFoundError(absl::StrCat(config_where, ": no chat_template",
                                             name == "default" ? "" : " named " + name, " (and no chat_template.jinja)"));
   }
   return MakeSmallChatFormat(*own, "config.json chat_template");
+}
+
+absl::StatusOr<std::unique_ptr<ChatFormat>> LoadChatFormat(const std::string& dir, const ChatTemplate* own,
+                                                           const std::string& template_name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string config_path = dir + "/tokenizer_config.json";
+  const std::string jinja_path = dir + "/chat_template.jinja";
+  std::optional<hf::TokenizerConfig> config;
+  if (fs::exists(config_path, ec)) {
+    auto text = ReadWholeFile(config_path);
+    if (!text.ok()) return text.status();
+    auto parsed = hf::ParseTokenizerConfig(*text, config_path);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+  }
+  return ChatFormatFromConfig(config, config_path, own, template_name, fs::exists(jinja_path, ec) ? jinja_path : "");
 }
 
 }  // namespace steady

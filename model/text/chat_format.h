@@ -11,6 +11,7 @@
 #define STEADY_MODEL_TEXT_CHAT_FORMAT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/text/chat_template.h"
+#include "model/text/hf/tokenizer_config.h"
 
 namespace steady {
 
@@ -78,6 +80,12 @@ absl::StatusOr<std::unique_ptr<ChatFormat>> MakeJinjaChatFormat(const JinjaChatS
 // INVALID_ARGUMENT naming the file and the line for a template that does not parse.
 absl::StatusOr<std::unique_ptr<ChatFormat>> LoadChatFormat(const std::string& dir, const ChatTemplate* own,
                                                            const std::string& template_name = "");
+// The same choice from a tokenizer configuration already read (`config_where` names it in errors; a
+// GGUF file's comes from its metadata: model/load.h) and a chat_template.jinja file ("": none).
+absl::StatusOr<std::unique_ptr<ChatFormat>> ChatFormatFromConfig(const std::optional<hf::TokenizerConfig>& config,
+                                                                const std::string& config_where, const ChatTemplate* own,
+                                                                const std::string& template_name,
+                                                                const std::string& jinja_path);
 
 }  // namespace steady
 

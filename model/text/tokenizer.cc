@@ -49,12 +49,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
     if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
   }
-  auto t = hf::HfTokenizer::Load(*json, config, path);
-  if (!t.ok()) return t.status();
-  return std::unique_ptr<Tokenizer>(new HfTokenizerAdapter(*std::move(t)));
+  return Tokenizer::FromTokenizerJson(*json, config, path);
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTokenizerJson(std::string_view json,
+                                                                     const hf::TokenizerConfig& config,
+                                                                     const std::string& name) {
+  auto t = hf::HfTokenizer::Load(json, config, name);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<Tokenizer>(new HfTokenizerAdapter(*std::move(t)));
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   if (absl::EndsWith(path, ".json")) return LoadTokenizerJson(path);

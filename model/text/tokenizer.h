@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/text/hf/tokenizer_config.h"
 
 namespace steady {
 
@@ -30,6 +31,11 @@ class Tokenizer {
   // the field) for a malformed one. The sentencepiece module is found at $STEADY_SPM_MODULE, beside
   // the executable (../lib/libsteady_spm.so), or at its build-tree path.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+  // A tokenizer.json given as its text, with tokenizer_config.json's contents (`name` prefixes every
+  // error): for formats that carry a vocabulary of their own (model/gguf/gguf_tokenizer.h).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(std::string_view json,
+                                                                       const hf::TokenizerConfig& config,
+                                                                       const std::string& name);
   // A model directory's tokenizer: tokenizer.json when there is one, else tokenizer.model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromDirectory(const std::string& dir);
 

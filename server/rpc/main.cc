@@ -27,6 +27,7 @@
 #include "base/file_io.h"
 #include "base/status.h"
 #include "model/decoder/model.h"
+#include "model/load.h"
 #include "model/model_flags.h"
 #include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
@@ -42,7 +43,7 @@
 namespace steady {
 namespace {
 
-constexpr char kUsage[] = R"(usage: steady-server --model DIR [--port N] [--host ADDR] [--state-memory BYTES]
+constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port N] [--host ADDR] [--state-memory BYTES]
                     [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]
                     [--replica-name NAME] [--takeover-wait-ms MS]]
                     [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
@@ -295,13 +296,13 @@ absl::Status Run(int argc, char** argv) {
   }
 
   const auto load_start = std::chrono::steady_clock::now();
-  auto model = Model::Load(*dir, *override);
+  auto model = LoadModel(*dir, *override);
   if (!model.ok()) return model.status();
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
+  auto tokenizer = LoadTokenizer(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
-  auto chat = LoadChatFormat(*dir, &model->config().chat_template);
+  auto chat = LoadChatFormatFor(*dir, &model->config().chat_template);
   if (!chat.ok()) return chat.status();
   std::fprintf(stderr, "steady-server: chat messages rendered with %s\n", (*chat)->source().c_str());
   service_options.chat = *std::move(chat);

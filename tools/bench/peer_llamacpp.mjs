@@ -13,6 +13,8 @@
 //       its logits at each step; EOS does not end either engine's) compared id for id. One JSON object.
 //   node peer_llamacpp.mjs llama   --gguf FILE --depths 0,1024 --steps N --prefill-tokens N ...
 //       llama.cpp alone: one JSON line per depth, as `steady bench --json` would give.
+//   node peer_llamacpp.mjs tokenize --steady BIN --gguf FILE --texts TEXTS.json
+//       a GGUF file's own tokenizer: llama.cpp's ids against `steady tokenize --model FILE` per text.
 //   node peer_llamacpp.mjs compare --steady BIN --model DIR --gguf FILE --rounds R ...
 //       interleaved runs (steady bench and llama.cpp, R times, alternating which goes first; each a
 //       fresh process on the same weights) and the median of each engine's per-run figures.
@@ -457,6 +459,33 @@ async function cmdExact(flags) {
   console.log(JSON.stringify(report));
 }
 
+// --- tokenization of a GGUF file's own vocabulary ----------------------------------------------------
+// llama.cpp's tokenizer (the vocabulary only, special tokens parsed in the text) against
+// `steady tokenize --model FILE.gguf --batch` on each text of --texts (a JSON list); also whether both
+// put BOS in front of a prompt.
+async function cmdTokenize(flags) {
+  const {llama} = await loadLlama(flags);
+  const model = await llama.loadModel({modelPath: flags.gguf, gpuLayers: 0, vocabOnly: true});
+  const texts = JSON.parse(fs.readFileSync(flags.texts, "utf8"));
+  const r = spawnSync(flags.steady, ["tokenize", "--model", flags.gguf, "--batch"],
+                      {input: texts.map((t) => JSON.stringify(t)).join("\n") + "\n", encoding: "utf8", maxBuffer: 1 << 28});
+  if (r.status !== 0) throw new Error(`steady tokenize: ${r.stderr}`);
+  const ours = r.stdout.trim().split("\n").map((l) => JSON.parse(l));
+  const report = {gguf: flags.gguf, texts: texts.length, identical: 0, differing: []};
+  texts.forEach((t, i) => {
+    const theirs = Array.from(model.tokenize(t, true));
+    const mine = ours[i].ids || [];
+    if (theirs.length === mine.length && theirs.every((x, j) => x === mine[j])) ++report.identical;
+    else report.differing.push({text: t, llama_cpp: theirs, steady: ours[i].ids || ours[i]});
+  });
+  const pre = spawnSync(flags.steady, ["tokenize", "--model", flags.gguf, "--add-special"], {input: "a", encoding: "utf8"});
+  const withSpecial = JSON.parse(pre.stdout).ids, plain = model.tokenize("a", true);
+  report.bos = {llama_cpp_prepends: model.tokens.shouldPrependBosToken, steady_prepends: withSpecial.length > plain.length && withSpecial[0] === model.tokens.bos};
+  await model.dispose();
+  await llama.dispose();
+  console.log(JSON.stringify(report));
+}
+
 // --- interleaved comparison -------------------------------------------------------------------------
 function runJsonLines(cmd, args, env) {
   const r = spawnSync(cmd, args, {encoding: "utf8", maxBuffer: 1 << 26, env: {...process.env, ...env}});
@@ -543,7 +572,8 @@ const command = flags._[0];
 if (command === "llama") await cmdLlama(flags);
 else if (command === "check") await cmdCheck(flags);
 else if (command === "exact") await cmdExact(flags);
+else if (command === "tokenize") await cmdTokenize(flags);
 else if (command === "compare") cmdCompare(flags);
 else if (command === "table") cmdTable(flags);
 else if (command === "serve") await cmdServe(flags);
-else die("usage: peer_llamacpp.mjs check|exact|llama|compare|serve|table [flags] (see the comment at the top of this file)");
+else die("usage: peer_llamacpp.mjs check|exact|tokenize|llama|compare|serve|table [flags] (see the comment at the top of this file)");

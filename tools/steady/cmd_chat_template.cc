@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
+#include "model/load.h"
 #include "model/text/chat_format.h"
 #include "model/text/jinja/jinja.h"
 #include "tools/steady/commands.h"
@@ -68,7 +69,7 @@ absl::Status RunChatTemplate(const Flags& flags) {
     input.vars = *vars;
   }
   // The template the server would use (model/text/chat_format.h), or the one --template names.
-  auto format = LoadChatFormat(*dir, /*own=*/nullptr, flags.Get("template"));
+  auto format = LoadChatFormatFor(*dir, /*own=*/nullptr, flags.Get("template"));
   if (!format.ok()) return format.status();
   auto text = (*format)->Render(input);
   if (!text.ok()) return text.status();
@@ -80,13 +81,14 @@ absl::Status RunChatTemplate(const Flags& flags) {
 
 Command ChatTemplateCommand() {
   return {"chat-template",
-          R"(usage: steady chat-template --model DIR --messages FILE.json [--tools FILE.json]
+          R"(usage: steady chat-template --model DIR|FILE.gguf --messages FILE.json [--tools FILE.json]
                            [--no-generation-prompt] [--template NAME] [--vars FILE.json]
        steady chat-template --batch     {"template": s, "context": {...}} per stdin line
                                         -> {"text": s} or {"error": s} per line
 
 Renders DIR's Jinja chat template (chat_template.jinja, or tokenizer_config.json's "chat_template";
---template picks one of its named templates, "tool_use" is taken when --tools is given) over the
+--template picks one of its named templates, "tool_use" is taken when --tools is given), or a GGUF
+file's tokenizer.chat_template, over the
 messages (a JSON list of {"role", "content", ...}) and prints the prompt exactly, with no newline
 added. The template sees messages, tools, add_generation_prompt (true unless
 --no-generation-prompt), the special tokens of tokenizer_config.json (bos_token, eos_token, ...) and

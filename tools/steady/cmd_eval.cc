@@ -26,7 +26,7 @@ absl::Status RunEval(const Flags& flags) {
 
   auto model = LoadModelFromFlags(flags);
   if (!model.ok()) return model.status();
-  auto tokenizer = Tokenizer::LoadFromDirectory(flags.Get("model"));
+  auto tokenizer = LoadTokenizer(flags.Get("model"));
   if (!tokenizer.ok()) return tokenizer.status();
   auto ids = (*tokenizer)->Encode(text.str());
   if (!ids.ok()) return ids.status();

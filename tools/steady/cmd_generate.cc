@@ -22,7 +22,7 @@ absl::StatusOr<Model> LoadModelFromFlags(const Flags& flags) {
   if (!dir.ok()) return dir.status();
   auto override = MechanismOverrideFromFlags(flags);
   if (!override.ok()) return override.status();
-  return Model::Load(*dir, *override);
+  return LoadModel(*dir, *override);
 }
 
 namespace {
@@ -104,7 +104,7 @@ absl::Status RunGenerate(const Flags& flags) {
   if (flags.Has("chat") || flags.Has("system")) {
     // The prompt is a user message (after --system's), rendered with the model's chat template as
     // steady-server renders GenerateRequest.messages.
-    auto chat = LoadChatFormat(flags.Get("model"), &model->config().chat_template);
+    auto chat = LoadChatFormatFor(flags.Get("model"), &model->config().chat_template);
     if (!chat.ok()) return chat.status();
     ChatInput input;
     if (flags.Has("system")) input.messages.push_back({{"role", "system"}, {"content", flags.Get("system")}});
@@ -116,10 +116,9 @@ absl::Status RunGenerate(const Flags& flags) {
   }
   // With --prompt-ids the tokenizer is optional (random test checkpoints have none): no text then.
   std::unique_ptr<Tokenizer> tokenizer;
-  std::error_code ec;
   const std::filesystem::path dir(flags.Get("model"));
-  if (!by_ids || std::filesystem::exists(dir / "tokenizer.json", ec) || std::filesystem::exists(dir / "tokenizer.model", ec)) {
-    auto loaded = Tokenizer::LoadFromDirectory(dir.string());
+  if (!by_ids || HasTokenizer(dir.string())) {
+    auto loaded = LoadTokenizer(dir.string());
     if (!loaded.ok()) return loaded.status();
     tokenizer = *std::move(loaded);
   }
@@ -178,7 +177,7 @@ absl::Status RunGenerate(const Flags& flags) {
 }  // namespace
 
 Command GenerateCommand() {
-  return {"generate", R"(usage: steady generate --model DIR (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
+  return {"generate", R"(usage: steady generate --model DIR|FILE.gguf (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
                        [--json [--logits]] [--max-tokens N] [--ignore-eos]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
                        [--json-object | --json-schema FILE | --grammar FILE] [--speculative off|ngram [--draft-tokens K]]

@@ -128,7 +128,7 @@ absl::Status RunInfo(const Flags& flags) {
 }  // namespace
 
 Command InfoCommand() {
-  return {"info", R"(usage: steady info (--model DIR | --preset tiny|llama1b | --config FILE)
+  return {"info", R"(usage: steady info (--model DIR|FILE.gguf | --preset tiny|llama1b | --config FILE)
                    [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Prints the shape, mechanism, parameters and state bytes per session (and KV-cache bytes per token

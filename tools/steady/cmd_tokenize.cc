@@ -44,7 +44,7 @@ absl::StatusOr<nlohmann::json> Answer(const Tokenizer& t, const std::string& inp
 absl::Status RunTokenize(const Flags& flags) {
   auto dir = flags.Require("model");
   if (!dir.ok()) return dir.status();
-  auto tokenizer = Tokenizer::LoadFromDirectory(*dir);
+  auto tokenizer = LoadTokenizer(*dir);
   if (!tokenizer.ok()) return tokenizer.status();
   const bool decode = flags.Has("decode");
   DecodeOptions options;
@@ -78,8 +78,8 @@ absl::Status RunTokenize(const Flags& flags) {
 }  // namespace
 
 Command TokenizeCommand() {
-  return {"tokenize", R"(usage: steady tokenize --model DIR [--add-special]            text on stdin -> {"ids": [...]}
-       steady tokenize --model DIR --decode [--skip-special] [--no-clean-up]
+  return {"tokenize", R"(usage: steady tokenize --model DIR|FILE.gguf [--add-special] text on stdin -> {"ids": [...]}
+       steady tokenize --model DIR|FILE.gguf --decode [--skip-special] [--no-clean-up]
                                                                   ids (a JSON list) -> {"text": "..."}
                    [--batch]   one JSON string (or list of ids) per stdin line, one answer per line
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/decoder/model.h"
+#include "model/load.h"
 #include "model/model_flags.h"
 
 namespace steady {

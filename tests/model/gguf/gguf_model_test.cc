@@ -1,0 +1,259 @@
+// A Model written out as llama.cpp's converter writes a GGUF file (tensor names, q/k rows interleaved
+// per head for `llama`), read back by LoadGgufModel: the same logits bit for bit. Also the GGUF
+// tokenizers on tiny vocabularies. (The comparison with llama.cpp itself: tests/cli/gguf_llamacpp.sh.)
+#include "model/gguf/gguf_model.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/decoder/state_pool.h"
+#include "model/gguf/gguf_tokenizer.h"
+
+namespace steady {
+namespace {
+
+// A GGUF v3 writer for the test: metadata of a few types, F32 tensors.
+class Writer {
+ public:
+  void Str(const std::string& key, const std::string& v) { Kv(key, 8, [&] { String(v); }); }
+  void U32(const std::string& key, uint32_t v) { Kv(key, 4, [&] { Put(v); }); }
+  void F32(const std::string& key, float v) { Kv(key, 6, [&] { Put(v); }); }
+  void Bool(const std::string& key, bool v) { Kv(key, 7, [&] { Put(uint8_t(v)); }); }
+  void Strings(const std::string& key, const std::vector<std::string>& v) {
+    Kv(key, 9, [&] {
+      Put(uint32_t(8));
+      Put(uint64_t(v.size()));
+      for (const std::string& s : v) String(s);
+    });
+  }
+  void Floats(const std::string& key, const std::vector<float>& v) {
+    Kv(key, 9, [&] {
+      Put(uint32_t(6));
+      Put(uint64_t(v.size()));
+      for (float x : v) Put(x);
+    });
+  }
+  void Ints(const std::string& key, const std::vector<int32_t>& v) {
+    Kv(key, 9, [&] {
+      Put(uint32_t(5));
+      Put(uint64_t(v.size()));
+      for (int32_t x : v) Put(x);
+    });
+  }
+  // shape outermost first (PyTorch's order), as the converter's add_tensor takes it.
+  void Tensor(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
+    tensors_.push_back({name, std::move(shape), std::move(values)});
+  }
+  std::string Bytes() {
+    const std::string kvs = std::move(out_);  // the key/value pairs written so far
+    out_ = "GGUF";
+    Put(uint32_t(3));
+    Put(uint64_t(tensors_.size()));
+    Put(uint64_t(kvs_));
+    out_ += kvs;
+    uint64_t offset = 0;
+    for (const auto& t : tensors_) {
+      String(t.name);
+      Put(uint32_t(t.shape.size()));
+      for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) Put(uint64_t(*it));
+      Put(uint32_t(0));  // F32
+      Put(offset);
+      offset += (t.values.size() * 4 + 31) / 32 * 32;
+    }
+    out_.resize((out_.size() + 31) / 32 * 32, '\0');
+    for (const auto& t : tensors_) {
+      for (float x : t.values) Put(x);
+      out_.resize((out_.size() + 31) / 32 * 32, '\0');
+    }
+    return out_;
+  }
+
+ private:
+  struct T {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+  };
+  template <typename V>
+  void Put(V v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  void String(const std::string& s) {
+    Put(uint64_t(s.size()));
+    out_ += s;
+  }
+  template <typename Fn>
+  void Kv(const std::string& key, uint32_t type, Fn value) {
+    String(key);
+    Put(type);
+    value();
+    ++kvs_;
+  }
+  std::string out_;
+  size_t kvs_ = 0;
+  std::vector<T> tensors_;
+};
+
+// The converter's permutation: each head's rows from (first half, second half) to pairs (2i, 2i+1).
+std::vector<float> Interleave(const std::vector<float>& w, int heads, int64_t cols) {
+  const int64_t rows = int64_t(w.size()) / cols, d = rows / heads;
+  std::vector<float> out(w.size());
+  for (int h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      for (int second = 0; second < 2; ++second) {
+        const int64_t from = h * d + second * (d / 2) + i, to = h * d + 2 * i + second;
+        std::memcpy(&out[to * cols], &w[from * cols], size_t(cols) * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+ModelConfig Config(const std::string& arch) {
+  const nlohmann::json j = {{"model_type", arch}, {"vocab_size", 97}, {"hidden_size", 64}, {"intermediate_size", 96},
+                            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                            {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+                            {"tie_word_embeddings", false}, {"bos_token_id", 1}, {"eos_token_id", 2},
+                            {"attention_bias", arch == "llama"}};
+  auto c = ParseModelConfig(j.dump(), "test");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// `permute`: llama's q/k rows interleaved as the converter does (false: a wrong file, the control).
+std::string ToGguf(const Model& m, const std::string& arch, bool permute = true) {
+  const ModelConfig& c = m.config();
+  Writer w;
+  w.Str("general.architecture", arch);
+  const std::string a = arch + ".";
+  w.U32(a + "embedding_length", c.hidden_size);
+  w.U32(a + "block_count", c.num_layers);
+  w.U32(a + "feed_forward_length", c.intermediate_size);
+  w.U32(a + "attention.head_count", c.num_heads);
+  w.U32(a + "attention.head_count_kv", c.num_kv_heads);
+  w.U32(a + "attention.key_length", c.head_dim);
+  w.F32(a + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  w.F32(a + "rope.freq_base", float(c.rope_theta));
+  const bool llama = arch == "llama" && permute;
+  auto qk = [&](const std::vector<float>& v, int heads, int64_t cols) { return llama ? Interleave(v, heads, cols) : v; };
+  const int64_t hidden = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim, kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
+  w.Tensor("token_embd.weight", {c.vocab_size, hidden}, m.embed().ToFloat());
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& L = m.layers()[l];
+    const std::string b = absl::StrCat("blk.", l, ".");
+    w.Tensor(b + "attn_norm.weight", {hidden}, L.attn_norm);
+    w.Tensor(b + "attn_q.weight", {q_dim, hidden}, qk(L.wq.ToFloat(), c.num_heads, hidden));
+    w.Tensor(b + "attn_k.weight", {kv_dim, hidden}, qk(L.wk.ToFloat(), c.num_kv_heads, hidden));
+    w.Tensor(b + "attn_v.weight", {kv_dim, hidden}, L.wv.ToFloat());
+    w.Tensor(b + "attn_output.weight", {hidden, q_dim}, L.wo.ToFloat());
+    if (c.qkv_bias) {
+      w.Tensor(b + "attn_q.bias", {q_dim}, qk(L.q_bias, c.num_heads, 1));
+      w.Tensor(b + "attn_k.bias", {kv_dim}, qk(L.k_bias, c.num_kv_heads, 1));
+      w.Tensor(b + "attn_v.bias", {kv_dim}, L.v_bias);
+    }
+    if (c.o_bias) w.Tensor(b + "attn_output.bias", {hidden}, L.o_bias);
+    if (c.qk_norm) {
+      w.Tensor(b + "attn_q_norm.weight", {c.head_dim}, L.q_norm);
+      w.Tensor(b + "attn_k_norm.weight", {c.head_dim}, L.k_norm);
+    }
+    w.Tensor(b + "ffn_norm.weight", {hidden}, L.mlp_norm);
+    w.Tensor(b + "ffn_gate.weight", {c.intermediate_size, hidden}, L.w_gate.ToFloat());
+    w.Tensor(b + "ffn_up.weight", {c.intermediate_size, hidden}, L.w_up.ToFloat());
+    w.Tensor(b + "ffn_down.weight", {hidden, c.intermediate_size}, L.w_down.ToFloat());
+  }
+  w.Tensor("output_norm.weight", {hidden}, m.final_norm());
+  w.Tensor("output.weight", {c.vocab_size, hidden}, m.lm_head().ToFloat());
+  return w.Bytes();
+}
+
+std::vector<float> Logits(const Model& m, const std::vector<int32_t>& ids) {
+  StatePool pool(m, 1);
+  ForwardWorkspace ws;
+  std::vector<float> logits;
+  m.Forward({Segment{0, ids, true}}, pool, ws, &logits);
+  return logits;
+}
+
+class GgufModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufModelTest, ReadsBackTheModelItWasWrittenFrom) {
+  const std::string arch = GetParam();
+  auto m = Model::Random(Config(arch), 11);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto file = GgufFile::Parse(ToGguf(*m, arch), "test.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto loaded = LoadGgufModel(*file, std::nullopt);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config().model_type, arch);
+  EXPECT_EQ(loaded->config().qkv_bias, m->config().qkv_bias);
+  EXPECT_EQ(loaded->config().qk_norm, m->config().qk_norm);
+  const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
+  EXPECT_EQ(Logits(*loaded, ids), Logits(*m, ids));  // the same fp32 weights, the same arithmetic
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GgufModelTest, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(GgufModel, WithoutTheUnpermutationLlamaDiffers) {
+  // The control: a llama file written without the converter's permutation is another model.
+  auto m = Model::Random(Config("llama"), 11);
+  ASSERT_TRUE(m.ok());
+  auto unpermuted = LoadGgufModel(*GgufFile::Parse(ToGguf(*m, "llama", /*permute=*/false), "t.gguf"), std::nullopt);
+  ASSERT_TRUE(unpermuted.ok()) << unpermuted.status();
+  EXPECT_NE(Logits(*unpermuted, {1, 5, 9, 40}), Logits(*m, {1, 5, 9, 40}));
+}
+
+TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
+  Writer w;
+  w.Str("tokenizer.ggml.model", "llama");
+  // "▁ab" is reachable by merging "▁a"+"b" (score -1) or "▁"+"ab"; the merged piece's score decides.
+  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab",
+                                           "\xE2\x96\x81" "ab", "<0x63>"};
+  w.Strings("tokenizer.ggml.tokens", tokens);
+  w.Floats("tokenizer.ggml.scores", {0, 0, 0, -5, -6, -7, -1, -2, -0.5f, 0});
+  w.Ints("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1, 1, 6});
+  w.U32("tokenizer.ggml.bos_token_id", 1);
+  w.U32("tokenizer.ggml.eos_token_id", 2);
+  w.U32("tokenizer.ggml.unknown_token_id", 0);
+  auto file = GgufFile::Parse(w.Bytes(), "vocab.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto t = LoadGgufTokenizer(*file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*(*t)->Encode("ab ab"), (std::vector<int32_t>{8, 8}));
+  EXPECT_EQ(*(*t)->Encode("ab", true), (std::vector<int32_t>{1, 8}));  // add_bos: llama's default
+  EXPECT_EQ(*(*t)->Encode("ac"), (std::vector<int32_t>{6, 9}));        // "c" by byte fallback
+  EXPECT_EQ(*(*t)->Decode({1, 8, 8}, {.skip_special_tokens = true}), "ab ab");
+  EXPECT_EQ((*t)->eos_id(), 2);
+}
+
+TEST(GgufTokenizer, ByteLevelBpeAndItsErrors) {
+  Writer w;
+  w.Str("tokenizer.ggml.model", "gpt2");
+  w.Str("tokenizer.ggml.pre", "llama-bpe");
+  w.Strings("tokenizer.ggml.tokens", {"h", "i", "\xC4\xA0", "hi", "\xC4\xA0h", "\xC4\xA0hi", "<|end|>"});
+  w.Ints("tokenizer.ggml.token_type", {1, 1, 1, 1, 1, 1, 3});
+  w.Strings("tokenizer.ggml.merges", {"h i", "\xC4\xA0 h", "\xC4\xA0h i"});
+  w.U32("tokenizer.ggml.eos_token_id", 6);
+  auto file = GgufFile::Parse(w.Bytes(), "bpe.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto t = LoadGgufTokenizer(*file);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*(*t)->Encode("hi hi<|end|>", true), (std::vector<int32_t>{3, 5, 6}));  // no BOS: gpt2's default
+  EXPECT_EQ(*(*t)->Decode({3, 5}), "hi hi");
+
+  Writer bad;
+  bad.Str("tokenizer.ggml.model", "gpt2");
+  bad.Str("tokenizer.ggml.pre", "falcon-9000");
+  bad.Strings("tokenizer.ggml.tokens", {"a"});
+  bad.Strings("tokenizer.ggml.merges", {});
+  auto refused = LoadGgufTokenizer(*GgufFile::Parse(bad.Bytes(), "bad.gguf"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("bad.gguf: tokenizer.ggml.pre: \"falcon-9000\""), std::string::npos)
+      << refused.status();
+}
+
+}  // namespace
+}  // namespace steady

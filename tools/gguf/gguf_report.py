@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""The table of `tools/bench/peer_llamacpp.sh gguf` (docs/gguf.md) from its RESULTS folder, and the
+verdict: exit 1 when a comparison is over its bound or a tokenizer differs.
+
+    /usr/bin/python3 tools/gguf/gguf_report.py RESULTS_DIR
+"""
+import glob
+import json
+import os
+import sys
+
+TYPES = ("q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k")
+
+
+def main():
+    r, bad = sys.argv[1], False
+
+    def row(label, prompts, bound, exact):
+        nonlocal bad
+        rel = max(p["max_logit_diff_over_std"] for p in prompts)
+        ok = rel <= bound and (not exact or all(p["identical"] for p in prompts))
+        bad |= not ok
+        print(f"| {label} | {sum(p['identical'] for p in prompts)}/{len(prompts)} | "
+              f"{sum(p['agreeing_tokens'] for p in prompts)} of {sum(p['generated_llama_cpp'] for p in prompts)} | "
+              f"{max(p['max_abs_logit_diff'] for p in prompts):.2e} | {rel:.2e} | {bound:g} |" + ("" if ok else " FAILED"))
+
+    def prompts(name):
+        return json.load(open(os.path.join(r, name)))["prompts"]
+
+    print("| Steady `--model FILE.gguf` against llama.cpp | prompts with identical greedy ids | greedy tokens agreeing "
+          "| max abs logit diff | max diff / logit std | bound |")
+    print("|---|---|---|---|---|---|")
+    for path in sorted(glob.glob(os.path.join(r, "gguf-f32-*.json"))):
+        row(f"{os.path.basename(path)[9:-5]}, f32 file", prompts(os.path.basename(path)), 1e-4, True)
+    for t in TYPES:
+        row(f"llama {t}, llama.cpp on its f32 dequantization of the file", prompts(f"gguf-quant-{t}.json"),
+            1e-4 if t == "q8_0" else 0.05, t == "q8_0")
+    for t in TYPES:
+        # Reported, loosely bounded: llama.cpp's dot products round the activations to 8 bits here.
+        row(f"llama {t}, llama.cpp on the same file", prompts(f"gguf-same-{t}.json"), 0.25, False)
+    for path in sorted(glob.glob(os.path.join(r, "gguf-tokenize-*.json"))):
+        t = json.load(open(path))
+        ok = t["identical"] == t["texts"] and t["bos"]["llama_cpp_prepends"] == t["bos"]["steady_prepends"]
+        bad |= not ok
+        print(f"\ntokenizer {os.path.basename(path)[14:-5]}: identical ids on {t['identical']}/{t['texts']} texts; "
+              f"BOS in front: llama.cpp {t['bos']['llama_cpp_prepends']}, Steady {t['bos']['steady_prepends']}"
+              + ("" if ok else " FAILED"))
+        for d in t["differing"][:3]:
+            print("  differs:", json.dumps(d, ensure_ascii=False)[:300])
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
