@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const steady::EngineOptions engine;
   static const steady::ServiceOptions options;
   static const std::unique_ptr<steady::ChatFormat> chat = steady::MakeSmallChatFormat(steady::ChatTemplate(), "fuzz");
-  auto job = steady::JobFromRequest(request, engine, options, *chat);
+  auto job = steady::JobFromRequest(request, engine, options, *chat, steady::GenerationDefaults());
   if (!job.ok()) {
     STEADY_CHECK(!job.status().message().empty());  // an error names what it refuses
     return 0;

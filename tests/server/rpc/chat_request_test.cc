@@ -50,7 +50,7 @@ TEST(ChatRequestTest, JinjaTemplateRendersMessagesToolsAndToolCalls) {
       R"([{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}])");
   r.mutable_messages(3)->set_tool_call_id("c1");
   r.set_tools_json(R"([{"type": "function", "function": {"name": "weather", "parameters": {}}}])");
-  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   ASSERT_TRUE(job.ok()) << job.status();
   // The arguments, JSON text on the wire, reach the template as an object (tojson writes it back).
   EXPECT_EQ(job->prompt,
@@ -67,26 +67,26 @@ TEST(ChatRequestTest, JinjaTemplateRefusesSessionsAndBadToolJson) {
   ASSERT_TRUE(format);
   v1::GenerateRequest r = Chat({{"user", "hi"}});
   r.set_session_id("s");
-  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("test template"), std::string::npos) << job.status();
 
   r.clear_session_id();
   r.mutable_messages(0)->set_tool_calls_json("{\"not\": \"a list\"}");
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("messages[0].tool_calls_json"), std::string::npos) << job.status();
 
   r.mutable_messages(0)->clear_tool_calls_json();
   r.set_tools_json("not json");
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_NE(job.status().message().find("tools_json"), std::string::npos) << job.status();
 }
 
 TEST(ChatRequestTest, TemplateErrorsNameTheLine) {
   auto format = Jinja("line one\n{{ raise_exception('no system here') if messages[0].role == 'system' }}");
   ASSERT_TRUE(format);
-  auto job = JobFromRequest(Chat({{"system", "x"}}), EngineOptions(), ServiceOptions(), *format);
+  auto job = JobFromRequest(Chat({{"system", "x"}}), EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("test template: line 2"), std::string::npos) << job.status();
   EXPECT_NE(job.status().message().find("no system here"), std::string::npos) << job.status();
@@ -98,13 +98,13 @@ TEST(ChatRequestTest, SmallFormatContinuesSessionsAndRefusesTools) {
   EXPECT_EQ(format->tool_call_style(), ToolCallStyle::kNone);
   v1::GenerateRequest r = Chat({{"system", "S."}, {"user", "Hi"}});
   r.set_session_id("s");
-  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->prompt, "S.\n\nUser: Hi\nAssistant:");
   EXPECT_EQ(job->stop, DefaultChatTemplate().stop);
 
   r.set_tools_json(R"([{"type": "function", "function": {"name": "f"}}])");
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("renders no tools"), std::string::npos) << job.status();
 }
@@ -113,25 +113,25 @@ TEST(ChatRequestTest, InvalidUtf8IsRefusedNamingTheFieldAndByte) {
   auto format = MakeSmallChatFormat(DefaultChatTemplate(), "config.json chat_template");
   v1::GenerateRequest r;
   r.set_prompt("ab\xc3(");
-  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  auto job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job.status().message(), "prompt: not valid UTF-8 (byte 2, 0xc3)");
 
   r = Chat({{"user", "fine"}, {"user", "caf\xc3\xa9 \xed\xa0\x80"}});  // a surrogate, encoded
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().message(), "messages[1].content: not valid UTF-8 (byte 6, 0xed)");
 
   r = Chat({{"user", "fine"}});
   r.add_stop("\xff");
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().message(), "stop[0]: not valid UTF-8 (byte 0, 0xff)");
 
   r = Chat({{"user", "truncated \xe2\x82"}});
-  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format);
+  job = JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults());
   EXPECT_EQ(job.status().message(), "messages[0].content: not valid UTF-8 (byte 10, 0xe2)");
   // U+FFFD itself is text like any other.
   r = Chat({{"user", "\xef\xbf\xbd ok"}});
-  EXPECT_TRUE(JobFromRequest(r, EngineOptions(), ServiceOptions(), *format).ok());
+  EXPECT_TRUE(JobFromRequest(r, EngineOptions(), ServiceOptions(), *format, GenerationDefaults()).ok());
 }
 
 }  // namespace
