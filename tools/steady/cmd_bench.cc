@@ -510,7 +510,7 @@ absl::Status RunBench(const Flags& flags) {
 }  // namespace
 
 Command BenchCommand() {
-  return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR) --batch B[,B...]
+  return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR|FILE.gguf) --batch B[,B...]
                     --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8|q4]
                     [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                     [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]

@@ -92,7 +92,7 @@ absl::Status RunEval(const Flags& flags) {
 }  // namespace
 
 Command EvalCommand() {
-  return {"eval", R"(usage: steady eval --model DIR --data FILE [--max-tokens N] [--context N] [--json] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8|q4]
+  return {"eval", R"(usage: steady eval --model DIR|FILE.gguf --data FILE [--max-tokens N] [--context N] [--json] [--device D] [--threads N] [--cpu-weights auto|f32|bf16|q8|q4]
                    [--cpu-gemm auto|simd|openblas] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                    [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 

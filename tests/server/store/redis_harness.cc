@@ -65,7 +65,7 @@ bool RedisServer::Launch() {
   pid_t pid = -1;
   if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return false;
   pid_ = pid;
-  for (int i = 0; i < 200 && !Accepts(port_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  for (int i = 0; i < 800 && !Accepts(port_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));  // 20 s: a loaded CI machine
   return Accepts(port_);
 }
 
