@@ -464,7 +464,7 @@ int64_t Engine::Impl::SettleVerify(EngineJob& job, int slot, const std::vector<i
   const size_t vocab = size_t(model.vocab_size());
   int keep = 1;  // the step's first token, then each accepted draft
   for (size_t i = 0; i <= drafts.size(); ++i) {
-    job.logits.assign(logits + i * vocab, logits + (i + 1) * vocab);
+    if (i > 0) job.logits.assign(logits + i * vocab, logits + (i + 1) * vocab);
     if (i == drafts.size()) break;  // every draft accepted: the last row is the next step's
     std::vector<float> row = job.logits;  // sampling changes it; job.logits stays raw
     auto next = SampleNext(job.sampler, job.constraint ? &*job.constraint : nullptr, &job.mask, row.data(),

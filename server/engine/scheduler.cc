@@ -114,16 +114,17 @@ StepPlan Schedule(const SchedulerInput& input) {
   std::vector<const ScheduledJob*> rows = TakeTurns(ByGroup(decoding), std::max(0, input.max_batch));
   // The rows left over go to verify rows, in the same turn order.
   int64_t spare = std::max<int64_t>(0, input.max_batch - int64_t(rows.size()));
-  std::map<int64_t, int64_t> granted;  // job id -> rows
+  std::vector<std::pair<const ScheduledJob*, int64_t>> granted;  // each job's rows
+  granted.reserve(rows.size());
   for (const ScheduledJob* j : rows) {
     const int64_t extra = std::min(spare, std::max<int64_t>(0, j->decode_rows - 1));
-    granted[j->id] = 1 + extra;
+    granted.push_back({j, 1 + extra});
     spare -= extra;
   }
-  std::sort(rows.begin(), rows.end(), ByArrival);
-  for (const ScheduledJob* j : rows) {
+  std::sort(granted.begin(), granted.end(), [](const auto& a, const auto& b) { return ByArrival(a.first, b.first); });
+  for (const auto& [j, n] : granted) {
     plan.decode.push_back(j->id);
-    plan.decode_rows.push_back(granted[j->id]);
+    plan.decode_rows.push_back(n);
   }
   return plan;
 }
