@@ -58,7 +58,10 @@ assert ''.join(e['choices'][0]['text'] for e in text_chunks) == $native
 assert [e['choices'][0]['finish_reason'] for e in text_chunks][-1] == 'length'
 assert all(e['choices'][0]['finish_reason'] is None for e in text_chunks[:-1])
 assert events[-1]['choices'] == [] and events[-1]['usage']['completion_tokens'] == 12, events[-1]
-assert len(text_chunks) > 2, 'not streamed: %d chunks' % len(text_chunks)"
+# The server writes the first token as soon as it has it and merges what comes while a write is
+# in flight (server/rpc/service_generate.cc), so a loaded machine may send the other 11 in one
+# message: two chunks is all that is certain, and one would mean the gateway held the stream back.
+assert len(text_chunks) >= 2, 'not streamed: %d chunks' % len(text_chunks)"
 
 chat='"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What does this License cover?"}]'
 check "POST /v1/chat/completions: whole" 200 POST /v1/chat/completions \

@@ -43,7 +43,9 @@ async function main() {
   });
   await check("completions.create, streamed: the same text", async () => {
     const chunks = await collect(await client.completions.create({ model, prompt, max_tokens: 10, temperature: 0, stream: true }));
-    assert(chunks.length > 2, chunks.length + " chunks");
+    // The server sends the first token alone and may merge the rest while a write is in flight
+    // (a loaded machine): two chunks is all that is certain; one would mean nothing streamed.
+    assert(chunks.length >= 2, chunks.length + " chunks");
     assert(chunks.map((c) => c.choices[0].text).join("") === whole, "streamed text differs");
     assert(chunks[chunks.length - 1].choices[0].finish_reason === "length", "no finish_reason last");
   });
