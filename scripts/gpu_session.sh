@@ -4,12 +4,14 @@
 # the call; everything else from the tree.
 #
 #   run: PART=tests scripts/gpu_session.sh        carry ["gpu-bundle"]; then bench, compare, sanitize
+#   run: PART=short scripts/gpu_session.sh        the one call a 15-minute device lease has room for
 #
 # PART: tests (the GPU tests and the shipped models' perplexity, cuda vs cpu), bench (decode at the
 # llama1b shape: batch 1..256, constant state vs the softmax KV cache at 1K/32K/128K), compare
 # (prefill attention vs PyTorch SDPA at 8K/32K/128K, logits vs Hugging Face transformers, the other
 # mechanisms' decode), sanitize (compute-sanitizer memcheck, racecheck, synccheck); a comma list runs
-# several in one call. Every part starts with `preflight`: the device, the bundle unpacked, cuBLAS
+# several in one call. short: the steps of tests and bench that matter most (SHORT_STEPS), within a
+# 510 s budget, so that a 15-minute lease keeps room for the machine's start and one rerun. Every part starts with `preflight`: the device, the bundle unpacked, cuBLAS
 # found among the image's usual CUDA folders (lib64, lib, targets/x86_64-linux/lib, Python's
 # nvidia/*/lib, then a search) and every binary loaded, naming what is missing.
 #
@@ -33,9 +35,18 @@ export ROOT=$PWD
 export DRY=${GPU_DRY_RUN:-0}
 export PYTHON=${PYTHON:-python3}  # the image's, with PyTorch and transformers
 PART=${PART:-tests}
+PART_NAME=$PART
+# PART=short: every GPU test, the shipped models' perplexity cuda vs cpu and the two headline decode
+# rows (batch 1..256 at 32K; constant state vs the KV cache by context), in that order.
+SHORT_STEPS=ops,backend,backend_cuda,engine,eval,decode_taylor3_batch,decode_softmax_context
+KEEP=
+if [[ $PART == short ]]; then
+  PART=tests,bench
+  KEEP=$SHORT_STEPS
+fi
 OUT=${OUT:-gpu-out}
 BUNDLE=${BUNDLE:-gpu-bundle/steady-gpu.tar.xz}
-BUDGET_S=${GPU_BUDGET_S:-540}
+BUDGET_S=${GPU_BUDGET_S:-$([[ -n $KEEP ]] && echo 510 || echo 540)}
 RESERVE_S=${RESERVE_S:-20}
 ONLY=${ONLY:-}
 PLAN_ONLY=0
@@ -248,7 +259,7 @@ plan() {
         step memcheck_backend_cuda 60 150 sanitize memcheck backend_cuda_test '*SplitDecode*:*BucketsAboveEight*'
         ;;
       *)
-        echo "gpu_session: unknown PART '$p' (tests, bench, compare, sanitize)" >&2
+        echo "gpu_session: unknown PART '$p' (tests, bench, compare, sanitize, short)" >&2
         exit 2
         ;;
     esac
@@ -259,6 +270,7 @@ plan() {
 names=() expects=() limits=() results=() seconds=() notes=()
 PLANNING=1
 step() {
+  [[ -n $KEEP && $1 != preflight && ",$KEEP," != *",$1,"* ]] && return
   if ((PLANNING)); then
     names+=("$1")
     expects+=("$2")
@@ -318,7 +330,7 @@ write_summary() {
   local i device
   device=$(head -n1 "$LOGS/nvidia-smi.csv" 2> /dev/null || echo "not yet seen")
   {
-    echo "# GPU run: PART=$PART$( ((DRY)) && echo ' (dry run, no GPU)')"
+    echo "# GPU run: PART=$PART_NAME$( ((DRY)) && echo ' (dry run, no GPU)')"
     echo
     echo "- started $(date -u -d "@$START" +%Y-%m-%dT%H:%M:%SZ), elapsed $(($(date +%s) - START)) s of a ${BUDGET_S} s budget"
     echo "- device: $device"
@@ -360,7 +372,7 @@ if ((PLAN_ONLY)); then
     printf '%-26s expected %4s s, at most %4s s\n' "${names[$i]}" "${expects[$i]}" "${limits[$i]}"
     total=$((total + expects[i]))
   done
-  echo "PART=$PART expected $total s of a $BUDGET_S s budget"
+  echo "PART=$PART_NAME expected $total s of a $BUDGET_S s budget"
   exit 0
 fi
 
@@ -377,7 +389,7 @@ trap '((DRY)) && rm -rf "$WORK"' EXIT
 export WORK LOGS=$WORK/logs
 mkdir -p "$LOGS" "$OUT"
 : > "$WORK/env.sh"
-ARCHIVE_NAME=logs-${PART//,/-}.tar.gz
+ARCHIVE_NAME=logs-${PART_NAME//,/-}.tar.gz
 write_summary
 PLANNING=0
 plan

@@ -80,20 +80,34 @@ for member in ("logs/preflight.log", "logs/tests/cuda_ops_test/results.tsv", "lo
     assert member in names, "the archive lacks " + member
 PY
 
-# 5. Each PART's plan fits a call: expected times within 85% of the 540 s budget, no step allowed
-# past the budget less the reserve for the report.
-for part in tests bench compare sanitize; do
+# 5. Each PART's plan fits a call: expected times within 85% of its budget (540 s; short's 510 s,
+# which leaves a 15-minute lease room for the machine's start and a rerun), no step allowed past the
+# budget less the reserve for the report.
+for part in tests bench compare sanitize short; do
   plan=$(PART=$part scripts/gpu_session.sh --plan)
   total=$(awk '/expected .* s of a/ {print $3}' <<< "$plan")
+  budget=$(awk '/expected .* s of a/ {print $(NF - 2)}' <<< "$plan")
   longest=$(awk '/at most/ {print $(NF - 1)}' <<< "$plan" | sort -n | tail -n1)
-  if [[ -n $total ]] && ((total <= 459 && longest <= 520)); then
+  if [[ -n $total && -n $budget ]] && ((budget <= 540 && total * 100 <= budget * 85 && longest <= budget - 20)); then
     pass "plan: PART=$part expects $total s, no step over $longest s"
   else
     fail "plan: PART=$part: $plan"
   fi
 done
 
-# 6. A call whose budget runs out stops starting steps and still returns its summary in time.
+# 6. PART=short runs its steps alone, in its own archive (ONLY keeps this dry call short).
+GPU_DRY_RUN=1 PYTHON=$py PART=short ONLY=engine OUT=$tmp/shortpart BUNDLE=$archive scripts/gpu_session.sh \
+  > "$tmp/shortpart.log" 2>&1
+steps=$(grep -oE '^\| [a-z_0-9]+ \|' "$tmp/shortpart/summary.md" 2> /dev/null | tr -d '| ' | grep -vx step | paste -sd, -)
+want=preflight,$(sed -n 's/^SHORT_STEPS=//p' scripts/gpu_session.sh)
+if [[ $steps == "$want" ]] && grep -q '^| engine | \(PASS\|SKIP\) |' "$tmp/shortpart/summary.md" &&
+  [[ -f $tmp/shortpart/logs-short.tar.gz ]]; then
+  pass "short: its steps alone ($steps), logs-short.tar.gz"
+else
+  fail "short: steps '$steps', wanted '$want'; $(ls "$tmp/shortpart" 2> /dev/null | tr '\n' ' ')$(tail -n3 "$tmp/shortpart.log")"
+fi
+
+# 7. A call whose budget runs out stops starting steps and still returns its summary in time.
 start=$(date +%s)
 GPU_DRY_RUN=1 PYTHON=$py PART=bench GPU_BUDGET_S=30 RESERVE_S=20 OUT=$tmp/short BUNDLE=$archive \
   scripts/gpu_session.sh > "$tmp/short.log" 2>&1
@@ -104,7 +118,7 @@ else
   fail "budget: $took s; $(cat "$tmp/short/summary.md" 2> /dev/null | tail -n8)"
 fi
 
-# 7. docs/cuda.md's device calls: each a valid `run` (command under 2,000 characters, timeout_s at
+# 8. docs/cuda.md's device calls: each a valid `run` (command under 2,000 characters, timeout_s at
 # most 600, carry of ignored paths) naming PARTs the session knows.
 "$py" - "$src/docs/cuda.md" <<'PY' > "$tmp/calls.txt" && pass "docs: $(wc -l < "$tmp/calls.txt") run calls, each valid" || fail "docs: run calls $(cat "$tmp/calls.txt")"
 import json, re, sys
