@@ -16,19 +16,6 @@ tok=$src/tests/data/tokenizer/tokenizer.model
 # Another tokenizer (the shipped models' own, trained on the corpus).
 "$steady" init --out "$tmp/foreign" --preset tiny --tokenizer "$src/models/tiny-softmax/tokenizer.model" > /dev/null
 
-# expect_error NAME NEEDLE CMD...: the command must fail and say NEEDLE on stderr.
-expect_error() {
-  local name=$1 needle=$2
-  shift 2
-  if "$@" > "$tmp/out" 2> "$tmp/err"; then
-    fail "$name: succeeded but should have failed"
-  elif grep -qF -- "$needle" "$tmp/err"; then
-    pass "$name"
-  else
-    fail "$name: error did not mention '$needle': $(cat "$tmp/err")"
-  fi
-}
-
 gen() { "$steady" generate --model "$tmp/target" --max-tokens 24 --ignore-eos --json "$@"; }
 for sampling in "" "--temperature 0.9 --seed 5"; do
   # (word splitting of $sampling is wanted)

@@ -48,6 +48,23 @@ std::vector<Outcome> Round(Engine& e, bool speculate, int round, Speculation mod
   return out;
 }
 
+// Job i of a round: the speculating engine's outcome `b` is the plain engine's `a`.
+void ExpectPlainOutcome(const Outcome& a, const Outcome& b, size_t i, int round) {
+  ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status << b.status;
+  EXPECT_EQ(b.ids, a.ids) << "job " << i << ", round " << round;
+  EXPECT_EQ(b.text, a.text) << "job " << i;
+  EXPECT_EQ(b.finish_reason, a.finish_reason) << "job " << i;
+  EXPECT_EQ(b.usage.session_position, a.usage.session_position) << "job " << i;
+  EXPECT_EQ(b.usage.completion_tokens, a.usage.completion_tokens) << "job " << i;
+  ASSERT_EQ(b.logprobs.size(), a.logprobs.size());
+  // (Steps batch different rows in the two engines; a GEMM past 32 rows rounds differently.)
+  for (size_t t = 0; t < a.logprobs.size(); ++t) {
+    EXPECT_NEAR(b.logprobs[t].chosen.logprob, a.logprobs[t].chosen.logprob, 1e-4);
+  }
+  EXPECT_EQ(a.usage.drafted_tokens, 0);
+  EXPECT_LE(b.usage.accepted_tokens, b.usage.drafted_tokens);
+}
+
 class SpeculativeEngineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpeculativeEngineTest, EveryJobEqualsPlainDecoding) {
@@ -69,19 +86,7 @@ TEST_P(SpeculativeEngineTest, EveryJobEqualsPlainDecoding) {
   for (int round = 0; round < 2; ++round) {  // the second continues each session
     const std::vector<Outcome> a = Round(*plain, false, round), b = Round(*spec, true, round);
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
-      EXPECT_EQ(b[i].ids, a[i].ids) << "job " << i << ", round " << round;
-      EXPECT_EQ(b[i].text, a[i].text) << "job " << i;
-      EXPECT_EQ(b[i].finish_reason, a[i].finish_reason) << "job " << i;
-      EXPECT_EQ(b[i].usage.session_position, a[i].usage.session_position) << "job " << i;
-      EXPECT_EQ(b[i].usage.completion_tokens, a[i].usage.completion_tokens) << "job " << i;
-      ASSERT_EQ(b[i].logprobs.size(), a[i].logprobs.size());
-      // (Steps batch different rows in the two engines; a GEMM past 32 rows rounds differently.)
-      for (size_t t = 0; t < a[i].logprobs.size(); ++t) {
-        EXPECT_NEAR(b[i].logprobs[t].chosen.logprob, a[i].logprobs[t].chosen.logprob, 1e-4);
-      }
-      EXPECT_EQ(a[i].usage.drafted_tokens, 0);
-      EXPECT_LE(b[i].usage.accepted_tokens, b[i].usage.drafted_tokens);
+      ExpectPlainOutcome(a[i], b[i], i, round);
       drafted += b[i].usage.drafted_tokens;
       accepted += b[i].usage.accepted_tokens;
     }
@@ -141,12 +146,7 @@ TEST_P(SpeculativeEngineTest, DraftModelJobsEqualPlainDecoding) {
   for (int round = 0; round < 2; ++round) {
     const std::vector<Outcome> a = Round(*plain, false, round), b = Round(*spec, true, round, Speculation::kDraft);
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(a[i].status.ok() && b[i].status.ok()) << a[i].status << b[i].status;
-      EXPECT_EQ(b[i].ids, a[i].ids) << "job " << i << ", round " << round;
-      EXPECT_EQ(b[i].text, a[i].text) << "job " << i;
-      EXPECT_EQ(b[i].finish_reason, a[i].finish_reason) << "job " << i;
-      EXPECT_EQ(b[i].usage.session_position, a[i].usage.session_position) << "job " << i;
-      EXPECT_LE(b[i].usage.accepted_tokens, b[i].usage.drafted_tokens);
+      ExpectPlainOutcome(a[i], b[i], i, round);
       drafted += b[i].usage.drafted_tokens;
       accepted += b[i].usage.accepted_tokens;
       if (round == 0 && i % 3 != 1) {  // greedy, and the draft has seen all the session has
