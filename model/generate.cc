@@ -51,6 +51,9 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
     return absl::InvalidArgumentError("stop: stop strings need the model's tokenizer");
   }
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: empty, and the model has no BOS token to start from");
+  if (request.speculative == Speculation::kDraft && request.draft_model == nullptr) {
+    return absl::InvalidArgumentError("speculation: draft needs a draft model (--draft-model)");
+  }
   if (absl::Status s = CheckReach(backend, backend.position(slot) + int64_t(prompt.size()) + request.max_tokens);
       !s.ok()) {
     return s;
@@ -83,7 +86,9 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
   // seeded draws give plain decoding's tokens, and the emitted token's distribution is the target's
   // (for a deterministic draft, sampling and comparing is the speculative-sampling acceptance rule).
   const auto decode_start = std::chrono::steady_clock::now();
-  const bool speculate = request.speculative == Speculation::kNgram && request.draft_tokens > 0 && backend.Verifies();
+  const bool by_draft_model = request.speculative == Speculation::kDraft;
+  const bool speculate = request.speculative != Speculation::kOff && request.draft_tokens > 0 && backend.Verifies();
+  if (speculate && by_draft_model) request.draft_model->Reset(0);
   const int vocab = model.vocab_size();
   std::vector<int32_t> drafts;  // the verify step's tokens after its first; empty when not verifying
   int row = 0;
@@ -132,7 +137,8 @@ absl::StatusOr<GenerateResult> Run(const Model& model, const Tokenizer* tokenize
     const int remaining = request.max_tokens - i - 1;
     drafts.clear();
     if (speculate && remaining > 0 && !stops.stopped()) {
-      drafts = NgramDraft(context, std::min(request.draft_tokens, remaining));
+      const int k = std::min(request.draft_tokens, remaining);
+      drafts = by_draft_model ? std::move(request.draft_model->Draft({{0, context, k}})[0]) : NgramDraft(context, k);
     }
     Segment seg{slot, {token}, false};
     if (!drafts.empty()) {

@@ -15,13 +15,15 @@
 #include "model/decoder/model.h"
 #include "model/decoder/state_pool.h"
 #include "model/sampling/sampling.h"
+#include "model/speculate/draft_model.h"
 #include "model/text/tokenizer.h"
 
 namespace steady {
 
-// Speculative decoding (docs/speculative.md): kNgram drafts by prompt lookup (model/speculate/ngram.h)
-// and verifies the drafts in one step; the tokens are those plain decoding gives (greedy or with a seed).
-enum class Speculation { kOff, kNgram };
+// Speculative decoding (docs/speculative.md): kNgram drafts by prompt lookup (model/speculate/ngram.h),
+// kDraft with a draft model (model/speculate/draft_model.h), and verifies the drafts in one step; the
+// tokens are those plain decoding gives (greedy or with a seed).
+enum class Speculation { kOff, kNgram, kDraft };
 inline constexpr int kMaxDraftTokens = 32;  // verify rows of one session per step
 
 struct GenerateRequest {
@@ -39,6 +41,8 @@ struct GenerateRequest {
   // verify segments (Backend::Verifies).
   Speculation speculative = Speculation::kOff;
   int draft_tokens = 4;
+  // kDraft: the draft model; its lane 0 follows this generation's tokens (reset at its start).
+  DraftModel* draft_model = nullptr;
 };
 
 struct GenerateResult {

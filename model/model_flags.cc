@@ -2,12 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "model/load.h"
 
 namespace steady {
 
 const std::set<std::string> kMechanismFlags = {"mechanism", "order", "param", "scale"};
 const std::set<std::string> kSamplingFlags = {"temperature", "top-k", "top-p", "repetition-penalty", "seed"};
-const std::set<std::string> kSpeculationFlags = {"speculative", "draft-tokens"};
+const std::set<std::string> kSpeculationFlags = {"speculative", "draft-tokens", "draft-model"};
 const std::set<std::string> kDeviceFlags = {"device", "threads", "cpu-weights", "cpu-gemm"};
 const std::set<std::string> kCudaFlags = {"cuda-weights", "cuda-kv"};
 
@@ -48,13 +49,31 @@ absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* dr
     *mode = Speculation::kOff;
   } else if (name == "ngram") {
     *mode = Speculation::kNgram;
+  } else if (name == "draft") {
+    *mode = Speculation::kDraft;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--speculative: expected off or ngram, got \"", name, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("--speculative: expected off, ngram or draft, got \"", name, "\""));
+  }
+  if ((*mode == Speculation::kDraft) != flags.Has("draft-model")) {
+    return absl::InvalidArgumentError("--speculative draft and --draft-model DIR go together");
   }
   auto k = flags.GetInt("draft-tokens", 4, 1, kMaxDraftTokens);
   if (!k.ok()) return k.status();
   *draft_tokens = int(*k);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadDraftModelFromFlags(const Flags& flags, const Tokenizer& target_tokenizer) {
+  if (!flags.Has("draft-model")) return std::unique_ptr<Model>();
+  const std::string path = flags.Get("draft-model");
+  auto model = LoadModel(path);
+  if (!model.ok()) return model.status();
+  auto tokenizer = LoadTokenizer(path);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if (absl::Status s = CheckSameTokenizer(target_tokenizer, **tokenizer); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": ", s.message()));
+  }
+  return std::make_unique<Model>(*std::move(model));
 }
 
 absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags) {

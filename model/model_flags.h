@@ -26,9 +26,14 @@ absl::StatusOr<SamplingParams> SamplingFromFlags(const Flags& flags);
 // `sampling` with generation_config.json's defaults (ModelConfig::generation) for each of
 // --temperature, --top-k, --top-p and --repetition-penalty the flags leave out.
 SamplingParams WithGenerationDefaults(const Flags& flags, const GenerationDefaults& defaults, SamplingParams sampling);
-extern const std::set<std::string> kSpeculationFlags;  // --speculative off|ngram (default off), --draft-tokens K
-// --speculative and --draft-tokens (1..kMaxDraftTokens, default 4) into `mode` and `draft_tokens`.
+// --speculative off|ngram|draft (default off), --draft-tokens K, --draft-model DIR
+extern const std::set<std::string> kSpeculationFlags;
+// --speculative and --draft-tokens (1..kMaxDraftTokens, default 4) into `mode` and `draft_tokens`;
+// draft needs --draft-model, which needs draft.
 absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* draft_tokens);
+// --speculative draft: the checkpoint --draft-model names, its tokenizer checked against the
+// target's (CheckSameTokenizer: FAILED_PRECONDITION naming the difference). Null without the flag.
+absl::StatusOr<std::unique_ptr<Model>> LoadDraftModelFromFlags(const Flags& flags, const Tokenizer& target_tokenizer);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
                                                   // --cpu-weights auto|f32|bf16|q8|q4, --cpu-gemm
 // --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).

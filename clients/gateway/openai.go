@@ -186,6 +186,8 @@ type request struct {
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	// Speculative decoding (openai_speculation.go).
+	Speculation json.RawMessage `json:"speculation"`
 }
 
 type chatMessage struct {
@@ -267,7 +269,8 @@ func (o *openAI) toGenerate(w http.ResponseWriter, r *http.Request, chat bool, r
 		g.PresencePenalty = float32(*req.PresencePenalty)
 	}
 	bias, ok := logitBias(w, req.LogitBias)
-	if !ok || !setResponseFormat(w, req.ResponseFormat, req.Grammar, g) || !setLogprobs(w, chat, req, g) {
+	if !ok || !setResponseFormat(w, req.ResponseFormat, req.Grammar, g) || !setLogprobs(w, chat, req, g) ||
+		!setSpeculation(w, req.Speculation, g) {
 		return nil, nil
 	}
 	g.LogitBias = bias
@@ -428,14 +431,17 @@ func logprobsJSON(chat bool, lps []*steadyv1.TokenLogprob, offset int) interface
 	return map[string]interface{}{"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
 }
 
-// usageJSON is OpenAI's usage object, with the prefix cache's share in prompt_tokens_details.
+// usageJSON is OpenAI's usage object, with the prefix cache's share in prompt_tokens_details and
+// speculation's counts (openai_speculation.go).
 func usageJSON(u *steadyv1.Usage) map[string]interface{} {
-	return map[string]interface{}{
+	usage := map[string]interface{}{
 		"prompt_tokens":         u.GetPromptTokens(),
 		"completion_tokens":     u.GetCompletionTokens(),
 		"total_tokens":          u.GetPromptTokens() + u.GetCompletionTokens(),
 		"prompt_tokens_details": map[string]interface{}{"cached_tokens": u.GetCachedTokens()},
 	}
+	addSpeculationUsage(usage, u)
+	return usage
 }
 
 func finishReason(reason string) string {

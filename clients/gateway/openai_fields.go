@@ -85,6 +85,7 @@ var openAIFields = map[string]fieldRule{
 	"grammar":            {use: forBoth},
 	"repetition_penalty": {use: forBoth},
 	"top_k":              {use: forBoth},
+	"speculation":        {use: forBoth}, // openai_speculation.go
 	// Refused unless they ask for their default.
 	"functions":           {use: forChat, refused: noFunctions, harmless: isJSON("[]")},
 	"function_call":       {use: forChat, refused: noFunctions, harmless: isJSON(`"none"`, `"auto"`)},

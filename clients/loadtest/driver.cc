@@ -64,6 +64,10 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
   request.set_top_p(float(w.sampling.top_p));
   request.set_repetition_penalty(float(w.sampling.repetition_penalty));
   request.set_seed(w.seed + uint64_t(spec.index));
+  if (!w.speculative.empty() || w.draft_tokens > 0) {
+    request.mutable_speculation()->set_mode(w.speculative);
+    request.mutable_speculation()->set_draft_tokens(w.draft_tokens);
+  }
   // No stop strings: generation runs to max_tokens unless the model samples end-of-sequence.
 
   RequestRecord r;
@@ -101,6 +105,8 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
       r.finish_reason = message.finish_reason();
       r.prompt_tokens = message.usage().prompt_tokens();
       r.session_position = message.usage().session_position();
+      r.drafted_tokens = message.usage().drafted_tokens();
+      r.accepted_tokens = message.usage().accepted_tokens();
     }
   }
   const grpc::Status status = reader->Finish();

@@ -40,6 +40,10 @@ struct Workload {
   double think_time_s = 0;
   double duration_s = 0;       // multi-turn: take turns until then (each session at most `turns`); 0: `turns`
   bool keep_sessions = false;  // multi-turn: no DeleteSession at the end
+  // Speculative decoding per call (GenerateRequest.speculation): "" sends none (the server's
+  // default), else "off", "ngram" or "draft"; draft_tokens 0: the server's.
+  std::string speculative;
+  int draft_tokens = 0;
 };
 
 struct Target {

@@ -46,6 +46,9 @@ workload:
   --seed S               the same seed sends the same prompts at the same offsets (default 0)
   --tokens-per-word X    skip calibration (by default one prefill-only call measures the server's tokens per word)
   --temperature T --top-k K --top-p P --repetition-penalty R   sent as given (default greedy)
+  --speculative off|ngram|draft [--draft-tokens K]   speculative decoding on every call
+                         (GenerateRequest.speculation; default: the server's); the report adds the
+                         drafted and accepted tokens and the acceptance rate
   --timeout SECONDS      deadline of each call (default: none)
   --retries N            send a call that failed with UNAVAILABLE, CANCELLED (by a stopping server) or
                          INTERNAL RST_STREAM (a stream a balancer cut when its replica died) again, up
@@ -73,7 +76,8 @@ const std::set<std::string> kFlags = {
     "addr",        "concurrency",  "request-rate", "burstiness",  "requests",       "duration",
     "prompt-tokens", "output-tokens", "seed",       "tokens-per-word", "temperature", "top-k",
     "top-p",       "repetition-penalty", "timeout", "slo-ttft-ms", "slo-tpot-ms",    "json",
-    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms", "think-time-ms"};
+    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms", "think-time-ms",
+    "speculative", "draft-tokens"};
 
 enum class Mode { kClosedLoop, kOpenLoop, kMultiTurn };
 
@@ -122,13 +126,14 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   auto top_k = a.GetInt("top-k", 0, INT32_MIN, INT32_MAX);
   auto top_p = a.GetDouble("top-p", 0, /*allow_nonfinite=*/true);
   auto penalty = a.GetDouble("repetition-penalty", 0, /*allow_nonfinite=*/true);
+  auto draft_tokens = a.GetInt("draft-tokens", 0, 0, 1000);  // the server checks the range
   auto prompt = LengthDistribution::Parse("prompt-tokens", a.Get("prompt-tokens", "fixed:64"));
   auto output = LengthDistribution::Parse("output-tokens", a.Get("output-tokens", "fixed:16"));
   if (absl::Status s = FirstError({concurrency.status(), requests.status(), sessions.status(), turns.status(),
                                    rate.status(), burstiness.status(), duration.status(), seed.status(), ttft.status(),
                                    tpot.status(), tokens_per_word.status(), timeout.status(), temperature.status(),
                                    top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status(),
-                                   retries.status(), backoff.status(), think.status()});
+                                   retries.status(), backoff.status(), think.status(), draft_tokens.status()});
       !s.ok()) {
     return s;
   }
@@ -150,6 +155,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   c.workload.think_time_s = *think / 1e3;
   c.workload.keep_sessions = a.Has("keep-sessions");
   c.workload.sampling = {*temperature, *top_p, *penalty, *top_k};
+  c.workload.speculative = a.Get("speculative");
+  c.workload.draft_tokens = int(*draft_tokens);
 
   if (a.Has("sessions")) {
     c.mode = Mode::kMultiTurn;
@@ -205,6 +212,8 @@ nlohmann::ordered_json ConfigJson(const Config& c, const v1::ModelInfo& info, bo
   j["top_k"] = c.workload.sampling.top_k;
   j["top_p"] = c.workload.sampling.top_p;
   j["repetition_penalty"] = c.workload.sampling.repetition_penalty;
+  j["speculative"] = c.workload.speculative.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.workload.speculative);
+  j["draft_tokens"] = c.workload.draft_tokens;
   j["timeout_s"] = c.workload.timeout_s;
   j["retries"] = c.workload.retries;
   j["retry_backoff_s"] = c.workload.retry_backoff_s;

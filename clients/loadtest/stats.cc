@@ -84,6 +84,8 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
     ++s.completed;
     s.prompt_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
+    s.drafted_tokens += r.drafted_tokens;
+    s.accepted_tokens += r.accepted_tokens;
     ttft.push_back(r.ttft_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
     tpot.push_back(r.tpot_s());
@@ -96,6 +98,7 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
     s.prompt_tokens_per_s = double(s.prompt_tokens) / duration_s;
     if (slo.any()) s.goodput_requests_per_s = double(s.good_requests) / duration_s;
   }
+  if (s.drafted_tokens > 0) s.acceptance_rate = double(s.accepted_tokens) / double(s.drafted_tokens);
   s.ttft_ms = Distribution::Of(Millis(ttft));
   s.itl_ms = Distribution::Of(Millis(itl));
   s.tpot_ms = Distribution::Of(Millis(tpot));
@@ -128,6 +131,9 @@ nlohmann::ordered_json ToJson(const Summary& s) {
   j["requests_per_s"] = s.requests_per_s;
   j["output_tokens_per_s"] = s.output_tokens_per_s;
   j["prompt_tokens_per_s"] = s.prompt_tokens_per_s;
+  j["drafted_tokens"] = s.drafted_tokens;
+  j["accepted_tokens"] = s.accepted_tokens;
+  j["acceptance_rate"] = s.acceptance_rate;
   j["good_requests"] = s.good_requests;
   j["goodput_requests_per_s"] = s.goodput_requests_per_s;
   j["ttft_ms"] = ToJson(s.ttft_ms);
@@ -159,6 +165,10 @@ nlohmann::ordered_json ToJson(const RequestRecord& r) {
   j["output_tokens"] = r.output_tokens;
   j["output_hash"] = absl::StrFormat("%016x", r.output_hash);
   j["session_position"] = r.session_position;
+  if (r.drafted_tokens > 0) {
+    j["drafted_tokens"] = r.drafted_tokens;
+    j["accepted_tokens"] = r.accepted_tokens;
+  }
   j["ttft_ms"] = r.ttft_s * 1e3;
   j["tpot_ms"] = r.tpot_s() * 1e3;
   j["e2e_ms"] = r.e2e_s * 1e3;
@@ -193,6 +203,10 @@ std::string FormatSummary(const Summary& s, const Slo& slo) {
                                     s.duration_s);
   absl::StrAppendFormat(&out, "throughput %.2f requests/s, %.1f output tokens/s, %.1f prompt tokens/s\n",
                         s.requests_per_s, s.output_tokens_per_s, s.prompt_tokens_per_s);
+  if (s.drafted_tokens > 0) {
+    absl::StrAppendFormat(&out, "speculative %d drafted, %d accepted (acceptance rate %.1f%%)\n", s.drafted_tokens,
+                          s.accepted_tokens, 100 * s.acceptance_rate);
+  }
   if (slo.any()) {
     absl::StrAppendFormat(&out, "goodput    %.2f requests/s (%d requests with TTFT <= %s ms, TPOT <= %s ms)\n",
                           s.goodput_requests_per_s, s.good_requests, slo.ttft_ms > 0 ? Cell(slo.ttft_ms) : "any",

@@ -29,6 +29,7 @@ struct RequestRecord {
   int64_t output_tokens = 0;     // token ids received (before the error, for a failed call)
   uint64_t output_hash = 0xcbf29ce484222325ULL;  // FNV-1a of those token ids
   int64_t session_position = 0;  // usage.session_position after the call
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // usage: speculative decoding's drafts
   double ttft_s = kNoValue;      // sent -> first message carrying a token
   double e2e_s = kNoValue;       // sent -> the stream's status received
   std::vector<double> itl_s;     // one gap per token after the first message's tokens
@@ -65,6 +66,10 @@ struct Summary {
   int64_t requests = 0, completed = 0, failed = 0;
   double duration_s = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // over completed requests
+  // Speculative decoding, over completed requests: drafts verified and accepted; their ratio (NaN
+  // when nothing was drafted).
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
+  double acceptance_rate = kNoValue;
   double requests_per_s = 0, output_tokens_per_s = 0, prompt_tokens_per_s = 0;
   double goodput_requests_per_s = kNoValue;  // only with an SLO
   int64_t good_requests = 0;

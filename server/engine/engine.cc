@@ -22,6 +22,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(const Model& model, const 
   if (!backend.ok()) return backend.status();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(options), *std::move(backend));
   impl->pool->ReleaseCopiedPages();  // Impl's fingerprint and shape measurement read the mapping again
+  if (impl->options.draft_model != nullptr && impl->pool->Verifies()) {
+    BackendOptions b;
+    b.cpu_threads = impl->options.cpu_threads;
+    b.cpu_weights = impl->options.cpu_weights;
+    b.cpu_gemm = impl->options.cpu_gemm;
+    impl->draft = std::make_unique<DraftModel>(*impl->options.draft_model, impl->options.max_batch, model.vocab_size(), b);
+    impl->draft_lanes.resize(size_t(impl->options.max_batch));
+  }
   if (impl->options.prefix_cache_bytes > 0) impl->prefix_cache = std::make_unique<PrefixCache>(impl->options.prefix_cache_bytes);
   if (impl->store() && !impl->Shared()) {  // a shared store's sessions are read as they are used
     const auto start = std::chrono::steady_clock::now();

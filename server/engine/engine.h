@@ -70,10 +70,15 @@ struct EngineOptions {
   int64_t prefix_cache_bytes = 0;
   int prefix_cache_interval = 256;
   // Speculative decoding's server default (--speculative, --draft-tokens; docs/speculative.md): a
-  // decoding job verifies up to draft_tokens prompt-lookup drafts in its row's step, using the rows
-  // of max_batch the other decode rows leave. Only on a backend that verifies (the CPU).
+  // decoding job verifies up to draft_tokens drafts (prompt lookup, or the draft model's) in its
+  // row's step, using the rows of max_batch the other decode rows leave. Only on a backend that
+  // verifies (the CPU).
   Speculation speculative = Speculation::kOff;
   int draft_tokens = 4;
+  // --draft-model: the draft checkpoint (its tokenizer the target's: the caller checked,
+  // CheckSameTokenizer), run on a CPU backend of the engine's own with one lane per slot; it
+  // outlives the engine. Null: kDraft is refused.
+  const Model* draft_model = nullptr;
   bool device_sampling = true;                    // on a GPU, draw tokens there when no row of a step
                                                   // needs the repetition penalty (only ids come back)
 };
@@ -227,6 +232,11 @@ class Engine {
     int64_t sessions_recovered = 0, sessions_unreadable = 0;
     // The prefix cache's counters (zeros when it is off).
     int64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_saved = 0, prefix_entries = 0, prefix_bytes = 0;
+    // Speculative decoding: draft tokens verified and accepted, and the verify steps of one job by
+    // the drafts they accepted (verify_accepted[a]: steps that accepted a drafts, a in
+    // [0, kMaxDraftTokens]; empty until the first).
+    int64_t drafted_tokens = 0, accepted_tokens = 0;
+    std::vector<int64_t> verify_accepted;
   };
   Stats stats() const;
   const Model& model() const;

@@ -15,6 +15,7 @@
 #include "model/backend/backend.h"
 #include "server/engine/engine.h"
 #include "server/engine/prefix_cache.h"
+#include "model/speculate/draft_model.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_table.h"
 #include "server/store/snapshot.h"
@@ -59,6 +60,7 @@ struct EngineJob {
   std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample),
                                  // or sampled from a verify step's row where it rejected a draft
   int64_t drafted = 0, accepted = 0;  // speculation's draft tokens verified and accepted
+  int draft_lane = -1;  // the draft model's lane that follows this job's context (Impl::draft_lanes)
   bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
   std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval
   PrefixCache::Ids cache_ids;        // the prompt's ids as the cache's entries share them
@@ -103,6 +105,17 @@ struct Engine::Impl {
   std::mt19937_64 id_rng;
   bool stopping = false;  // copy of stop_requested, read after the last inbox drain
   std::unique_ptr<PrefixCache> prefix_cache;  // null when off
+  // The draft model's states (options.draft_model; null without one): max_batch lanes, each
+  // following one job's context (its turn's prompt and tokens), lent to the jobs that draft: a job
+  // takes a free lane or the one least recently used by a job that does not draft this step (which
+  // then starts over on its next lane). A lane is reset when a job takes it, so a session's fork,
+  // snapshot, offload or restore never has a draft state to carry.
+  std::unique_ptr<DraftModel> draft;
+  struct DraftLane {
+    int64_t job = 0;        // the job it follows (0: free; a finished job's lane is free too)
+    int64_t last_step = -1;  // the step it last drafted in
+  };
+  std::vector<DraftLane> draft_lanes;
   std::map<int32_t, std::string> token_texts;  // TokenText's cache
   // Sessions whose blob in the store could not be read at start: id -> the error they answer.
   std::map<std::string, absl::Status> unreadable;
@@ -159,7 +172,9 @@ struct Engine::Impl {
   void Run();
   bool Step();  // false: nothing could run
   void Shutdown();
-  void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out);
+  // `verifies`: this step's verify segments, (drafts verified, drafts accepted) each.
+  void UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out,
+                   const std::vector<std::pair<int64_t, int64_t>>& verifies = {});
 
   // Waiting for the shared store (engine thread).
   // UNAVAILABLE from a shared store: another server holds the session, or the store cannot be reached.
@@ -257,6 +272,11 @@ struct Engine::Impl {
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
   // The draft tokens a decoding job may verify per step (0: it does not speculate).
   int DraftTokens(const EngineJob& job) const;
+  // For each decode job of this step, up to k[d] drafts (0: none) after its context: prompt lookup,
+  // or one batched call of the draft model (engine_drafts.cc).
+  std::vector<std::vector<int32_t>> ProposeDrafts(const std::vector<EngineJob*>& decoding, const std::vector<int>& k);
+  // The draft lane `job` follows from now on (reset when newly taken).
+  int TakeDraftLane(EngineJob& job);
   // A sampled token goes out: the context, the text (held back for stop strings), the
   // log-probabilities from `raw` (the logits before sampling). An error: the caller finishes the job.
   absl::Status EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw);

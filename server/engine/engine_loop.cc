@@ -7,7 +7,6 @@
 #include "base/status.h"
 #include "server/engine/engine_impl.h"
 #include "model/generate.h"
-#include "model/speculate/ngram.h"
 #include "server/engine/request_checks.h"
 
 namespace steady {
@@ -437,12 +436,6 @@ void Engine::Impl::CommitTurns(bool final) {
   }
 }
 
-int Engine::Impl::DraftTokens(const EngineJob& job) const {
-  if (!pool->Verifies()) return 0;
-  if (job.request.speculative.value_or(options.speculative) == Speculation::kOff) return 0;
-  return job.request.draft_tokens.value_or(options.draft_tokens);
-}
-
 absl::Status Engine::Impl::EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw) {
   job.context.push_back(token);
   std::string text;
@@ -546,6 +539,8 @@ bool Engine::Impl::Step() {
   std::vector<Segment> segments;
   std::vector<Row> rows;
   int64_t tokens_in = 0, tokens_out = 0;
+  std::vector<std::pair<int64_t, int64_t>> verifies;  // (drafted, accepted) per verify segment
+  std::vector<int> draft_k;  // per decode row: the drafts it may verify this step
   for (size_t d = 0; d < plan.decode.size(); ++d) {
     EngineJob& job = *jobs.at(plan.decode[d]);
     job.last_advanced = step;
@@ -575,20 +570,25 @@ bool Engine::Impl::Step() {
     // The sampled token enters the state even when it ends generation (as in GenerateText), so
     // the session continues right after the last token the client saw. Speculating, the drafts
     // that may follow it are verified in the same step (in the rows the scheduler granted).
-    Segment seg{sessions.Find(job.session_id)->slot, {token}, false};
-    std::vector<int32_t> drafts;
+    segments.push_back({sessions.Find(job.session_id)->slot, {token}, false});
+    rows.push_back({&job, 0, {}});
     const int64_t remaining = job.request.max_tokens - job.generated - 1;
     const int64_t granted = plan.decode_rows.empty() ? 0 : plan.decode_rows[d] - 1;
-    if (granted > 0 && remaining > 0 && !job.stops.stopped()) {
-      drafts = NgramDraft(job.context, int(std::min({granted, remaining, int64_t(DraftTokens(job))})));
+    draft_k.push_back(granted > 0 && remaining > 0 && !job.stops.stopped()
+                          ? int(std::min({granted, remaining, int64_t(DraftTokens(job))}))
+                          : 0);
+  }
+  if (std::any_of(draft_k.begin(), draft_k.end(), [](int k) { return k > 0; })) {
+    std::vector<EngineJob*> decoding;
+    for (const Row& row : rows) decoding.push_back(row.job);
+    std::vector<std::vector<int32_t>> drafts = ProposeDrafts(decoding, draft_k);
+    for (size_t r = 0; r < drafts.size(); ++r) {
+      if (drafts[r].empty()) continue;
+      segments[r].tokens.insert(segments[r].tokens.end(), drafts[r].begin(), drafts[r].end());
+      segments[r].verify = true;
+      rows[r].job->drafted += int64_t(drafts[r].size());
+      rows[r].drafts = std::move(drafts[r]);
     }
-    if (!drafts.empty()) {
-      seg.tokens.insert(seg.tokens.end(), drafts.begin(), drafts.end());
-      seg.verify = true;
-      job.drafted += int64_t(drafts.size());
-    }
-    segments.push_back(std::move(seg));
-    rows.push_back({&job, 0, std::move(drafts)});
   }
   for (const PrefillChunk& chunk : plan.prefill) {
     auto it = jobs.find(chunk.id);
@@ -650,7 +650,9 @@ bool Engine::Impl::Step() {
         } else if (job.generated >= job.request.max_tokens) {
           Finish(job, absl::OkStatus(), "length");
         } else if (!rows[r].drafts.empty()) {
-          tokens_out += SettleVerify(job, segments[r].slot, rows[r].drafts, logits.data() + first * vocab);
+          const int64_t accepted = SettleVerify(job, segments[r].slot, rows[r].drafts, logits.data() + first * vocab);
+          tokens_out += accepted;
+          verifies.emplace_back(int64_t(rows[r].drafts.size()), accepted);
         }
         continue;
       }
@@ -668,7 +670,8 @@ bool Engine::Impl::Step() {
     }
   }
   ++step;
-  UpdateStats(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tokens_in, tokens_out);
+  UpdateStats(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), tokens_in, tokens_out,
+              verifies);
   return true;
 }
 
@@ -713,7 +716,8 @@ void Engine::Impl::Shutdown() {
   }
 }
 
-void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out) {
+void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t tokens_out,
+                               const std::vector<std::pair<int64_t, int64_t>>& verifies) {
   int64_t state_bytes = int64_t(sessions.resident_sessions()) * int64_t(pool->StateBytesPerSlot());
   const bool grows = std::any_of(shape.growth_per_token.begin(), shape.growth_per_token.end(), [](uint64_t g) { return g > 0; });
   if (grows) {
@@ -726,6 +730,12 @@ void Engine::Impl::UpdateStats(double step_seconds, int64_t tokens_in, int64_t t
   stats.steps = step;
   stats.tokens_in += tokens_in;
   stats.tokens_out += tokens_out;
+  for (const auto& [drafted, accepted] : verifies) {
+    stats.drafted_tokens += drafted;
+    stats.accepted_tokens += accepted;
+    stats.verify_accepted.resize(kMaxDraftTokens + 1);
+    ++stats.verify_accepted[size_t(std::clamp<int64_t>(accepted, 0, kMaxDraftTokens))];
+  }
   if (prefix_cache) {
     const PrefixCache::Stats& p = prefix_cache->stats();
     stats.prefix_hits = p.hits;

@@ -11,6 +11,9 @@ absl::Status CheckGenerateJob(const GenerateJob& job, const EngineOptions& optio
     if (absl::Status s = CheckSessionId(job.session_id, "session_id"); !s.ok()) return s;
   }
   if (!IsValidUtf8(job.prompt)) return absl::InvalidArgumentError("prompt: not valid UTF-8");
+  if (job.speculative == Speculation::kDraft && options.draft_model == nullptr) {
+    return absl::InvalidArgumentError("speculation.mode: draft needs a server started with --draft-model");
+  }
   if (job.draft_tokens && (*job.draft_tokens < 1 || *job.draft_tokens > kMaxDraftTokens)) {
     return absl::InvalidArgumentError(
         absl::StrCat("draft_tokens: must be in [1, ", kMaxDraftTokens, "], got ", *job.draft_tokens));
@@ -56,6 +59,9 @@ absl::Status CheckEngineOptions(const EngineOptions& o) {
   if (o.state_memory_bytes < 0) return bad("state_memory_bytes", o.state_memory_bytes, ">= 0");
   if (o.max_queue < 1) return bad("max_queue", o.max_queue, ">= 1");
   if (o.max_batch < 1) return bad("max_batch", o.max_batch, ">= 1");
+  if (o.speculative == Speculation::kDraft && o.draft_model == nullptr) {
+    return absl::InvalidArgumentError("speculative: draft needs a draft model (--draft-model)");
+  }
   if (o.prefill_budget < 1) return bad("prefill_budget", o.prefill_budget, ">= 1");
   if (o.max_prompt_tokens < 1) return bad("max_prompt_tokens", o.max_prompt_tokens, ">= 1");
   if (o.max_new_tokens < 0) return bad("max_new_tokens", o.max_new_tokens, ">= 0");

@@ -22,6 +22,30 @@ void AppendHeader(std::string* out, const char* name, const char* type, const ch
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
 }
 
+// Speculative decoding (docs/speculative.md): drafted and accepted counters, and the histogram of
+// the drafts one verify step accepted (its _sum is the accepted tokens, its _count the verify steps;
+// the acceptance rate is accepted / drafted).
+void AppendSpeculation(const Engine::Stats& engine, std::string* out) {
+  AppendHeader(out, "steady_speculative_draft_tokens_total", "counter", "Draft tokens verified by speculative decoding.");
+  absl::StrAppend(out, "steady_speculative_draft_tokens_total ", engine.drafted_tokens, "\n");
+  AppendHeader(out, "steady_speculative_accepted_tokens_total", "counter",
+               "Draft tokens accepted (emitted without a step of their own).");
+  absl::StrAppend(out, "steady_speculative_accepted_tokens_total ", engine.accepted_tokens, "\n");
+  AppendHeader(out, "steady_speculative_accepted_per_verify", "histogram",
+               "Draft tokens accepted by each verify step of one session.");
+  static constexpr int kBounds[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32};
+  int64_t cumulative = 0, count = 0;
+  size_t a = 0;
+  for (int bound : kBounds) {
+    for (; a < engine.verify_accepted.size() && int(a) <= bound; ++a) cumulative += engine.verify_accepted[a];
+    absl::StrAppend(out, "steady_speculative_accepted_per_verify_bucket{le=\"", bound, "\"} ", cumulative, "\n");
+  }
+  for (int64_t steps : engine.verify_accepted) count += steps;
+  absl::StrAppend(out, "steady_speculative_accepted_per_verify_bucket{le=\"+Inf\"} ", count, "\n");
+  absl::StrAppend(out, "steady_speculative_accepted_per_verify_sum ", engine.accepted_tokens, "\n");
+  absl::StrAppend(out, "steady_speculative_accepted_per_verify_count ", count, "\n");
+}
+
 }  // namespace
 
 Metrics::Metrics()
@@ -77,6 +101,7 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
   AppendHeader(&out, "steady_inter_token_latency_seconds", "histogram",
                "Time between consecutive sampled tokens of one Generate call.");
   inter_token_.Render("steady_inter_token_latency_seconds", &out);
+  AppendSpeculation(engine, &out);
   AppendHeader(&out, "steady_queue_depth", "gauge", "Generate calls waiting for the engine.");
   absl::StrAppend(&out, "steady_queue_depth ", engine.queue_depth, "\n");
   AppendHeader(&out, "steady_sessions", "gauge", "Sessions by where their state lives.");

@@ -94,9 +94,11 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
   --prefix-cache-memory B   states kept after prompt prefixes, so a new or stateless request that
                       starts with one prefills only the rest (bytes or K/M/G; default 256M; 0: off)
   --prefix-cache-interval N  the cache keeps a state every N prompt tokens and at each prompt's end (256)
-  --speculative M     off (default) or ngram: speculative decoding with prompt-lookup drafts, the
-                      tokens those of plain decoding (docs/speculative.md); per request:
-                      GenerateRequest.speculation. CPU backend only
+  --speculative M     off (default), ngram or draft: speculative decoding with prompt-lookup drafts
+                      or a draft model's, the tokens those of plain decoding (docs/speculative.md);
+                      per request: GenerateRequest.speculation. CPU backend only
+  --draft-model DIR   the draft model (with --speculative draft): a smaller checkpoint with the
+                      same tokenizer (refused otherwise), run on the CPU beside the target
   --draft-tokens K    drafts verified per step, from the rows --max-batch leaves (1..32; 4)
   --max-queue N       Generate calls accepted and not finished; beyond: RESOURCE_EXHAUSTED (1024)
   --max-batch N       decode rows per engine step (64)
@@ -306,6 +308,9 @@ absl::Status Run(int argc, char** argv) {
   if (!chat.ok()) return chat.status();
   std::fprintf(stderr, "steady-server: chat messages rendered with %s\n", (*chat)->source().c_str());
   service_options.chat = *std::move(chat);
+  auto draft_model = LoadDraftModelFromFlags(*flags, **tokenizer);
+  if (!draft_model.ok()) return draft_model.status();
+  engine_options->draft_model = draft_model->get();  // outlives the engine (declared before it)
   auto store = StoreFromFlags(*flags, *model, *port);
   if (!store.ok()) return store.status();
   engine_options->store = *std::move(store);

@@ -177,8 +177,11 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
       job.speculative = Speculation::kOff;
     } else if (mode == "ngram") {
       job.speculative = Speculation::kNgram;
+    } else if (mode == "draft") {
+      job.speculative = Speculation::kDraft;  // the engine refuses it without --draft-model
     } else if (!mode.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("speculation.mode: expected off or ngram, got \"", mode, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("speculation.mode: expected off, ngram or draft, got \"", mode, "\""));
     }
     if (r.speculation().draft_tokens() != 0) job.draft_tokens = r.speculation().draft_tokens();
   }

@@ -2,8 +2,8 @@
 # The OpenAI-compatible endpoints of steady-gateway (docs/api.md, "OpenAI-compatible endpoints") in
 # front of a real steady-server, with curl: /v1/models, /v1/completions and /v1/chat/completions
 # answered whole and as server-sent events (framing, [DONE], include_usage), the same greedy text
-# as steady.v1, session binding, the prefix cache's cached_tokens, logprobs, token-id prompts, echo,
-# and OpenAI-shaped errors. CMake registers it only when the gateway is built.
+# as steady.v1, speculation's extension field, session binding, the prefix cache's cached_tokens,
+# logprobs, token-id prompts, echo, and OpenAI-shaped errors. CMake registers it only when the gateway is built.
 # Usage: gateway_openai.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -62,6 +62,17 @@ assert events[-1]['choices'] == [] and events[-1]['usage']['completion_tokens'] 
 # in flight (server/rpc/service_generate.cc), so a loaded machine may send the other 11 in one
 # message: two chunks is all that is certain, and one would mean the gateway held the stream back.
 assert len(text_chunks) >= 2, 'not streamed: %d chunks' % len(text_chunks)"
+
+# Speculation (Steady's extension): prompt-lookup drafts verified per step, the same greedy text, the
+# drafted and accepted tokens in usage; a mode the server does not know is a 400.
+check "speculation ngram: the same greedy text, drafts reported in usage" 200 POST /v1/completions \
+  '{"model": "model", "prompt": "This License applies", "max_tokens": 12, "temperature": 0, "speculation": {"mode": "ngram", "draft_tokens": 3}}' -- \
+  "b['choices'][0]['text'] == $native and b['usage']['completion_tokens'] == 12 and b['usage']['speculation']['drafted_tokens'] > 0 and 0 <= b['usage']['speculation']['accepted_tokens'] <= b['usage']['speculation']['drafted_tokens'] and b['usage']['completion_tokens_details']['rejected_prediction_tokens'] == b['usage']['speculation']['drafted_tokens'] - b['usage']['speculation']['accepted_tokens']"
+check "speculation with an unknown mode: 400" 400 POST /v1/completions \
+  '{"model": "model", "prompt": "x", "max_tokens": 2, "speculation": {"mode": "medusa"}}' -- \
+  '"speculation" in b["error"]["message"] and b["error"]["type"] == "invalid_request_error"'
+check "speculation that is not an object: 400 naming it" 400 POST /v1/completions \
+  '{"model": "model", "prompt": "x", "max_tokens": 2, "speculation": "ngram"}' -- 'b["error"]["param"] == "speculation"'
 
 chat='"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What does this License cover?"}]'
 check "POST /v1/chat/completions: whole" 200 POST /v1/chat/completions \

@@ -10,6 +10,20 @@ fails=0
 pass() { echo "ok   - $1"; passes=$((passes + 1)); }
 fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
 
+# expect_error NAME NEEDLE CMD...: the command must fail (non-zero) and say NEEDLE on stderr
+# (bench_test.sh has its own, which also checks the exit status).
+expect_error() {
+  local name=$1 needle=$2
+  shift 2
+  if "$@" > "$tmp/out" 2> "$tmp/err"; then
+    fail "$name: succeeded but should have failed"
+  elif grep -qF -- "$needle" "$tmp/err"; then
+    pass "$name"
+  else
+    fail "$name: error did not mention '$needle': $(cat "$tmp/err")"
+  fi
+}
+
 # stop PID: kills a process this script started, if it still runs.
 stop() {
   if [ -n "${1:-}" ] && kill -0 "$1" 2> /dev/null; then

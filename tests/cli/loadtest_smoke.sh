@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # steady-loadtest against a real steady-server (tiny random taylor model): closed loop, open loop and
 # multi-turn runs, their JSON reports (counts, no errors, ordered percentiles, per-turn records,
-# tokens counted), an invalid parameter counted under INVALID_ARGUMENT, and the plot script's PNGs.
+# tokens counted), speculation's counts, an invalid parameter counted under INVALID_ARGUMENT, and the
+# plot script's PNGs.
 # Usage: loadtest_smoke.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -66,6 +67,26 @@ loadtest --concurrency 4 --requests 12 --prompt-tokens uniform:16:48 --output-to
   && pass "closed loop: 12 requests at concurrency 4" || fail "closed loop: $(cat "$tmp/closed.txt")"
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['summary']; assert s['good_requests'] == 12, s" \
   "$tmp/closed.json" && pass "goodput: every request meets a generous SLO" || fail "goodput"
+
+# Speculation on every call: the same greedy tokens (output hashes) as plain calls, the drafts reported.
+loadtest --concurrency 2 --requests 6 --prompt-tokens fixed:48 --output-tokens fixed:12 \
+  --json "$tmp/plain.json" > /dev/null \
+  && loadtest --concurrency 2 --requests 6 --prompt-tokens fixed:48 --output-tokens fixed:12 --speculative ngram \
+       --draft-tokens 3 --json "$tmp/spec.json" > "$tmp/spec.txt" \
+  && check_report spec "$tmp/spec.json" 6 && grep -q "^speculative .* drafted" "$tmp/spec.txt" \
+  && /usr/bin/python3 - "$tmp/plain.json" "$tmp/spec.json" <<'PY' \
+  && pass "--speculative ngram: plain calls' tokens, drafted and accepted reported" || fail "speculative: $(cat "$tmp/spec.txt" 2>&1)"
+import json, math, sys
+plain, spec = (json.load(open(p)) for p in sys.argv[1:])
+by_index = lambda r: {x["index"]: x["output_hash"] for x in r["requests"]}
+assert by_index(plain) == by_index(spec), "speculation changed the greedy tokens"
+s = spec["summary"]
+assert spec["config"]["speculative"] == "ngram" and spec["config"]["draft_tokens"] == 3, spec["config"]
+assert s["drafted_tokens"] > 0 and 0 <= s["accepted_tokens"] <= s["drafted_tokens"], s
+assert math.isclose(s["acceptance_rate"], s["accepted_tokens"] / s["drafted_tokens"]), s
+assert s["drafted_tokens"] == sum(x.get("drafted_tokens", 0) for x in spec["requests"]), s
+assert plain["summary"]["drafted_tokens"] == 0, plain["summary"]
+PY
 
 loadtest --request-rate 20 --requests 15 --prompt-tokens fixed:32 --output-tokens uniform:4:8 \
   --json "$tmp/open.json" > "$tmp/open.txt" \

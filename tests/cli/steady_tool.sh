@@ -5,18 +5,6 @@ set -euo pipefail
 bin=$1
 src=$2
 source "$(dirname "$0")/lib.bash"
-# expect_error NAME NEEDLE CMD...: the command must fail (non-zero) and say NEEDLE on stderr.
-expect_error() {
-  local name=$1 needle=$2
-  shift 2
-  if "$@" > "$tmp/out" 2> "$tmp/err"; then
-    fail "$name: succeeded but should have failed"
-  elif grep -qF -- "$needle" "$tmp/err"; then
-    pass "$name"
-  else
-    fail "$name: error did not mention '$needle': $(cat "$tmp/err")"
-  fi
-}
 
 steady="$bin/steady"
 tok="$src/tests/data/tokenizer/tokenizer.model"

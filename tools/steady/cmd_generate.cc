@@ -136,6 +136,19 @@ absl::Status RunGenerate(const Flags& flags) {
       4096, (by_ids ? int64_t(ids.size()) : 2 * int64_t(request.prompt.size())) + request.max_tokens + 2);
   auto backend = BackendFromFlags(flags, *model, options);
   if (!backend.ok()) return backend.status();
+  // --speculative draft: the draft model on a CPU backend of its own, one lane.
+  std::unique_ptr<Model> draft_checkpoint;
+  std::unique_ptr<DraftModel> draft;
+  if (request.speculative == Speculation::kDraft) {
+    if (!tokenizer) return absl::FailedPreconditionError("--speculative draft: the target needs a tokenizer to compare");
+    auto loaded = LoadDraftModelFromFlags(flags, *tokenizer);
+    if (!loaded.ok()) return loaded.status();
+    draft_checkpoint = *std::move(loaded);
+    BackendOptions draft_options;
+    if (absl::Status s = CpuOptionsFromFlags(flags, &draft_options); !s.ok()) return s;
+    draft = std::make_unique<DraftModel>(*draft_checkpoint, 1, model->vocab_size(), draft_options);
+    request.draft_model = draft.get();
+  }
   const auto start = std::chrono::steady_clock::now();
   auto stream = [json](std::string_view text) {
     if (json) return;
@@ -162,7 +175,8 @@ absl::Status RunGenerate(const Flags& flags) {
                static_cast<long long>((*backend)->BytesInUse(0)), (*backend)->Name().c_str());
   if (request.speculative != Speculation::kOff) {
     // Decode figures: tokens after the first over the decode time (the first comes from the prompt's logits).
-    std::fprintf(stderr, "[speculative ngram: %lld drafted, %lld accepted (%.0f%%), %lld steps for %zu tokens, decode %.1f tokens/s%s]\n",
+    std::fprintf(stderr, "[speculative %s: %lld drafted, %lld accepted (%.0f%%), %lld steps for %zu tokens, decode %.1f tokens/s%s]\n",
+                 request.speculative == Speculation::kDraft ? "draft" : "ngram",
                  static_cast<long long>(result->drafted), static_cast<long long>(result->accepted),
                  result->drafted > 0 ? 100.0 * double(result->accepted) / double(result->drafted) : 0.0,
                  static_cast<long long>(result->steps), result->tokens.size(),
@@ -180,7 +194,8 @@ Command GenerateCommand() {
   return {"generate", R"(usage: steady generate --model DIR|FILE.gguf (--prompt TEXT [--chat [--system TEXT]] | --prompt-ids 1,2,3)
                        [--json [--logits]] [--max-tokens N] [--ignore-eos]
                        [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S] [--stop STR ...]
-                       [--json-object | --json-schema FILE | --grammar FILE] [--speculative off|ngram [--draft-tokens K]]
+                       [--json-object | --json-schema FILE | --grammar FILE]
+                       [--speculative off|ngram|draft [--draft-model DIR] [--draft-tokens K]]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
                        [--device cpu|cuda|auto] [--threads N] [--cpu-weights auto|f32|bf16|q8] [--cpu-gemm auto|simd|openblas]
 
@@ -207,7 +222,9 @@ the GBNF grammar in FILE (llama.cpp's format); generation ends when it is comple
 --speculative ngram: speculative decoding with prompt-lookup drafts (docs/speculative.md): up to
 --draft-tokens K (default 4, at most 32) tokens that followed the latest earlier occurrence of the
 text's last tokens are verified in one step; the tokens are those plain decoding gives (greedy, or
-with --seed), faster where the output repeats the prompt. CPU backend only (elsewhere: plain).
+with --seed), faster where the output repeats the prompt. --speculative draft --draft-model DIR: the
+drafts are the greedy tokens of a smaller checkpoint with the same tokenizer (refused otherwise),
+run on the CPU beside the target. CPU backend only (elsewhere: plain).
 )",
           {.with_value = FlagUnion({{"model", "prompt", "prompt-ids", "max-tokens", "stop", "system", "json-schema", "grammar"},
                                     kMechanismFlags, kSamplingFlags, kDeviceFlags, kSpeculationFlags}),
