@@ -17,6 +17,9 @@
 #   taylor     taylor P = 3 (training-free; stage 2 finetunes the weights under it)
 #   dark_ft, performer_ft   DARKFormer's finetuning comparison (docs/conversion.md): stage 2 only,
 #              64 features, the same seed per pair; SEED=N picks the seed (features, batches)
+#   dark_id_ft dark_ft with M = I at the start (learned from there): performer's starting point
+#   dark_ft_lora, performer_ft_lora   the same with low-rank adapters on q, k, v, o (rank 8) instead of
+#              all weights (DARKFormer's limited attention finetuning)
 #
 # SEED (default 1) other than 1 adds -sSEED to the output's name; EXPORT: the weights' dtype (BF16);
 # THREADS: torch threads per run (2); EVAL_EVERY: finetune steps between validations (50).
@@ -54,8 +57,11 @@ for t in "${targets[@]}"; do
     taylor) spec=(--target taylor --param order=3) ;;
     dark_ft) stage1=0; spec=(--target dark --param features=64 --dark-init proposal) ;;
     performer_ft) stage1=0; spec=(--target performer --param features=64) ;;
+    dark_id_ft) stage1=0; spec=(--target dark --param features=64 --dark-init identity) ;;
+    dark_ft_lora) stage1=0; spec=(--target dark --param features=64 --dark-init proposal --finetune lora) ;;
+    performer_ft_lora) stage1=0; spec=(--target performer --param features=64 --finetune lora) ;;
     *) echo "convert_shipped: unknown target $t (hybrid, hybrid_stage1, window16, finetuned, dark, performer," \
-         "slay, taylor, dark_ft, performer_ft)" >&2; exit 2 ;;
+         "slay, taylor, dark_ft, performer_ft, dark_id_ft, dark_ft_lora, performer_ft_lora)" >&2; exit 2 ;;
   esac
   out="$out_root/tiny-softmax-to-$t"
   [ "$seed" = 1 ] || out="$out-s$seed"
