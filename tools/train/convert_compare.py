@@ -3,7 +3,8 @@
 steps over several seeds, from the trainer's own validation in each run's training.json.
 
     /usr/bin/python3 tools/train/convert_compare.py --runs /tmp/steady-convert \\
-        [--arms dark_ft,performer_ft] [--plot docs/img/conversion-compare.png] [--json OUT]
+        [--arms dark_ft,performer_ft] [--plot docs/img/conversion-compare.png] [--json OUT] \\
+        [--control /tmp/steady-convert/tiny-softmax-to-finetuned]
 
 --runs holds the checkpoints tools/train/convert_shipped.sh writes (tiny-softmax-to-ARM for seed 1,
 tiny-softmax-to-ARM-sSEED for the others). Prints, for every validation step, each arm's mean
@@ -29,10 +30,12 @@ def load_arm(root, arm):
     return out
 
 
-def curves(runs, key):
-    """{step: [value per seed]} over the steps every seed validated at (init is step 0)."""
-    per_seed = [{h["step"] if h["stage"] != "init" else 0: h[key] for h in info["history"]
-                 if h["stage"] in ("init", "stage2")} for info in runs.values()]
+def curves(runs, key, seeds=None):
+    """{step: [value per seed]} over the steps every seed validated at (init is step 0), seeds in
+    `seeds`' order (default: all, ascending)."""
+    seeds = sorted(runs) if seeds is None else seeds
+    per_seed = [{h["step"] if h["stage"] != "init" else 0: h[key] for h in runs[seed]["history"]
+                 if h["stage"] in ("init", "stage2")} for seed in seeds]
     steps = sorted(set.intersection(*(set(c) for c in per_seed))) if per_seed else []
     return {s: [c[s] for c in per_seed] for s in steps}
 
@@ -47,21 +50,24 @@ def cpu_seconds(info):
 
 def report(arms, runs):
     a, b = arms[0], arms[1]
-    ppl = {arm: curves(runs[arm], "valid_ppl") for arm in arms}
-    acc = {arm: curves(runs[arm], "valid_acc") for arm in arms}
+    paired = sorted(set(runs[a]) & set(runs[b]))  # the same seed: the same features and batches
+    ppl = {arm: curves(runs[arm], "valid_ppl", paired) for arm in (a, b)}
+    acc = {arm: curves(runs[arm], "valid_acc", paired) for arm in (a, b)}
     steps = sorted(set(ppl[a]) & set(ppl[b]))
-    print("seeds: %s" % ", ".join("%s %s" % (arm, sorted(runs[arm])) for arm in arms))
-    print("| step | %s ppl (min..max) | %s ppl (min..max) | %s / %s - 1 | %s acc | %s acc |"
-          % (a, b, a, b, a, b))
-    print("|---|---|---|---|---|---|")
+    print("seeds (paired): %s" % paired)
+    print("| step | %s ppl (min..max) | %s ppl (min..max) | mean / mean - 1 | per seed: %s / %s - 1 (min..max) "
+          "| %s acc (min..max) | %s acc (min..max) |" % (a, b, a, b, a, b))
+    print("|---|---|---|---|---|---|---|")
     rows = []
     for s in steps:
         pa, pb = ppl[a][s], ppl[b][s]
-        row = {"step": s, "ppl": {arm: ppl[arm][s] for arm in arms}, "acc": {arm: acc[arm][s] for arm in arms}}
-        rows.append(row)
-        print("| %d | %.2f (%.2f..%.2f) | %.2f (%.2f..%.2f) | %+.2f%% | %.4f (%.4f..%.4f) | %.4f (%.4f..%.4f) |" % (
-            s, mean(pa), min(pa), max(pa), mean(pb), min(pb), max(pb), 100 * (mean(pa) / mean(pb) - 1),
-            mean(acc[a][s]), min(acc[a][s]), max(acc[a][s]), mean(acc[b][s]), min(acc[b][s]), max(acc[b][s])))
+        ratio = [x / y - 1 for x, y in zip(pa, pb)]
+        rows.append({"step": s, "ppl": {a: pa, b: pb}, "acc": {a: acc[a][s], b: acc[b][s]}, "paired_ratio": ratio})
+        print("| %d | %.2f (%.2f..%.2f) | %.2f (%.2f..%.2f) | %+.2f%% | %+.2f%% (%+.2f..%+.2f) | %.4f (%.4f..%.4f) "
+              "| %.4f (%.4f..%.4f) |" % (
+                  s, mean(pa), min(pa), max(pa), mean(pb), min(pb), max(pb), 100 * (mean(pa) / mean(pb) - 1),
+                  100 * mean(ratio), 100 * min(ratio), 100 * max(ratio), mean(acc[a][s]), min(acc[a][s]),
+                  max(acc[a][s]), mean(acc[b][s]), min(acc[b][s]), max(acc[b][s])))
     for arm in arms:
         cpu = [cpu_seconds(info) for info in runs[arm].values()]
         print("%s: %d runs, CPU seconds per run %s" % (arm, len(cpu), ", ".join("%.0f" % c for c in cpu)))
@@ -72,7 +78,7 @@ def report(arms, runs):
             "cpu_seconds": {arm: [cpu_seconds(i) for i in runs[arm].values()] for arm in arms}}
 
 
-def plot(arms, runs, labels, path):
+def plot(arms, runs, labels, path, control=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -88,6 +94,11 @@ def plot(arms, runs, labels, path):
             ax.fill_between(xs, [min(c[s]) for s in xs], [max(c[s]) for s in xs], color=line.get_color(), alpha=0.2)
         if tkey in teacher:
             ax.axhline(teacher[tkey], color="k", ls="--", lw=1, label="softmax teacher (not finetuned)")
+        if control:
+            c = curves({1: control}, key)
+            xs = sorted(c)
+            ax.plot(xs, [c[s][0] for s in xs], color="k", ls=":", marker=".", lw=1,
+                    label="softmax teacher finetuned alike (seed 1)")
         ax.set_xlabel("finetune step (batch 8 x 256 tokens)")
         ax.set_ylabel(ylabel + " (trainer, 16K tokens)")
         ax.legend(fontsize=7)
@@ -103,6 +114,7 @@ def main():
     ap.add_argument("--arms", default="dark_ft,performer_ft", help="two or more convert_shipped.sh targets")
     ap.add_argument("--label", action="append", default=[], help="ARM=text for the plot's legend")
     ap.add_argument("--plot")
+    ap.add_argument("--control", help="a run of the teacher finetuned alike (convert_shipped.sh finetuned) to plot")
     ap.add_argument("--json")
     args = ap.parse_args()
     arms = args.arms.split(",")
@@ -117,7 +129,11 @@ def main():
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
     if args.plot:
-        plot(arms, runs, dict(l.split("=", 1) for l in args.label), args.plot)
+        control = None
+        if args.control:
+            with open(os.path.join(args.control, "training.json")) as f:
+                control = json.load(f)
+        plot(arms, runs, dict(l.split("=", 1) for l in args.label), args.plot, control)
     return 0
 
 
