@@ -22,7 +22,8 @@
 #              all weights (DARKFormer's limited attention finetuning)
 #
 # SEED (default 1) other than 1 adds -sSEED to the output's name; EXPORT: the weights' dtype (BF16);
-# THREADS: torch threads per run (2); EVAL_EVERY: finetune steps between validations (50).
+# THREADS: torch threads per run (2); EVAL_EVERY: finetune steps between validations (50); TEACHER:
+# another softmax checkpoint to convert (default models/tiny-softmax; the output names stay).
 #
 # Writes OUT_ROOT/tiny-softmax-to-TARGET (default OUT_ROOT=/tmp/steady-convert). Needs corpus-data/.
 # STAGE1, STAGE2 (steps), PIECE (seconds), LOCK (a flock file, or none) and EXTRA (more convert.py flags) from the environment.
@@ -37,6 +38,7 @@ locked="flock $lock"
 [ "$lock" = none ] && locked=  # the caller holds the lock already
 piece=${PIECE:-540}
 seed=${SEED:-1}
+teacher=${TEACHER:-$root/models/tiny-softmax}
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(hybrid window16 finetuned)
 for f in "$data/train.txt" "$data/valid.txt"; do
@@ -69,7 +71,7 @@ for t in "${targets[@]}"; do
   while :; do
     rc=0
     # shellcheck disable=SC2086
-    $locked "$python" "$here/convert.py" --teacher "$root/models/tiny-softmax" "${spec[@]}" \
+    $locked "$python" "$here/convert.py" --teacher "$teacher" "${spec[@]}" \
       --train "$data/train.txt" --valid "$data/valid.txt" --seq-len 256 \
       --stage1-steps "$stage1" --stage1-batch 8 --stage1-lr 1e-2 \
       --stage2-steps "$stage2" --batch-size 8 --stage2-lr 1e-3 --warmup 10 --seed "$seed" \
