@@ -78,7 +78,7 @@ def report(arms, runs):
             "cpu_seconds": {arm: [cpu_seconds(i) for i in runs[arm].values()] for arm in arms}}
 
 
-def plot(arms, runs, labels, path, control=None):
+def plot(arms, runs, labels, path, control=None, title=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -103,7 +103,7 @@ def plot(arms, runs, labels, path, control=None):
         ax.set_ylabel(ylabel + " (trainer, 16K tokens)")
         ax.legend(fontsize=7)
     axes[0].set_ylim(top=min(axes[0].get_ylim()[1], 2.0 * (teacher.get("ppl") or 1e9)))
-    fig.suptitle("tiny-softmax finetuned into random-feature attention, 64 features: dark vs performer")
+    fig.suptitle(title or "tiny-softmax finetuned into random-feature attention, 64 features: dark vs performer")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -114,6 +114,7 @@ def main():
     ap.add_argument("--arms", default="dark_ft,performer_ft", help="two or more convert_shipped.sh targets")
     ap.add_argument("--label", action="append", default=[], help="ARM=text for the plot's legend")
     ap.add_argument("--plot")
+    ap.add_argument("--title", help="the plot's title")
     ap.add_argument("--control", help="a run of the teacher finetuned alike (convert_shipped.sh finetuned) to plot")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -133,7 +134,7 @@ def main():
         if args.control:
             with open(os.path.join(args.control, "training.json")) as f:
                 control = json.load(f)
-        plot(arms, runs, dict(l.split("=", 1) for l in args.label), args.plot, control)
+        plot(arms, runs, dict(l.split("=", 1) for l in args.label), args.plot, control, args.title)
     return 0
 
 
