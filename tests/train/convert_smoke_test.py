@@ -16,7 +16,8 @@
 - a conversion of the shipped models/tiny-softmax to window_dark (a few steps of stage 1 and of a
   low-rank stage 2) pauses (exit 75, no model written), resumes from its state to the same result as
   an uninterrupted run, exports exactly the tensors the engine expects, and the golden logits are
-  reproduced by the reloaded checkpoint and by the engine (`steady logits`) where a binary is found.
+  reproduced by the reloaded checkpoint and by the engine (`steady logits`) where a binary is found;
+- export.py's --store-as rewrites that checkpoint in F32 exactly, with the same golden logits.
 
 Exits non-zero on any failure; the last line is "N passed, M failed" (as tests/train/smoke_test.py).
 """
@@ -241,6 +242,30 @@ def test_engine_golden(tmp):
     return "window 8 over 40 tokens, max rel. error %.1e" % worst
 
 
+def test_store_as(tmp):
+    """export.py --store-as: the weights in another dtype, the golden recomputed for the same tokens and
+    vocabulary columns. BF16 -> F32 is exact, so the new golden equals the old one."""
+    whole, wide = os.path.join(tmp, "whole"), os.path.join(tmp, "whole-f32")
+    export.store_as(whole, wide, "F32")
+    a, b = tensors_of(whole), tensors_of(wide)
+    assert a.keys() == b.keys() and all(b[n].dtype == torch.float32 for n in b), "not all F32"
+    assert all(torch.equal(a[n].double(), b[n].double()) for n in a), "BF16 -> F32 changed a value"
+    old = export.read_safetensors(os.path.join(whole, "golden.safetensors"))[0]
+    new, meta = export.read_safetensors(os.path.join(wide, "golden.safetensors"))
+    assert old.keys() == new.keys() and meta["weights_dtype"] == "F32", (sorted(new)[:4], meta)
+    diff = max((old[n].double() - new[n].double()).abs().max().item() for n in old)
+    assert diff == 0, "golden of the same weights differs by %.3g" % diff
+    with open(os.path.join(wide, "training.json")) as f:
+        assert json.load(f)["stored_as"] == {"dtype": "F32", "from": "BF16"}
+    try:
+        export.store_as(whole, wide, "BF16")
+        raise AssertionError("store_as over an existing directory")
+    except ValueError:
+        pass
+    shutil.rmtree(wide)
+    return "BF16 -> F32 exact, golden equal, an existing --out refused"
+
+
 def main():
     ap = argparse.ArgumentParser(description="Conversion smoke test")
     ap.add_argument("--keep", help="write the conversions here instead of a temp dir")
@@ -255,6 +280,7 @@ def main():
         check("bad input refused before training", lambda: test_refusals(tmp))
         check("convert, pause, resume, export", lambda: test_convert_resume(tmp))
         check("engine reproduces the converted golden", lambda: test_engine_golden(tmp))
+        check("export.py --store-as", lambda: test_store_as(tmp))
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -69,6 +69,36 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def stage_figures(info):
+    """The trainer's validation perplexity of one conversion: (at initialization, after stage 1 alone,
+    after stages 1 + 2 or None). A target with nothing to train in stage 1 is its initialization."""
+    hist = info.get("history", [])
+    init = next((h["valid_ppl"] for h in hist if h["stage"] == "init"), None)
+    stage1 = next((h["valid_ppl"] for h in hist if h["stage"] == "stage1"), init)
+    stage2 = [h for h in hist if h["stage"] == "stage2"]
+    return init, stage1, (stage2[-1]["valid_ppl"] if stage2 else None)
+
+
+def stages_table(infos, reports):
+    """The gap to the teacher after stage 1 alone and after stages 1 + 2 (trainer's evaluation, the same
+    tokens for every row), beside the engine's state bytes per session."""
+    print("| conversion | state bytes / session | at init | after stage 1 | after stages 1 + 2 | steps (1 + 2) |")
+    print("|---|---|---|---|---|---|")
+    for name, info in infos:
+        teacher = (info.get("teacher_valid") or {}).get("ppl")
+        init, stage1, final = stage_figures(info)
+        steps = {s: info.get("costs", {}).get(s, {}).get("steps", 0) for s in ("stage1", "stage2")}
+
+        def gap(ppl):
+            return "-" if ppl is None or not teacher else "%.2f (%+.2f%%)" % (ppl, 100 * (ppl / teacher - 1))
+        print("| %s | %s | %s | %s | %s | %d + %d |" % (name, "{:,}".format(reports[name]["peak_session_bytes"]),
+                                                       gap(init), gap(stage1), gap(final), steps["stage1"],
+                                                       steps["stage2"]))
+    teacher = next(((i.get("teacher_valid") or {}).get("ppl") for _, i in infos if i.get("teacher_valid")), None)
+    if teacher:
+        print("\nteacher (trainer's evaluation): %.2f" % teacher)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/bin")
@@ -97,6 +127,9 @@ def main():
                                                    "{:,}".format(r["peak_session_bytes"]), c))
     print("\n%d tokens of %s, context %d, device %s" % (table[0][1]["tokens"], args.data, args.context,
                                                       table[0][1]["device"]))
+    if infos:
+        print()
+        stages_table(infos, {label: r for label, r, _ in table})
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"label": l, "report": r, "cost": c} for l, r, c in table], f, indent=2)

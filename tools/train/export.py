@@ -193,11 +193,45 @@ def thin_golden(ckpt_dir, vocab_stride):
     write_safetensors(path, tensors, meta)
 
 
+def store_as(src_dir, out_dir, dtype):
+    """Writes src_dir's checkpoint to out_dir with its weights in `dtype` (dark's and slay's fixed
+    tensors stay F32), the golden logits recomputed in fp64 from the rounded weights for the same token
+    sequences and vocabulary stride, training.json carried over with "stored_as" added. out_dir must
+    not exist; it is written beside itself and renamed into place."""
+    if os.path.exists(out_dir):
+        raise ValueError("%s exists" % out_dir)
+    model = load_checkpoint(src_dir, dtype=torch.float64)
+    with open(os.path.join(src_dir, "config.json")) as f:
+        cfg = json.load(f)
+    golden, meta = read_safetensors(os.path.join(src_dir, "golden.safetensors"))
+    count = int(meta.get("sequences", 0))
+    sequences = [golden["golden.%d.tokens" % i].tolist() for i in range(count)]
+    vocab = golden.get("golden.0.vocab")
+    stride = int(vocab[1] - vocab[0]) if vocab is not None and len(vocab) > 1 else 1
+    info = None
+    if os.path.isfile(os.path.join(src_dir, "training.json")):
+        with open(os.path.join(src_dir, "training.json")) as f:
+            info = json.load(f)
+        info["stored_as"] = {"dtype": dtype, "from": meta.get("weights_dtype")}
+    partial = "%s.partial-%d" % (out_dir.rstrip("/"), os.getpid())
+    export_checkpoint(model, cfg, os.path.join(src_dir, "tokenizer.model"), partial, dtype, sequences, info,
+                      golden_vocab_stride=stride)
+    os.replace(partial, out_dir)
+
+
 def main():
     ap = argparse.ArgumentParser(description="Checks an exported checkpoint against its golden file")
     ap.add_argument("--check", required=True, metavar="CHECKPOINT_DIR")
     ap.add_argument("--thin", type=int, metavar="N", help="first rewrite the golden file keeping every Nth vocab column")
+    ap.add_argument("--store-as", choices=["F32", "F16", "BF16"],
+                    help="first write CHECKPOINT_DIR's weights in DTYPE to --out (golden recomputed), then check --out")
+    ap.add_argument("--out", help="with --store-as: the new checkpoint directory (must not exist)")
     args = ap.parse_args()
+    if args.store_as:
+        if not args.out:
+            ap.error("--store-as needs --out")
+        store_as(args.check, args.out, args.store_as)
+        args.check = args.out
     if args.thin:
         thin_golden(args.check, args.thin)
     worst, n = check_golden(args.check)

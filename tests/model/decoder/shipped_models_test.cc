@@ -38,8 +38,11 @@ constexpr double kGoldenRelTol = 1e-4;
 constexpr double kBucketedRelL2 = 5e-2;
 constexpr uint64_t kMaxShippedBytes = 40ull << 20;
 
-const char* const kShipped[] = {"tiny-softmax", "tiny-slay", "tiny-dark", "tiny-performer", "tiny-sliced",
-                                "tiny-softmax-to-hybrid"};
+const char* const kShipped[] = {"tiny-softmax",           "tiny-slay",
+                                "tiny-dark",              "tiny-performer",
+                                "tiny-sliced",            "tiny-softmax-to-hybrid",
+                                "tiny-softmax-to-dark",   "tiny-softmax-to-performer",
+                                "tiny-softmax-to-slay"};
 
 fs::path ModelsDir() {
   const char* env = std::getenv("STEADY_MODELS_DIR");
