@@ -38,7 +38,7 @@ fi
 
 # tokenizer_config.json's list of named templates: "default", and "tool_use" when tools are given (as
 # transformers picks), --template NAME for another; a damaged list is refused naming the entry.
-mkdir -p "$tmp/named" "$tmp/named-bad"
+mkdir -p "$tmp/named"
 cat > "$tmp/named/tokenizer_config.json" <<'JSON'
 {"chat_template": [{"name": "default", "template": "D:{{ messages[0].content }}"},
                    {"name": "tool_use", "template": "T:{{ tools[0].name }}:{{ messages[0].content }}"},
@@ -58,13 +58,22 @@ if ! named --template nope > "$tmp/err.txt" && grep -q 'no chat_template named n
 else
   fail "an unknown --template: $(cat "$tmp/err.txt")"
 fi
-echo '{"chat_template": [{"name": "default", "template": "x"}, {"name": "tool_use"}]}' > "$tmp/named-bad/tokenizer_config.json"
-if ! "$bin/steady" chat-template --model "$tmp/named-bad" --messages "$tmp/named-msgs.json" > /dev/null 2> "$tmp/err.txt" &&
-   grep -q 'tokenizer_config.json.*chat_template\[1\]' "$tmp/err.txt"; then
-  pass "a named template without its text is refused naming the entry ($(head -n 1 "$tmp/err.txt"))"
-else
-  fail "a damaged template list: $(cat "$tmp/err.txt")"
-fi
+# refused LABEL TOKENIZER_CONFIG NEEDLE: a directory with that tokenizer_config.json is refused by
+# `steady chat-template`, the message naming NEEDLE (a grep pattern).
+refused() {
+  mkdir -p "$tmp/refused"
+  printf '%s' "$2" > "$tmp/refused/tokenizer_config.json"
+  if ! "$bin/steady" chat-template --model "$tmp/refused" --messages "$tmp/named-msgs.json" > /dev/null 2> "$tmp/err.txt" &&
+     grep -q "$3" "$tmp/err.txt"; then
+    pass "$1 ($(head -n 1 "$tmp/err.txt" | sed "s|$tmp/||"))"
+  else
+    fail "$1: $(cat "$tmp/err.txt")"
+  fi
+}
+refused "a named template without its text is refused naming the entry" \
+  '{"chat_template": [{"name": "default", "template": "x"}, {"name": "tool_use"}]}' 'tokenizer_config.json: chat_template\[1\]'
+refused "a malformed template is refused naming the file and line" \
+  '{"chat_template": "{% for m in messages %}\n{{ m.content }\n{% endfor %}"}' 'tokenizer_config.json: chat_template: line 2'
 
 /usr/bin/python3 -c "import jinja2" 2> /dev/null || { echo "SKIP: needs python3-jinja2 (scripts/install-deps.sh)"; exit 77; }
 source "$src/tests/reference/npm_cache.bash"
@@ -175,14 +184,4 @@ PY
 done
 [ -n "$templated" ] || fail "no reference tokenizer has a chat template"
 
-# Bad templates are refused naming the file and the line.
-mkdir -p "$tmp/bad"
-printf '{"chat_template": "{%% for m in messages %%}\\n{{ m.content }\\n{%% endfor %%}"}' > "$tmp/bad/tokenizer_config.json"
-echo '[{"role": "user", "content": "x"}]' > "$tmp/msgs.json"
-if ! "$bin/steady" chat-template --model "$tmp/bad" --messages "$tmp/msgs.json" > /dev/null 2> "$tmp/err.txt" &&
-   grep -q "tokenizer_config.json: chat_template: line 2" "$tmp/err.txt"; then
-  pass "a malformed template is refused naming the file and line ($(tail -n 1 "$tmp/err.txt"))"
-else
-  fail "a malformed template: $(cat "$tmp/err.txt")"
-fi
 finish hf_chat_templates
