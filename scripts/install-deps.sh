@@ -36,6 +36,9 @@ packages=(
   # Hugging Face tokenizer.json (model/text/hf/): PCRE2 runs the pre-tokenizers' split regexes with
   # Unicode properties, utf8proc does NFC/NFKC normalization.
   libpcre2-dev libutf8proc-dev
+  # Chat templates: Python's Jinja2, rendering as transformers does, is the second reference of
+  # tests/cli/hf_chat_templates.sh (tests/reference/transformers_render.py).
+  python3-jinja2
 )
 # Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
 command -v npm > /dev/null || packages+=(npm)

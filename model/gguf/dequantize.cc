@@ -14,7 +14,7 @@
 namespace steady {
 namespace {
 
-constexpr int kQK = 32;    // values per Q8_0 / Q4_0 block
+constexpr int kQK = 32;    // values per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block
 constexpr int kQK_K = 256; // values per K-quant super-block
 
 uint16_t Load16(const uint8_t* p) {
@@ -38,6 +38,50 @@ void DequantizeQ4_0(const uint8_t* b, int64_t n, float* y) {
     for (int j = 0; j < kQK / 2; ++j) {
       y[j] = float((qs[j] & 0x0F) - 8) * d;
       y[j + kQK / 2] = float((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// Q4_1: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m.
+void DequantizeQ4_1(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += 20, y += kQK) {
+    const float d = LoadHalf(b), m = LoadHalf(b + 2);
+    const uint8_t* qs = b + 4;
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float(qs[j] & 0x0F) * d + m;
+      y[j + kQK / 2] = float(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// The fifth bits of a Q5_0/Q5_1 block: bit j of the 32-bit qh for value j (j < 16: low nibbles,
+// 16..31: high nibbles), as 0 or 16.
+int FifthBit(uint32_t qh, int j) { return int((qh >> j) & 1) << 4; }
+
+// Q5_0: fp16 d, 4 bytes qh, 16 bytes of nibbles; x = (q | fifth bit << 4) - 16) * d.
+void DequantizeQ5_0(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += 22, y += kQK) {
+    const float d = LoadHalf(b);
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const uint8_t* qs = b + 6;
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float(((qs[j] & 0x0F) | FifthBit(qh, j)) - 16) * d;
+      y[j + kQK / 2] = float(((qs[j] >> 4) | FifthBit(qh, j + 16)) - 16) * d;
+    }
+  }
+}
+
+// Q5_1: fp16 d, fp16 m, 4 bytes qh, 16 bytes of nibbles; x = (q | fifth bit << 4) * d + m.
+void DequantizeQ5_1(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += 24, y += kQK) {
+    const float d = LoadHalf(b), m = LoadHalf(b + 2);
+    uint32_t qh;
+    std::memcpy(&qh, b + 4, 4);
+    const uint8_t* qs = b + 8;
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float((qs[j] & 0x0F) | FifthBit(qh, j)) * d + m;
+      y[j + kQK / 2] = float((qs[j] >> 4) | FifthBit(qh, j + 16)) * d + m;
     }
   }
 }
@@ -124,6 +168,7 @@ void DequantizeQ6_K(const uint8_t* b, int64_t n, float* y) {
 bool CanDequantize(uint32_t t) {
   switch (GgmlType(t)) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0: case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
     case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
       return true;
     default:
@@ -131,7 +176,7 @@ bool CanDequantize(uint32_t t) {
   }
 }
 
-std::string DequantizableTypeNames() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"; }
+std::string DequantizableTypeNames() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
 
 void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
   const uint8_t* b = static_cast<const uint8_t*>(blocks);
@@ -141,6 +186,9 @@ void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
     case GgmlType::kBF16: for (int64_t k = 0; k < n; ++k) out[k] = BFloat16ToFloat(Load16(b + 2 * k)); return;
     case GgmlType::kQ8_0: STEADY_CHECK(n % kQK == 0); DequantizeQ8_0(b, n, out); return;
     case GgmlType::kQ4_0: STEADY_CHECK(n % kQK == 0); DequantizeQ4_0(b, n, out); return;
+    case GgmlType::kQ4_1: STEADY_CHECK(n % kQK == 0); DequantizeQ4_1(b, n, out); return;
+    case GgmlType::kQ5_0: STEADY_CHECK(n % kQK == 0); DequantizeQ5_0(b, n, out); return;
+    case GgmlType::kQ5_1: STEADY_CHECK(n % kQK == 0); DequantizeQ5_1(b, n, out); return;
     case GgmlType::kQ4_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ4_K(b, n, out); return;
     case GgmlType::kQ5_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ5_K(b, n, out); return;
     case GgmlType::kQ6_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ6_K(b, n, out); return;

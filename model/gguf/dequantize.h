@@ -6,6 +6,11 @@
 //   Q8_0   32 values: fp16 d, 32 x int8 q;                      x = q * d
 //   Q4_0   32 values: fp16 d, 16 bytes of 4-bit q (low nibbles are values 0..15, high 16..31);
 //                     x = (q - 8) * d
+//   Q4_1   32 values: fp16 d, fp16 m, 16 bytes of 4-bit q;        x = q * d + m
+//   Q5_0   32 values: fp16 d, 4 bytes of fifth bits (bit j for value j), 16 bytes of 4-bit q;
+//                     x = (q - 16) * d
+//   Q5_1   32 values: fp16 d, fp16 m, 4 bytes of fifth bits, 16 bytes of 4-bit q; x = q * d + m
+//   (llama.cpp's quantizer falls back to these where a K-quant's rows are not 256-value blocks)
 //   Q4_K  256 values: fp16 d, fp16 dmin, 12 bytes of eight 6-bit (scale, min) pairs, 128 bytes of
 //                     4-bit q; per 32 values x = (d * scale) * q - (dmin * min)
 //   Q5_K  256 values: as Q4_K plus 32 bytes holding each value's fifth bit
@@ -21,7 +26,7 @@ namespace steady {
 
 // Whether Dequantize handles the ggml type number.
 bool CanDequantize(uint32_t ggml_type);
-// "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K".
+// "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K".
 std::string DequantizableTypeNames();
 // Writes `n` values (a whole number of the type's blocks) from `blocks` to `out`. `blocks` may be
 // unaligned. The type must be one CanDequantize accepts.

@@ -142,8 +142,10 @@ class Mapper {
       for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
       return WeightMatrix::Owned(wt, rows, cols, out, std::move(buffer));
     }
-    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
-    // K-quants: ggml's values rounded to bf16.
+    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0) {
+      return ToQ8(type, raw, rows, cols, row_bytes, heads);
+    }
+    // K-quants, Q4_1 and Q5_1 (a per-block minimum): ggml's values rounded to bf16.
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());
@@ -175,8 +177,9 @@ class Mapper {
     return absl::OkStatus();
   }
 
-  // Q8_0 (fp16 d, 32 int8) and Q4_0 (fp16 d, 16 bytes of nibbles, value q - 8) as Steady's q8
-  // blocks: int8 values [rows, cols], then fp32 scales [rows, cols / 32]. The same values exactly.
+  // Q8_0 (fp16 d, 32 int8), Q4_0 (fp16 d, 16 bytes of nibbles, value q - 8) and Q5_0 (fp16 d, fifth
+  // bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols], then fp32 scales
+  // [rows, cols / 32]. The same values exactly.
   static WeightMatrix ToQ8(GgmlType type, const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
     const int64_t blocks = cols / cpu::kQ8Block;
     const size_t bytes = size_t(rows * cols) + size_t(rows * blocks) * sizeof(float);
@@ -194,6 +197,13 @@ class Mapper {
         int8_t* out = q + r * cols + b * cpu::kQ8Block;
         if (type == GgmlType::kQ8_0) {
           std::memcpy(out, block + 2, cpu::kQ8Block);
+        } else if (type == GgmlType::kQ5_0) {  // fifth bits in 4 bytes after d, value q - 16
+          uint32_t qh;
+          std::memcpy(&qh, block + 2, 4);
+          for (int j = 0; j < 16; ++j) {
+            out[j] = int8_t(((block[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16);
+            out[j + 16] = int8_t(((block[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+          }
         } else {
           for (int j = 0; j < 16; ++j) {
             out[j] = int8_t((block[2 + j] & 0x0F) - 8);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GGUF against llama.cpp's own ggml (npm's @node-llama-cpp/linux-x64, Python ctypes): ggml quantizes
-# random rows to F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K into one GGUF file
+# random rows to F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K into one GGUF file
 # (tests/model/gguf/ggml_reference.py); ggml's GGUF reader lists its tensors and ggml's dequantize_row_*
 # turns each back into fp32. `steady gguf-info` must list the same tensors, types and offsets, and
 # its dequantization must equal ggml's bit for bit. The npm packages go into the cache

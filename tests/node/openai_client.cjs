@@ -7,19 +7,7 @@ const OpenAI = require("openai");
 
 const [baseURL, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60000 });
-let passed = 0, failed = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log("ok   - " + name);
-    ++passed;
-  } catch (e) {
-    console.log("FAIL - " + name + ": " + (e && e.stack ? e.stack.split("\n").slice(0, 3).join(" | ") : e));
-    ++failed;
-  }
-}
-function assert(cond, what) { if (!cond) throw new Error("assertion failed: " + what); }
+const { check, assert, finish } = require("./check.cjs");
 async function collect(stream) {
   const chunks = [];
   for await (const chunk of stream) chunks.push(chunk);
@@ -132,8 +120,7 @@ async function main() {
     async () => collect(await client.chat.completions.create({ model, messages, stream: true, session_id: "nobody" })),
     OpenAI.NotFoundError, 404, { code: "session_not_found" });
 
-  console.log(`openai_client: ${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
+  finish("openai_client");
 }
 
 // Structured output (docs/api.md, "Structured output"): at temperature 1, from random weights, every

@@ -17,7 +17,8 @@
 //       a GGUF file's own tokenizer: llama.cpp's ids against `steady tokenize --model FILE` per text.
 //   node peer_llamacpp.mjs compare --steady BIN --model DIR --gguf FILE --rounds R ...
 //       interleaved runs (steady bench and llama.cpp, R times, alternating which goes first; each a
-//       fresh process on the same weights) and the median of each engine's per-run figures.
+//       fresh process on the same weights) and the median of each engine's per-run figures. --model may
+//       be the GGUF file itself; --label names the weights in the table (default: --cpu-weights).
 //   node peer_llamacpp.mjs serve   --gguf FILE --sequences N --turns T --prompt-tokens P --output-tokens G
 //                                  [--batch-wait-ms W]
 //       llama.cpp serving a multi-turn load: N sequences of one context side by side (node-llama-cpp
@@ -529,7 +530,8 @@ function cmdCompare(flags) {
   }));
   const pre = (rs) => rs.map((l) => l[0].prefill?.tokens_per_second).filter((x) => x !== undefined);
   const summary = {
-    model: flags.model, gguf: flags.gguf, cpu_weights: flags["cpu-weights"] || "f32", kv_llama_cpp: flags.kv || "f32",
+    model: flags.model, gguf: flags.gguf, cpu_weights: flags.label || flags["cpu-weights"] || "as stored",
+    kv_llama_cpp: flags.kv || "f32",
     flash_attention_llama_cpp: runs.llama[0][0].flash_attention, llama_cpp_release: runs.llama[0][0].release,
     llama_cpp_system_info: runs.llama[0][0].system_info, threads: Number(threads),
     llama_cpp_threads: runs.llama[0][0].threads, rounds, steps: Number(steps),

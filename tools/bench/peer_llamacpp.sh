@@ -16,6 +16,11 @@
 #                                          # file's tokenizer; the suite's cli_gguf_llamacpp runs this
 #   tools/bench/peer_llamacpp.sh bench     # a random llama1b-shaped checkpoint to GGUF; decode tokens/s
 #                                          # at batch 1 and each depth, prefill tokens/s, interleaved runs
+#   tools/bench/peer_llamacpp.sh gguf-bench  # both engines reading the same GGUF file (Steady with
+#                                          # --model FILE.gguf, its weights as the file holds them) per
+#                                          # type of GGUF_TYPES: decode tokens/s at batch 1 per depth and
+#                                          # prefill (interleaved runs), then the serving load on the
+#                                          # last type (SERVE_MECHANISMS softmax by default here)
 #   tools/bench/peer_llamacpp.sh serve     # a multi-turn serving load (16 sessions x 30 turns) on
 #                                          # steady-server and on llama.cpp's parallel sequences
 #   tools/bench/peer_llamacpp.sh all       # install, check and bench
@@ -29,7 +34,8 @@
 # the NLL check; default corpus-data/valid.txt when present), CHECK_TOKENS (greedy tokens per prompt, 256),
 # CHECK_THREADS (llama.cpp threads in the check, 1); serve: SESSIONS (16), TURNS (30), PROMPT (32 new
 # prompt tokens a turn), OUTPUT (16 tokens a turn), SERVE_WEIGHTS (bf16: Steady's --cpu-weights and the
-# GGUF type), SERVE_MECHANISMS (Steady's, "taylor softmax").
+# GGUF type), SERVE_MECHANISMS (Steady's, "taylor softmax"); gguf-bench: GGUF_TYPES ("f16 q8_0 q4_k_m"),
+# GGUF_LAYERS (llama1b's shape cut to this many layers; 4).
 # Results (JSON and the markdown table) go to $PEER_CACHE/results/<UTC time>/.
 set -euo pipefail
 
@@ -184,7 +190,7 @@ gguf() {
   done
   "$PYTHON" "$gen" --arch llama --size quant --out "$WORK/llama-quant" >/dev/null 2>&1
   "$PYTHON" "$GGUF" --model "$WORK/llama-quant" --out "$WORK/llama-quant.f32.gguf" --type f32 2>/dev/null
-  for t in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+  for t in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k; do
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.f32.gguf" --out "$WORK/llama-quant.$t.gguf" --type "$t" 2>/dev/null
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.$t.gguf" --out "$WORK/llama-quant.$t.dequantized.gguf" --type f32 2>/dev/null
     node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.dequantized.gguf" \
@@ -252,11 +258,16 @@ serve() {
   local ckpt=$WORK/llama1b-random sessions=${SESSIONS:-16} turns=${TURNS:-30} prompt=${PROMPT:-32} output=${OUTPUT:-16}
   local weights=${SERVE_WEIGHTS:-bf16} bin
   bin=$(dirname "$STEADY")
-  local gguf_type=$weights
+  local gguf_type=$weights gguf_file weight_flags=(--cpu-weights "$weights")
   [[ $weights == q8 ]] && gguf_type=q8_0
-  [[ -f $ckpt/model.safetensors ]] || "$STEADY" init --out "$ckpt" --preset llama1b --dtype f16 --seed 1 \
-    --tokenizer "$REPO/models/tiny-softmax/tokenizer.model"
-  convert "$ckpt" "$gguf_type" "$WORK/llama1b-random.$gguf_type.gguf"
+  if [[ -n ${SERVE_GGUF:-} ]]; then  # both engines on this file, Steady's weights as it holds them
+    ckpt=$SERVE_GGUF gguf_file=$SERVE_GGUF weights=$(basename "$SERVE_GGUF") weight_flags=()
+  else
+    [[ -f $ckpt/model.safetensors ]] || "$STEADY" init --out "$ckpt" --preset llama1b --dtype f16 --seed 1 \
+      --tokenizer "$REPO/models/tiny-softmax/tokenizer.model"
+    gguf_file=$WORK/llama1b-random.$gguf_type.gguf
+    convert "$ckpt" "$gguf_type" "$gguf_file"
+  fi
   server_pid=""
   trap '[[ -n $server_pid ]] && kill $server_pid 2>/dev/null' EXIT
   local outs=() log=$RESULTS/server.log
@@ -265,7 +276,7 @@ serve() {
     [[ $m == taylor ]] && mech+=(--order 2)
     log "steady-server, $m, $weights weights: $sessions sessions x $turns turns of $prompt + $output tokens"
     "$bin/steady-server" --model "$ckpt" "${mech[@]}" --port 0 --state-memory 8G --prefix-cache-memory 0 \
-      --max-batch "$sessions" --cpu-weights "$weights" --threads "$THREADS" 2>"$log" &
+      --max-batch "$sessions" "${weight_flags[@]}" --threads "$THREADS" 2>"$log" &
     server_pid=$!
     local port=""
     for _ in $(seq 1200); do
@@ -282,8 +293,8 @@ serve() {
     server_pid=""
     outs+=("$RESULTS/serve-steady-$m.json")
   done
-  log "llama.cpp, softmax, $gguf_type weights, KV $KV: $sessions sequences x $turns turns"
-  node "$MJS" serve --gguf "$WORK/llama1b-random.$gguf_type.gguf" --sequences "$sessions" --turns "$turns" \
+  log "llama.cpp, softmax, $gguf_file, KV $KV: $sessions sequences x $turns turns"
+  node "$MJS" serve --gguf "$gguf_file" --sequences "$sessions" --turns "$turns" \
     --prompt-tokens "$prompt" --output-tokens "$output" --threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" \
     --flash "$FLASH" >"$RESULTS/serve-llamacpp.json"
   outs+=("$RESULTS/serve-llamacpp.json")
@@ -304,6 +315,31 @@ for path in sys.argv[1:]:
 EOF
 }
 
+# gguf-bench: a random llama1b-shaped checkpoint cut to GGUF_LAYERS layers (f16), its F16 GGUF and
+# llama.cpp's own quantizations of it (tools/gguf/quantize_llamacpp.py); per type, interleaved runs of
+# `steady bench --model FILE.gguf` and llama.cpp on the same file; then the serving load on the last type.
+gguf_bench() {
+  mkdir -p "$WORK" "$RESULTS"
+  local layers=${GGUF_LAYERS:-4} libs=$PEER_NODE_MODULES/@node-llama-cpp/linux-x64/bins/linux-x64 outs=()
+  local ckpt=$WORK/llama1b-l$layers f16=$WORK/llama1b-l$layers.f16.gguf file=""
+  [[ -f $ckpt/model.safetensors ]] || "$PYTHON" "$REPO/tools/checkpoints/random_hf.py" --arch llama --size llama1b \
+    --layers "$layers" --dtype f16 --out "$ckpt" >/dev/null
+  convert "$ckpt" f16 "$f16"
+  for t in ${GGUF_TYPES:-f16 q8_0 q4_k_m}; do
+    file=$WORK/llama1b-l$layers.$t.gguf
+    [[ $t == f16 || ( -f $file && $file -nt $f16 ) ]] ||
+      "$PYTHON" "$REPO/tools/gguf/quantize_llamacpp.py" --lib "$libs" --in "$f16" --out "$file" --type "$t" --threads "$THREADS" 2>/dev/null
+    log "interleaved runs on $file (Steady --model FILE.gguf), llama.cpp KV $KV"
+    node "$MJS" compare --steady "$STEADY" --model "$file" --gguf "$file" --depths "$DEPTHS" --steps "$STEPS" \
+      --rounds "$ROUNDS" --prefill-tokens "$PREFILL_TOKENS" --prefill-chunk "$PREFILL_TOKENS" --threads "$THREADS" \
+      --llama-threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" --flash "$FLASH" --state-dir "$WORK" \
+      --label "$t file" >"$RESULTS/gguf-compare-$t.json"
+    outs+=("$RESULTS/gguf-compare-$t.json")
+  done
+  node "$MJS" table "${outs[@]}" | tee "$RESULTS/gguf-table.md"
+  SERVE_GGUF=$file SERVE_MECHANISMS=${SERVE_MECHANISMS:-softmax} serve
+}
+
 case ${1:-all} in
   install) install ;;
   check) install; check ;;
@@ -311,7 +347,8 @@ case ${1:-all} in
   gguf) install; gguf ;;
   bench) install; bench ;;
   serve) install; serve ;;
+  gguf-bench) install; gguf_bench ;;
   all) install; check; bench ;;
-  *) echo "usage: $0 [install|check|exact|gguf|bench|serve|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|check|exact|gguf|bench|gguf-bench|serve|all]" >&2; exit 2 ;;
 esac
 log "results in $RESULTS"

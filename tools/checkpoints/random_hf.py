@@ -73,7 +73,7 @@ def config_for(a):
     if s["head_dim"]:
         c["head_dim"] = s["head_dim"]
     if a.arch == "llama":
-        c.update(attention_bias=a.attention_bias, mlp_bias=False, pretraining_tp=1)
+        c.update(attention_bias=a.attention_bias, mlp_bias=a.mlp_bias, pretraining_tp=1)
     if a.arch == "mistral":
         c["sliding_window"] = a.sliding_window  # None unless asked: Mistral v0.2 and later have none
     if a.arch in ("qwen2", "qwen3"):
@@ -118,8 +118,11 @@ def tensors_for(c):
             out += [(p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm")]
         out += [(p + "mlp.gate_proj.weight", (inter, hidden), "matrix"),
                 (p + "mlp.up_proj.weight", (inter, hidden), "matrix"),
-                (p + "mlp.down_proj.weight", (hidden, inter), "matrix"),
-                (p + "input_layernorm.weight", (hidden,), "norm"),
+                (p + "mlp.down_proj.weight", (hidden, inter), "matrix")]
+        if c.get("mlp_bias"):
+            out += [(p + "mlp.gate_proj.bias", (inter,), "bias"), (p + "mlp.up_proj.bias", (inter,), "bias"),
+                    (p + "mlp.down_proj.bias", (hidden,), "bias")]
+        out += [(p + "input_layernorm.weight", (hidden,), "norm"),
                 (p + "post_attention_layernorm.weight", (hidden,), "norm")]
     out.append(("model.norm.weight", (hidden,), "norm"))
     if not c["tie_word_embeddings"]:
@@ -180,6 +183,7 @@ def main():
     ap.add_argument("--rope-scaling", choices=["llama3", "linear", "dynamic", "yarn"])
     ap.add_argument("--sliding-window", type=int, help="mistral: every layer; qwen2/qwen3: the upper half")
     ap.add_argument("--attention-bias", action="store_true", help="llama: attention_bias (q, k, v, o biases)")
+    ap.add_argument("--mlp-bias", action="store_true", help="llama: mlp_bias (gate, up, down biases)")
     ap.add_argument("--tie", action="store_true", help="tie_word_embeddings")
     ap.add_argument("--no-generation-config", action="store_true")
     a = ap.parse_args()

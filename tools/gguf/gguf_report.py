@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-TYPES = ("q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k")
+TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k")
 
 
 def main():

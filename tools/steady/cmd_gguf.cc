@@ -61,7 +61,7 @@ Command GgufInfoCommand() {
 Checks a GGUF (version 3) file as the server's loader would and prints its header, its metadata
 (arrays cut to N elements, default 8) and its tensor table (shapes outermost first, as PyTorch
 writes them). With --tensor, writes that tensor dequantized to little-endian fp32 instead (types F32,
-F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). docs/gguf.md.
+F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). docs/gguf.md.
 )",
           {.with_value = {"array-elements", "tensor", "out"}, .switches = {}, .positional = true}, RunGgufInfo};
 }

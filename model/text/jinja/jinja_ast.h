@@ -93,6 +93,9 @@ std::string ToText(const Value& v);
 // tojson: JSON.stringify's escaping, ", " and ": " separators (or "," and newlines with an indent).
 std::string ToJson(const Value& v, int indent, int depth, bool undefined_as_null);
 std::string NumberText(double d);
+// Python's repr(), as transformers' Jinja2 prints a dict, list or None with `string` (which
+// @huggingface/jinja refuses for those): {'a': [True, None, 1.5]}.
+std::string PythonRepr(const Value& v);
 bool Truthy(const Value& v);
 bool Equal(const Value& a, const Value& b);
 

@@ -230,7 +230,11 @@ Value Renderer::Filter(const Node& e, const Value& v) {
   if (string_filter && v.kind != Value::kString) {  // as the reference, which has them for strings only
     Fail(e, absl::StrCat("cannot apply filter '", name, "' to a ", KindName(v)));
   }
-  if (name == "string") return Value::Str(ToText(v));
+  if (name == "string") {
+    // @huggingface/jinja refuses a dict or none here; Jinja2, which transformers renders with, writes
+    // Python's repr (SmolLM3's template lists its tools so).
+    return Value::Str(v.IsObject() || v.kind == Value::kNone ? PythonRepr(v) : ToText(v));
+  }
   if (name == "trim") return Value::Str(Strip(ToText(v), nullptr, true, true));
   if (name == "upper") return Value::Str(Case(ToText(v), true));
   if (name == "lower") return Value::Str(Case(ToText(v), false));

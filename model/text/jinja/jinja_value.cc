@@ -2,6 +2,7 @@
 // tojson write them), truthiness and equality.
 #include "model/text/jinja/jinja_ast.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -124,6 +125,94 @@ std::string ToJson(const Value& v, int indent, int depth, bool undefined_as_null
   }
   const bool open = indent > 0 && !core.empty();
   return v.kind == Value::kArray ? "[" + joined + (open ? pad : "") + "]" : "{" + joined + (open ? pad : "") + "}";
+}
+
+namespace {
+
+// Python's str.isprintable() for the characters chat text holds: false for controls (C0, DEL, C1),
+// format characters and separators other than the space. Unassigned code points count as printable
+// here (Python escapes them; telling them apart needs Unicode's tables).
+bool PythonPrintable(char32_t c) {
+  if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) return false;
+  if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f)) return false;
+  if ((c >= 0x205f && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0x3000 || c == 0xfeff) return false;
+  if (c == 0x061c || c == 0x180e || (c >= 0xfff9 && c <= 0xfffb) || (c >= 0xe000 && c <= 0xf8ff)) return false;
+  return true;
+}
+
+std::string PythonStringRepr(const std::string& s) {
+  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = s[i];
+    const size_t n = b < 0x80 ? 1 : b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    char32_t c = n == 1 ? b : b & (0x3f >> (n - 1));
+    for (size_t k = 1; k < n && i + k < s.size(); ++k) c = (c << 6) | (s[i + k] & 0x3f);
+    if (c == '\\' || c == char32_t(quote)) {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (PythonPrintable(c)) {
+      out.append(s, i, n);
+    } else {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", unsigned(c));
+      out += buf;
+    }
+    i += n;
+  }
+  return out + quote;
+}
+
+std::string PythonFloatRepr(double d) {  // repr(float): the shortest round trip, exponent past 1e16
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  const std::string sci(buf, end);  // "-1.2345e+17"
+  const size_t e = sci.find('e');
+  const int exp = std::stoi(sci.substr(e + 1));
+  const std::string sign = d < 0 ? "-" : "";
+  std::string digits;
+  for (size_t i = 0; i < e; ++i) {
+    if (std::isdigit(static_cast<unsigned char>(sci[i]))) digits += sci[i];
+  }
+  std::string out = sign;
+  if (exp < -4 || exp >= 16) {
+    out.append(digits, 0, 1);
+    if (digits.size() > 1) out.append(".").append(digits, 1);
+    std::snprintf(buf, sizeof buf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+    return out.append(buf);
+  }
+  if (exp < 0) return out.append("0.").append(size_t(-exp - 1), '0').append(digits);
+  const size_t whole = size_t(exp) + 1;
+  if (digits.size() <= whole) return out.append(digits).append(whole - digits.size(), '0').append(".0");
+  return out.append(digits, 0, whole).append(".").append(digits, whole);
+}
+
+}  // namespace
+
+std::string PythonRepr(const Value& v) {
+  switch (v.kind) {
+    case Value::kUndefined: case Value::kNone: case Value::kMacro: return "None";
+    case Value::kBool: return v.b ? "True" : "False";
+    case Value::kInt: return std::to_string(v.i);
+    case Value::kFloat: return PythonFloatRepr(v.f);
+    case Value::kString: return PythonStringRepr(v.s);
+    default: break;
+  }
+  std::string out;
+  if (v.kind == Value::kArray) {
+    for (const Value& x : *v.array) out += (out.empty() ? "" : ", ") + PythonRepr(x);
+    return "[" + out + "]";
+  }
+  for (const auto& [k, x] : *v.object) out += (out.empty() ? "" : ", ") + PythonStringRepr(k) + ": " + PythonRepr(x);
+  return v.kind == Value::kNamespace ? "<Namespace {" + out + "}>" : "{" + out + "}";
 }
 
 std::string ToText(const Value& v) {

@@ -242,6 +242,46 @@ TEST(GgufDequantize, Q8_0AndQ4_0FollowTheirBlockLayouts) {
   }
 }
 
+// The fallback types llama.cpp's quantizer writes where rows are not whole 256-value blocks. Fifth bits:
+// bit j of the 4 bytes after the scale(s) is value j's (j < 16 the low nibbles, 16..31 the high ones).
+TEST(GgufDequantize, Q4_1Q5_0AndQ5_1FollowTheirBlockLayouts) {
+  const uint16_t d = FloatToHalf(0.5f), m = FloatToHalf(-3.0f);
+  const uint32_t qh = 0xA5C3F00Fu;  // an irregular pattern of fifth bits
+  auto fifth = [&](int j) { return int((qh >> j) & 1) << 4; };
+  std::vector<float> y(32);
+
+  std::string q41(20, '\0');
+  std::memcpy(q41.data(), &d, 2);
+  std::memcpy(q41.data() + 2, &m, 2);
+  for (int j = 0; j < 16; ++j) q41[4 + j] = char(uint8_t(j | ((15 - j) << 4)));
+  Dequantize(uint32_t(GgmlType::kQ4_1), q41.data(), 32, y.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], float(j) * 0.5f - 3.0f) << j;
+    EXPECT_EQ(y[j + 16], float(15 - j) * 0.5f - 3.0f) << j;
+  }
+
+  std::string q50(22, '\0');
+  std::memcpy(q50.data(), &d, 2);
+  std::memcpy(q50.data() + 2, &qh, 4);
+  for (int j = 0; j < 16; ++j) q50[6 + j] = char(uint8_t(j | ((15 - j) << 4)));
+  Dequantize(uint32_t(GgmlType::kQ5_0), q50.data(), 32, y.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], float((j | fifth(j)) - 16) * 0.5f) << j;
+    EXPECT_EQ(y[j + 16], float(((15 - j) | fifth(j + 16)) - 16) * 0.5f) << j;
+  }
+
+  std::string q51(24, '\0');
+  std::memcpy(q51.data(), &d, 2);
+  std::memcpy(q51.data() + 2, &m, 2);
+  std::memcpy(q51.data() + 4, &qh, 4);
+  for (int j = 0; j < 16; ++j) q51[8 + j] = char(uint8_t(j | ((15 - j) << 4)));
+  Dequantize(uint32_t(GgmlType::kQ5_1), q51.data(), 32, y.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], float(j | fifth(j)) * 0.5f - 3.0f) << j;
+    EXPECT_EQ(y[j + 16], float((15 - j) | fifth(j + 16)) * 0.5f - 3.0f) << j;
+  }
+}
+
 TEST(GgufDequantize, Q4_KScalesAndMinsUnpackFromTwelveBytes) {
   // d = 1, dmin = 1; sub-block 0: scale 3, min 1; sub-block 5 (the packed half): scale 37, min 50.
   std::string b(144, '\0');

@@ -4,6 +4,9 @@
 
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "base/utf8.h"
 #include "tests/testutil.h"
 
 namespace steady {
@@ -51,6 +54,70 @@ TEST(TokenizerTest, StreamedTextEqualsWholeDecode) {
   ASSERT_TRUE(tail.ok());
   streamed += *tail;
   EXPECT_EQ(streamed, text);
+}
+
+// A tokenizer.json whose vocabulary is single bytes only, so that every character outside ASCII
+// is split over 2-4 tokens: byte-level (GPT-2's byte-to-character alphabet, as Llama 3 and Qwen) or
+// sentencepiece-style with byte fallback (<0xNN> pieces, as Llama 2, Mistral and Gemma).
+std::unique_ptr<Tokenizer> ByteTokenizer(bool byte_level) {
+  nlohmann::json vocab = nlohmann::json::object();
+  nlohmann::json j;
+  if (byte_level) {
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {  // bytes_to_unicode(): printable Latin-1 as itself, others shifted
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const char32_t c = printable ? char32_t(b) : char32_t(256 + extra++);
+      vocab[Utf8(c)] = b;
+    }
+    const nlohmann::json level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                  {"use_regex", true}};
+    j["pre_tokenizer"] = level;
+    j["decoder"] = level;
+  } else {
+    char name[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      vocab[name] = b;
+    }
+    vocab["\xe2\x96\x81"] = 256;  // the metaspace piece itself
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}, {"prepend_scheme", "never"},
+                          {"split", false}};
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}},
+                                                         {"content", " "}},
+                                                        {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+  }
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}, {"byte_fallback", !byte_level}};
+  j["added_tokens"] = nlohmann::json::array();
+  const std::string dir = testing::MakeTempDir(byte_level ? "bytelevel" : "bytefallback");
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  auto t = Tokenizer::LoadFromDirectory(dir);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+TEST(TokenizerTest, TokenizerJsonStreamsWholeCharactersOnly) {
+  const std::string text = "naïve café — 東京 🙂 ok";
+  for (const bool byte_level : {true, false}) {
+    auto t = ByteTokenizer(byte_level);
+    ASSERT_TRUE(t);
+    auto ids = t->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_GT(ids->size(), 20u) << byte_level;  // the characters really are split over byte tokens
+    auto whole = t->Decode(*ids);
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(*whole, text) << byte_level;
+    TextStreamer streamer(*t);
+    std::string streamed;
+    for (int32_t id : *ids) {
+      auto piece = streamer.Add(id);
+      ASSERT_TRUE(piece.ok()) << piece.status();
+      EXPECT_TRUE(IsValidUtf8(*piece)) << byte_level << ": a piece with half a character";
+      streamed += *piece;
+    }
+    auto tail = streamer.Flush();
+    ASSERT_TRUE(tail.ok());
+    EXPECT_EQ(streamed + *tail, text) << byte_level;
+  }
 }
 
 TEST(TokenizerTest, ContinuationStreamKeepsTheSpaceAfterThePrompt) {
