@@ -17,7 +17,8 @@
               no failed turn, no retry, nothing acknowledged lost.
   gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses);
               ListSessions through nginx lists every replica's sessions; then kill -9 of a replica
-              under HTTP load (/v1/generate and /v1/completions): no refused request.
+              under HTTP load (/v1/generate and /v1/completions): no failed request (the gateway
+              resumes a cut stream), texts equal a single server's.
   loadtest    steady-loadtest --retries 0 through nginx while a replica is killed (32 sessions x 20
               turns): no failed turn (a stream the killed replica had begun, or a call nginx's 502
               ended, is resumed: clients/loadtest/resume.h); nothing acknowledged lost; every turn's
@@ -400,7 +401,7 @@ def http_turn(t, s, sid, turn):
         return None, text, len(lines)
     status, _, body = http_post(t.gateway_url + "/v1/completions",
                                 {"model": model_name(t), "session_id": sid, "prompt": prompt(s, turn),
-                                 "max_tokens": MAX_TOKENS})
+                                 "max_tokens": MAX_TOKENS, "temperature": 0})  # greedy: the reference's text
     if status != 200:
         return "HTTP %d %s" % (status, body[:200]), "", 0
     return None, json.loads(body)["choices"][0]["text"], 1
@@ -485,16 +486,27 @@ def gateway_live_holder(t, c):
     return problems
 
 
+def cut_generates(t):
+    """Generate calls nginx cut mid-stream or answered 502 (its replica died before answering), from its
+    error log: the calls a client would have seen fail without a resume."""
+    path = os.path.join(t.work, "nginx-error.log")
+    lines = open(path).read().splitlines() if os.path.exists(path) else []
+    return sum(1 for l in lines if "Inference/Generate" in l and "[error]" in l and
+               ("prematurely closed" in l or "reset by peer" in l))
+
+
 def gateway_kill(t, reference):
     """16 sessions x 10 turns over HTTP through the gateway (/v1/generate and /v1/completions), the
-    replica holding the most killed after a third: only requests in flight on it may fail."""
+    replica holding the most killed after a third: no request may fail (the gateway resumes a stream
+    the kill cut: clients/gateway/resume.go), and every text equals a single server's."""
     sessions, turns = 16, 10
     c = Client(t.nginx_addr)
     sids = ["h%d" % s for s in range(sessions)]
     for sid in sids:
         c.create(sid)
     model_name(t)
-    results = {sid: [] for sid in sids}  # (turn, error, sent, failed at)
+    results = {sid: [] for sid in sids}  # (turn, error, sent, ended at)
+    texts = {sid: {} for sid in sids}    # turn -> text, turns that succeeded
     done = [0]
 
     def run(s, sid):
@@ -502,6 +514,8 @@ def gateway_kill(t, reference):
             sent = time.time()
             error, text, _ = http_turn(t, s, sid, turn)
             results[sid].append((turn, error, sent, time.time()))
+            if error is None:
+                texts[sid][turn] = text
             done[0] += 1
 
     threads = [threading.Thread(target=run, args=(s, sid)) for s, sid in enumerate(sids)]
@@ -524,11 +538,22 @@ def gateway_kill(t, reference):
             if error is None:
                 continue
             failed += 1
-            if leases.get(sid) != victim or sent > killed:
-                problems.append("%s turn %d over HTTP (sent %+.2f s after the kill; held by %s): %s"
-                                % (sid, turn, sent - killed, leases.get(sid), error))
-    print("gateway: HTTP load, %s killed: %d of %d requests failed, each in flight on it"
-          % (victim, failed, sessions * turns), flush=True)
+            problems.append("%s turn %d over HTTP (sent %+.2f s after the kill; held by %s): %s"
+                            % (sid, turn, sent - killed, leases.get(sid), error))
+    # Texts: every session's turns equal a single server's (a stream the gateway resumed included).
+    for s, sid in enumerate(sids):
+        for turn, text in texts[sid].items():
+            if text != reference[(s, turn)]:
+                problems.append("%s turn %d over HTTP: %r differs from the reference %r" % (sid, turn, text, reference[(s, turn)]))
+    moved = [sid for sid in sids if leases.get(sid) == victim]
+    failover = [min(done - killed for turn, error, sent, done in results[sid] if error is None and done > killed)
+                for sid in moved if any(error is None and done > killed for _, error, _, done in results[sid])]
+    print("gateway: HTTP load, %s killed holding %d sessions: %d of %d requests failed; %d Generate calls nginx cut "
+          "or answered 502 (each resumed by the gateway)" % (victim, len(moved), failed, sessions * turns, cut_generates(t)),
+          flush=True)
+    print("figure: " + json.dumps({"figure": "gateway_failover_seconds", "moved_sessions": len(moved),
+                                   "p50": percentile(failover, 50), "p99": percentile(failover, 99),
+                                   "failed": failed, "lease_ms": t.lease_ms}), flush=True)
     return problems
 
 
@@ -613,9 +638,10 @@ def scenario_loadtest(t, reference):
                             % (len(moved) - len(failover), len(moved)))
         times = list(failover.values())
         print("loadtest: steady-loadtest --retries 0 through nginx, %s killed holding %d sessions: %d completed "
-              "(%d applied without their last message), %d failed; %d calls resumed (%d resumes)"
+              "(%d applied without their last message), %d failed; %d calls resumed (%d resumes; nginx cut or "
+              "answered 502 to %d Generate calls)"
               % (victim, len(moved), summary["completed"], summary["applied_unacknowledged"], summary["failed"],
-                 summary["resumed"], summary["resumes"]))
+                 summary["resumed"], summary["resumes"], cut_generates(t)))
         print("figure: " + json.dumps({"figure": "loadtest_failover_seconds", "moved_sessions": len(moved),
                                        "p50": percentile(times, 50), "p99": percentile(times, 99),
                                        "resumed_calls": summary["resumed"],
