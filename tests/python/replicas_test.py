@@ -583,29 +583,8 @@ def scenario_loadtest(t, reference):
         hashes = {(r["session"], r["turn"]): r["output_hash"] for r in json.load(open(ref_out))["requests"]}
     finally:
         server.kill()
-    out = os.path.join(t.work, "loadtest.json")
-    proc = run_loadtest(t, t.nginx_addr, out, ["--retries", "0"])
-    holders, victim = {}, None
-    deadline = time.time() + 60
-    while not holders and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        holders = replicas.lease_holders(t)
-    time.sleep(1.0)  # well inside the load (about 6 s here)
-    holders = replicas.lease_holders(t)
-    counts = {}
-    for h in holders.values():
-        counts[h] = counts.get(h, 0) + 1
-    if counts:
-        victim = max(counts, key=counts.get)
-        t.kill(victim)
-    killed = time.time()
-    report_text, _ = proc.communicate(timeout=300)
     problems = []
-    if proc.returncode != 0 or victim is None:
-        problems.append("steady-loadtest exited with %d, victim %s: %s" % (proc.returncode, victim, report_text[-500:]))
-        report = None
-    else:
-        report = json.load(open(out))
+    report, victim, killed, holders = loadtest_kill(t, "loadtest.json", ["--retries", "0"], problems)
     if report:
         summary = report["summary"]
         t0 = summary["start_unix_s"]
@@ -648,9 +627,47 @@ def scenario_loadtest(t, reference):
                                        "resume_to_end_p50": percentile(resumed_after, 50),
                                        "resume_to_end_p99": percentile(resumed_after, 99),
                                        "failed": summary["failed"], "lease_ms": t.lease_ms}), flush=True)
+    if victim is not None:
+        # A control: without resumes the same kill fails the streams it cuts, so the checks above
+        # can see a failed turn.
+        t.start_replica(int(victim[len("replica"):]))
+        control, _, _, _ = loadtest_kill(t, "loadtest-control.json", ["--retries", "0", "--resume", "0"], problems)
+        if control:
+            failed = control["summary"]["failed"]
+            print("loadtest control: --resume 0, the same kill: %d turns failed" % failed, flush=True)
+            if not failed:
+                problems.append("control: with --resume 0 no turn failed: the kill cut no stream, so the "
+                                "test did not see what it checks")
     for p in problems[:20]:
         print("FAIL - " + p)
     return not problems
+
+
+def loadtest_kill(t, name, args, problems):
+    """steady-loadtest (32 sessions x 20 turns) through nginx, the replica holding the most sessions
+    killed with SIGKILL a second into the load. (report, victim, time of the kill, lease holders then)."""
+    out = os.path.join(t.work, name)
+    proc = run_loadtest(t, t.nginx_addr, out, args)
+    holders, victim = {}, None
+    deadline = time.time() + 60
+    while not holders and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        holders = replicas.lease_holders(t)
+    time.sleep(1.0)  # well inside the load (about 6 s here)
+    holders = replicas.lease_holders(t)
+    counts = {}
+    for h in holders.values():
+        counts[h] = counts.get(h, 0) + 1
+    if counts:
+        victim = max(counts, key=counts.get)
+        t.kill(victim)
+    killed = time.time()
+    report_text, _ = proc.communicate(timeout=300)
+    if proc.returncode != 0 or victim is None:
+        problems.append("steady-loadtest %s exited with %d, victim %s: %s"
+                        % (" ".join(args), proc.returncode, victim, report_text[-500:]))
+        return None, victim, killed, holders
+    return json.load(open(out)), victim, killed, holders
 
 
 def main():
