@@ -47,7 +47,9 @@ func resumable(code codes.Code, message string, retryAfter bool) bool {
 }
 
 // sessionPositions: each session's position after the last turn the gateway relayed whole, keyed
-// by API key and session id.
+// by API key and session id. A position only grows while a session lives, so a stale one (another
+// client's turns since) makes a resend fail with ABORTED, never apply twice; only a session deleted
+// and created again elsewhere could coincide with it.
 type sessionPositions struct {
 	mu sync.Mutex
 	m  map[string]int64 // guarded by mu
