@@ -99,7 +99,9 @@ func main() {
 
 	// Dialing is lazy: the gateway starts before the server is up and reconnects when it restarts.
 	// The message limit steady-server sets (clients/common/channel.h's kMaxMessageBytes), not gRPC's 4 MiB.
-	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream),
+	conn, err := grpc.Dial(*grpcAddr, upstream, grpc.WithUnaryInterceptor(unary),
+		// A Generate stream cut by a replica's death is resumed (resume.go) beneath the refusal headers.
+		grpc.WithChainStreamInterceptor(stream, resumeInterceptor(&sessionPositions{})),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "steady-gateway: %v\n", err)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "clients/loadtest/resume.h"
 
 namespace steady::loadtest {
 namespace {
@@ -28,6 +30,25 @@ void SetDeadline(grpc::ClientContext* context, double timeout_s) {
 
 std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// A unary call about session `id`, resent like a cut stream (resume.h) up to w.resumes times;
+// `done_before` is the code that, on a resent call, means the cut attempt was applied.
+grpc::Status UnaryWithResumes(const Workload& w, const std::string& id,
+                              const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                              grpc::StatusCode done_before = grpc::StatusCode::OK) {
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    SetDeadline(&context, w.timeout_s);
+    context.AddMetadata("x-steady-session", id);
+    if (attempt > 0) context.set_wait_for_ready(true);
+    const grpc::Status status = call(&context);
+    if (attempt > 0 && status.error_code() == done_before) return grpc::Status::OK;
+    const bool refused = context.GetServerTrailingMetadata().count("retry-after") > 0;
+    if (status.ok() || attempt >= w.resumes || !Resumable(status.error_code(), status.error_message(), refused)) {
+      return status;
+    }
+  }
 }
 
 // Records collected from many threads, then ordered by index.
@@ -76,45 +97,77 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
   r.output_tokens_target = spec.output_tokens_target;
   r.prompt_words = spec.prompt_words;
 
-  grpc::ClientContext context;
-  SetDeadline(&context, w.timeout_s);
-  if (!session_id.empty()) context.AddMetadata("x-steady-session", session_id);
   const Clock::time_point sent = Clock::now();
   r.start_s = SecondsBetween(run_start, sent);
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = target.stub->Generate(&context, request);
-  v1::GenerateResponse message;
+  // Token ids received so far, over every attempt: a resumed attempt's first ones must repeat them
+  // (the same state, request and seed give the same tokens) and are not passed on.
+  std::vector<int32_t> received;
   Clock::time_point previous;
-  while (reader->Read(&message)) {
-    const Clock::time_point now = Clock::now();
-    const int k = message.token_ids_size();
-    for (int i = 0; i < k; ++i) {  // FNV-1a over the token ids: compares a turn's text across runs
-      r.output_hash = (r.output_hash ^ uint64_t(uint32_t(message.token_ids(i)))) * 0x100000001b3ULL;
-    }
-    if (k > 0) {
-      if (r.output_tokens == 0) {
-        r.ttft_s = SecondsBetween(sent, now);  // the message's other k - 1 tokens arrived with the first
-      } else {
-        // k tokens in one message: the gap since the previous message is split evenly among them.
-        const double gap = SecondsBetween(previous, now) / double(k);
-        r.itl_s.insert(r.itl_s.end(), size_t(k), gap);
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    SetDeadline(&context, w.timeout_s);
+    if (!session_id.empty()) context.AddMetadata("x-steady-session", session_id);
+    // A resumed call waits for the channel (nginx restarting) instead of failing at once.
+    if (attempt > 0) context.set_wait_for_ready(true);
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = target.stub->Generate(&context, request);
+    v1::GenerateResponse message;
+    ResumedPrefix prefix(received);
+    while (reader->Read(&message)) {
+      const Clock::time_point now = Clock::now();
+      const int k = prefix.Take(message.token_ids());
+      for (int i = message.token_ids_size() - k; i < message.token_ids_size(); ++i) {
+        // FNV-1a over the token ids: compares a turn's text across runs
+        r.output_hash = (r.output_hash ^ uint64_t(uint32_t(message.token_ids(i)))) * 0x100000001b3ULL;
+        received.push_back(message.token_ids(i));
       }
-      previous = now;
-      r.output_tokens += k;
+      if (k > 0) {
+        if (r.output_tokens == 0) {
+          r.ttft_s = SecondsBetween(sent, now);  // the message's other k - 1 tokens arrived with the first
+        } else {
+          // k tokens in one message: the gap since the previous message is split evenly among them
+          // (after a resume: the gap since the last token before the cut).
+          const double gap = SecondsBetween(previous, now) / double(k);
+          r.itl_s.insert(r.itl_s.end(), size_t(k), gap);
+        }
+        previous = now;
+        r.output_tokens += k;
+      }
+      if (!message.finish_reason().empty()) {
+        r.finish_reason = message.finish_reason();
+        r.prompt_tokens = message.usage().prompt_tokens();
+        r.session_position = message.usage().session_position();
+        r.drafted_tokens = message.usage().drafted_tokens();
+        r.accepted_tokens = message.usage().accepted_tokens();
+      }
     }
-    if (!message.finish_reason().empty()) {
-      r.finish_reason = message.finish_reason();
-      r.prompt_tokens = message.usage().prompt_tokens();
-      r.session_position = message.usage().session_position();
-      r.drafted_tokens = message.usage().drafted_tokens();
-      r.accepted_tokens = message.usage().accepted_tokens();
+    const grpc::Status status = reader->Finish();
+    if (!prefix.status().ok()) {  // the server broke the determinism a resume relies on
+      r.code = CodeName(grpc::StatusCode::DATA_LOSS);
+      r.error = std::string(prefix.status().message());
+      break;
     }
-  }
-  const grpc::Status status = reader->Finish();
-  r.e2e_s = SecondsBetween(sent, Clock::now());
-  if (!status.ok()) {
+    if (status.ok()) {
+      r.code = "OK";
+      r.error.clear();
+      break;
+    }
     r.code = CodeName(status.error_code());
     r.error = status.error_message();
+    if (attempt > 0 && status.error_code() == grpc::StatusCode::ABORTED && expected_position) {
+      // The cut attempt had been committed, its last message lost: the turn is done, once. Tokens
+      // it sent after the cut are not known to this client.
+      r.applied_unacknowledged = true;
+      break;
+    }
+    const bool refused = context.GetServerTrailingMetadata().count("retry-after") > 0;
+    // A session's turn is resent only with expected_position, so it can never be applied twice; an
+    // ephemeral call changes nothing durable.
+    const bool safe = expected_position || session_id.empty();
+    if (!safe || attempt >= w.resumes || !Resumable(status.error_code(), status.error_message(), refused)) break;
+    ++r.resumes;
+    r.cut_s.push_back(SecondsBetween(run_start, Clock::now()));
   }
+  r.e2e_s = SecondsBetween(sent, Clock::now());
   return r;
 }
 
@@ -246,13 +299,12 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
       const std::string id = absl::StrCat(prefix, "-", s);
       // The session's position, or an error (counted under `rpc`).
       auto get_position = [&](const char* rpc) -> std::optional<int64_t> {
-        grpc::ClientContext context;
-        SetDeadline(&context, w.timeout_s);
-        context.AddMetadata("x-steady-session", id);
         v1::GetSessionRequest get;
         get.set_session_id(id);
         v1::Session session;
-        const grpc::Status status = target.stub->GetSession(&context, get, &session);
+        const grpc::Status status = UnaryWithResumes(w, id, [&](grpc::ClientContext* c) {
+          return target.stub->GetSession(c, get, &session);
+        });
         if (!status.ok()) {
           session_error(rpc, status);
           return std::nullopt;
@@ -260,13 +312,13 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
         return session.position();
       };
       {
-        grpc::ClientContext context;
-        SetDeadline(&context, w.timeout_s);
-        context.AddMetadata("x-steady-session", id);
         v1::CreateSessionRequest request;
         request.set_session_id(id);
         v1::Session session;
-        const grpc::Status status = target.stub->CreateSession(&context, request, &session);
+        // ALREADY_EXISTS after a resume: the cut attempt created it.
+        const grpc::Status status = UnaryWithResumes(w, id, [&](grpc::ClientContext* c) {
+          return target.stub->CreateSession(c, request, &session);
+        }, grpc::StatusCode::ALREADY_EXISTS);
         if (!status.ok()) {
           session_error("CreateSession", status);
           return;
@@ -309,13 +361,13 @@ RunResult RunMultiTurn(const Target& target, const Workload& w, int sessions, in
       }
       if (lost_turns) ++lost;
       if (w.keep_sessions) return;
-      grpc::ClientContext context;
-      SetDeadline(&context, w.timeout_s);
-      context.AddMetadata("x-steady-session", id);
       v1::DeleteSessionRequest request;
       request.set_session_id(id);
       v1::DeleteSessionResponse response;
-      const grpc::Status status = target.stub->DeleteSession(&context, request, &response);
+      // NOT_FOUND after a resume: the cut attempt deleted it.
+      const grpc::Status status = UnaryWithResumes(w, id, [&](grpc::ClientContext* c) {
+        return target.stub->DeleteSession(c, request, &response);
+      }, grpc::StatusCode::NOT_FOUND);
       if (!status.ok()) session_error("DeleteSession", status);
     });
   }

@@ -33,6 +33,9 @@ struct Workload {
   double tokens_per_word = 1;
   Sampling sampling;
   double timeout_s = 0;  // deadline of each call; 0: none
+  // A stream cut by a replica's or the balancer's death (clients/loadtest/resume.h) is resumed at
+  // most this many times: resent and continued past the tokens received, within the same record.
+  int resumes = 3;
   int retries = 0;               // a call that fails with UNAVAILABLE is sent again this many times
   double retry_backoff_s = 1.0;  // before retry k: k times this
   // Multi-turn: a user's pause before each turn, drawn from an exponential distribution with this
@@ -52,7 +55,8 @@ struct Target {
 };
 
 // Sends `spec` on `session_id` (empty: ephemeral; also sent as metadata x-steady-session, which a
-// balancer routes on) and times the stream. `expected_position`: see GenerateRequest.
+// balancer routes on) and times the stream. `expected_position`: see GenerateRequest. A stream that
+// is cut is resumed (w.resumes; resume.h) when it is safe: ephemeral, or with expected_position.
 RequestRecord TimedGenerate(const Target& target, const Workload& w, const RequestSpec& spec,
                             const std::string& session_id, Clock::time_point run_start,
                             std::optional<int64_t> expected_position = std::nullopt);

@@ -50,9 +50,18 @@ workload:
                          (GenerateRequest.speculation; default: the server's); the report adds the
                          drafted and accepted tokens and the acceptance rate
   --timeout SECONDS      deadline of each call (default: none)
+  --resume N             resume a stream cut by a replica's or the balancer's death (UNAVAILABLE,
+                         CANCELLED, INTERNAL RST_STREAM; not a refusal carrying retry-after) up to N
+                         times within the same call (default 3; 0: report the cut as a failure): the
+                         same request (same seed, expected_position) is sent again, waiting for the
+                         channel, and its tokens past those already received are taken; the server
+                         commits a turn only when it ends, so the next replica gives the same tokens
+                         (docs/deployment.md). Only ephemeral calls and turns with expected_position
+                         are resumed. A resumed call is one request in the report, its TTFT and E2E
+                         including the wait; the report counts the resumes
   --retries N            send a call that failed with UNAVAILABLE, CANCELLED (by a stopping server) or
-                         INTERNAL RST_STREAM (a stream a balancer cut when its replica died) again, up
-                         to N times (default 0);
+                         INTERNAL RST_STREAM (a stream a balancer cut when its replica died) again,
+                         once its resumes are spent, after a backoff, up to N times (default 0);
                          multi-turn turns carry expected_position, so a retry never applies a turn
                          twice; the report counts retried calls and those that still failed
   --retry-backoff-ms MS  wait k x MS before retry k (default 1000)
@@ -76,7 +85,7 @@ const std::set<std::string> kFlags = {
     "addr",        "concurrency",  "request-rate", "burstiness",  "requests",       "duration",
     "prompt-tokens", "output-tokens", "seed",       "tokens-per-word", "temperature", "top-k",
     "top-p",       "repetition-penalty", "timeout", "slo-ttft-ms", "slo-tpot-ms",    "json",
-    "label",       "sessions",     "turns",        "retries",     "retry-backoff-ms", "think-time-ms",
+    "label",       "sessions",     "turns",        "retries",     "resume",     "retry-backoff-ms", "think-time-ms",
     "speculative", "draft-tokens"};
 
 enum class Mode { kClosedLoop, kOpenLoop, kMultiTurn };
@@ -120,6 +129,7 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   auto tokens_per_word = a.GetDouble("tokens-per-word", 0);
   auto timeout = a.GetDouble("timeout", 0);
   auto retries = a.GetInt("retries", 0, 0, 1000);
+  auto resumes = a.GetInt("resume", 3, 0, 1000);
   auto backoff = a.GetDouble("retry-backoff-ms", 1000);
   auto think = a.GetDouble("think-time-ms", 0);
   auto temperature = a.GetDouble("temperature", 0, /*allow_nonfinite=*/true);
@@ -133,7 +143,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
                                    rate.status(), burstiness.status(), duration.status(), seed.status(), ttft.status(),
                                    tpot.status(), tokens_per_word.status(), timeout.status(), temperature.status(),
                                    top_k.status(), top_p.status(), penalty.status(), prompt.status(), output.status(),
-                                   retries.status(), backoff.status(), think.status(), draft_tokens.status()});
+                                   retries.status(), resumes.status(), backoff.status(), think.status(),
+                                   draft_tokens.status()});
       !s.ok()) {
     return s;
   }
@@ -151,6 +162,7 @@ absl::StatusOr<Config> ConfigFromArgs(const Flags& a) {
   c.workload.tokens_per_word = *tokens_per_word;
   c.workload.timeout_s = *timeout;
   c.workload.retries = int(*retries);
+  c.workload.resumes = int(*resumes);
   c.workload.retry_backoff_s = std::max(0.0, *backoff) / 1e3;
   c.workload.think_time_s = *think / 1e3;
   c.workload.keep_sessions = a.Has("keep-sessions");
@@ -216,6 +228,7 @@ nlohmann::ordered_json ConfigJson(const Config& c, const v1::ModelInfo& info, bo
   j["draft_tokens"] = c.workload.draft_tokens;
   j["timeout_s"] = c.workload.timeout_s;
   j["retries"] = c.workload.retries;
+  j["resume"] = c.workload.resumes;
   j["retry_backoff_s"] = c.workload.retry_backoff_s;
   j["slo_ttft_ms"] = c.slo.ttft_ms > 0 ? nlohmann::ordered_json(c.slo.ttft_ms) : nullptr;
   j["slo_tpot_ms"] = c.slo.tpot_ms > 0 ? nlohmann::ordered_json(c.slo.tpot_ms) : nullptr;

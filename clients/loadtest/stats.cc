@@ -70,6 +70,8 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
     ++s.requests;
     s.retried += r.retries > 0;
     s.retries += r.retries;
+    s.resumed += r.resumes > 0;
+    s.resumes += r.resumes;
     if (r.applied_unacknowledged) {
       ++s.completed;
       ++s.applied_unacknowledged;
@@ -144,6 +146,8 @@ nlohmann::ordered_json ToJson(const Summary& s) {
   for (const auto& [code, n] : s.errors) j["errors"][code] = n;
   j["retried"] = s.retried;
   j["retries"] = s.retries;
+  j["resumed"] = s.resumed;
+  j["resumes"] = s.resumes;
   j["applied_unacknowledged"] = s.applied_unacknowledged;
   j["failed_mid_stream"] = s.failed_mid_stream;
   return j;
@@ -181,6 +185,10 @@ nlohmann::ordered_json ToJson(const RequestRecord& r) {
   j["finish_reason"] = r.finish_reason;
   j["code"] = r.code;
   j["retries"] = r.retries;
+  if (r.resumes > 0) {
+    j["resumes"] = r.resumes;
+    j["cut_s"] = r.cut_s;
+  }
   if (r.applied_unacknowledged) j["applied_unacknowledged"] = true;
   if (!r.error.empty()) j["error"] = r.error;
   return j;
@@ -223,6 +231,9 @@ std::string FormatSummary(const Summary& s, const Slo& slo) {
   if (s.failed_mid_stream > 0) {
     absl::StrAppendFormat(&out, "errors     %d of the failed calls had received tokens (cut mid-stream)\n",
                           s.failed_mid_stream);
+  }
+  if (s.resumes > 0) {
+    absl::StrAppendFormat(&out, "resumes    %d cut streams resumed (%d resumes)\n", s.resumed, s.resumes);
   }
   if (s.retries > 0) {
     absl::StrAppendFormat(&out, "retries    %d calls retried (%d retries), %d failed after retrying", s.retried,

@@ -37,6 +37,8 @@ struct RequestRecord {
   std::string error;             // the status message, if not OK
   std::string finish_reason;
   int retries = 0;  // attempts after the first (--retries: UNAVAILABLE is retried)
+  int resumes = 0;  // cut streams resumed within this attempt (--resume; resume.h)
+  std::vector<double> cut_s;  // when each cut was seen, seconds since the run began
   // Multi-turn: a retry found the session past the turn: an attempt whose last message never
   // arrived was applied. Counted as completed; its text and timings are unknown.
   bool applied_unacknowledged = false;
@@ -78,6 +80,8 @@ struct Summary {
   int64_t retried = 0;                    // calls that needed at least one retry
   int64_t retries = 0;                    // retries in all
   int64_t applied_unacknowledged = 0;     // see RequestRecord
+  int64_t resumed = 0;                    // calls whose stream was cut and resumed at least once
+  int64_t resumes = 0;                    // resumes in all
   // Failed calls that had received tokens: streams cut mid-way (by a server's death, say).
   int64_t failed_mid_stream = 0;
 };

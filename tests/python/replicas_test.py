@@ -17,9 +17,12 @@
               no failed turn, no retry, nothing acknowledged lost.
   gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses);
               ListSessions through nginx lists every replica's sessions; then kill -9 of a replica
-              under HTTP load (/v1/generate and /v1/completions): no refused request.
-  loadtest    steady-loadtest --retries 0 through nginx while a replica is killed: every failed turn
-              is a stream the killed replica had begun; every other turn succeeds.
+              under HTTP load (/v1/generate and /v1/completions): no failed request (the gateway
+              resumes a cut stream), texts equal a single server's.
+  loadtest    steady-loadtest --retries 0 through nginx while a replica is killed (32 sessions x 20
+              turns): no failed turn (a stream the killed replica had begun, or a call nginx's 502
+              ended, is resumed: clients/loadtest/resume.h); nothing acknowledged lost; every turn's
+              text equals a single server's. Failover time p50/p99 reported.
 
 Usage: replicas_test.py BIN_DIR SOURCE_DIR [SCENARIO ...]   (default: all)
 Prints one line per scenario and the figures (failover time p50/p99) as JSON lines prefixed "figure:".
@@ -265,6 +268,10 @@ def in_flight_at_kill(loads, moved, killed_at):
                 # The resent turn refused by expected_position: the cut attempt had been committed
                 # (counted as applied without its last message), so nothing is applied twice.
                 continue
+            if turn in retried and l.sid in moved_ids:
+                # A resend of a cut call that nginx still passed to the dying replica (a 502 just
+                # after the kill): the same failover, resent again.
+                continue
             retried.add(turn)
             failed += 1
             if l.sid not in moved_ids or sent > killed_at.get("t", 0):
@@ -277,8 +284,9 @@ def in_flight_at_kill(loads, moved, killed_at):
 def scenario_failover(t, reference):
     moved, killed_at = [], {}
     during, pause = kill_busiest(t, moved, killed_at)
-    # A call the killed replica had in flight is resent once, at once; no other call may fail.
-    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="f", pause=pause)
+    # A call the killed replica had in flight is resent at once (up to 3 times: a resend can still
+    # meet the dying replica); no other call may fail.
+    client, loads = run_load(t, t.nginx_addr, TURNS, 0, retryable, during, prefix="f", pause=pause, max_retries=3)
     ok = check_load("failover", client, loads, reference, TURNS)
     problems, failed = in_flight_at_kill(loads, moved, killed_at)
     if "t" not in killed_at:
@@ -398,7 +406,7 @@ def http_turn(t, s, sid, turn):
         return None, text, len(lines)
     status, _, body = http_post(t.gateway_url + "/v1/completions",
                                 {"model": model_name(t), "session_id": sid, "prompt": prompt(s, turn),
-                                 "max_tokens": MAX_TOKENS})
+                                 "max_tokens": MAX_TOKENS, "temperature": 0})  # greedy: the reference's text
     if status != 200:
         return "HTTP %d %s" % (status, body[:200]), "", 0
     return None, json.loads(body)["choices"][0]["text"], 1
@@ -483,16 +491,29 @@ def gateway_live_holder(t, c):
     return problems
 
 
+def cut_generates(t):
+    """Generate calls nginx cut mid-stream or answered 502 (its replica died before answering), from its
+    error log: the calls a client would have seen fail without a resume."""
+    path = os.path.join(t.work, "nginx-error.log")
+    lines = open(path).read().splitlines() if os.path.exists(path) else []
+    return sum(1 for l in lines if "Inference/Generate" in l and "[error]" in l and
+               ("prematurely closed" in l or "reset by peer" in l))
+
+
 def gateway_kill(t, reference):
     """16 sessions x 10 turns over HTTP through the gateway (/v1/generate and /v1/completions), the
-    replica holding the most killed after a third: only requests in flight on it may fail."""
+    replica holding the most killed after a third: no request may fail (the gateway resumes a stream
+    the kill cut: clients/gateway/resume.go), but for a turn the killed replica had committed before
+    its last message left (the resend is refused: applied once, its end lost; counted), and every
+    text equals a single server's."""
     sessions, turns = 16, 10
     c = Client(t.nginx_addr)
     sids = ["h%d" % s for s in range(sessions)]
     for sid in sids:
         c.create(sid)
     model_name(t)
-    results = {sid: [] for sid in sids}  # (turn, error, sent, failed at)
+    results = {sid: [] for sid in sids}  # (turn, error, sent, ended at)
+    texts = {sid: {} for sid in sids}    # turn -> text, turns that succeeded
     done = [0]
 
     def run(s, sid):
@@ -500,6 +521,8 @@ def gateway_kill(t, reference):
             sent = time.time()
             error, text, _ = http_turn(t, s, sid, turn)
             results[sid].append((turn, error, sent, time.time()))
+            if error is None:
+                texts[sid][turn] = text
             done[0] += 1
 
     threads = [threading.Thread(target=run, args=(s, sid)) for s, sid in enumerate(sids)]
@@ -516,17 +539,34 @@ def gateway_kill(t, reference):
     killed = time.time()
     for th in threads:
         th.join(300)
-    problems, failed = [], 0
+    problems, failed, applied = [], 0, 0
     for sid in sids:
         for turn, error, sent, _ in results[sid]:
             if error is None:
                 continue
+            if "so the cut turn was applied" in error:
+                # The killed replica committed the turn and died before its last message left: the
+                # resend was refused by expected_position. Applied once; the client lacks its end.
+                applied += 1
+                continue
             failed += 1
-            if leases.get(sid) != victim or sent > killed:
-                problems.append("%s turn %d over HTTP (sent %+.2f s after the kill; held by %s): %s"
-                                % (sid, turn, sent - killed, leases.get(sid), error))
-    print("gateway: HTTP load, %s killed: %d of %d requests failed, each in flight on it"
-          % (victim, failed, sessions * turns), flush=True)
+            problems.append("%s turn %d over HTTP (sent %+.2f s after the kill; held by %s): %s"
+                            % (sid, turn, sent - killed, leases.get(sid), error))
+    # Texts: every session's turns equal a single server's (a stream the gateway resumed included).
+    for s, sid in enumerate(sids):
+        for turn, text in texts[sid].items():
+            if text != reference[(s, turn)]:
+                problems.append("%s turn %d over HTTP: %r differs from the reference %r" % (sid, turn, text, reference[(s, turn)]))
+    moved = [sid for sid in sids if leases.get(sid) == victim]
+    failover = [min(done - killed for turn, error, sent, done in results[sid] if error is None and done > killed)
+                for sid in moved if any(error is None and done > killed for _, error, _, done in results[sid])]
+    print("gateway: HTTP load, %s killed holding %d sessions: %d of %d requests failed, %d applied without their last "
+          "message (503); %d Generate calls nginx cut or answered 502 (each resumed by the gateway)"
+          % (victim, len(moved), failed, sessions * turns, applied, cut_generates(t)), flush=True)
+    print("figure: " + json.dumps({"figure": "gateway_failover_seconds", "moved_sessions": len(moved),
+                                   "p50": percentile(failover, 50), "p99": percentile(failover, 99),
+                                   "failed": failed, "applied_without_last_message": applied,
+                                   "lease_ms": t.lease_ms}), flush=True)
     return problems
 
 
@@ -541,10 +581,12 @@ def run_loadtest(t, addr, out, extra=()):
 
 def scenario_loadtest(t, reference):
     """steady-loadtest --retries 0 through nginx; the replica holding the most sessions is killed
-    midway. The only turns that may fail are the calls the killed replica had in flight (nginx cannot
-    resend a gRPC call it has passed on); every turn sent after the kill succeeds, waiting for the
-    takeover; no acknowledged turn is lost; every session's turns up to its failed one have the text a
-    single server gives (the same prompts, seeded)."""
+    midway. No turn may fail: a call nginx's 502 ends (its replica died before answering) or a stream
+    cut mid-generation is resumed by steady-loadtest (--resume, on by default: the same request and
+    seed again, with expected_position, its tokens past those received taken), and every call sent
+    after the kill waits for the takeover. No acknowledged turn is lost; every turn's text (resumed
+    ones included) is the one a single server gives (the same prompts, seeded). Failover latency
+    (kill -> each moved session's first acknowledged turn) p50/p99 reported."""
     server = steady_grpc.Server(t.bin_dir, os.path.join(t.work, "reference-loadtest.log"),
                                 ["--model", t.model, "--session-dir", os.path.join(t.work, "reference-loadtest")])
     try:
@@ -554,8 +596,71 @@ def scenario_loadtest(t, reference):
         hashes = {(r["session"], r["turn"]): r["output_hash"] for r in json.load(open(ref_out))["requests"]}
     finally:
         server.kill()
-    out = os.path.join(t.work, "loadtest.json")
-    proc = run_loadtest(t, t.nginx_addr, out, ["--retries", "0"])
+    problems = []
+    report, victim, killed, holders = loadtest_kill(t, "loadtest.json", ["--retries", "0"], problems)
+    if report:
+        summary = report["summary"]
+        t0 = summary["start_unix_s"]
+        moved = {int(sid.rsplit("-", 1)[1]) for sid, h in holders.items() if h == victim}
+        failover, resumed_after = {}, []
+        for r in report["requests"]:
+            sent, done = t0 + r["start_s"], t0 + r["start_s"] + r["e2e_ms"] / 1e3
+            if r["code"] != "OK" and not r.get("applied_unacknowledged"):
+                problems.append("session %d turn %d (sent %+.2f s after the kill, %s): %s %s"
+                                % (r["session"], r["turn"], sent - killed,
+                                   "on the killed replica" if r["session"] in moved else "elsewhere",
+                                   r["code"], r.get("error", "")))
+            elif r["code"] == "OK" and r["output_hash"] != hashes.get((r["session"], r["turn"])):
+                problems.append("session %d turn %d%s: its text differs from a single server's"
+                                % (r["session"], r["turn"], " (resumed)" if r.get("resumes") else ""))
+            if r["code"] == "OK" and r["session"] in moved and done > killed:
+                failover[r["session"]] = min(failover.get(r["session"], 10**9), done - killed)
+            if r.get("resumes"):
+                resumed_after.append(done - t0 - r["cut_s"][0])  # first cut -> the call's end
+        if summary["sessions_lost_turns"] or summary["sessions_checked"] != SESSIONS:
+            problems.append("%d of %d sessions checked; %d with acknowledged turns lost"
+                            % (summary["sessions_checked"], SESSIONS, summary["sessions_lost_turns"]))
+        if summary["completed"] != SESSIONS * TURNS or summary["failed"]:
+            problems.append("%d completed, %d failed, not %d completed" % (summary["completed"], summary["failed"],
+                                                                           SESSIONS * TURNS))
+        if summary.get("session_errors"):
+            problems.append("session calls failed: %s" % summary["session_errors"])
+        if moved and len(failover) < len(moved):
+            problems.append("%d of %d moved sessions acknowledged no turn after the kill"
+                            % (len(moved) - len(failover), len(moved)))
+        times = list(failover.values())
+        print("loadtest: steady-loadtest --retries 0 through nginx, %s killed holding %d sessions: %d completed "
+              "(%d applied without their last message), %d failed; %d calls resumed (%d resumes; nginx cut or "
+              "answered 502 to %d Generate calls)"
+              % (victim, len(moved), summary["completed"], summary["applied_unacknowledged"], summary["failed"],
+                 summary["resumed"], summary["resumes"], cut_generates(t)))
+        print("figure: " + json.dumps({"figure": "loadtest_failover_seconds", "moved_sessions": len(moved),
+                                       "p50": percentile(times, 50), "p99": percentile(times, 99),
+                                       "resumed_calls": summary["resumed"],
+                                       "resume_to_end_p50": percentile(resumed_after, 50),
+                                       "resume_to_end_p99": percentile(resumed_after, 99),
+                                       "failed": summary["failed"], "lease_ms": t.lease_ms}), flush=True)
+    if victim is not None:
+        # A control: without resumes the same kill fails the streams it cuts, so the checks above
+        # can see a failed turn.
+        t.start_replica(int(victim[len("replica"):]))
+        control, _, _, _ = loadtest_kill(t, "loadtest-control.json", ["--retries", "0", "--resume", "0"], problems)
+        if control:
+            failed = control["summary"]["failed"]
+            print("loadtest control: --resume 0, the same kill: %d turns failed" % failed, flush=True)
+            if not failed:
+                problems.append("control: with --resume 0 no turn failed: the kill cut no stream, so the "
+                                "test did not see what it checks")
+    for p in problems[:20]:
+        print("FAIL - " + p)
+    return not problems
+
+
+def loadtest_kill(t, name, args, problems):
+    """steady-loadtest (32 sessions x 20 turns) through nginx, the replica holding the most sessions
+    killed with SIGKILL a second into the load. (report, victim, time of the kill, lease holders then)."""
+    out = os.path.join(t.work, name)
+    proc = run_loadtest(t, t.nginx_addr, out, args)
     holders, victim = {}, None
     deadline = time.time() + 60
     while not holders and time.time() < deadline and proc.poll() is None:
@@ -571,48 +676,11 @@ def scenario_loadtest(t, reference):
         t.kill(victim)
     killed = time.time()
     report_text, _ = proc.communicate(timeout=300)
-    problems = []
     if proc.returncode != 0 or victim is None:
-        problems.append("steady-loadtest exited with %d, victim %s: %s" % (proc.returncode, victim, report_text[-500:]))
-        report = None
-    else:
-        report = json.load(open(out))
-    if report:
-        summary = report["summary"]
-        t0 = summary["start_unix_s"]
-        moved = {int(sid.rsplit("-", 1)[1]) for sid, h in holders.items() if h == victim}
-        first_failed, failover = {}, {}
-        for r in report["requests"]:
-            sent, done = t0 + r["start_s"], t0 + r["start_s"] + r["e2e_ms"] / 1e3
-            if r["code"] != "OK":
-                first_failed[r["session"]] = min(first_failed.get(r["session"], 10**9), r["turn"])
-                if r["session"] not in moved or sent > killed:
-                    problems.append("session %d turn %d (sent %+.2f s after the kill, %s): %s %s"
-                                    % (r["session"], r["turn"], sent - killed,
-                                       "on the killed replica" if r["session"] in moved else "elsewhere",
-                                       r["code"], r.get("error", "")))
-            elif r["session"] in moved and done > killed:
-                failover[r["session"]] = min(failover.get(r["session"], 10**9), done - killed)
-        for r in report["requests"]:
-            if r["code"] == "OK" and r["turn"] < first_failed.get(r["session"], 10**9) and \
-                    r["output_hash"] != hashes.get((r["session"], r["turn"])):
-                problems.append("session %d turn %d: its text differs from a single server's" % (r["session"], r["turn"]))
-        if summary["sessions_lost_turns"] or summary["sessions_checked"] != SESSIONS:
-            problems.append("%d of %d sessions checked; %d with acknowledged turns lost"
-                            % (summary["sessions_checked"], SESSIONS, summary["sessions_lost_turns"]))
-        if summary["completed"] + summary["failed"] != SESSIONS * TURNS:
-            problems.append("%d completed + %d failed, not %d" % (summary["completed"], summary["failed"], SESSIONS * TURNS))
-        times = list(failover.values())
-        print("loadtest: steady-loadtest --retries 0 through nginx, %s killed holding %d sessions: %d completed, "
-              "%d failed (%d of them mid-stream), all in flight on it at the kill: %s"
-              % (victim, len(moved), summary["completed"], summary["failed"], summary["failed_mid_stream"],
-                 summary["errors"]))
-        print("figure: " + json.dumps({"figure": "loadtest_failover_seconds", "moved_sessions": len(moved),
-                                       "p50": percentile(times, 50), "p99": percentile(times, 99),
-                                       "failed_in_flight": summary["failed"], "lease_ms": t.lease_ms}), flush=True)
-    for p in problems[:20]:
-        print("FAIL - " + p)
-    return not problems
+        problems.append("steady-loadtest %s exited with %d, victim %s: %s"
+                        % (" ".join(args), proc.returncode, victim, report_text[-500:]))
+        return None, victim, killed, holders
+    return json.load(open(out)), victim, killed, holders
 
 
 def main():

@@ -5,8 +5,11 @@ file fsynced, 3 steady-server replicas on --session-store redis://, nginx), whil
 (SIGKILL) and restarted every few minutes, Redis is killed and restarted once, and (--nginx-restart)
 nginx is restarted once.
 
-The load is steady-loadtest's multi-turn mode with --retries 0: every failure a client would see is
+The load is steady-loadtest's multi-turn mode with --retries 0 and --resume RESUME (default 3: a
+stream cut by a replica's or nginx's death is resumed within the same call, clients/loadtest/resume.h;
+--resume 0 shows what a client that does not resume sees): every failure a client would see is
 counted. Reports, in OUT_DIR/faults.json and on stdout:
+  - cut calls resumed, by the fault that cut them;
   - failed calls by gRPC code, split by cause: in flight on a killed replica (nginx cannot resend a
     gRPC call it has passed on), in flight or sent while nginx was down (or within RECONNECT_S after,
     while the client reconnects), and unexplained (goal: none);
@@ -20,7 +23,8 @@ counted. Reports, in OUT_DIR/faults.json and on stdout:
 Usage (from the source root, after the build; redis-server and nginx: scripts/install-deps.sh):
   flock /tmp/steady-cpu.lock /usr/bin/python3 tools/bench/faults_bench.py --duration-s 3600
   [--sessions 1000] [--think-ms 20000] [--prompt-tokens uniform:16:48] [--output-tokens uniform:8:24]
-  [--kill-every-s 180] [--down-s 15] [--redis-down-s 2] [--lease-ms 10000] [--nginx-restart] [--out-dir build/faults]
+  [--kill-every-s 180] [--down-s 15] [--redis-down-s 2] [--lease-ms 10000] [--nginx-restart] [--resume 3]
+  [--out-dir build/faults]
 """
 import argparse
 import json
@@ -138,7 +142,7 @@ def run(args, work):
         load = subprocess.Popen(
             [os.path.join(BIN, "steady-loadtest"), "--addr", t.nginx_addr, "--sessions", str(args.sessions),
              "--duration", str(args.duration_s), "--think-time-ms", str(args.think_ms), "--prompt-tokens",
-             args.prompt_tokens, "--output-tokens", args.output_tokens, "--retries", "0", "--seed", "1",
+             args.prompt_tokens, "--output-tokens", args.output_tokens, "--retries", "0", "--resume", str(args.resume), "--seed", "1",
              "--json", report], stdout=open(os.path.join(args.out_dir, "loadtest.txt"), "w"),
             stderr=subprocess.STDOUT)
         sampler = RssSampler(t, {"steady-loadtest": load.pid}, args.rss_period_s)
@@ -211,6 +215,15 @@ def analyze(args, start, events, rss, waits, report):
         causes[cause] += 1
         if cause == "unexplained":
             unexplained.append({k: r.get(k) for k in ("session", "turn", "code", "error")} | {"sent_s": r["sent"] - start})
+    # Cuts resumed, by the fault that caused them (the cut seen within 5 s after it began).
+    resumed = {}
+    for r in requests:
+        for cut in r.get("cut_s", []):
+            when, cause = t0 + cut, "other"
+            for e in events:
+                if e["at"] - 1 <= when <= e["up_at"] + RECONNECT_S + 5:
+                    cause = "%s %s" % (e["fault"], e["target"]) if e["fault"] == "kill" else e["fault"] + " restart"
+            resumed[cause] = resumed.get(cause, 0) + 1
     # Latency over time, by when calls were sent.
     width = args.bucket_s
     buckets = {}
@@ -244,6 +257,8 @@ def analyze(args, start, events, rss, waits, report):
         "turns": {"sent": summary["requests"], "acknowledged": summary["completed"] - summary["applied_unacknowledged"],
                   "applied_unacknowledged": summary["applied_unacknowledged"], "failed": summary["failed"],
                   "failed_mid_stream": summary["failed_mid_stream"]},
+        "resumed_calls": summary.get("resumed", 0),
+        "resumes_by_fault": resumed,
         "errors_by_code": summary["errors"],
         "session_errors": summary["session_errors"],
         "failed_by_cause": causes,
@@ -322,6 +337,7 @@ def main():
     ap.add_argument("--lease-ms", type=int, default=10000, help="steady-server's --lease-ms (its default)")
     ap.add_argument("--redis-down-s", type=float, default=2, help="how long Redis stays down")
     ap.add_argument("--nginx-restart", action="store_true", help="also restart nginx once (kills its streams)")
+    ap.add_argument("--resume", type=int, default=3, help="steady-loadtest's --resume (0: cut streams fail)")
     ap.add_argument("--model", default=os.path.join(ROOT, "models/tiny-softmax"))
     ap.add_argument("--order", type=int, default=2, help="served as taylor of this order")
     ap.add_argument("--state-memory", default="256M")
@@ -355,7 +371,7 @@ def main():
     with open(os.path.join(args.out_dir, "faults.json"), "w") as f:
         json.dump(result, f, indent=1)
     chart(result, rss, start, os.path.join(args.out_dir, "faults.png"))
-    brief = {k: result[k] for k in ("turns", "errors_by_code", "failed_by_cause", "sessions_checked",
+    brief = {k: result[k] for k in ("turns", "resumed_calls", "resumes_by_fault", "errors_by_code", "failed_by_cause", "sessions_checked",
                                     "sessions_with_acknowledged_turns_lost", "ttft_ms", "itl_ms",
                                     "throughput_turns_per_s", "store_waits")}
     brief["rss"] = {k: "%.0f -> %.0f MB (%+.1f%%)" % (v["start_mb"], v["end_mb"], 100 * v["growth"])

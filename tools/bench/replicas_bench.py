@@ -4,13 +4,16 @@
   failover    32 sessions x 60 turns through nginx over 3 replicas; kill -9 the replica holding the
               most sessions after 40% of the turns. Failover time per moved session = kill -> its
               first acknowledged turn (clients retry every 0.2 s); acknowledged turns lost.
+  resume      the same kill under steady-loadtest --retries 0 (32 sessions x 20 turns, cut streams
+              resumed: --resume 3): failed turns (goal 0), calls resumed, and failover time per
+              moved session = kill -> its first acknowledged turn, over ROUNDS runs
   store       per-turn latency of one replica with --session-dir vs --session-store redis://
               (steady-loadtest --sessions 8 --turns 25, median over ROUNDS interleaved rounds)
   throughput  steady-loadtest closed loop (concurrency 16, 400 ephemeral requests, spread by nginx)
               through nginx over 1 and over 3 replicas, interleaved rounds; on a 2-core machine the
               replicas share the same cores
 
-Usage: tools/bench/replicas_bench.py [--rounds N] [--lease-ms MS]   (from the source root, after the
+Usage: tools/bench/replicas_bench.py [--rounds N] [--lease-ms MS] [--only PART...]   (from the source root, after the
 build; needs redis-server, nginx and steady-gateway: scripts/install-deps.sh)
 """
 import argparse
@@ -54,6 +57,33 @@ def failover(work, lease_ms, runs):
     return {"runs": runs, "moved_sessions": moved_total, "lease_ms": lease_ms,
             "failover_p50_s": percentile(times, 50), "failover_p99_s": percentile(times, 99),
             "sessions_with_lost_turns": lost}
+
+
+def resume_failover(work, lease_ms, runs):
+    times, failed, resumed, moved_total = [], 0, 0, 0
+    for run in range(runs):
+        run_work = os.path.join(work, "resume%d" % run)
+        os.makedirs(run_work)
+        with replicas.Topology(BIN, ROOT, run_work, replicas=3, lease_ms=lease_ms, gateway=False) as t:
+            problems = []
+            report, victim, killed, holders = replicas_test.loadtest_kill(t, "loadtest.json", ["--retries", "0"],
+                                                                          problems)
+            if not report:
+                raise RuntimeError("; ".join(problems))
+            t0 = report["summary"]["start_unix_s"]
+            moved = {int(sid.rsplit("-", 1)[1]) for sid, h in holders.items() if h == victim}
+            first = {}
+            for r in report["requests"]:
+                done = t0 + r["start_s"] + r["e2e_ms"] / 1e3
+                if r["code"] == "OK" and r["session"] in moved and done > killed:
+                    first[r["session"]] = min(first.get(r["session"], 1e9), done - killed)
+            times += list(first.values())
+            failed += report["summary"]["failed"]
+            resumed += report["summary"]["resumed"]
+            moved_total += len(moved)
+    return {"runs": runs, "moved_sessions": moved_total, "lease_ms": lease_ms, "failed_turns": failed,
+            "resumed_calls": resumed, "failover_p50_s": percentile(times, 50),
+            "failover_p99_s": percentile(times, 99)}
 
 
 def loadtest(addr, args, out):
@@ -111,14 +141,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lease-ms", type=int, default=1500)
+    ap.add_argument("--only", nargs="+", choices=["failover", "resume", "store", "throughput"],
+                    help="run only these parts (each holds the CPU for minutes: split a long run)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="steady_replicas_bench_")
     try:
         steady_grpc.generate_stubs(work, ROOT)
         for name, fn in (("failover", lambda: failover(work, args.lease_ms, args.rounds)),
+                         ("resume", lambda: resume_failover(work, args.lease_ms, args.rounds)),
                          ("store", lambda: store_cost(work, args.rounds)),
                          ("throughput", lambda: throughput(work, args.rounds))):
-            print(json.dumps({name: fn()}), flush=True)
+            if not args.only or name in args.only:
+                print(json.dumps({name: fn()}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
