@@ -204,7 +204,7 @@ void BM_Q8Dot(benchmark::State& state) {
 // q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
 void BM_Q4Dot(benchmark::State& state) {
   if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
-  RunLowPrecision(state, 36, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+  RunLowPrecision(state, 4.5, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                     int out, float* y) {
     cpu::MatMulNTQ4Dot(x, rows, in, lw.q4_dot.data(), out, y);
   });
