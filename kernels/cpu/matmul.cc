@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4k.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace steady::cpu {
@@ -40,6 +41,9 @@ HWY_INLINE F16Weights Shift(F16Weights w, int64_t in, int64_t j) { return {w.h +
 HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
   return {w.q + j * in, w.scales + j * Q8BlocksPerRow(in)};
 }
+HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) {
+  return {w.q + j * Q4KBlocksPerRow(in) * (kQ4KBlock / 2), w.scales + j * Q4KBlocksPerRow(in)};
+}
 
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w, int64_t k) {
@@ -63,10 +67,27 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
   const hn::Rebind<int8_t, D> di8;
   return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, w.q + k))), hn::Set(d, w.scales[k / kQ8Block]));
 }
+// q4k (q4k.h): a vector of lanes (4, 8 or 16) within one half of a sub-block: its bytes' low or high
+// nibbles, times the sub-block's scale, less its minimum. Both are exact in fp32 and so is q times
+// the scale, so the one rounding (fused or not) gives Q4KWeightValue's value.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
+  const hn::RebindToSigned<D> di32;
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  const int64_t b = k / kQ4KBlock, s = (k % kQ4KBlock) / kQ4KSub, i = k % kQ4KSub;
+  const Q4KScales& sc = w.scales[b];
+  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, w.q + b * (kQ4KBlock / 2) + 16 * s + (i & 15)));
+  bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
+  const float scale = F16ToFloat(sc.d) * sc.sc[s], min = F16ToFloat(sc.dmin) * sc.m[s];
+  return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, scale), hn::Set(d, -min));
+}
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
 HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
 HWY_INLINE float WeightValue(F16Weights w, int64_t k) { return F16ToFloat(w.h[k]); }
 HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.scales[k / kQ8Block]; }
+// Shift() left w at its row: the row index is 0 and `in` only matters for it.
+HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
@@ -178,6 +199,11 @@ void MatMulNTQ8Columns(const float* x, int rows, int64_t in, Q8Weights w, int64_
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ4KColumns(const float* x, int rows, int64_t in, Q4KWeights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -203,6 +229,7 @@ HWY_EXPORT(MatMulNTColumns);
 HWY_EXPORT(MatMulNTBf16Columns);
 HWY_EXPORT(MatMulNTF16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
+HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecF64Rows);
 
@@ -262,6 +289,12 @@ void MatMulNTF16Reference(const float* x, int rows, int in, const uint16_t* w, i
 void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ8Columns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ4K(const float* x, int rows, int in, Q4KWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ4KColumns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

@@ -36,6 +36,10 @@ constexpr int kTileRows = 4;    // rows of x per register tile: 16 accumulators 
 constexpr int kPassRows = 32;   // rows of x whose sums are kept (in L1) during a pass over the weights
 constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
 constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
+// Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
+// minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
+constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
+constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
 
 int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
 
@@ -168,6 +172,60 @@ struct Q4Op {
         ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
       }
       x.Scale(r, b, s, ws, acc);
+    }
+  }
+};
+
+// int8 x q4k: per sub-block (32 inputs, one q8_0 block of x) the nibbles q in 0..15 times q_x summed
+// exactly in int32 as Q4Op does (no offset: q is unsigned), then in fp32
+//     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m),
+// the minimum's share taken off with the block's sum of q_x. The scales are widened per group and
+// sub-block, once for every row of the tile.
+struct Q4KOp {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 2;  // 2 super-blocks x 4 groups x 2368 bytes: 19 KB in L1
+
+  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ4KRecord;
+      // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
+      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t s = 0; s < subs; ++s) {
+        const int64_t xb = 8 * b + s;
+        __m512i sums[R][C];
+        x.Start(r, xb, 0, sums);
+        for (int v = 0; v < 4; ++v) {
+          __m512i raw[C], wv[C];
+          for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4KRecord + kQ4KHead + s * 256 + v * 64);
+          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);
+          x.Add(r, xb, v, wv, sums);
+          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);
+          x.Add(r, xb, v + 4, wv, sums);
+        }
+        for (int c = 0; c < C; ++c) {
+          const uint8_t* g = wb + c * steps * kQ4KRecord;
+          const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+          const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+          const __m512 scale = _mm512_mul_ps(
+              d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 64 + 16 * s)))));
+          const __m512 min = _mm512_mul_ps(
+              dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 192 + 16 * s)))));
+          for (int rr = 0; rr < R; ++rr) {
+            float* a = acc + (rr * C + c) * 16;
+            const int64_t i = (r + rr) * x.blocks + xb;
+            const float dx = x.xscale[i];
+            __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), _mm512_load_ps(a));
+            sum = _mm512_fnmadd_ps(min, _mm512_set1_ps(dx * float(x.xsum[i])), sum);
+            _mm512_store_ps(a, sum);
+          }
+        }
+      }
     }
   }
 };
@@ -376,6 +434,36 @@ void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int 
 void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const Q8Rows xq = QuantizeRows(x, rows, in);
   Run(Q4Op{xq, packed, xq.blocks}, rows, in, out, y);
+}
+
+void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in);
+  Run(Q4KOp{xq, packed, Q4KBlocksPerRow(in)}, rows, in, out, y);
+}
+
+int64_t Q4KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q4KBlocksPerRow(in) * kQ4KRecord; }
+
+void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
+  const int64_t blocks = Q4KBlocksPerRow(in);
+  std::memset(packed, 0, size_t(Q4KDotPackedSize(out, in)));
+  for (int64_t g = 0; g < Groups(out); ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* rec = packed + (g * blocks + b) * kQ4KRecord;
+      for (int c = 0; c < kGroup && g * kGroup + c < out; ++c) {
+        const int64_t j = g * kGroup + c;
+        const Q4KScales& s = w.scales[j * blocks + b];
+        std::memcpy(rec + 2 * c, &s.d, 2);
+        std::memcpy(rec + 32 + 2 * c, &s.dmin, 2);
+        const uint8_t* q = w.q + (j * blocks + b) * (kQ4KBlock / 2);
+        for (int sub = 0; sub < 8; ++sub) {
+          rec[64 + 16 * sub + c] = s.sc[sub];
+          rec[192 + 16 * sub + c] = s.m[sub];
+          // Byte i of a sub-block holds its inputs i (low nibble) and 16 + i (high), as q4k.h's.
+          for (int i = 0; i < 16; ++i) rec[kQ4KHead + sub * 256 + (i / 4) * 64 + c * 4 + i % 4] = q[16 * sub + i];
+        }
+      }
+    }
+  }
 }
 
 int64_t Q4DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ4Record; }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4k.h"
 
 namespace steady::cpu {
 
@@ -82,6 +83,20 @@ void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0,
 // sum of q_x) and scaled by scale_x * scale_w in fp32. Only where Int8DotAvailable(). The same error
 // bound as MatMulNTQ8Dot against x times the dequantized weights.
 void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+// q4k weights (kernels/cpu/q4k.h, --cpu-weights q4k) packed for VPDPBUSD: per group of 16 columns
+// and super-block of 256 inputs, the 16 columns' d and dmin (fp16), their 8 sub-blocks' scales and
+// minimums (a byte each, 16 columns side by side), then per sub-block 4 vectors of nibbles as q4's
+// (low: inputs 0-15 of the sub-block, high: 16-31): 2368 bytes per 4096 weights, 4.625 bits a weight.
+int64_t Q4KDotPackedSize(int64_t out, int64_t in);  // in bytes
+void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed);
+// y = q8(x) w^T with packed q4k weights: x quantized as MatMulNTQ8Dot does (its q8_0 blocks of 32
+// are q4k's sub-blocks), per sub-block the products of q_x and the nibbles summed exactly in int32,
+// then scaled by scale_x * d * sc and the minimum's share, scale_x * (sum of q_x) * dmin * m, taken
+// off in fp32. Only where Int8DotAvailable(). Against q8(x) times the dequantized weights, each
+// element is off by a few fp32 roundings of sum |q8(x)_k| (|d sc q_k| + dmin m) (the two parts may
+// each exceed the weight); against x times them, also by q8(x)'s error as for MatMulNTQ8Dot.
+void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the
 // dequantized weights, DequantizeQ4Dot).
 void MatMulNTQ8ActivationsReference(const float* x, int rows, int in, const float* w, int out, float* y);

@@ -19,8 +19,9 @@ absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name) {
   if (name == "bf16") return CpuWeights::kBf16;
   if (name == "q8") return CpuWeights::kQ8;
   if (name == "q4") return CpuWeights::kQ4;
+  if (name == "q4k") return CpuWeights::kQ4K;
   return absl::InvalidArgumentError(
-      absl::StrCat("--cpu-weights: expected auto, f32, bf16, q8 or q4, got \"", std::string(name), "\""));
+      absl::StrCat("--cpu-weights: expected auto, f32, bf16, q8, q4 or q4k, got \"", std::string(name), "\""));
 }
 
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
@@ -47,6 +48,7 @@ std::string CpuWeightsName(CpuWeights w) {
     case CpuWeights::kBf16: return "bf16";
     case CpuWeights::kQ8: return "q8";
     case CpuWeights::kQ4: return "q4";
+    case CpuWeights::kQ4K: return "q4k";
   }
   return "?";
 }
@@ -66,7 +68,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
   const std::string q4 = cpu::Int8DotAvailable() ? cpu::Int8DotPath() : "none (q4 needs AVX512_VNNI)";
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q4}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q4}, {"q4k", q8}};
 }
 
 absl::Status Q4Available() {
@@ -87,9 +89,11 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (precision == CpuWeights::kBf16) to = WeightType::kBf16;
     if (precision == CpuWeights::kQ8) to = WeightType::kQ8;
     if (precision == CpuWeights::kQ4) to = WeightType::kDotQ4;
+    if (precision == CpuWeights::kQ4K) to = WeightType::kQ4K;
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
+    if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -132,6 +136,7 @@ std::string CpuMatrices::TypeNames() const {
       case WeightType::kDotBf16: names.insert("bf16"); break;
       case WeightType::kDotQ8: names.insert("q8"); break;
       case WeightType::kDotQ4: names.insert("q4"); break;
+      case WeightType::kDotQ4K: names.insert("q4k"); break;
       default: names.insert(WeightTypeName(w.type()));
     }
   });
@@ -143,7 +148,9 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4) names.insert("AVX512_VNNI");
+    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K) {
+      names.insert("AVX512_VNNI");
+    }
   });
   return absl::StrJoin(names, " and ");
 }

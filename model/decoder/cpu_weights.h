@@ -20,10 +20,12 @@ namespace steady {
 class Model;
 
 // auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter); q4
-// (q4_0's 4-bit blocks, about a seventh; only where the CPU has AVX512_VNNI: Q4Available()).
-enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4 };
+// (q4_0's 4-bit blocks, about a seventh; only where the CPU has AVX512_VNNI: Q4Available()); q4k
+// (Q4_K-style 4-bit super-blocks with 6-bit sub-block scales and minimums, kernels/cpu/q4k.h: 4.625
+// bits a weight; VPDPBUSD where the CPU has AVX512_VNNI, the widening kernel elsewhere).
+enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4, kQ4K };
 
-// "auto", "f32", "bf16", "q8" or "q4"; anything else is an error naming the flag's values.
+// "auto", "f32", "bf16", "q8", "q4" or "q4k"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name);
 std::string CpuWeightsName(CpuWeights w);
 
@@ -42,7 +44,7 @@ absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
 
 // The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
-// {format, path} pairs for f32, bf16 and q8, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
+// {format, path} pairs for f32, bf16, q8, q4 and q4k, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
 // Whether --cpu-weights q4 runs here (its only kernel is VPDPBUSD's), else an error naming the flag.
 absl::Status Q4Available();

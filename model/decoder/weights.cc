@@ -44,6 +44,8 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotBf16: return "dot-bf16";
     case WeightType::kDotQ8: return "dot-q8";
     case WeightType::kDotQ4: return "q4";
+    case WeightType::kQ4K: return "q4k";
+    case WeightType::kDotQ4K: return "dot-q4k";
   }
   return "?";
 }
@@ -98,8 +100,15 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kDotBf16: return cpu::Bf16DotPackedSize(rows_, cols_) * 2;
     case WeightType::kDotQ8: return cpu::Q8DotPackedSize(rows_, cols_);
     case WeightType::kDotQ4: return cpu::Q4DotPackedSize(rows_, cols_);
+    case WeightType::kQ4K: return cpu::Q4KBytes(rows_, cols_);
+    case WeightType::kDotQ4K: return cpu::Q4KDotPackedSize(rows_, cols_);
   }
   return 0;
+}
+
+cpu::Q4KWeights WeightMatrix::q4k() const {
+  STEADY_CHECK(type_ == WeightType::kQ4K);
+  return {as<uint8_t>(), reinterpret_cast<const cpu::Q4KScales*>(as<uint8_t>() + cpu::Q4KNibbleBytes(rows_, cols_))};
 }
 
 const float* WeightMatrix::q8_scales() const {
@@ -132,6 +141,9 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
     }
     case WeightType::kDotQ4:
       return cpu::DequantizeQ4Dot(as<uint8_t>(), rows_, cols_, r0, r1, out);
+    case WeightType::kQ4K:
+      return cpu::DequantizeQ4K(q4k(), cols_, r0, r1, out);
+    case WeightType::kDotQ4K:
     case WeightType::kAmxBf16:
     case WeightType::kDotBf16:
     case WeightType::kDotQ8:
@@ -217,6 +229,28 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(packed);
       return m;
     }
+    case WeightType::kQ4K:
+    case WeightType::kDotQ4K: {  // quantized from the fp32 values; the packed layout replaces the row-major
+      if (type == WeightType::kDotQ4K && type_ == WeightType::kQ4K) {  // packed, not quantized again
+        auto packed = Buffer<uint8_t>(size_t(cpu::Q4KDotPackedSize(rows_, cols_)));
+        cpu::PackQ4KDot(q4k(), rows_, cols_, packed->data());
+        m.data_ = packed->data();
+        m.owner_ = std::move(packed);
+        return m;
+      }
+      auto buffer = Buffer<uint8_t>(size_t(cpu::Q4KBytes(rows_, cols_)));
+      const int64_t blocks = cpu::Q4KBlocksPerRow(cols_);
+      m.type_ = WeightType::kQ4K;
+      m.data_ = buffer->data();
+      const cpu::Q4KWeights q = m.q4k();
+      ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+        const std::vector<float> rows = RowsSlice(r0, r1);
+        cpu::QuantizeQ4K(rows.data(), r1 - r0, int(cols_), const_cast<uint8_t*>(q.q) + r0 * blocks * (cpu::kQ4KBlock / 2),
+                         const_cast<cpu::Q4KScales*>(q.scales) + r0 * blocks);
+      });
+      m.owner_ = std::move(buffer);
+      return type == WeightType::kQ4K ? m : m.ConvertTo(type);
+    }
     case WeightType::kF16:
       break;
   }
@@ -245,6 +279,8 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kDotBf16: return cpu::MatMulNTBf16Dot(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotQ8: return cpu::MatMulNTQ8Dot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kDotQ4: return cpu::MatMulNTQ4Dot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kQ4K: return cpu::MatMulNTQ4K(x, rows, in, w.q4k(), out, y);
+    case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 

@@ -158,7 +158,7 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 
 # --threads and --cpu-gemm reach the report; bad values are refused naming the flag.
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
-  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and sorted(r["cpu_gemm_paths"]) == ["bf16", "f32", "q4", "q8"], r' \
+  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and sorted(r["cpu_gemm_paths"]) == ["bf16", "f32", "q4", "q4k", "q8"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
 # bf16 and q8 matrices: the backend says so, and a step reads about a half and a quarter of the
 # weight bytes (against the f32 run above). bf16 goes on AMX tiles by default where the CPU has them
@@ -191,6 +191,12 @@ if grep -qw avx512_vnni /proc/cpuinfo; then
 else
   expect_error "bench: --cpu-weights q4 without VNNI" nonzero "AVX512_VNNI" "$steady" bench --device cpu --preset tiny \
     --batch 1 --context 8 --cpu-weights q4
+fi
+# q4k (4.625 bits a weight at whole 256-weight super-blocks; more here, where the preset's rows pad to them)
+# runs everywhere: VPDPBUSD where the CPU has it, else (and with --cpu-gemm simd) the widening kernel.
+reduced_weights q4k-simd "cpu (q4k weights)" 0.15 0.35 --cpu-weights q4k --cpu-gemm simd
+if grep -qw avx512_vnni /proc/cpuinfo; then
+  reduced_weights q4k "cpu (q4k weights on AVX512_VNNI)" 0.15 0.35 --cpu-weights q4k
 fi
 if grep -qw amx_bf16 /proc/cpuinfo; then
   reduced_weights amx "cpu (bf16 weights on AMX)" 0.45 0.6 --cpu-weights bf16

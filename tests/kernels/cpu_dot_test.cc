@@ -154,10 +154,12 @@ std::vector<float> RunQ8Dot(const Q8Problem& p, const std::vector<float>& x, int
 
 // got (a kernel on q8(x)) against exact (x times the weights, in double) within q8(x)'s error bound
 // plus the fp32 sum's, and against rounded (q8(x) times the weights, in double) within the sum's.
+// `extra` fp32 roundings per element beyond one per input (q4k's per-sub-block scaling; its weight
+// lambda gives each weight's magnitude |d sc q| + dmin m, which bounds both parts).
 template <typename WeightAt>
 void ExpectQ8ActivationBounds(const std::vector<float>& x, int rows, int in, int out, const WeightAt& weight,
                               const std::vector<float>& got, const std::vector<float>& exact,
-                              const std::vector<float>& rounded) {
+                              const std::vector<float>& rounded, int extra = 0) {
   const int64_t blocks = cpu::Q8BlocksPerRow(in);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < out; ++j) {
@@ -172,7 +174,7 @@ void ExpectQ8ActivationBounds(const std::vector<float>& x, int rows, int in, int
         quant_err += amax / 127 / 2 * wsum * (1 + 1e-6);
       }
       const double mag = Magnitude(x, r, in, j, weight);
-      const double sum_err = 1e-30 + in * kF32Eps * (mag + quant_err);
+      const double sum_err = 1e-30 + (in + extra) * kF32Eps * (mag + quant_err);
       const size_t i = size_t(r) * out + j;
       ASSERT_NEAR(got[i], exact[i], quant_err + sum_err)
           << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
@@ -275,6 +277,128 @@ TEST(CpuDotTest, Q4MatchesReferencesAtManyShapes) {
   }
 }
 
+// q4k: fp32 weights quantized (QuantizeQ4K) in the row-major form, and packed for VPDPBUSD.
+struct Q4KProblem {
+  int rows, in, out;
+  std::vector<float> x, w, dequantized;
+  std::vector<uint8_t> q;
+  std::vector<cpu::Q4KScales> scales;
+  std::vector<uint8_t> packed;
+  cpu::Q4KWeights weights() const { return {q.data(), scales.data()}; }
+  // |d sc q| + dmin m of weight (j, k): bounds the weight and both parts the kernels add.
+  double Magnitude(int j, int k) const {
+    const cpu::Q4KParts p = cpu::Q4KWeightParts(weights(), in, j, k);
+    return std::abs(double(p.scaled)) + std::abs(double(p.min));
+  }
+};
+
+Q4KProblem MakeQ4K(int rows, int in, int out, std::mt19937_64& rng, bool pack = true) {
+  Q4KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
+               testing::RandomNormal<float>(size_t(out) * in, rng), std::vector<float>(size_t(out) * in),
+               std::vector<uint8_t>(size_t(cpu::Q4KNibbleBytes(out, in)), 0xff),
+               std::vector<cpu::Q4KScales>(size_t(out * cpu::Q4KBlocksPerRow(in))), {}};
+  cpu::QuantizeQ4K(p.w.data(), out, in, p.q.data(), p.scales.data());
+  cpu::DequantizeQ4K(p.weights(), in, 0, out, p.dequantized.data());
+  if (pack) {
+    p.packed.assign(size_t(cpu::Q4KDotPackedSize(out, in)), 0xff);
+    cpu::PackQ4KDot(p.weights(), out, in, p.packed.data());
+  }
+  return p;
+}
+
+std::vector<float> RunQ4KDot(const Q4KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ4KDot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
+std::vector<float> RunQ4KWidening(const Q4KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ4K(x.data(), rows, p.in, p.weights(), p.out, y.data());
+  return y;
+}
+
+// A super-block whose values are d sc q - dmin m exactly, with d = dmin = 1 (the largest scale and
+// minimum 63) and every q of 0..15 in every sub-block: the least-squares fit finds them with zero
+// error, so the round trip is exact and each field lands where q4k.h says. Then, on random weights,
+// q4k's sub-block scales and minimums beat q4_0's one scale per 32 (what they are for).
+TEST(CpuDotTest, Q4KQuantizesAsQ4_K) {
+  std::vector<float> w(512, 0.0f);  // a second super-block of zeros
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < 32; ++i) w[size_t(32 * s + i)] = float((63 - 5 * s) * ((7 * i + s) % 16) - (63 - 7 * s));
+  }
+  std::vector<uint8_t> q(size_t(cpu::Q4KNibbleBytes(1, 512)));
+  std::vector<cpu::Q4KScales> scales(2);
+  cpu::QuantizeQ4K(w.data(), 1, 512, q.data(), scales.data());
+  EXPECT_EQ(cpu::F16ToFloat(scales[0].d), 1.0f);
+  EXPECT_EQ(cpu::F16ToFloat(scales[0].dmin), 1.0f);
+  for (int s = 0; s < 8; ++s) {
+    EXPECT_EQ(scales[0].sc[s], 63 - 5 * s) << s;
+    EXPECT_EQ(scales[0].m[s], 63 - 7 * s) << s;
+  }
+  EXPECT_EQ(q[0], uint8_t(0 | (((7 * 16) % 16) << 4)));  // input 0 low, input 16 high
+  EXPECT_EQ(q[1], uint8_t(7 | (((7 * 17) % 16) << 4)));
+  std::vector<float> back(512, NAN);
+  cpu::DequantizeQ4K({q.data(), scales.data()}, 512, 0, 1, back.data());
+  for (int k = 0; k < 512; ++k) ASSERT_EQ(back[size_t(k)], w[size_t(k)]) << k;
+
+  std::mt19937_64 rng(19);
+  const Q4KProblem p = MakeQ4K(1, 1024, 64, rng, /*pack=*/false);
+  const Q4Problem p0 = MakeQ4(1, 1024, 64, rng);
+  double err_k = 0, err_0 = 0;
+  for (size_t i = 0; i < p.w.size(); ++i) {
+    err_k += (p.dequantized[i] - p.w[i]) * (p.dequantized[i] - p.w[i]);
+    err_0 += (p0.dequantized[i] - p0.w[i]) * (p0.dequantized[i] - p0.w[i]);
+  }
+  err_k = std::sqrt(err_k / double(p.w.size()));
+  err_0 = std::sqrt(err_0 / double(p0.w.size()));
+  std::printf("rms error on N(0, 1) weights: q4k %.4f, q4_0 %.4f\n", err_k, err_0);
+  EXPECT_LT(err_k, err_0);
+  EXPECT_GT(err_k, 0.0);
+}
+
+// The widening kernel (any CPU) against x times the dequantized weights in double: only the fp32
+// sum's rounding (and the weight's own, one more per term) separates them.
+TEST(CpuDotTest, Q4KWideningMatchesTheReferenceAtManyShapes) {
+  std::mt19937_64 rng(20);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q4KProblem p = MakeQ4K(rows, in, out, rng, /*pack=*/false);
+        const std::vector<float> got = RunQ4KWidening(p, p.x, rows);
+        std::vector<float> want(size_t(rows) * out);
+        cpu::MatMulNTQ4KReference(p.x.data(), rows, in, p.weights(), out, want.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return p.Magnitude(jj, k); });
+            ASSERT_NEAR(got[size_t(r) * out + j], want[size_t(r) * out + j], 1e-30 + (in + 2) * kF32Eps * mag)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuDotTest, Q4KDotMatchesReferencesAtManyShapes) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  std::mt19937_64 rng(21);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        Q4KProblem p = MakeQ4K(rows, in, out, rng);
+        if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);
+        std::vector<float> exact(size_t(rows) * out), rounded(size_t(rows) * out);
+        cpu::MatMulNTReference(p.x.data(), rows, in, p.dequantized.data(), out, exact.data());
+        cpu::MatMulNTQ8ActivationsReference(p.x.data(), rows, in, p.dequantized.data(), out, rounded.data());
+        // Per sub-block: the scale product, the multiply-add, the minimum's product and its subtraction.
+        ExpectQ8ActivationBounds(p.x, rows, in, out, [&](int j, int k) { return p.Magnitude(j, k); },
+                                 RunQ4KDot(p, p.x, rows), exact, rounded, /*extra=*/8);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // Every row's result is bitwise the same alone, in a batch, in another order, with 1 or 2 threads.
 template <typename Problem, typename Runner>
 void ExpectInvariant(const Problem& p, const Runner& run) {
@@ -311,6 +435,14 @@ TEST(CpuDotTest, Q4IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(18);
   const Q4Problem p = MakeQ4(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Dot(p, x, rows); });
+}
+
+TEST(CpuDotTest, Q4KIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(22);
+  const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KWidening(p, x, rows); });
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KDot(p, x, rows); });
 }
 
 TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
@@ -405,6 +537,45 @@ TEST(CpuDotTest, TheBackendServesQ4) {
   MatMul(x.data(), 1, w, got.data());
   cpu::MatMulNTQ8ActivationsReference(x.data(), 1, int(w.cols()), w.ToFloat().data(), int(w.rows()), want.data());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+}
+
+// --cpu-weights q4k: VPDPBUSD where the CPU has it (auto), the widening kernel with --cpu-gemm simd
+// (and on CPUs without VNNI); both near the fp32 weights' logits, closer than q4_0's (the sub-block
+// scales and minimums), and the matrices 4.625 bits a weight.
+TEST(CpuDotTest, TheBackendServesQ4K) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  std::string dot_name, simd_name, f32_name, q4_name;
+  const std::vector<double> dot = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kAuto, &dot_name);
+  const std::vector<double> simd = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kSimd, &simd_name);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_name);
+  EXPECT_EQ(simd_name, "cpu (q4k weights)");
+  const double simd_err = testing::MaxRelError(simd, f32);
+  EXPECT_LT(simd_err, 0.5);
+  const CpuMatrices q4k = CpuMatrices::From(m, CpuWeights::kQ4K);
+  EXPECT_EQ(q4k.TypeNames(), "q4k");
+  // 4.625 bits a weight at whole super-blocks; the tiny model's short rows pad to 256.
+  EXPECT_EQ(cpu::Q4KBytes(2048, 2048) * 8, 4.625 * 2048 * 2048);
+  EXPECT_EQ(q4k.layers[0].wq.Bytes(), cpu::Q4KBytes(q4k.layers[0].wq.rows(), q4k.layers[0].wq.cols()));
+  // The widening path reads the row-major matrix as the reference product does.
+  const WeightMatrix& w = q4k.layers[0].wq;
+  ASSERT_EQ(w.type(), WeightType::kQ4K);
+  std::mt19937_64 rng(3);
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
+  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
+  MatMul(x.data(), 1, w, got.data());
+  cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU: the widening kernel only";
+  EXPECT_EQ(dot_name, "cpu (q4k weights on AVX512_VNNI)");
+  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
+  const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
+  std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",
+              dot_err, simd_err, q4_err);
+  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
+  EXPECT_LT(dot_err, q4_err);
+  const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kQ4K, /*amx=*/false, /*dot=*/true);
+  EXPECT_EQ(packed.layers[0].w_down.type(), WeightType::kDotQ4K);
+  EXPECT_EQ(packed.lm_head.type(), WeightType::kDotQ4K);
 }
 
 }  // namespace

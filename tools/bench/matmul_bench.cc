@@ -3,7 +3,8 @@
 // one run (docs/cpu.md, docs/benchmarks.md). bytes_per_second counts the weights read once.
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
-// BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists).
+// BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
+// q4k pair (kernels/cpu/q4k.h).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -113,6 +114,9 @@ struct LowPrecisionWeights {
   std::vector<float> q8_scales;
   std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
   std::vector<uint8_t> q8_dot, q4_dot;
+  std::vector<uint8_t> q4k, q4k_dot;  // q4k's nibbles, and packed for VPDPBUSD
+  std::vector<cpu::Q4KScales> q4k_scales;
+  cpu::Q4KWeights q4k_weights() const { return {q4k.data(), q4k_scales.data()}; }
 };
 
 const LowPrecisionWeights& WeightsFor(int in, int out) {
@@ -128,12 +132,16 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
   if (cpu::Int8DotAvailable()) lw.q4_dot.resize(size_t(cpu::Q4DotPackedSize(out, in)));
+  lw.q4k.resize(size_t(cpu::Q4KNibbleBytes(out, in)));
+  lw.q4k_scales.resize(size_t(out * cpu::Q4KBlocksPerRow(in)));
   for (int64_t j0 = 0; j0 < out; j0 += kBand) {
     const int64_t n = std::min<int64_t>(kBand, out - j0);
     for (int64_t i = 0; i < n * in; ++i) band[size_t(i)] = g(rng);
     for (int64_t i = 0; i < n * in; ++i) lw.bf16[size_t(j0 * in + i)] = cpu::FloatToBf16(band[size_t(i)]);
     cpu::QuantizeQ8(band.data(), n, in, lw.q8.data() + j0 * in, lw.q8_scales.data() + j0 * cpu::Q8BlocksPerRow(in));
     if (cpu::Int8DotAvailable()) cpu::QuantizePackQ4Dot(band.data(), n, in, lw.q4_dot.data() + cpu::Q4DotPackedSize(j0, in));
+    cpu::QuantizeQ4K(band.data(), n, in, lw.q4k.data() + cpu::Q4KNibbleBytes(j0, in),
+                     lw.q4k_scales.data() + j0 * cpu::Q4KBlocksPerRow(in));
   }
   if (cpu::Bf16DotAvailable()) {
     lw.bf16_dot.resize(size_t(cpu::Bf16DotPackedSize(out, in)));
@@ -142,12 +150,14 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   if (cpu::Int8DotAvailable()) {
     lw.q8_dot.resize(size_t(cpu::Q8DotPackedSize(out, in)));
     cpu::PackQ8Dot({lw.q8.data(), lw.q8_scales.data()}, out, in, lw.q8_dot.data());
+    lw.q4k_dot.resize(size_t(cpu::Q4KDotPackedSize(out, in)));
+    cpu::PackQ4KDot(lw.q4k_weights(), out, in, lw.q4k_dot.data());
   }
   return lw;
 }
 
 template <typename Fn>
-void RunLowPrecision(benchmark::State& state, int64_t weight_bytes_x8, const char* label, const Fn& fn) {
+void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char* label, const Fn& fn) {
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
   const LowPrecisionWeights& lw = WeightsFor(in, out);
   std::vector<float> x(size_t(rows) * in), y(size_t(rows) * out);
@@ -158,7 +168,7 @@ void RunLowPrecision(benchmark::State& state, int64_t weight_bytes_x8, const cha
     fn(x.data(), rows, in, lw, out, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(in) * out * weight_bytes_x8 / 8);
+  state.SetBytesProcessed(int64_t(double(state.iterations()) * double(in) * out * weight_bytes_x8 / 8));
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = cpu::ComputeThreads();
   state.SetLabel(label);
@@ -194,9 +204,24 @@ void BM_Q8Dot(benchmark::State& state) {
 // q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
 void BM_Q4Dot(benchmark::State& state) {
   if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
-  RunLowPrecision(state, 36, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+  RunLowPrecision(state, 4.5, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                     int out, float* y) {
     cpu::MatMulNTQ4Dot(x, rows, in, lw.q4_dot.data(), out, y);
+  });
+}
+
+// q4k is 37 bytes per 64 weights (4.625 bits): nibbles, and per 256 two fp16 and 16 bytes of scales.
+void BM_Q4KWidening(benchmark::State& state) {
+  RunLowPrecision(state, 37 * 8 / 64.0, cpu::SimdTargetName(), [](const float* x, int rows, int in,
+                                                               const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ4K(x, rows, in, lw.q4k_weights(), out, y);
+  });
+}
+void BM_Q4KDot(benchmark::State& state) {
+  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  RunLowPrecision(state, 37 * 8 / 64.0, cpu::Int8DotPath(), [](const float* x, int rows, int in,
+                                                            const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ4KDot(x, rows, in, lw.q4k_dot.data(), out, y);
   });
 }
 
@@ -210,6 +235,8 @@ BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->U
 BENCHMARK(BM_Bf16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q4KDot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();

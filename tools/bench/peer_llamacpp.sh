@@ -34,8 +34,10 @@
 # the NLL check; default corpus-data/valid.txt when present), CHECK_TOKENS (greedy tokens per prompt, 256),
 # CHECK_THREADS (llama.cpp threads in the check, 1); serve: SESSIONS (16), TURNS (30), PROMPT (32 new
 # prompt tokens a turn), OUTPUT (16 tokens a turn), SERVE_WEIGHTS (bf16: Steady's --cpu-weights and the
-# GGUF type), SERVE_MECHANISMS (Steady's, "taylor softmax"); gguf-bench: GGUF_TYPES ("f16 q8_0 q4_k_m"),
-# GGUF_LAYERS (llama1b's shape cut to this many layers; 4).
+# GGUF type; q8 serves llama.cpp q8_0, q4 q4_0, q4k Q4_K_M), SERVE_MECHANISMS (Steady's, "taylor softmax"),
+# SERVE_LLAMACPP (1; 0 skips llama.cpp's run, e.g. when its figure for the same weights is at hand),
+# SERVE_GGUF (a GGUF file both engines serve, Steady's weights as it holds them); gguf-bench: GGUF_TYPES
+# ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4).
 # Results (JSON and the markdown table) go to $PEER_CACHE/results/<UTC time>/.
 set -euo pipefail
 
@@ -258,15 +260,25 @@ serve() {
   local ckpt=$WORK/llama1b-random sessions=${SESSIONS:-16} turns=${TURNS:-30} prompt=${PROMPT:-32} output=${OUTPUT:-16}
   local weights=${SERVE_WEIGHTS:-bf16} bin
   bin=$(dirname "$STEADY")
+  # Steady's q8 pairs with q8_0, q4 (q4_0 blocks) with q4_0 and q4k with Q4_K_M (Q4_K with some
+  # matrices in Q6_K, llama.cpp's usual 4-bit choice); the 4-bit files are quantized by llama.cpp's
+  # own code from the f16 file.
   local gguf_type=$weights gguf_file weight_flags=(--cpu-weights "$weights")
-  [[ $weights == q8 ]] && gguf_type=q8_0
+  case $weights in q8) gguf_type=q8_0 ;; q4) gguf_type=q4_0 ;; q4k) gguf_type=q4_k_m ;; esac
   if [[ -n ${SERVE_GGUF:-} ]]; then  # both engines on this file, Steady's weights as it holds them
     ckpt=$SERVE_GGUF gguf_file=$SERVE_GGUF weights=$(basename "$SERVE_GGUF") weight_flags=()
   else
     [[ -f $ckpt/model.safetensors ]] || "$STEADY" init --out "$ckpt" --preset llama1b --dtype f16 --seed 1 \
       --tokenizer "$REPO/models/tiny-softmax/tokenizer.model"
     gguf_file=$WORK/llama1b-random.$gguf_type.gguf
-    convert "$ckpt" "$gguf_type" "$gguf_file"
+    if [[ $gguf_type == q4_0 || $gguf_type == q4_k_m ]]; then
+      convert "$ckpt" f16 "$WORK/llama1b-random.f16.gguf"
+      [[ -f $gguf_file && $gguf_file -nt $WORK/llama1b-random.f16.gguf ]] ||
+        "$PYTHON" "$REPO/tools/gguf/quantize_llamacpp.py" --lib "$PEER_NODE_MODULES/@node-llama-cpp/linux-x64/bins/linux-x64" \
+          --in "$WORK/llama1b-random.f16.gguf" --out "$gguf_file" --type "$gguf_type" --threads "$THREADS"
+    else
+      convert "$ckpt" "$gguf_type" "$gguf_file"
+    fi
   fi
   server_pid=""
   trap '[[ -n $server_pid ]] && kill $server_pid 2>/dev/null' EXIT
@@ -293,11 +305,13 @@ serve() {
     server_pid=""
     outs+=("$RESULTS/serve-steady-$m.json")
   done
-  log "llama.cpp, softmax, $gguf_file, KV $KV: $sessions sequences x $turns turns"
-  node "$MJS" serve --gguf "$gguf_file" --sequences "$sessions" --turns "$turns" \
-    --prompt-tokens "$prompt" --output-tokens "$output" --threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" \
-    --flash "$FLASH" >"$RESULTS/serve-llamacpp.json"
-  outs+=("$RESULTS/serve-llamacpp.json")
+  if [[ ${SERVE_LLAMACPP:-1} == 1 ]]; then
+    log "llama.cpp, softmax, $gguf_file, KV $KV: $sessions sequences x $turns turns"
+    node "$MJS" serve --gguf "$gguf_file" --sequences "$sessions" --turns "$turns" \
+      --prompt-tokens "$prompt" --output-tokens "$output" --threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" \
+      --flash "$FLASH" >"$RESULTS/serve-llamacpp.json"
+    outs+=("$RESULTS/serve-llamacpp.json")
+  fi
   "$PYTHON" - "${outs[@]}" <<'EOF' | tee "$RESULTS/serve-table.md"
 import json, sys
 print("| engine | mechanism | output tokens/s, all sessions | turn 1 | turn 10 | turn 30 | prompt tokens a turn |")

@@ -208,8 +208,8 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 (--max-tokens: its max_new_tokens, else 64). --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
-(auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16, q8 (8-bit blocks) or q4 (4-bit, AVX512_VNNI only);
---cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8 on VPDPBUSD, where the CPU has them), simd (the widening
+(auto, the default: fp32, bf16 or f16, memory-mapped), or converted to f32, bf16, q8 (8-bit blocks) q4 (4-bit, AVX512_VNNI only) or q4k (4-bit with sub-block scales);
+--cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8 and q4k on VPDPBUSD, where the CPU has them), simd (the widening
 kernels only) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template as steady-server
