@@ -342,8 +342,9 @@ TEST(EngineTest, CancelMidPromptRollsThePromptBack) {
   Play(*engine, "twin", {{Prompt(3), 3}});
   const int64_t before = Get(*engine, "p")->position;
   // A decoding job cancels the long prompt from the engine thread a few of its own tokens after the
-  // prompt's prefill has begun (armed once the session shows busy): the prompt's ~50 chunks leave a
-  // wide margin however fast a step is.
+  // prompt's prefill has begun: each of its tokens asks the engine (a query served between steps,
+  // on the engine thread) whether the session is busy yet, so however the test's threads are
+  // scheduled the cancel lands a few steps into the prompt's ~50 chunks.
   std::string text;
   for (int i = 0; i < 5; ++i) text += (i ? " " : "") + Prompt(89);
   GenerateJob long_prompt = Job("p", text, 5);
@@ -351,19 +352,27 @@ TEST(EngineTest, CancelMidPromptRollsThePromptBack) {
   GenerateJob ticker = Job("", "tick", 60000);  // until stop_ticker
   auto stop_ticker = ticker.cancelled;
   std::atomic<bool> armed{false};
+  bool asking = false;  // engine thread only
   int ticks = 0;
-  ticker.on_output = [&](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {
-    if (armed.load() && ++ticks == 3) flag->store(true);
+  Engine* const e = engine.get();
+  ticker.on_output = [&, e](const std::string&, const std::vector<int32_t>&, const std::vector<TokenLogprobs>&) {
+    if (armed.load()) {
+      if (++ticks == 3) flag->store(true);
+      return;
+    }
+    if (asking) return;
+    asking = true;
+    e->GetSession("p", [&](absl::StatusOr<SessionInfo> info) {
+      asking = false;
+      if (info.ok() && info->busy) armed.store(true);
+    });
   };
   auto t = SubmitAsync(*engine, ticker);
   auto p = SubmitAsync(*engine, long_prompt);
-  for (int i = 0; i < 100000 && !armed.load(); ++i) {
-    if (Get(*engine, "p")->busy) armed.store(true);
-  }
-  if (!armed.load()) flag->store(true);  // ends both jobs before the assertion below
   const Outcome cancelled = p.get();
   stop_ticker->store(true);
   t.get();
+  Get(*engine, "p");  // served after any query the ticker left behind, which refers to this frame
   ASSERT_TRUE(armed.load()) << "the long prompt never showed busy";
   ASSERT_TRUE(cancelled.status.ok()) << cancelled.status;
   EXPECT_EQ(cancelled.finish_reason, "cancelled");
