@@ -79,7 +79,12 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
   const Q4KScales& sc = w.scales[b];
   auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, w.q + b * (kQ4KBlock / 2) + 16 * s + (i & 15)));
   bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
-  const float scale = F16ToFloat(sc.d) * sc.sc[s], min = F16ToFloat(sc.dmin) * sc.m[s];
+  // d and dmin widened by the vector unit (F16C where there is one; exact, as F16ToFloat), then
+  // broadcast: the scalar conversion's branches cost more than the weights' own arithmetic.
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&sc.d)));
+  const float scale = hn::GetLane(dd) * float(sc.sc[s]), min = hn::ExtractLane(dd, 1) * float(sc.m[s]);
   return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, scale), hn::Set(d, -min));
 }
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }

@@ -37,7 +37,8 @@
 # GGUF type; q8 serves llama.cpp q8_0, q4 q4_0, q4k Q4_K_M), SERVE_MECHANISMS (Steady's, "taylor softmax"),
 # SERVE_LLAMACPP (1; 0 skips llama.cpp's run, e.g. when its figure for the same weights is at hand),
 # SERVE_GGUF (a GGUF file both engines serve, Steady's weights as it holds them); gguf-bench: GGUF_TYPES
-# ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4).
+# ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4), GGUF_CPU_WEIGHTS (Steady's
+# --cpu-weights on every file; unset: each type as the loader holds it).
 # Results (JSON and the markdown table) go to $PEER_CACHE/results/<UTC time>/.
 set -euo pipefail
 
@@ -344,11 +345,16 @@ gguf_bench() {
     [[ $t == f16 || ( -f $file && $file -nt $f16 ) ]] ||
       "$PYTHON" "$REPO/tools/gguf/quantize_llamacpp.py" --lib "$libs" --in "$f16" --out "$file" --type "$t" --threads "$THREADS" 2>/dev/null
     log "interleaved runs on $file (Steady --model FILE.gguf), llama.cpp KV $KV"
+    local weights=() label="$t file" out=$RESULTS/gguf-compare-$t.json
+    if [[ -n ${GGUF_CPU_WEIGHTS:-} ]]; then
+      weights=(--cpu-weights "$GGUF_CPU_WEIGHTS") label="$t file, --cpu-weights $GGUF_CPU_WEIGHTS"
+      out=$RESULTS/gguf-compare-$t-$GGUF_CPU_WEIGHTS.json
+    fi
     node "$MJS" compare --steady "$STEADY" --model "$file" --gguf "$file" --depths "$DEPTHS" --steps "$STEPS" \
       --rounds "$ROUNDS" --prefill-tokens "$PREFILL_TOKENS" --prefill-chunk "$PREFILL_TOKENS" --threads "$THREADS" \
       --llama-threads "${LLAMA_THREADS:-$THREADS}" --kv "$KV" --flash "$FLASH" --state-dir "$WORK" \
-      --label "$t file" >"$RESULTS/gguf-compare-$t.json"
-    outs+=("$RESULTS/gguf-compare-$t.json")
+      "${weights[@]}" --label "$label" >"$out"
+    outs+=("$out")
   done
   node "$MJS" table "${outs[@]}" | tee "$RESULTS/gguf-table.md"
   SERVE_GGUF=$file SERVE_MECHANISMS=${SERVE_MECHANISMS:-softmax} serve

@@ -4,19 +4,25 @@
 #include "model/gguf/gguf_model.h"
 
 #include <cstring>
+#include <functional>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/q4k.h"
+#include "model/checkpoint/safetensors.h"
 #include "model/decoder/state_pool.h"
+#include "model/gguf/dequantize.h"
 #include "model/gguf/gguf_tokenizer.h"
 
 namespace steady {
 namespace {
 
-// A GGUF v3 writer for the test: metadata of a few types, F32 tensors.
+// A GGUF v3 writer for the test: metadata of a few types, F32 tensors (and others as raw blocks).
 class Writer {
  public:
   void Str(const std::string& key, const std::string& v) { Kv(key, 8, [&] { String(v); }); }
@@ -46,7 +52,13 @@ class Writer {
   }
   // shape outermost first (PyTorch's order), as the converter's add_tensor takes it.
   void Tensor(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
-    tensors_.push_back({name, std::move(shape), std::move(values)});
+    std::string bytes(values.size() * sizeof(float), '\0');
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    tensors_.push_back({name, std::move(shape), 0, std::move(bytes)});
+  }
+  // A tensor of ggml type `type` whose blocks are `bytes`.
+  void Raw(const std::string& name, std::vector<int64_t> shape, uint32_t type, std::string bytes) {
+    tensors_.push_back({name, std::move(shape), type, std::move(bytes)});
   }
   std::string Bytes() {
     const std::string kvs = std::move(out_);  // the key/value pairs written so far
@@ -60,13 +72,13 @@ class Writer {
       String(t.name);
       Put(uint32_t(t.shape.size()));
       for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) Put(uint64_t(*it));
-      Put(uint32_t(0));  // F32
+      Put(t.type);
       Put(offset);
-      offset += (t.values.size() * 4 + 31) / 32 * 32;
+      offset += (t.bytes.size() + 31) / 32 * 32;
     }
     out_.resize((out_.size() + 31) / 32 * 32, '\0');
     for (const auto& t : tensors_) {
-      for (float x : t.values) Put(x);
+      out_ += t.bytes;
       out_.resize((out_.size() + 31) / 32 * 32, '\0');
     }
     return out_;
@@ -76,7 +88,8 @@ class Writer {
   struct T {
     std::string name;
     std::vector<int64_t> shape;
-    std::vector<float> values;
+    uint32_t type;  // ggml's: 0 F32
+    std::string bytes;
   };
   template <typename V>
   void Put(V v) {
@@ -113,8 +126,8 @@ std::vector<float> Interleave(const std::vector<float>& w, int heads, int64_t co
   return out;
 }
 
-ModelConfig Config(const std::string& arch) {
-  const nlohmann::json j = {{"model_type", arch}, {"vocab_size", 97}, {"hidden_size", 64}, {"intermediate_size", 96},
+ModelConfig Config(const std::string& arch, int hidden = 64, int intermediate = 96) {
+  const nlohmann::json j = {{"model_type", arch}, {"vocab_size", 97}, {"hidden_size", hidden}, {"intermediate_size", intermediate},
                             {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                             {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
                             {"tie_word_embeddings", false}, {"bos_token_id", 1}, {"eos_token_id", 2},
@@ -124,8 +137,14 @@ ModelConfig Config(const std::string& arch) {
   return *c;
 }
 
+// A matrix as a test writes it: F32 values by default; `write` may put raw blocks instead.
+using MatrixWriter = std::function<void(Writer&, const std::string& name, std::vector<int64_t> shape, std::vector<float>)>;
+void WriteF32(Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+  w.Tensor(name, std::move(shape), std::move(v));
+}
+
 // `permute`: llama's q/k rows interleaved as the converter does (false: a wrong file, the control).
-std::string ToGguf(const Model& m, const std::string& arch, bool permute = true) {
+std::string ToGguf(const Model& m, const std::string& arch, bool permute = true, const MatrixWriter& matrix = WriteF32) {
   const ModelConfig& c = m.config();
   Writer w;
   w.Str("general.architecture", arch);
@@ -146,10 +165,10 @@ std::string ToGguf(const Model& m, const std::string& arch, bool permute = true)
     const LayerWeights& L = m.layers()[l];
     const std::string b = absl::StrCat("blk.", l, ".");
     w.Tensor(b + "attn_norm.weight", {hidden}, L.attn_norm);
-    w.Tensor(b + "attn_q.weight", {q_dim, hidden}, qk(L.wq.ToFloat(), c.num_heads, hidden));
-    w.Tensor(b + "attn_k.weight", {kv_dim, hidden}, qk(L.wk.ToFloat(), c.num_kv_heads, hidden));
-    w.Tensor(b + "attn_v.weight", {kv_dim, hidden}, L.wv.ToFloat());
-    w.Tensor(b + "attn_output.weight", {hidden, q_dim}, L.wo.ToFloat());
+    matrix(w, b + "attn_q.weight", {q_dim, hidden}, qk(L.wq.ToFloat(), c.num_heads, hidden));
+    matrix(w, b + "attn_k.weight", {kv_dim, hidden}, qk(L.wk.ToFloat(), c.num_kv_heads, hidden));
+    matrix(w, b + "attn_v.weight", {kv_dim, hidden}, L.wv.ToFloat());
+    matrix(w, b + "attn_output.weight", {hidden, q_dim}, L.wo.ToFloat());
     if (c.qkv_bias) {
       w.Tensor(b + "attn_q.bias", {q_dim}, qk(L.q_bias, c.num_heads, 1));
       w.Tensor(b + "attn_k.bias", {kv_dim}, qk(L.k_bias, c.num_kv_heads, 1));
@@ -161,9 +180,9 @@ std::string ToGguf(const Model& m, const std::string& arch, bool permute = true)
       w.Tensor(b + "attn_k_norm.weight", {c.head_dim}, L.k_norm);
     }
     w.Tensor(b + "ffn_norm.weight", {hidden}, L.mlp_norm);
-    w.Tensor(b + "ffn_gate.weight", {c.intermediate_size, hidden}, L.w_gate.ToFloat());
-    w.Tensor(b + "ffn_up.weight", {c.intermediate_size, hidden}, L.w_up.ToFloat());
-    w.Tensor(b + "ffn_down.weight", {hidden, c.intermediate_size}, L.w_down.ToFloat());
+    matrix(w, b + "ffn_gate.weight", {c.intermediate_size, hidden}, L.w_gate.ToFloat());
+    matrix(w, b + "ffn_up.weight", {c.intermediate_size, hidden}, L.w_up.ToFloat());
+    matrix(w, b + "ffn_down.weight", {hidden, c.intermediate_size}, L.w_down.ToFloat());
   }
   w.Tensor("output_norm.weight", {hidden}, m.final_norm());
   w.Tensor("output.weight", {c.vocab_size, hidden}, m.lm_head().ToFloat());
@@ -204,6 +223,63 @@ TEST(GgufModel, WithoutTheUnpermutationLlamaDiffers) {
   auto unpermuted = LoadGgufModel(*GgufFile::Parse(ToGguf(*m, "llama", /*permute=*/false), "t.gguf"), std::nullopt);
   ASSERT_TRUE(unpermuted.ok()) << unpermuted.status();
   EXPECT_NE(Logits(*unpermuted, {1, 5, 9, 40}), Logits(*m, {1, 5, 9, 40}));
+}
+
+// Q4_K blocks of a matrix [rows, cols] from a seeded generator: random nibbles and 12 random bytes of
+// six-bit scales and minimums a super-block, with small d and dmin.
+std::string RandomQ4K(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / cpu::kQ4KBlock; ++b) {
+    const uint16_t d = FloatToHalf(0.002f * float(1 + rng() % 8)), dmin = FloatToHalf(0.001f * float(1 + rng() % 8));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    bytes.append(reinterpret_cast<const char*>(&dmin), 2);
+    for (int i = 0; i < 12 + cpu::kQ4KBlock / 2; ++i) bytes += char(rng() & 0xFF);
+  }
+  return bytes;
+}
+
+TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
+  for (const std::string arch : {"llama", "qwen2"}) {
+    SCOPED_TRACE(arch);
+    auto m = Model::Random(Config(arch, /*hidden=*/256, /*intermediate=*/256), 5);
+    ASSERT_TRUE(m.ok()) << m.status();
+    // Every matrix whose rows are whole super-blocks in Q4_K; the control file holds ggml's values of
+    // the same blocks (Dequantize: bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32.
+    std::mt19937 rng(7);
+    std::map<std::string, std::vector<float>> values;
+    const std::string quantized = ToGguf(*m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+      if (shape[1] % cpu::kQ4KBlock != 0) return w.Tensor(name, std::move(shape), std::move(v));
+      const std::string blocks = RandomQ4K(shape[0], shape[1], rng);
+      values[name].resize(size_t(shape[0] * shape[1]));
+      Dequantize(uint32_t(GgmlType::kQ4_K), blocks.data(), shape[0] * shape[1], values[name].data());
+      w.Raw(name, std::move(shape), uint32_t(GgmlType::kQ4_K), blocks);
+    });
+    const std::string control = ToGguf(*m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+      w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
+    });
+    ASSERT_EQ(values.size(), 2u * 6u);  // per layer: all but attn_output ([256, 64]: a quarter block a row)
+    auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_k.gguf"), std::nullopt);
+    auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+    ASSERT_TRUE(q.ok()) << q.status();
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (int l = 0; l < 2; ++l) {
+      const LayerWeights& a = q->layers()[l];
+      const LayerWeights& b = f->layers()[l];
+      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up},
+                          {&a.w_down, &b.w_down}}) {
+        EXPECT_EQ(x->type(), WeightType::kQ4K);
+        EXPECT_EQ(x->Bytes(), cpu::Q4KBytes(x->rows(), x->cols()));  // 4.625 bits a weight, no fp32 copy
+        EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
+      }
+      EXPECT_EQ(a.wo.type(), WeightType::kF32);
+    }
+    const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
+    const std::vector<float> lq = Logits(*q, ids), lf = Logits(*f, ids);
+    ASSERT_EQ(lq.size(), lf.size());
+    float spread = 0.0f;
+    for (float v : lf) spread = std::max(spread, std::abs(v));
+    for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], lf[i], 1e-5f * spread) << i;
+  }
 }
 
 TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
