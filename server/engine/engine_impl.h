@@ -27,6 +27,10 @@ int64_t NowUnixMs();
 int64_t SteadyMs();
 // Session::job of a session whose finished turn waits for its commit: busy, but no job runs.
 inline constexpr int64_t kCommitting = -1;
+// The payload of a refusal that waits (TryOrWait) for the session's running turn to end: a resend
+// (expected_position) on a busy session. It waits at most max(store_wait_ms, kTurnWaitMs).
+inline constexpr char kWaitsForTurn[] = "steady.engine/waits-for-turn";
+inline constexpr int64_t kTurnWaitMs = 5000;
 // Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
 int SlotCount(const Model& model, const EngineOptions& options);
 // The backend options.device names, with SlotCount slots.

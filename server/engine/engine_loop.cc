@@ -54,13 +54,18 @@ void Engine::Impl::TryOrWait(WaitingCall call) {
     return call.done(absl::CancelledError("the client cancelled the call while it waited for the session store"));
   }
   absl::Status st = stopping ? absl::UnavailableError("the engine is shutting down") : call.attempt();
-  if (!StoreBusy(st) || stopping) return call.done(st);
+  const bool turn_busy = st.GetPayload(kWaitsForTurn).has_value();
+  if ((!StoreBusy(st) && !turn_busy) || stopping) return call.done(st);
   if (call.since_ms < 0) {
     call.since_ms = now;
     std::lock_guard<std::mutex> lock(stats_mu);
-    ++stats.store_waits;
+    stats.store_waits += !turn_busy;
   }
-  const int64_t deadline = call.since_ms + options.store_wait_ms;
+  const int64_t deadline = call.since_ms + (turn_busy ? std::max(options.store_wait_ms, kTurnWaitMs) : options.store_wait_ms);
+  if (turn_busy && now >= deadline) {
+    st.ErasePayload(kWaitsForTurn);
+    return call.done(WithContext(st, absl::StrCat("waited ", now - call.since_ms, " ms for it to end")));
+  }
   if (now >= deadline) {
     {
       std::lock_guard<std::mutex> lock(stats_mu);
@@ -152,7 +157,12 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
     if (!found.ok()) return found.status();
     s = *found;
     if (s->job != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate"));
+      absl::Status busy = absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate"));
+      // A resend (expected_position) can overtake the end of the attempt it replaces, whose broken
+      // stream this server has not noticed yet: it waits for the running turn, then the session's
+      // position decides (run, replay or ABORTED).
+      if (request.expected_position) busy.SetPayload(kWaitsForTurn, absl::Cord());
+      return busy;
     }
   }
   // A refusal from here on leaves the session as it was; with a shared store, one that is not

@@ -204,5 +204,33 @@ TEST(TurnsTest, ACancelledTurnIsKeptAndItsResendReplaysThePartialOutcome) {
   ExpectReplayOf(Send(*engine, Turn("s", Prompt(3), 40, 501, 0)), cancelled);
 }
 
+// A resend can reach the server before the end of the attempt it replaces (whose broken stream the
+// server has not noticed yet): it waits for that turn to end instead of being refused as busy.
+TEST(TurnsTest, AResendWaitsForTheAttemptItReplaces) {
+  const Model m = Taylor(/*eos=*/-1);
+  auto engine = StartEngine(m, Options());
+  ASSERT_TRUE(Create(*engine, "s").ok());
+  GenerateJob first = Turn("s", Prompt(3), 60000, 601, 0);
+  first.all_or_nothing = true;
+  auto cut = first.cancelled;
+  auto a = SubmitAsync(*engine, first);
+  while (!Get(*engine, "s")->busy) {
+  }
+  GenerateJob resend = first;
+  resend.cancelled = std::make_shared<std::atomic<bool>>(false);
+  resend.max_tokens = 6;
+  auto b = SubmitAsync(*engine, resend);
+  // Without expected_position a second call on a busy session is still refused at once.
+  EXPECT_EQ(Send(*engine, Turn("s", "other", 2, 602)).status.code(), absl::StatusCode::kFailedPrecondition);
+  cut->store(true);  // the server notices the cut
+  const Outcome ended = a.get(), resent = b.get();
+  EXPECT_EQ(ended.finish_reason, "cancelled");
+  ASSERT_TRUE(resent.status.ok()) << resent.status;
+  EXPECT_FALSE(resent.usage.replayed);
+  EXPECT_EQ(resent.ids.size(), 6u);
+  EXPECT_EQ(std::vector<int32_t>(ended.ids.begin(), ended.ids.begin() + std::min<size_t>(6, ended.ids.size())),
+            std::vector<int32_t>(resent.ids.begin(), resent.ids.begin() + std::min<size_t>(6, ended.ids.size())));
+}
+
 }  // namespace
 }  // namespace steady
