@@ -8,7 +8,6 @@
 
 #include <atomic>
 
-#include "server/store/redis_store.h"
 #include "server/store/snapshot.h"
 #include "tests/server/engine/engine_harness.h"
 #include "tests/server/store/redis_harness.h"
@@ -122,14 +121,7 @@ TEST(TurnsTest, AnotherReplicaReplaysTheLastTurnFromRedis) {
   const Model m = Taylor(/*eos=*/-1);
   auto options = [&](const std::string& owner) {
     EngineOptions o = Options();
-    RedisStoreOptions r;
-    r.url = redis->url();
-    r.key_prefix = "steady:turns:";
-    r.owner = owner;
-    r.lease_ms = 500;
-    auto store = RedisStore::Open(r);
-    EXPECT_TRUE(store.ok()) << store.status();
-    o.store = *std::move(store);
+    o.store = testing::RedisStoreAt(redis->url(), "steady:turns:", owner, 500);
     return o;
   };
   auto a = StartEngine(m, options("a"));
