@@ -237,6 +237,9 @@ class Engine {
     // Durability: turns made durable and turns whose write failed (undone, reported to the client);
     // at start, the recovery's duration, sessions recovered and sessions whose blob was unreadable.
     int64_t turns_committed = 0, commit_failures = 0;
+    // Resends of a session's last turn answered with its stored outcome, and all_or_nothing turns
+    // rolled back because they did not complete.
+    int64_t turns_replayed = 0, turns_rolled_back = 0;
     // Shared stores: calls that waited for the store (a peer's lease, the store down), and those of
     // them that then failed (the holder was alive, or the store stayed away for store_wait_ms).
     int64_t store_waits = 0, store_waits_failed = 0;

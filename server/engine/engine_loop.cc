@@ -304,7 +304,11 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   if (rolled_back) {
     RestoreSlot(*job.before_prompt, *pool, s.slot);
     job.prompt_done = 0;
-    if (job.request.all_or_nothing) s.stored = job.stored_before;  // the store holds what the slot holds again
+    if (job.request.all_or_nothing) {
+      s.stored = job.stored_before;  // the store holds what the slot holds again
+      std::lock_guard<std::mutex> lock(stats_mu);
+      ++stats.turns_rolled_back;
+    }
   }
   // As GenerateText: text held back for a possible stop string or an incomplete character is
   // released when generation ends by length or eos.
@@ -401,6 +405,10 @@ void Engine::Impl::Replay(GenerateJob& request, const TurnRecord& turn) {
   usage.drafted_tokens = turn.drafted_tokens;
   usage.accepted_tokens = turn.accepted_tokens;
   usage.replayed = true;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    ++stats.turns_replayed;
+  }
   unfinished_jobs.fetch_sub(1);
   request.on_done(absl::OkStatus(), turn.finish_reason, usage);
 }

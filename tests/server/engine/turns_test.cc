@@ -79,6 +79,7 @@ TEST(TurnsTest, OnlyAResendOfTheLastTurnIsReplayed) {
   ASSERT_TRUE(second.status.ok()) << second.status;
   EXPECT_EQ(Send(*engine, Turn("s", Prompt(2), 9, 101, p0)).status.code(), absl::StatusCode::kAborted);
   ExpectReplayOf(Send(*engine, Turn("s", "next", 3, 103, p1)), second);
+  EXPECT_EQ(engine->stats().turns_replayed, 3);
   // A fork has no last turn of its own.
   ASSERT_TRUE(testing::Call<absl::StatusOr<SessionInfo>>([&](auto done) { engine->ForkSession("s", "f", done); }).ok());
   EXPECT_EQ(Send(*engine, Turn("f", "next", 3, 103, p1)).status.code(), absl::StatusCode::kAborted);
@@ -169,6 +170,7 @@ TEST(TurnsTest, AnAllOrNothingTurnCutMidwayIsRolledBackAndRunsAgainWhole) {
   EXPECT_EQ(cancelled.usage.prompt_tokens, 0);
   EXPECT_EQ(cancelled.usage.session_position, p0);
   EXPECT_EQ(Get(*engine, "s")->position, p0);
+  EXPECT_EQ(engine->stats().turns_rolled_back, 1);
   // The resend runs the whole turn, equal to the twin's uninterrupted one, the cut part included.
   const Outcome resent = Send(*engine, cut);
   const Outcome whole = Send(*engine, Turn("twin", Prompt(3), 40, 401, p0));
