@@ -115,6 +115,25 @@ TEST(TurnsTest, TheLastTurnSurvivesARestartAndAnOffload) {
   EXPECT_EQ(Send(*engine, Turn("s", Prompt(4), 6, 202, p0)).status.code(), absl::StatusCode::kAborted);
 }
 
+// --durability shutdown: the outcome goes with the state when the session is written at the stop.
+TEST(TurnsTest, WithShutdownDurabilityTheLastTurnIsWrittenWithTheState) {
+  const Model m = Taylor(/*eos=*/-1);
+  const std::string dir = testing::MakeTempDir("turns_shutdown");
+  EngineOptions o = Options();
+  o.durability = Durability::kShutdown;
+  o.store = testing::DirStore(dir);
+  Outcome first;
+  {
+    auto engine = StartEngine(m, o);
+    ASSERT_TRUE(Create(*engine, "s").ok());
+    first = Send(*engine, Turn("s", Prompt(4), 6, 701, 0));
+    ASSERT_TRUE(first.status.ok()) << first.status;
+  }
+  o.store = testing::DirStore(dir);
+  auto engine = StartEngine(m, o);
+  ExpectReplayOf(Send(*engine, Turn("s", Prompt(4), 6, 701, 0)), first);
+}
+
 // Redis: a replica that took the session over (the first one gone) replays its last turn.
 TEST(TurnsTest, AnotherReplicaReplaysTheLastTurnFromRedis) {
   auto redis = testing::RedisServer::Start(testing::MakeTempDir("turns_redis"));
