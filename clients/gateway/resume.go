@@ -10,8 +10,11 @@ package main
 // A session's turn is resent only when that cannot apply it twice: it was cut before any message
 // (no replica answered, as nginx's own retry assumes), or the gateway knows the session's position
 // before the turn (the request's expected_position, else the position the gateway last relayed for
-// the session), which it sends as expected_position: a turn the dead replica had committed is then
-// refused with ABORTED, and the client hears that the turn was applied but its stream was lost.
+// the session), which it sends as expected_position. A turn the dead replica had committed is then
+// answered with its stored outcome (usage.replayed), which the gateway takes like any resumed
+// attempt. Session turns go out all_or_nothing: a turn whose stream broke while its replica lived on
+// (nginx died) is rolled back rather than kept in part, so its resend runs it whole. (So is a turn
+// whose HTTP client goes away: the gateway cancels the call.)
 
 import (
 	"context"
@@ -112,6 +115,9 @@ type passedOn struct {
 
 func (s *resumingStream) SendMsg(m interface{}) error {
 	if r, ok := m.(*steadyv1.GenerateRequest); ok {
+		if r.SessionId != "" && r.N <= 1 {
+			r.AllOrNothing = true
+		}
 		s.req = proto.Clone(r).(*steadyv1.GenerateRequest)
 		if r.SessionId != "" {
 			auth := ""
@@ -147,8 +153,8 @@ func (s *resumingStream) RecvMsg(m interface{}) error {
 		}
 		if err != nil {
 			if s.resumes > 0 && status.Code(err) == codes.Aborted && s.before != nil {
-				// expected_position refused the resent turn: the dead replica had committed it (or
-				// another call moved the session since this gateway last saw it).
+				// expected_position refused the resent turn and the server had no replay of it: another
+				// call moved the session since this gateway last saw it (or a server without replays).
 				return status.Errorf(codes.Unavailable, "the stream was cut when its replica died, and the resent "+
 					"turn was refused: the session is past position %d, so the cut turn was applied (its last "+
 					"tokens did not reach this call) or another call moved the session (%s)", *s.before,

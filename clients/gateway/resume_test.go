@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"io"
 	"testing"
 
+	"github.com/golang/protobuf/proto"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	steadyv1 "steady/v1"
 )
@@ -58,5 +64,73 @@ func TestDropRepeated(t *testing.T) {
 	other.repeat.ids, other.repeat.text = 2, 2
 	if other.dropRepeated(&steadyv1.GenerateResponse{TokenIds: []int32{1, 9}, Text: "ax"}) {
 		t.Fatalf("a different token was accepted")
+	}
+}
+
+// fakeAttempt is one Generate attempt: it answers its messages, then err (io.EOF: the end).
+type fakeAttempt struct {
+	grpc.ClientStream
+	sent     []*steadyv1.GenerateRequest
+	messages []*steadyv1.GenerateResponse
+	err      error
+}
+
+func (f *fakeAttempt) SendMsg(m interface{}) error {
+	f.sent = append(f.sent, proto.Clone(m.(*steadyv1.GenerateRequest)).(*steadyv1.GenerateRequest))
+	return nil
+}
+func (f *fakeAttempt) CloseSend() error        { return nil }
+func (f *fakeAttempt) Trailer() metadata.MD     { return metadata.MD{} }
+func (f *fakeAttempt) Context() context.Context { return context.Background() }
+func (f *fakeAttempt) RecvMsg(m interface{}) error {
+	if len(f.messages) == 0 {
+		return f.err
+	}
+	proto.Merge(m.(*steadyv1.GenerateResponse), f.messages[0])
+	f.messages = f.messages[1:]
+	return nil
+}
+
+// A turn committed just before its replica died: the resend (all_or_nothing, expected_position) is
+// answered with the stored outcome in one message, and the client gets the whole turn once.
+func TestAReplayCompletesACutTurn(t *testing.T) {
+	first := &fakeAttempt{messages: []*steadyv1.GenerateResponse{{TokenIds: []int32{1, 2}, Text: "ab"}},
+		err: status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR")}
+	replay := &fakeAttempt{messages: []*steadyv1.GenerateResponse{{TokenIds: []int32{1, 2, 3, 4}, Text: "abcd",
+		FinishReason: "length", Usage: &steadyv1.Usage{SessionPosition: 14, Replayed: true}}}, err: io.EOF}
+	positions := &sessionPositions{}
+	positions.set("\x00s", 10)
+	s := &resumingStream{ClientStream: first, ctx: context.Background(), positions: positions,
+		streamer: func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			return replay, nil
+		}}
+	if err := s.SendMsg(&steadyv1.GenerateRequest{SessionId: "s", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	text := ""
+	var last *steadyv1.GenerateResponse
+	for {
+		m := &steadyv1.GenerateResponse{}
+		err := s.RecvMsg(m)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the client saw %v", err)
+		}
+		ids = append(ids, m.TokenIds...)
+		text += m.Text
+		last = m
+	}
+	if text != "abcd" || len(ids) != 4 || ids[2] != 3 || ids[3] != 4 {
+		t.Fatalf("the client got %v %q, want the whole turn once", ids, text)
+	}
+	if last.FinishReason != "length" || !last.Usage.GetReplayed() {
+		t.Fatalf("last message %v: want the turn's end and usage", last)
+	}
+	if !first.sent[0].AllOrNothing || len(replay.sent) != 1 || replay.sent[0].ExpectedPosition.GetValue() != 10 ||
+		!replay.sent[0].AllOrNothing || replay.sent[0].Prompt != "x" {
+		t.Fatalf("sent %v, then %v: want all_or_nothing, and the resend at position 10", first.sent, replay.sent)
 	}
 }

@@ -78,6 +78,9 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
   v1::GenerateRequest request;
   request.set_session_id(session_id);
   if (expected_position) request.mutable_expected_position()->set_value(*expected_position);
+  // A turn cut before its end (nginx died, and the replica saw the call cancelled) is rolled back
+  // rather than kept in part, so the resend runs it whole: the client gets one call's text.
+  request.set_all_or_nothing(w.resumes > 0 && !session_id.empty());
   request.set_prompt(spec.prompt);
   request.set_max_tokens(spec.output_tokens_target);
   request.set_temperature(float(w.sampling.temperature));
@@ -138,6 +141,7 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
         r.session_position = message.usage().session_position();
         r.drafted_tokens = message.usage().drafted_tokens();
         r.accepted_tokens = message.usage().accepted_tokens();
+        r.replayed = message.usage().replayed();
       }
     }
     const grpc::Status status = reader->Finish();
@@ -154,8 +158,9 @@ RequestRecord TimedGenerate(const Target& target, const Workload& w, const Reque
     r.code = CodeName(status.error_code());
     r.error = status.error_message();
     if (attempt > 0 && status.error_code() == grpc::StatusCode::ABORTED && expected_position) {
-      // The cut attempt had been committed, its last message lost: the turn is done, once. Tokens
-      // it sent after the cut are not known to this client.
+      // The cut attempt had been committed, its last message lost, and the server did not replay it
+      // (another call has moved the session since, or a server without replays): the turn is done,
+      // once. Tokens it sent after the cut are not known to this client.
       r.applied_unacknowledged = true;
       break;
     }

@@ -55,9 +55,11 @@ workload:
                          times within the same call (default 3; 0: report the cut as a failure): the
                          same request (same seed, expected_position) is sent again, waiting for the
                          channel, and its tokens past those already received are taken; the server
-                         commits a turn only when it ends, so the next replica gives the same tokens
-                         (docs/deployment.md). Only ephemeral calls and turns with expected_position
-                         are resumed. A resumed call is one request in the report, its TTFT and E2E
+                         commits a turn only when it ends, so the next replica gives the same tokens,
+                         and answers the resend of a turn it had committed with that turn's stored
+                         outcome (docs/deployment.md); session turns are sent all_or_nothing, so a
+                         cut one is rolled back, not kept in part. Only ephemeral calls and turns
+                         with expected_position are resumed. A resumed call is one request in the report, its TTFT and E2E
                          including the wait; the report counts the resumes
   --retries N            send a call that failed with UNAVAILABLE, CANCELLED (by a stopping server) or
                          INTERNAL RST_STREAM (a stream a balancer cut when its replica died) again,

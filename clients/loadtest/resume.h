@@ -3,8 +3,10 @@
 // died, and cannot resend a call it has begun answering. The client resends the same request (the
 // same seed, and expected_position on a session) and passes on only the tokens past the ones it
 // already has. A turn is committed only when it completes, so the next replica runs it again from
-// the same state, and produces the same tokens; expected_position refuses it (ABORTED) in the one
-// case where the cut turn had been committed.
+// the same state, and produces the same tokens. Where the cut turn had been committed (the replica
+// died between its commit and its last message) the server answers the resend with the turn's
+// stored outcome (Usage.replayed), taken the same way. Session turns are sent all_or_nothing, so a
+// turn whose stream broke while its replica lived on (nginx died) is rolled back, not kept in part.
 #ifndef STEADY_CLIENTS_LOADTEST_RESUME_H_
 #define STEADY_CLIENTS_LOADTEST_RESUME_H_
 

@@ -72,6 +72,7 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
     s.retries += r.retries;
     s.resumed += r.resumes > 0;
     s.resumes += r.resumes;
+    s.replayed += r.replayed;
     if (r.applied_unacknowledged) {
       ++s.completed;
       ++s.applied_unacknowledged;
@@ -149,6 +150,7 @@ nlohmann::ordered_json ToJson(const Summary& s) {
   j["resumed"] = s.resumed;
   j["resumes"] = s.resumes;
   j["applied_unacknowledged"] = s.applied_unacknowledged;
+  j["replayed"] = s.replayed;
   j["failed_mid_stream"] = s.failed_mid_stream;
   return j;
 }
@@ -190,6 +192,7 @@ nlohmann::ordered_json ToJson(const RequestRecord& r) {
     j["cut_s"] = r.cut_s;
   }
   if (r.applied_unacknowledged) j["applied_unacknowledged"] = true;
+  if (r.replayed) j["replayed"] = true;
   if (!r.error.empty()) j["error"] = r.error;
   return j;
 }
@@ -233,7 +236,9 @@ std::string FormatSummary(const Summary& s, const Slo& slo) {
                           s.failed_mid_stream);
   }
   if (s.resumes > 0) {
-    absl::StrAppendFormat(&out, "resumes    %d cut streams resumed (%d resumes)\n", s.resumed, s.resumes);
+    absl::StrAppendFormat(&out, "resumes    %d cut streams resumed (%d resumes)", s.resumed, s.resumes);
+    if (s.replayed > 0) absl::StrAppendFormat(&out, ", %d completed by a replay of the committed turn", s.replayed);
+    out += "\n";
   }
   if (s.retries > 0) {
     absl::StrAppendFormat(&out, "retries    %d calls retried (%d retries), %d failed after retrying", s.retried,

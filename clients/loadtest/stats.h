@@ -42,6 +42,9 @@ struct RequestRecord {
   // Multi-turn: a retry found the session past the turn: an attempt whose last message never
   // arrived was applied. Counted as completed; its text and timings are unknown.
   bool applied_unacknowledged = false;
+  // A resumed or retried attempt was answered with the turn's stored outcome (Usage.replayed): an
+  // earlier attempt had committed the turn; the tokens it had not delivered came from the replay.
+  bool replayed = false;
 
   bool ok() const { return code == "OK"; }
   // (e2e - TTFT) / (output tokens - 1); no value below two tokens.
@@ -82,6 +85,7 @@ struct Summary {
   int64_t applied_unacknowledged = 0;     // see RequestRecord
   int64_t resumed = 0;                    // calls whose stream was cut and resumed at least once
   int64_t resumes = 0;                    // resumes in all
+  int64_t replayed = 0;                   // calls a replay completed (see RequestRecord)
   // Failed calls that had received tokens: streams cut mid-way (by a server's death, say).
   int64_t failed_mid_stream = 0;
 };

@@ -100,6 +100,9 @@ struct Usage {
   int64_t cached_tokens = 0;  // of prompt_tokens, taken from the prefix cache instead of prefilled
   // Speculation: draft tokens verified, and those of them accepted (of completion_tokens).
   int64_t drafted_tokens = 0, accepted_tokens = 0;
+  // The call was a resend of the session's last turn, answered with that turn's stored outcome
+  // (GenerateJob::request_fingerprint) instead of being run: nothing changed.
+  bool replayed = false;
 };
 
 // A token's text inside running text ("\\xNN" escapes for a piece of a UTF-8 character) and its
@@ -150,8 +153,17 @@ struct GenerateJob {
   // [1, kMaxDraftTokens].
   std::optional<Speculation> speculative;
   std::optional<int> draft_tokens;
-  // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries).
+  // Set: ABORTED (nothing changed) unless the session's position equals it (exactly-once retries),
+  // or it is where the session's last turn started and request_fingerprint is that turn's: then the
+  // call is answered with the turn's outcome (one on_output, then on_done with usage.replayed).
   std::optional<int64_t> expected_position;
+  // What determines the output (the RPC layer hashes the request without expected_position and
+  // all_or_nothing); kept with the session's last turn. 0: this turn can never be replayed.
+  uint64_t request_fingerprint = 0;
+  // A turn that does not complete (cancelled, its stream broken, an error, the engine stopping) is
+  // rolled back, prompt included: the session stays where it was, as if the call never came. Costs
+  // a copy of the session's state per turn. Unset: the tokens generated until then are kept.
+  bool all_or_nothing = false;
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each sampled token's, with this many of the most
   // likely tokens at its step.
   int top_logprobs = -1;
@@ -225,6 +237,9 @@ class Engine {
     // Durability: turns made durable and turns whose write failed (undone, reported to the client);
     // at start, the recovery's duration, sessions recovered and sessions whose blob was unreadable.
     int64_t turns_committed = 0, commit_failures = 0;
+    // Resends of a session's last turn answered with its stored outcome, and all_or_nothing turns
+    // rolled back because they did not complete.
+    int64_t turns_replayed = 0, turns_rolled_back = 0;
     // Shared stores: calls that waited for the store (a peer's lease, the store down), and those of
     // them that then failed (the holder was alive, or the store stayed away for store_wait_ms).
     int64_t store_waits = 0, store_waits_failed = 0;

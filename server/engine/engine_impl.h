@@ -27,6 +27,10 @@ int64_t NowUnixMs();
 int64_t SteadyMs();
 // Session::job of a session whose finished turn waits for its commit: busy, but no job runs.
 inline constexpr int64_t kCommitting = -1;
+// The payload of a refusal that waits (TryOrWait) for the session's running turn to end: a resend
+// (expected_position) on a busy session. It waits at most max(store_wait_ms, kTurnWaitMs).
+inline constexpr char kWaitsForTurn[] = "steady.engine/waits-for-turn";
+inline constexpr int64_t kTurnWaitMs = 5000;
 // Slots the pool gets for `model` under `options` (see docs/session-snapshot.md, "Slots").
 int SlotCount(const Model& model, const EngineOptions& options);
 // The backend options.device names, with SlotCount slots.
@@ -67,8 +71,14 @@ struct EngineJob {
   int64_t cached_tokens = 0;     // prompt tokens taken from the prefix cache
   int64_t generated = 0;
   int64_t last_advanced = -1;
-  // The session before a prompt that takes more than one chunk: a cancel mid-prompt restores it.
+  // The session before a prompt that takes more than one chunk (or any prompt of an all_or_nothing
+  // turn, kept to its end): a cancel mid-prompt (any cancel, for all_or_nothing) restores it.
   std::optional<SessionSnapshot> before_prompt;
+  // The turn's outcome so far (one choice, a named session): what Session::last_turn keeps.
+  int64_t start_position = 0;
+  bool stored_before = false;  // the store held the session's state when the turn began
+  std::vector<int32_t> out_ids;
+  std::string out_text;
   Sampler sampler;
   TextStreamer streamer;
   StopMatcher stops;
@@ -270,6 +280,12 @@ struct Engine::Impl {
   int64_t PrefillTake(const EngineJob& job, int64_t tokens) const;
   void CachePrefix(EngineJob& job, const Session& s);
   void Finish(EngineJob& job, const absl::Status& status, const std::string& reason);
+  // The last turn of `s` when `request` resends it (expected_position where it started, the same
+  // fingerprint, the session still where it ended); nullopt otherwise. Reads an offloaded session's
+  // blob.
+  std::optional<TurnRecord> ResentTurn(Session& s, const GenerateJob& request);
+  // Answers `request` with a stored turn's outcome instead of running it.
+  void Replay(GenerateJob& request, const TurnRecord& turn);
   // The draft tokens a decoding job may verify per step (0: it does not speculate).
   int DraftTokens(const EngineJob& job) const;
   // For each decode job of this step, up to k[d] drafts (0: none) after its context: prompt lookup,
@@ -292,6 +308,8 @@ struct Engine::Impl {
     if (job.request.n > 1) {
       job.request.on_choice_output(job.choice, text, ids, logprobs);
     } else {
+      job.out_text += text;
+      job.out_ids.insert(job.out_ids.end(), ids.begin(), ids.end());
       job.request.on_output(text, ids, logprobs);
     }
   }

@@ -54,13 +54,18 @@ void Engine::Impl::TryOrWait(WaitingCall call) {
     return call.done(absl::CancelledError("the client cancelled the call while it waited for the session store"));
   }
   absl::Status st = stopping ? absl::UnavailableError("the engine is shutting down") : call.attempt();
-  if (!StoreBusy(st) || stopping) return call.done(st);
+  const bool turn_busy = st.GetPayload(kWaitsForTurn).has_value();
+  if ((!StoreBusy(st) && !turn_busy) || stopping) return call.done(st);
   if (call.since_ms < 0) {
     call.since_ms = now;
     std::lock_guard<std::mutex> lock(stats_mu);
-    ++stats.store_waits;
+    stats.store_waits += !turn_busy;
   }
-  const int64_t deadline = call.since_ms + options.store_wait_ms;
+  const int64_t deadline = call.since_ms + (turn_busy ? std::max(options.store_wait_ms, kTurnWaitMs) : options.store_wait_ms);
+  if (turn_busy && now >= deadline) {
+    st.ErasePayload(kWaitsForTurn);
+    return call.done(WithContext(st, absl::StrCat("waited ", now - call.since_ms, " ms for it to end")));
+  }
   if (now >= deadline) {
     {
       std::lock_guard<std::mutex> lock(stats_mu);
@@ -152,7 +157,12 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
     if (!found.ok()) return found.status();
     s = *found;
     if (s->job != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate"));
+      absl::Status busy = absl::FailedPreconditionError(absl::StrCat("session_id: ", key, " is already running a Generate"));
+      // A resend (expected_position) can overtake the end of the attempt it replaces, whose broken
+      // stream this server has not noticed yet: it waits for the running turn, then the session's
+      // position decides (run, replay or ABORTED).
+      if (request.expected_position) busy.SetPayload(kWaitsForTurn, absl::Cord());
+      return busy;
     }
   }
   // A refusal from here on leaves the session as it was; with a shared store, one that is not
@@ -169,6 +179,10 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
   std::vector<int32_t> prompt;
   const int64_t position = s ? Position(*s) : 0;
   if (request.expected_position && *request.expected_position != position) {
+    if (std::optional<TurnRecord> turn = s ? ResentTurn(*s, request) : std::nullopt) {
+      Replay(request, *turn);
+      return refuse(absl::OkStatus());
+    }
     return refuse(absl::AbortedError(absl::StrCat("session_id: ", key, " is at position ", position,
                                                   ", not the expected ", *request.expected_position,
                                                   " (an earlier attempt of this turn may have been applied)")));
@@ -207,6 +221,8 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
   job->prompt = std::move(prompt);
   job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
   job->from_empty = position == 0;
+  job->start_position = position;
+  job->stored_before = s->stored;
   const size_t shift = job->prompt.size() - tokens.size();  // BOS in front
   for (int64_t p : cache_points) job->cache_points.push_back(size_t(p) + shift);
   std::sort(job->cache_points.begin(), job->cache_points.end());
@@ -282,9 +298,17 @@ TokenLogprobs Engine::Impl::Logprobs(const std::vector<float>& logits, int32_t t
 void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std::string& reason) {
   Session& s = *sessions.Find(job.session_id);
   const bool mid_prompt = job.prompt_done > 0 && job.prompt_done < job.prompt.size();
-  if (mid_prompt && job.before_prompt) {
+  // An all_or_nothing turn that did not complete goes back to where it began, as if never sent.
+  const bool incomplete = !status.ok() || reason == "cancelled";
+  const bool rolled_back = job.before_prompt && (mid_prompt || (job.request.all_or_nothing && incomplete));
+  if (rolled_back) {
     RestoreSlot(*job.before_prompt, *pool, s.slot);
     job.prompt_done = 0;
+    if (job.request.all_or_nothing) {
+      s.stored = job.stored_before;  // the store holds what the slot holds again
+      std::lock_guard<std::mutex> lock(stats_mu);
+      ++stats.turns_rolled_back;
+    }
   }
   // As GenerateText: text held back for a possible stop string or an incomplete character is
   // released when generation ends by length or eos.
@@ -301,7 +325,22 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   usage.drafted_tokens = job.drafted;
   usage.accepted_tokens = job.accepted;
   usage.session_position = Position(s);
-  const bool commit = status.ok() && !s.ephemeral && TurnDurable() && !job.choices;  // several choices end below
+  // The turn changed the session (a prompt rolled back did not): its outcome goes with the state.
+  if (!s.ephemeral && !job.choices && job.prompt_done > 0) {
+    s.last_turn = TurnRecord{job.request.request_fingerprint,
+                             job.start_position,
+                             std::move(job.out_ids),
+                             std::move(job.out_text),
+                             status.ok() ? reason : "cancelled",
+                             usage.prompt_tokens,
+                             usage.completion_tokens,
+                             usage.session_position,
+                             usage.cached_tokens,
+                             usage.drafted_tokens,
+                             usage.accepted_tokens};
+  }
+  // Several choices end below; a turn rolled back to a state the store holds has nothing to write.
+  const bool commit = status.ok() && !s.ephemeral && TurnDurable() && !job.choices && !(rolled_back && s.stored);
   // A turn to commit keeps its session busy until it is acknowledged (or undone).
   sessions.SetJob(s, commit ? kCommitting : 0);
   sessions.Touch(s, NowUnixMs());
@@ -338,6 +377,40 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   }
   unfinished_jobs.fetch_sub(1);
   request.on_done(status, reason, usage);
+}
+
+std::optional<TurnRecord> Engine::Impl::ResentTurn(Session& s, const GenerateJob& request) {
+  if (request.request_fingerprint == 0 || request.n != 1) return std::nullopt;
+  std::optional<TurnRecord> turn;
+  if (s.slot >= 0) {
+    turn = s.last_turn;
+  } else if (s.on_disk) {
+    absl::StatusOr<SessionSnapshot> stored = LoadStored(s);
+    if (stored.ok()) turn = std::move(stored->last_turn);
+  }
+  if (!turn || turn->request_fingerprint != request.request_fingerprint ||
+      turn->start_position != *request.expected_position || turn->session_position != Position(s)) {
+    return std::nullopt;
+  }
+  return turn;
+}
+
+void Engine::Impl::Replay(GenerateJob& request, const TurnRecord& turn) {
+  request.on_output(turn.text, turn.token_ids, {});
+  Usage usage;
+  usage.prompt_tokens = turn.prompt_tokens;
+  usage.completion_tokens = turn.completion_tokens;
+  usage.session_position = turn.session_position;
+  usage.cached_tokens = turn.cached_tokens;
+  usage.drafted_tokens = turn.drafted_tokens;
+  usage.accepted_tokens = turn.accepted_tokens;
+  usage.replayed = true;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    ++stats.turns_replayed;
+  }
+  unfinished_jobs.fetch_sub(1);
+  request.on_done(absl::OkStatus(), turn.finish_reason, usage);
 }
 
 void Engine::Impl::SpawnChoices(EngineJob& job) {
@@ -596,7 +669,9 @@ bool Engine::Impl::Step() {
     EngineJob& job = *it->second;
     const int slot = sessions.Find(job.session_id)->slot;
     const int64_t take = PrefillTake(job, chunk.tokens);
-    if (job.prompt_done == 0 && size_t(take) < job.prompt.size()) job.before_prompt = CaptureSlot(*pool, slot);
+    if (job.prompt_done == 0 && (size_t(take) < job.prompt.size() || job.request.all_or_nothing)) {
+      job.before_prompt = CaptureSlot(*pool, slot);
+    }
     segments.push_back({slot,
                         std::vector<int32_t>(job.prompt.begin() + job.prompt_done,
                                              job.prompt.begin() + job.prompt_done + take),
@@ -660,7 +735,7 @@ bool Engine::Impl::Step() {
       tokens_in += rows[r].prompt_tokens;
       CachePrefix(job, *sessions.Find(job.session_id));
       if (job.prompt_done < job.prompt.size()) continue;
-      job.before_prompt.reset();
+      if (!job.request.all_or_nothing) job.before_prompt.reset();
       job.phase = JobPhase::kDecode;
       if (job.request.max_tokens == 0) {
         Finish(job, absl::OkStatus(), "length");

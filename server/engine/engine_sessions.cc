@@ -221,6 +221,7 @@ absl::Status Engine::Impl::CheckQuota(const SessionQuota& quota, int64_t new_ses
 void Engine::Impl::FreeSlot(Session& s) {
   const int slot = s.slot;
   sessions.ReleaseSlot(s);
+  s.last_turn.reset();  // the store's blob holds it, or the slot's state is gone
   pool->Reset(slot);  // frees a KV cache's memory too
 }
 
@@ -228,7 +229,9 @@ absl::Status Engine::Impl::Offload(Session& s) {
   STEADY_CHECK(s.slot >= 0 && s.job == 0 && !s.ephemeral && store());
   // With turn durability the store already holds an idle session's state: nothing to write.
   if (!s.stored) {
-    if (absl::Status st = Persist(s, CaptureSlot(*pool, s.slot)); !st.ok()) return st;
+    SessionSnapshot state = CaptureSlot(*pool, s.slot);
+    state.last_turn = s.last_turn;
+    if (absl::Status st = Persist(s, state); !st.ok()) return st;
   }
   s.position = pool->position(s.slot);
   s.state_bytes = int64_t(pool->BytesInUse(s.slot));
@@ -268,6 +271,7 @@ absl::Status Engine::Impl::MakeResident(Session& s) {
     return snap.status();
   }
   RestoreSlot(*snap, *pool, s.slot);
+  s.last_turn = std::move(snap->last_turn);
   sessions.SetOnDisk(s, false);
   // Durability::kShutdown: the blob goes once the state is back in a slot, so the store never holds
   // a state older than the session's (a crash loses the session instead). kTurn keeps it current.
@@ -284,6 +288,7 @@ absl::StatusOr<SessionSnapshot> Engine::Impl::Snapshot(Session& s) {
   SessionSnapshot snap;
   if (s.slot >= 0) {
     snap = CaptureSlot(*pool, s.slot);
+    snap.last_turn = s.last_turn;
   } else if (s.on_disk) {
     auto stored = LoadStored(s);
     if (!stored.ok()) return stored.status();
@@ -329,6 +334,7 @@ absl::Status Engine::Impl::Place(Session& s, const SessionSnapshot& state) {
   }
   if (sessions.AssignFreeSlot(s)) {
     RestoreSlot(state, *pool, s.slot);
+    s.last_turn = state.last_turn;
     return absl::OkStatus();
   }
   if (!store()) return absl::ResourceExhaustedError("no state slot is free; retry later");
@@ -436,6 +442,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
   if (absl::Status st = CheckQuota(quota, 1, Info(*source).state_bytes); !st.ok()) return st;
   auto state = Snapshot(*source);
   if (!state.ok()) return state.status();
+  state->last_turn.reset();  // the fork's history starts here: no turn of its own to replay
   // A source that never held state (no slot, nothing stored) forks into another empty session.
   const bool empty = source->slot < 0 && !source->on_disk;
   if (absl::Status st = CheckNew(new_id, "new_id"); !st.ok()) return st;  // last: it may take a lease

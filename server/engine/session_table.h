@@ -5,11 +5,14 @@
 #define STEADY_SERVER_ENGINE_SESSION_TABLE_H_
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "server/store/turn_record.h"
 
 namespace steady {
 
@@ -24,6 +27,8 @@ struct Session {
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
   int64_t job = 0;          // the Generate running on it; 0: idle
+  // While resident: the turn that led to the slot's state (offloaded: the store's blob holds it).
+  std::optional<TurnRecord> last_turn;
 
  private:
   friend class SessionTable;

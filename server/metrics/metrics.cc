@@ -124,6 +124,12 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
   absl::StrAppend(&out, "steady_prefix_cache_entries ", engine.prefix_entries, "\n");
   AppendHeader(&out, "steady_prefix_cache_bytes", "gauge", "Bytes the prefix cache holds.");
   absl::StrAppend(&out, "steady_prefix_cache_bytes ", engine.prefix_bytes, "\n");
+  AppendHeader(&out, "steady_turns_total", "counter",
+               "Turns answered with the session's stored last turn (replayed: a resend with expected_position of "
+               "a turn already applied), and all_or_nothing turns rolled back because they did not complete "
+               "(rolled_back: cancelled, their stream broken, an error).");
+  absl::StrAppend(&out, "steady_turns_total{result=\"replayed\"} ", engine.turns_replayed, "\n");
+  absl::StrAppend(&out, "steady_turns_total{result=\"rolled_back\"} ", engine.turns_rolled_back, "\n");
   if (store == nullptr) return out;
   const StoreStats& st = store->stats();
   AppendHeader(&out, "steady_durable_turns_total", "counter",

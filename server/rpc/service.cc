@@ -4,6 +4,9 @@
 #include <cmath>
 #include <utility>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +15,7 @@
 #include "base/status.h"
 #include "base/utf8.h"
 #include "model/constrain/token_bytes.h"
+#include "server/store/snapshot.h"
 #include "server/store/snapshot_signing.h"
 
 namespace steady {
@@ -103,6 +107,21 @@ absl::StatusOr<ChatInput> ChatInputFromRequest(const v1::GenerateRequest& r) {
 
 }  // namespace
 
+uint64_t RequestFingerprint(const v1::GenerateRequest& request) {
+  v1::GenerateRequest r = request;
+  // Neither changes the output: a resend may add expected_position.
+  r.clear_expected_position();
+  r.clear_all_or_nothing();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);  // map entries (logit_bias) in key order
+    r.SerializeToCodedStream(&coded);
+  }
+  return Hash64(bytes, /*seed=*/0x7475726eull) | 1;  // never 0 ("no fingerprint")
+}
+
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const EngineOptions& engine,
                                            const ServiceOptions& options, const ChatFormat& chat,
                                            const GenerationDefaults& defaults) {
@@ -163,6 +182,8 @@ absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& r, const E
   job.stop.assign(r.stop().begin(), r.stop().end());
   if (r.messages_size() > 0) job.stop.insert(job.stop.end(), chat.stop().begin(), chat.stop().end());
   if (r.has_expected_position()) job.expected_position = r.expected_position().value();
+  job.request_fingerprint = RequestFingerprint(r);
+  job.all_or_nothing = r.all_or_nothing();
   if (r.top_logprobs() != 0 && !r.logprobs()) {
     return absl::InvalidArgumentError("top_logprobs: needs logprobs = true");
   }

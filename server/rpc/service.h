@@ -59,6 +59,9 @@ absl::Status CheckUtf8(const std::string& field, std::string_view text);
 // The request's fields checked against the limits, the sampling fields it leaves out taken from
 // `defaults` (SamplingFromRequest), and chat messages rendered with `chat` into the prompt.
 // INVALID_ARGUMENT naming the field.
+// The identity of a Generate request's output: a hash of every field but expected_position and
+// all_or_nothing (deterministic serialization; never 0). A resend of a session's last turn matches it.
+uint64_t RequestFingerprint(const v1::GenerateRequest& request);
 absl::StatusOr<GenerateJob> JobFromRequest(const v1::GenerateRequest& request, const EngineOptions& engine,
                                            const ServiceOptions& options, const ChatFormat& chat,
                                            const GenerationDefaults& defaults);

@@ -143,6 +143,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       u->set_cached_tokens(usage.cached_tokens);
       u->set_drafted_tokens(usage.drafted_tokens);
       u->set_accepted_tokens(usage.accepted_tokens);
+      u->set_replayed(usage.replayed);
       *last->mutable_sampling() = sampling_;
     }
     AdvanceLocked();
@@ -232,7 +233,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(grpc:
     // The tenant's usage ends with the engine's part: tokens charged, the call no longer counted.
     job->on_done = [this, t, done = std::move(job->on_done)](const absl::Status& status, const std::string& reason,
                                                              const Usage& usage) {
-      limits_.EndGenerate(*t, usage.prompt_tokens + usage.completion_tokens);
+      limits_.EndGenerate(*t, usage.replayed ? 0 : usage.prompt_tokens + usage.completion_tokens);
       done(Outward(t.get(), status), reason, usage);
     };
   }

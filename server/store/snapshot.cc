@@ -146,21 +146,68 @@ std::string EncodeSnapshot(const SessionSnapshot& s, uint64_t fingerprint) {
   for (const auto& g : s.growing) Put<uint64_t>(out, g.size());
   out += AsBytes(s.fixed);
   for (const auto& g : s.growing) out += AsBytes(g);
+  // Version 2: the last turn.
+  Put<uint8_t>(out, s.last_turn ? 1 : 0);
+  if (const std::optional<TurnRecord>& t = s.last_turn) {
+    Put<uint64_t>(out, t->request_fingerprint);
+    Put<int64_t>(out, t->start_position);
+    Put<uint64_t>(out, t->token_ids.size());
+    out += AsBytes(t->token_ids);
+    Put<uint64_t>(out, t->text.size());
+    out += t->text;
+    Put<uint64_t>(out, t->finish_reason.size());
+    out += t->finish_reason;
+    for (int64_t v : {t->prompt_tokens, t->completion_tokens, t->session_position, t->cached_tokens,
+                      t->drafted_tokens, t->accepted_tokens}) {
+      Put<int64_t>(out, v);
+    }
+  }
   Put<uint64_t>(out, Hash64(out));
   return out;
 }
 
 namespace {
 
-absl::Status CheckMagicAndVersion(std::string_view blob) {
+// The blob's format version (1 or 2), or why it is not a snapshot this server reads.
+absl::StatusOr<uint32_t> CheckMagicAndVersion(std::string_view blob) {
   if (blob.size() < 12) return Invalid(absl::StrCat(blob.size(), " bytes, too short to be a session snapshot"));
   if (std::memcmp(blob.data(), kSnapshotMagic, 8) != 0) return Invalid("bad magic (not a Steady session snapshot)");
   uint32_t version;
   std::memcpy(&version, blob.data() + 8, 4);
-  if (version != kSnapshotVersion) {
-    return Invalid(absl::StrCat("format version ", version, " is not supported (this server reads version ",
+  if (version < 1 || version > kSnapshotVersion) {
+    return Invalid(absl::StrCat("format version ", version, " is not supported (this server reads versions 1 to ",
                                 kSnapshotVersion, ")"));
   }
+  return version;
+}
+
+// Version 2's last-turn section; every length checked against the bytes left before anything is
+// allocated.
+absl::Status ReadLastTurn(Reader& r, std::optional<TurnRecord>* out) {
+  uint8_t present;
+  if (!r.Read(&present) || present > 1) return Invalid("last turn: truncated or bad flag");
+  if (present == 0) return absl::OkStatus();
+  TurnRecord t;
+  uint64_t n;
+  std::string_view bytes;
+  if (!r.Read(&t.request_fingerprint) || !r.Read(&t.start_position) || !r.Read(&n) ||
+      n > r.left() / sizeof(int32_t) || !r.ReadBytes(n * sizeof(int32_t), &bytes)) {
+    return Invalid("last turn: truncated token ids");
+  }
+  t.token_ids.resize(n);
+  if (n > 0) std::memcpy(t.token_ids.data(), bytes.data(), bytes.size());
+  for (std::string* text : {&t.text, &t.finish_reason}) {
+    if (!r.Read(&n) || n > r.left() || !r.ReadBytes(n, &bytes)) return Invalid("last turn: truncated text");
+    *text = std::string(bytes);
+  }
+  for (int64_t* v : {&t.prompt_tokens, &t.completion_tokens, &t.session_position, &t.cached_tokens,
+                     &t.drafted_tokens, &t.accepted_tokens}) {
+    if (!r.Read(v)) return Invalid("last turn: truncated usage");
+  }
+  if (t.start_position < 0 || t.start_position > t.session_position || t.session_position > kMaxPosition) {
+    return Invalid(absl::StrCat("last turn: positions ", t.start_position, " to ", t.session_position, " out of range"));
+  }
+  *out = std::move(t);
   return absl::OkStatus();
 }
 
@@ -177,7 +224,7 @@ size_t MaxSnapshotHeaderBytes(const SnapshotShape& shape) {
 }
 
 absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(std::string_view blob, const SnapshotShape& shape) {
-  if (absl::Status st = CheckMagicAndVersion(blob); !st.ok()) return st;
+  if (absl::Status st = CheckMagicAndVersion(blob).status(); !st.ok()) return st;
   Reader r(blob.substr(12));
   SnapshotHeader h;
   uint64_t fingerprint;
@@ -215,7 +262,8 @@ absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(std::string_view blob, const
 }
 
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const SnapshotShape& shape) {
-  if (absl::Status st = CheckMagicAndVersion(blob); !st.ok()) return st;
+  absl::StatusOr<uint32_t> version = CheckMagicAndVersion(blob);
+  if (!version.ok()) return version.status();
   if (blob.size() < kMinSnapshotBytes) return absl::DataLossError(absl::StrCat("snapshot: truncated (", blob.size(), " bytes)"));
   uint64_t stored_checksum;
   std::memcpy(&stored_checksum, blob.data() + blob.size() - 8, 8);
@@ -247,6 +295,11 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(std::string_view blob, const Snap
     if (!read_floats(header->growing_floats[l], &s.growing[l])) {
       return Invalid(absl::StrCat("layer ", l, ": growing state truncated or not finite"));
     }
+  }
+  if (*version >= 2) {
+    if (absl::Status st = ReadLastTurn(r, &s.last_turn); !st.ok()) return st;
+    // A turn that did not lead to this state cannot be replayed over it: forgotten.
+    if (s.last_turn && s.last_turn->session_position != s.position) s.last_turn.reset();
   }
   if (r.left() != 0) return Invalid(absl::StrCat(r.left(), " unexpected bytes after the state"));
   return s;

@@ -5,6 +5,7 @@
 #define STEADY_SERVER_STORE_SNAPSHOT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,11 +16,13 @@
 #include "model/backend/backend.h"
 #include "model/decoder/model.h"
 #include "model/decoder/state_pool.h"
+#include "server/store/turn_record.h"
 
 namespace steady {
 
 inline constexpr char kSnapshotMagic[8] = {'S', 'T', 'D', 'Y', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kSnapshotVersion = 1;
+// Written: 2 (the state, then the last turn's outcome). Read: 1 (no last turn) and 2.
+inline constexpr uint32_t kSnapshotVersion = 2;
 
 // One session's state, outside the slot pool.
 struct SessionSnapshot {
@@ -29,6 +32,8 @@ struct SessionSnapshot {
   int64_t last_used_unix_ms = 0;
   std::vector<float> fixed;                  // [fixed floats per slot] every layer's fixed state
   std::vector<std::vector<float>> growing;   // [layers][position * growth per token of the layer]
+  std::optional<TurnRecord> last_turn;       // the turn that led to this state (none: version 1, or
+                                             // a state no turn of this session made)
   int64_t StateBytes() const;
 };
 

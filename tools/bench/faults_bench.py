@@ -9,7 +9,10 @@ The load is steady-loadtest's multi-turn mode with --retries 0 and --resume RESU
 stream cut by a replica's or nginx's death is resumed within the same call, clients/loadtest/resume.h;
 --resume 0 shows what a client that does not resume sees): every failure a client would see is
 counted. Reports, in OUT_DIR/faults.json and on stdout:
-  - cut calls resumed, by the fault that cut them;
+  - cut calls resumed, by the fault that cut them; those a replay of their committed turn completed
+    (the server's stored outcome: a turn committed before its last message reached the client), and
+    resumed calls that ended "cancelled" (a partial turn kept: goal none, session turns are sent
+    all_or_nothing);
   - failed calls by gRPC code, split by cause: in flight on a killed replica (nginx cannot resend a
     gRPC call it has passed on), in flight or sent while nginx was down (or within RECONNECT_S after,
     while the client reconnects), and unexplained (goal: none);
@@ -224,6 +227,19 @@ def analyze(args, start, events, rss, waits, report):
                 if e["at"] - 1 <= when <= e["up_at"] + RECONNECT_S + 5:
                     cause = "%s %s" % (e["fault"], e["target"]) if e["fault"] == "kill" else e["fault"] + " restart"
             resumed[cause] = resumed.get(cause, 0) + 1
+    # Resumed calls completed by a replay of their committed turn, by fault (the first cut's), and
+    # resumed calls that ended short of their turn ("cancelled": a partial turn kept and replayed).
+    replayed, short = {}, 0
+    for r in requests:
+        if not r.get("cut_s") or r["code"] != "OK":
+            continue
+        short += r.get("finish_reason") == "cancelled"
+        if r.get("replayed"):
+            when, cause = t0 + r["cut_s"][0], "other"
+            for e in events:
+                if e["at"] - 1 <= when <= e["up_at"] + RECONNECT_S + 5:
+                    cause = "%s %s" % (e["fault"], e["target"]) if e["fault"] == "kill" else e["fault"] + " restart"
+            replayed[cause] = replayed.get(cause, 0) + 1
     # Latency over time, by when calls were sent.
     width = args.bucket_s
     buckets = {}
@@ -259,6 +275,8 @@ def analyze(args, start, events, rss, waits, report):
                   "failed_mid_stream": summary["failed_mid_stream"]},
         "resumed_calls": summary.get("resumed", 0),
         "resumes_by_fault": resumed,
+        "replayed_by_fault": replayed,
+        "resumed_calls_ended_cancelled": short,
         "errors_by_code": summary["errors"],
         "session_errors": summary["session_errors"],
         "failed_by_cause": causes,
@@ -371,7 +389,8 @@ def main():
     with open(os.path.join(args.out_dir, "faults.json"), "w") as f:
         json.dump(result, f, indent=1)
     chart(result, rss, start, os.path.join(args.out_dir, "faults.png"))
-    brief = {k: result[k] for k in ("turns", "resumed_calls", "resumes_by_fault", "errors_by_code", "failed_by_cause", "sessions_checked",
+    brief = {k: result[k] for k in ("turns", "resumed_calls", "resumes_by_fault", "replayed_by_fault",
+                                    "resumed_calls_ended_cancelled", "errors_by_code", "failed_by_cause", "sessions_checked",
                                     "sessions_with_acknowledged_turns_lost", "ttft_ms", "itl_ms",
                                     "throughput_turns_per_s", "store_waits")}
     brief["rss"] = {k: "%.0f -> %.0f MB (%+.1f%%)" % (v["start_mb"], v["end_mb"], 100 * v["growth"])

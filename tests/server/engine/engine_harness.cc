@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/store/directory_store.h"
+#include "server/store/redis_store.h"
 #include "tests/testutil.h"
 
 namespace steady::testing {
@@ -87,6 +88,18 @@ std::shared_ptr<SessionStore> DirStore(const std::string& dir) {
   auto store = DirectoryStore::Open(dir);
   EXPECT_TRUE(store.ok()) << store.status();
   return *std::move(store);
+}
+
+std::shared_ptr<SessionStore> RedisStoreAt(const std::string& url, const std::string& key_prefix,
+                                           const std::string& owner, int64_t lease_ms) {
+  RedisStoreOptions r;
+  r.url = url;
+  r.key_prefix = key_prefix;
+  r.owner = owner;
+  r.lease_ms = lease_ms;
+  auto store = RedisStore::Open(r);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
 }
 
 std::unique_ptr<Engine> StartEngine(const Model& m, EngineOptions o) {

@@ -56,6 +56,9 @@ absl::StatusOr<SessionInfo> Get(Engine& e, const std::string& id);
 
 // A DirectoryStore on `dir` (fails the calling test when it cannot open).
 std::shared_ptr<SessionStore> DirStore(const std::string& dir);
+// A RedisStore on `url` as replica `owner` opens it (fails the calling test when it cannot open).
+std::shared_ptr<SessionStore> RedisStoreAt(const std::string& url, const std::string& key_prefix,
+                                           const std::string& owner, int64_t lease_ms);
 std::unique_ptr<Engine> StartEngine(const Model& m, EngineOptions o);
 EngineOptions Options(int max_batch = 64, int64_t state_memory = int64_t(1) << 22);
 

@@ -155,14 +155,7 @@ TEST_F(RedisStoreTest, TwoEnginesShareSessionsExactly) {
   const Model m = Taylor();
   auto options = [&](const std::string& owner) {
     EngineOptions o = Options();
-    RedisStoreOptions r;
-    r.url = redis_->url();
-    r.key_prefix = "steady:" + std::to_string(ModelFingerprint(m)) + ":";
-    r.owner = owner;
-    r.lease_ms = 500;
-    auto store = RedisStore::Open(r);
-    EXPECT_TRUE(store.ok()) << store.status();
-    o.store = *std::move(store);
+    o.store = testing::RedisStoreAt(redis_->url(), "steady:" + std::to_string(ModelFingerprint(m)) + ":", owner, 500);
     return o;
   };
   auto a = StartEngine(m, options("a"));
@@ -200,14 +193,7 @@ class WaitingReplicaTest : public RedisStoreTest {
 
   EngineOptions ReplicaOptions(const std::string& owner, int64_t lease_ms, int64_t wait_ms) {
     EngineOptions o = Options();
-    RedisStoreOptions r;
-    r.url = redis_->url();
-    r.key_prefix = Prefix();
-    r.owner = owner;
-    r.lease_ms = lease_ms;
-    auto store = RedisStore::Open(r);
-    EXPECT_TRUE(store.ok()) << store.status();
-    o.store = *std::move(store);
+    o.store = testing::RedisStoreAt(redis_->url(), Prefix(), owner, lease_ms);
     o.store_wait_ms = wait_ms;
     o.store_poll_ms = 50;
     return o;

@@ -31,6 +31,23 @@ struct Fixture {
   std::string blob;
 };
 
+// The turn that brought the fixture's session to position 23.
+TurnRecord LastTurn() {
+  TurnRecord t;
+  t.request_fingerprint = 0x1234567890ABCDEFull;
+  t.start_position = 15;
+  t.token_ids = {5, 6, 7};
+  t.text = "a b\xC3\xA9";
+  t.finish_reason = "length";
+  t.prompt_tokens = 5;
+  t.completion_tokens = 3;
+  t.session_position = 23;
+  t.cached_tokens = 1;
+  t.drafted_tokens = 2;
+  t.accepted_tokens = 1;
+  return t;
+}
+
 Fixture MakeBlob(const std::string& mechanism, const nlohmann::json& params) {
   Fixture f{TinyModel(mechanism, params, 11), {}, {}};
   f.shape = MeasureSnapshotShape(f.model);
@@ -41,6 +58,7 @@ Fixture MakeBlob(const std::string& mechanism, const nlohmann::json& params) {
   s.session_id = "chat-1";
   s.created_unix_ms = 1000;
   s.last_used_unix_ms = 2000;
+  s.last_turn = LastTurn();
   f.blob = EncodeSnapshot(s, f.shape.fingerprint);
   return f;
 }
@@ -93,6 +111,7 @@ TEST_P(SnapshotTest, RoundTripIsBitExactAndContinuesIdentically) {
   EXPECT_EQ(decoded->position, 23);
   EXPECT_EQ(decoded->created_unix_ms, 1000);
   EXPECT_EQ(decoded->last_used_unix_ms, 2000);
+  EXPECT_EQ(decoded->last_turn, LastTurn());
   RestoreSlot(*decoded, *pool, 1);
   const SessionSnapshot original = CaptureSlot(*pool, 0), restored = CaptureSlot(*pool, 1);
   EXPECT_EQ(original.fixed, restored.fixed);
@@ -136,11 +155,11 @@ TEST_P(SnapshotTest, WrongMagicVersionAndFingerprint) {
   bad[0] = 'X';
   EXPECT_NE(DecodeSnapshot(bad, f.shape).status().message().find("magic"), std::string::npos);
   bad = f.blob;
-  bad[8] = 2;  // version 2
+  bad[8] = 3;  // version 3
   Reseal(bad);
   auto d = DecodeSnapshot(bad, f.shape);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(d.status().message().find("version 2"), std::string::npos) << d.status();
+  EXPECT_NE(d.status().message().find("version 3"), std::string::npos) << d.status();
   // Other weights: a model of the same shape and another seed.
   const SnapshotShape other = MeasureSnapshotShape(TinyModel("taylor", {{"order", 2}}, 12));
   EXPECT_NE(other.fingerprint, f.shape.fingerprint);
@@ -174,6 +193,51 @@ TEST_P(SnapshotTest, HugeOrInconsistentLengthFieldsAreRefused) {
   std::string bad = f.blob;
   const float nan = std::nanf("");
   std::memcpy(bad.data() + growing_at + 16, &nan, 4);
+  Reseal(bad);
+  EXPECT_EQ(DecodeSnapshot(bad, f.shape).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Version 1 (before the last turn was kept) still loads: the same state, no last turn. A version-1
+// blob is a version-2 blob without a last turn, minus its one "none" byte.
+TEST_P(SnapshotTest, VersionOneLoadsWithoutALastTurn) {
+  const Fixture f = Make();
+  SessionSnapshot s = *DecodeSnapshot(f.blob, f.shape);
+  s.last_turn.reset();
+  std::string v1 = EncodeSnapshot(s, f.shape.fingerprint);
+  ASSERT_EQ(v1[v1.size() - 9], 0);  // "no last turn"
+  v1.erase(v1.size() - 9, 1);
+  v1[8] = 1;
+  Reseal(v1);
+  auto d = DecodeSnapshot(v1, f.shape);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->last_turn.has_value());
+  EXPECT_EQ(d->fixed, s.fixed);
+  EXPECT_EQ(d->growing, s.growing);
+  EXPECT_EQ(d->position, 23);
+  // Version 2 needs its last-turn byte: without it the blob is cut short.
+  v1[8] = 2;
+  Reseal(v1);
+  EXPECT_EQ(DecodeSnapshot(v1, f.shape).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A last turn whose end is not the state's position cannot be replayed over it: dropped, the state
+// still loads. Crafted lengths in the section are refused.
+TEST_P(SnapshotTest, LastTurnOfAnotherPositionIsDroppedAndBadLengthsRefused) {
+  const Fixture f = Make();
+  SessionSnapshot s = *DecodeSnapshot(f.blob, f.shape);
+  s.last_turn->session_position = 22;
+  auto d = DecodeSnapshot(EncodeSnapshot(s, f.shape.fingerprint), f.shape);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->last_turn.has_value());
+  // The token count: the section starts after the flag byte, fingerprint and start position.
+  const size_t section = f.blob.size() - 8 - (1 + 8 + 8 + 8 + 3 * 4 + 8 + LastTurn().text.size() + 8 + 6 + 6 * 8);
+  const uint64_t huge = ~uint64_t(0) / 2;
+  std::string bad = f.blob;
+  std::memcpy(bad.data() + section + 1 + 16, &huge, 8);
+  Reseal(bad);
+  EXPECT_EQ(DecodeSnapshot(bad, f.shape).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = f.blob;
+  bad[section] = 7;  // neither "none" nor "one"
   Reseal(bad);
   EXPECT_EQ(DecodeSnapshot(bad, f.shape).status().code(), absl::StatusCode::kInvalidArgument);
 }
