@@ -103,6 +103,61 @@ TEST_P(SpeculativeTest, VerifyThenKeepEqualsPlainDecodingBitForBit) {
   }
 }
 
+// The draft model's rollback (Model::MarkRollback, Model::RollBack): after a mark, several one-token
+// steps beside another slot's rows, keeping 0..n of them leaves plain decoding's state bit for bit.
+TEST_P(SpeculativeTest, MarkThenRollBackEqualsPlainDecodingBitForBit) {
+  const Model m = MakeModel();
+  const std::vector<int32_t> prompt = RandomTokens(29, 5), run = RandomTokens(5, 6);
+  ForwardWorkspace ws;
+  std::vector<float> logits;
+  for (int keep = 0; keep <= int(run.size()); ++keep) {
+    StatePool pool(m, 2);
+    for (int slot : {0, 1}) m.Forward({Segment{slot, prompt, false}}, pool, ws, &logits);
+    m.MarkRollback(pool, ws, 1);
+    for (int32_t t : run) m.Forward({Segment{0, {t}, false}, Segment{1, {t}, false}}, pool, ws, &logits);
+    m.RollBack(pool, ws, 1, keep);
+    StatePool reference(m, 1);
+    m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
+    for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
+    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
+    // A mark with nothing logged rolls back to itself; the slot is then marked again.
+    m.MarkRollback(pool, ws, 1);
+    m.RollBack(pool, ws, 1, 0);
+    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0));
+    for (int32_t t : RandomTokens(3, 7)) {
+      std::vector<float> a, b;
+      m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
+      m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
+      ASSERT_EQ(a, b) << "keep " << keep;
+    }
+  }
+}
+
+// Softmax verify rows attend side by side over their prefixes of the cache (Model::VerifyAttention):
+// past a 512-row chunk of the cache too, the rows' logits are plain decoding's bit for bit.
+TEST(SpeculativeSoftmaxTest, VerifyRowsOverALongCacheEqualPlainDecoding) {
+  const Model m = testing::TinyModel("softmax", nlohmann::json::object(), testing::TestSeed(), {{"vocab_size", 61}});
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_int_distribution<int32_t> d(3, 60);
+  std::vector<int32_t> prompt(1021), run(7);
+  for (int32_t& t : prompt) t = d(rng);
+  for (int32_t& t : run) t = d(rng);
+  ForwardWorkspace ws;
+  StatePool pool(m, 2);
+  std::vector<float> logits, plain;
+  for (int slot : {0, 1}) m.Forward({Segment{slot, prompt, false}}, pool, ws, &logits);
+  for (int32_t t : run) {
+    m.Forward({Segment{0, {t}, false}}, pool, ws, &logits);
+    plain.insert(plain.end(), logits.begin(), logits.end());
+  }
+  Segment verify{1, run, false};
+  verify.verify = true;
+  m.Forward({verify}, pool, ws, &logits);
+  EXPECT_EQ(logits, plain);
+  m.KeepVerified(pool, ws, 1, 3);
+  EXPECT_EQ(pool.position(1), int64_t(prompt.size()) + 3);
+}
+
 // Generation with n-gram drafts against plain generation: the same tokens and the same final state,
 // greedy and with a seeded temperature draw (the same rows sampled in the same order).
 TEST_P(SpeculativeTest, NgramGenerationEqualsPlainGeneration) {
