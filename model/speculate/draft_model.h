@@ -52,6 +52,9 @@ class DraftModel {
   std::vector<std::vector<int32_t>> Draft(const std::vector<Call>& calls);
 
   int64_t fed(int lane) const { return fed_[size_t(lane)]; }
+  // The lane's state: its first fed(lane) context tokens, then the proposals it stepped through
+  // (all but the last of its last Draft's). For tests.
+  SlotState ReadLane(int lane) { return backend_->ReadSlot(lane); }
 
  private:
   int Argmax(const float* logits) const;
