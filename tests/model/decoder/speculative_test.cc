@@ -63,6 +63,23 @@ SlotCopy Copy(const Model& m, const StatePool& pool, int slot) {
   return c;
 }
 
+// After slot 1 of `pool` kept `keep` of `run` after `prompt`: its state is bit for bit that of plain
+// decoding (the prompt in one segment, then the kept tokens one a step), and both continue alike.
+void ExpectPlainState(const Model& m, ForwardWorkspace& ws, StatePool& pool, const std::vector<int32_t>& prompt,
+                      const std::vector<int32_t>& run, int keep, const std::vector<int32_t>& more) {
+  std::vector<float> logits;
+  StatePool reference(m, 1);
+  m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
+  for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
+  EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
+  for (int32_t t : more) {
+    std::vector<float> a, b;
+    m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
+    m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
+    ASSERT_EQ(a, b) << "keep " << keep;
+  }
+}
+
 TEST_P(SpeculativeTest, VerifyThenKeepEqualsPlainDecodingBitForBit) {
   const Model m = MakeModel();
   const std::vector<int32_t> prompt = RandomTokens(37, 1), run = RandomTokens(6, 2);
@@ -87,19 +104,7 @@ TEST_P(SpeculativeTest, VerifyThenKeepEqualsPlainDecodingBitForBit) {
     EXPECT_EQ(verified, plain) << "verify rows' logits differ from plain decoding's";
 
     m.KeepVerified(pool, ws, 1, keep);
-    // Slot 0 again: the prompt and the kept tokens, plainly.
-    StatePool reference(m, 1);
-    m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
-    for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
-    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
-    // And both continue alike.
-    const std::vector<int32_t> more = RandomTokens(5, 3);
-    for (int32_t t : more) {
-      std::vector<float> a, b;
-      m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
-      m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
-      ASSERT_EQ(a, b) << "keep " << keep;
-    }
+    ExpectPlainState(m, ws, pool, prompt, run, keep, RandomTokens(5, 3));
   }
 }
 
@@ -116,20 +121,10 @@ TEST_P(SpeculativeTest, MarkThenRollBackEqualsPlainDecodingBitForBit) {
     m.MarkRollback(pool, ws, 1);
     for (int32_t t : run) m.Forward({Segment{0, {t}, false}, Segment{1, {t}, false}}, pool, ws, &logits);
     m.RollBack(pool, ws, 1, keep);
-    StatePool reference(m, 1);
-    m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
-    for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
-    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
-    // A mark with nothing logged rolls back to itself; the slot is then marked again.
+    // A mark with nothing logged rolls back to itself (the slot is marked again).
     m.MarkRollback(pool, ws, 1);
     m.RollBack(pool, ws, 1, 0);
-    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0));
-    for (int32_t t : RandomTokens(3, 7)) {
-      std::vector<float> a, b;
-      m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
-      m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
-      ASSERT_EQ(a, b) << "keep " << keep;
-    }
+    ExpectPlainState(m, ws, pool, prompt, run, keep, RandomTokens(3, 7));
   }
 }
 
