@@ -84,6 +84,8 @@ class CpuBackend : public Backend {
   }
   bool Verifies() const override { return true; }
   void KeepVerified(int slot, int keep) override { model_.KeepVerified(pool_, ws_, slot, keep); }
+  void MarkRollback(int slot) override { model_.MarkRollback(pool_, ws_, slot); }
+  void RollBack(int slot, int keep) override { model_.RollBack(pool_, ws_, slot, keep); }
   SlotState ReadSlot(int slot) override {
     SlotState s;
     s.position = pool_.position(slot);
@@ -168,6 +170,8 @@ int64_t Backend::LayerStateBytes(int layer) const {
 }
 
 void Backend::KeepVerified(int, int) { STEADY_CHECK(false && "this backend takes no verify segments"); }
+void Backend::MarkRollback(int) { STEADY_CHECK(false && "this backend takes no verify segments"); }
+void Backend::RollBack(int, int) { STEADY_CHECK(false && "this backend takes no verify segments"); }
 
 void Backend::ForwardSample(const std::vector<Segment>& segments, const std::vector<DrawParams>& draws,
                             std::vector<int32_t>* ids) {

@@ -92,6 +92,12 @@ class Backend {
   // backend does not yet (callers decode plainly there).
   virtual bool Verifies() const { return false; }
   virtual void KeepVerified(int slot, int keep);
+  // Where Verifies(): Model::MarkRollback / Model::RollBack's contract. From MarkRollback(slot) on,
+  // the slot's rows are logged; RollBack(slot, keep) keeps the first `keep` of them (0 <= keep <=
+  // rows since the mark): a KV cache is cut back, any other state restored and the kept rows
+  // replayed. The draft model drafts in its lanes' own slots with these (model/speculate).
+  virtual void MarkRollback(int slot);
+  virtual void RollBack(int slot, int keep);
   // Whether ForwardSample draws where the logits are (true: only ids cross to the host, so callers
   // prefer it to Forward + host sampling).
   virtual bool DrawsOnDevice() const { return false; }

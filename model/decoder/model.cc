@@ -383,13 +383,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
   // two segments of one slot would share a state and run in order instead.
   std::sort(ws.slots.begin(), ws.slots.end());
   const bool distinct_slots = std::adjacent_find(ws.slots.begin(), ws.slots.end()) == ws.slots.end();
-  // Verify segments: their slots' states before the step, kept for KeepVerified (indices into
-  // ws.verify, which does not grow during the layers).
+  // Verify segments and marked slots (Model::MarkRollback): their rows are logged for KeepVerified
+  // and RollBack (indices into ws.verify, which does not grow during the layers).
   std::vector<int> verify_log(segments.size(), -1);
   for (size_t i = 0; i < segments.size(); ++i) {
-    if (!segments[i].verify) continue;
-    STEADY_CHECK(distinct_slots);  // a verify segment is its slot's only one in the step
-    verify_log[i] = BeginVerify(pool, ws, segments[i].slot, int(segments[i].tokens.size()));
+    verify_log[i] = LogOf(ws, segments[i], pool);
+    if (verify_log[i] < 0) continue;
+    STEADY_CHECK(distinct_slots);  // a logged segment is its slot's only one in the step
+    ws.verify[size_t(verify_log[i])].rows += int(segments[i].tokens.size());
   }
 
   for (int l = 0; l < c.num_layers; ++l) {
@@ -415,12 +416,9 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       const Segment& s = segments[i];
       const size_t row = size_t(ws.first_row[i]);
       const float *q = ws.q.data() + row * q_dim, *k = ws.k.data() + row * kv_dim, *v = ws.v.data() + row * kv_dim;
-      if (s.verify) {
-        RecordVerifyRows(ws.verify[size_t(verify_log[i])], l, q, k, v);
-        AttentionRecurrent<float>(w.attention, int(s.tokens.size()), q, k, v, pool.View(s.slot, l),
-                                  ws.att.data() + row * q_dim);
-        return;
-      }
+      const int n = int(s.tokens.size());
+      if (verify_log[i] >= 0) RecordVerifyRows(ws.verify[size_t(verify_log[i])], l, n, q, k, v, pool.View(s.slot, l));
+      if (s.verify) return VerifyAttention(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
       AttentionForward<float>(w.attention, int(s.tokens.size()), q, k, v, pool.View(s.slot, l),
                               ws.att.data() + row * q_dim);
     };

@@ -61,16 +61,17 @@ absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
 // Floats a session's growing state adds per token (softmax layers' KV cache; 0 for constant state).
 int64_t KvCacheFloatsPerToken(const ModelConfig& config);
 
-// What a verify segment (Segment::verify) needs to keep a prefix of its tokens afterwards
-// (model/decoder/verify.cc): the slot's state before it and every layer's attention inputs of its rows.
+// What keeping a prefix of a slot's rows since a mark needs (model/decoder/verify.cc): a verify
+// segment (Segment::verify) marks its slot, as Model::MarkRollback does. Per layer, taken when the
+// layer first sees a logged row: its state at the mark, and q, k, v of the logged rows as the
+// attention saw them.
 struct VerifyLog {
   int slot = -1;             // -1: unused entry
-  int64_t position = 0;      // the slot's position before the segment
-  int rows = 0;              // the segment's tokens
-  std::vector<float> fixed;  // the slot's fixed state before the segment
-  // Per layer: the growing state before it (layers whose growing state is an append-only KV cache
-  // keep only its length in growing_size), and q, k, v of the rows as the attention saw them.
-  std::vector<std::vector<float>> growing;
+  int64_t position = 0;      // the slot's position at the mark
+  int rows = 0;              // the slot's rows since the mark
+  // Per layer: the fixed and growing state at the mark (a layer whose growing state is an
+  // append-only KV cache keeps only its length in growing_size), and the rows' q, k, v.
+  std::vector<std::vector<float>> fixed, growing;
   std::vector<size_t> growing_size;
   std::vector<std::vector<float>> q, k, v;
 };
@@ -80,7 +81,7 @@ struct ForwardWorkspace {
   std::vector<float> x, h, q, k, v, att, proj, gate, up, logits_in, rope_scratch;
   std::vector<int64_t> positions;
   std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
-  std::vector<VerifyLog> verify;      // per verify segment of the last steps, until KeepVerified
+  std::vector<VerifyLog> verify;      // per marked slot (verify segments), until RollBack / KeepVerified
   std::vector<float> replay_y;        // KeepVerified's discarded attention outputs
 };
 
@@ -154,15 +155,29 @@ class Model {
   // is recomputed). keep == n costs nothing. Every verify segment must be settled by this before the
   // slot's next Forward.
   void KeepVerified(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const;
+  // A rollback point for `slot` at its position now (the draft model's drafting,
+  // model/speculate/draft_model.h): the rows of the slot's Forwards until RollBack are logged.
+  // Then RollBack(slot, keep) (0 <= keep <= rows since the mark) leaves the slot holding only the
+  // first `keep` of them: a KV cache is cut back (nothing copied); any other layer's state, copied at
+  // the mark's first Forward, is restored and the kept rows replayed through Step, which is plain
+  // decoding's state bit for bit where those rows went through Step (one-token segments, verify
+  // segments). Every mark must be settled by RollBack before the slot is marked again, reset or
+  // written; KeepVerified is RollBack for a verify segment's mark. Returns the log's index.
+  int MarkRollback(StatePool& pool, ForwardWorkspace& ws, int slot) const;
+  void RollBack(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const;
 
  private:
   friend absl::StatusOr<size_t> SessionStateFloats(const ModelConfig& config);
   // RoPE (with its scaling) on the step's q and k rows, in place.
   void ApplyRope(int rows, ForwardWorkspace& ws) const;
-  // verify.cc: a verify segment's log (its index in ws.verify) holding the slot's state before the
-  // step, and the rows' q, k, v of one layer.
-  int BeginVerify(StatePool& pool, ForwardWorkspace& ws, int slot, int rows) const;
-  void RecordVerifyRows(VerifyLog& log, int layer, const float* q, const float* k, const float* v) const;
+  // verify.cc: the log (its index in ws.verify) a segment's rows go to: a verify segment's new mark,
+  // its slot's open mark, or -1. RecordVerifyRows logs one layer's n rows (and, at the layer's first,
+  // its state); VerifyAttention is a verify segment's attention, each row through Step's arithmetic.
+  int LogOf(ForwardWorkspace& ws, const Segment& s, StatePool& pool) const;
+  void RecordVerifyRows(VerifyLog& log, int layer, int n, const float* q, const float* k, const float* v,
+                        StateView<float> state) const;
+  void VerifyAttention(const LayerAttention& a, int n, const float* q, const float* k, const float* v,
+                       StateView<float> state, float* y) const;
   // Geometry and mechanisms without weights.
   static absl::StatusOr<Model> FromConfig(ModelConfig config);
 

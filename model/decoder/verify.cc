@@ -1,17 +1,21 @@
-// Speculative verification's rollback (Segment::verify, Model::KeepVerified). The simple exact
-// design: before a verify segment the slot's state is copied (a KV cache only remembers its length:
-// the rows Step appends are final), and keeping a prefix restores the copy and replays the kept
-// rows' attention through Step from the q, k, v the step saved. Step is the arithmetic plain
-// decoding runs, on the same inputs in the same order, so the kept state is bit for bit what plain
-// decoding leaves, Kahan compensations and bucketed or windowed states included, for every mechanism
-// without one line of mechanism-specific code. It costs a state copy per verify and, when a draft
-// is rejected, the kept rows' attention once more (never the projections or the MLP).
+// Speculative verification's rollback (Segment::verify, Model::KeepVerified) and the draft model's
+// (Model::MarkRollback, Model::RollBack). The simple exact design: from a mark on, every row of the
+// slot is logged; each layer's state is copied when the layer first sees a logged row, just before
+// its attention reads it (a KV cache only remembers its length: the rows Step appends are final);
+// keeping a prefix of the logged rows restores the copies and replays the kept rows' attention
+// through Step from the q, k, v the step saved. Step is the arithmetic plain decoding runs, on the
+// same inputs in the same order, so the kept state is bit for bit what plain decoding leaves, Kahan
+// compensations and bucketed or windowed states included, for every mechanism without one line of
+// mechanism-specific code. It costs a state copy per mark and, when rows are dropped, the kept rows'
+// attention once more (never the projections or the MLP).
 #include <algorithm>
 #include <variant>
 
 #include "base/check.h"
+#include "kernels/cpu/parallel.h"
 #include "model/decoder/model.h"
 #include "model/decoder/state_pool.h"
+#include "model/mechanisms/kv_rows.h"
 
 namespace steady {
 namespace {
@@ -20,12 +24,17 @@ namespace {
 // never rewrites an older one, so cutting the cache back is the rollback.
 bool AppendOnly(const LayerAttention& a) { return std::holds_alternative<SoftmaxParams>(a.params); }
 
+VerifyLog* FindLog(ForwardWorkspace& ws, int slot) {
+  auto it = std::find_if(ws.verify.begin(), ws.verify.end(), [&](const VerifyLog& l) { return l.slot == slot; });
+  return it == ws.verify.end() ? nullptr : &*it;
+}
+
 }  // namespace
 
-int Model::BeginVerify(StatePool& pool, ForwardWorkspace& ws, int slot, int rows) const {
+int Model::MarkRollback(StatePool& pool, ForwardWorkspace& ws, int slot) const {
   int free = -1;
   for (size_t i = 0; i < ws.verify.size(); ++i) {
-    STEADY_CHECK(ws.verify[i].slot != slot);  // the slot's previous verify was settled (KeepVerified)
+    STEADY_CHECK(ws.verify[i].slot != slot);  // the slot's previous mark was settled (RollBack)
     if (ws.verify[i].slot < 0 && free < 0) free = int(i);
   }
   if (free < 0) {
@@ -33,60 +42,94 @@ int Model::BeginVerify(StatePool& pool, ForwardWorkspace& ws, int slot, int rows
     ws.verify.emplace_back();
   }
   VerifyLog& log = ws.verify[size_t(free)];
-  const int layers = config_.num_layers;
+  const size_t layers = size_t(config_.num_layers);
   log.slot = slot;
   log.position = pool.position(slot);
-  log.rows = rows;
-  log.fixed.assign(pool.SlotData(slot), pool.SlotData(slot) + pool.fixed_floats_per_slot());
-  log.growing.resize(layers);
-  log.growing_size.resize(layers);
-  log.q.resize(layers);
-  log.k.resize(layers);
-  log.v.resize(layers);
-  for (int l = 0; l < layers; ++l) {
-    const std::vector<float>& g = pool.Growing(slot, l);
-    log.growing_size[l] = g.size();
-    if (AppendOnly(layers_[l].attention)) {
-      log.growing[l].clear();
-    } else {
-      log.growing[l].assign(g.begin(), g.end());
-    }
+  log.rows = 0;
+  for (auto* per_layer : {&log.fixed, &log.growing, &log.q, &log.k, &log.v}) {
+    per_layer->resize(layers);
+    for (std::vector<float>& x : *per_layer) x.clear();  // capacity kept for the next mark
   }
+  log.growing_size.assign(layers, 0);
   return free;
 }
 
-void Model::RecordVerifyRows(VerifyLog& log, int layer, const float* q, const float* k, const float* v) const {
-  const size_t q_floats = size_t(log.rows) * config_.num_heads * config_.head_dim,
-               kv_floats = size_t(log.rows) * config_.num_kv_heads * config_.head_dim;
-  log.q[layer].assign(q, q + q_floats);
-  log.k[layer].assign(k, k + kv_floats);
-  log.v[layer].assign(v, v + kv_floats);
+int Model::LogOf(ForwardWorkspace& ws, const Segment& s, StatePool& pool) const {
+  if (s.verify) return MarkRollback(pool, ws, s.slot);
+  VerifyLog* log = FindLog(ws, s.slot);
+  return log == nullptr ? -1 : int(log - ws.verify.data());
 }
 
-void Model::KeepVerified(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const {
-  auto it = std::find_if(ws.verify.begin(), ws.verify.end(), [&](const VerifyLog& l) { return l.slot == slot; });
-  STEADY_CHECK(it != ws.verify.end());
-  VerifyLog& log = *it;
-  STEADY_CHECK(keep >= 1 && keep <= log.rows);
+void Model::RecordVerifyRows(VerifyLog& log, int layer, int n, const float* q, const float* k, const float* v,
+                             StateView<float> state) const {
+  if (log.q[layer].empty()) {  // the layer's first logged rows: its state at the mark, taken now
+    log.growing_size[layer] = state.growing->size();
+    if (!AppendOnly(layers_[layer].attention)) {
+      log.fixed[layer].assign(state.fixed, state.fixed + LayerStateFloats(layer));
+      log.growing[layer].assign(state.growing->begin(), state.growing->end());
+    }
+  }
+  const size_t q_floats = size_t(n) * config_.num_heads * config_.head_dim,
+               kv_floats = size_t(n) * config_.num_kv_heads * config_.head_dim;
+  log.q[layer].insert(log.q[layer].end(), q, q + q_floats);
+  log.k[layer].insert(log.k[layer].end(), k, k + kv_floats);
+  log.v[layer].insert(log.v[layer].end(), v, v + kv_floats);
+}
+
+void Model::VerifyAttention(const LayerAttention& a, int n, const float* q, const float* k, const float* v,
+                            StateView<float> state, float* y) const {
+  if (!AppendOnly(a)) return AttentionRecurrent<float>(a, n, q, k, v, state, y);
+  // Softmax's Step for each row is: append its k, v to the cache, then attend over the cache. A row
+  // never changes an earlier one, so all n rows are appended first and each row then attends over
+  // its own prefix of the cache, the rows side by side on the compute threads: the same call on the
+  // same rows as n Steps in turn (model/mechanisms/softmax.cc), bit for bit.
+  const AttnShape& s = a.shape;
+  const int64_t row_floats = KvRowFloats(s), before = int64_t(state.growing->size()) / row_floats;
+  state.growing->resize(size_t(before + n) * row_floats);
+  for (int t = 0; t < n; ++t) {
+    WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * s.value_dim,
+               state.growing->data() + (before + t) * row_floats);
+  }
+  const double scale = std::get<SoftmaxParams>(a.params).scale;
+  const float* cache = state.growing->data();
+  cpu::ParallelFor(n, [&](int t) {
+    AttendKvRows(s, scale, q + int64_t(t) * s.heads * s.head_dim, KvRows<float>{cache, before + t + 1},
+                 y + int64_t(t) * s.heads * s.value_dim);
+  });
+}
+
+void Model::RollBack(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const {
+  VerifyLog* found = FindLog(ws, slot);
+  STEADY_CHECK(found != nullptr);
+  VerifyLog& log = *found;
+  STEADY_CHECK(keep >= 0 && keep <= log.rows);
   STEADY_CHECK(pool.position(slot) == log.position + log.rows);
   if (keep < log.rows) {
-    std::copy(log.fixed.begin(), log.fixed.end(), pool.SlotData(slot));
     ws.replay_y.resize(size_t(keep) * config_.num_heads * config_.head_dim);
     for (int l = 0; l < config_.num_layers; ++l) {
       const LayerAttention& a = layers_[l].attention;
-      std::vector<float>& g = pool.Growing(slot, l);
+      StateView<float> state = pool.View(slot, l);
+      std::vector<float>& g = *state.growing;
       if (AppendOnly(a)) {
         const size_t row_floats = (g.size() - log.growing_size[l]) / size_t(log.rows);
         g.resize(log.growing_size[l] + size_t(keep) * row_floats);
         continue;
       }
+      std::copy(log.fixed[l].begin(), log.fixed[l].end(), state.fixed);
       g.assign(log.growing[l].begin(), log.growing[l].end());
-      AttentionRecurrent<float>(a, keep, log.q[l].data(), log.k[l].data(), log.v[l].data(), pool.View(slot, l),
-                                ws.replay_y.data());
+      if (keep > 0) {
+        AttentionRecurrent<float>(a, keep, log.q[l].data(), log.k[l].data(), log.v[l].data(), state,
+                                  ws.replay_y.data());
+      }
     }
     pool.set_position(slot, log.position + keep);
   }
   log.slot = -1;
+}
+
+void Model::KeepVerified(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const {
+  STEADY_CHECK(keep >= 1);
+  RollBack(pool, ws, slot, keep);
 }
 
 }  // namespace steady

@@ -30,12 +30,25 @@ absl::Status CheckSameTokenizer(const Tokenizer& target, const Tokenizer& draft)
 }
 
 DraftModel::DraftModel(const Model& model, int lanes, int target_vocab, BackendOptions options)
-    : model_(model), vocab_(std::min(model.vocab_size(), target_vocab)), fed_(size_t(lanes), 0) {
-  options.slots = 2 * lanes;
+    : model_(model),
+      vocab_(std::min(model.vocab_size(), target_vocab)),
+      fed_(size_t(lanes), 0),
+      stepped_(size_t(lanes)),
+      marked_(size_t(lanes), false) {
+  options.slots = lanes;
   backend_ = MakeCpuBackend(model, options);
 }
 
+void DraftModel::Settle(int lane, int keep) {
+  if (!marked_[size_t(lane)]) return;
+  backend_->RollBack(lane, keep);
+  fed_[size_t(lane)] += keep;
+  stepped_[size_t(lane)].clear();
+  marked_[size_t(lane)] = false;
+}
+
 void DraftModel::Reset(int lane) {
+  Settle(lane, 0);
   backend_->Reset(lane);
   fed_[size_t(lane)] = 0;
 }
@@ -51,8 +64,15 @@ std::vector<std::vector<int32_t>> DraftModel::Draft(const std::vector<Call>& cal
   std::vector<Segment> segments;
   for (const Call& c : calls) {
     STEADY_CHECK(c.k >= 1 && c.lane >= 0 && c.lane < lanes());
+    // The stepped proposals the context took (those the target accepted) stay in the state.
+    const std::vector<int32_t>& stepped = stepped_[size_t(c.lane)];
+    const int64_t before = fed_[size_t(c.lane)];
+    STEADY_CHECK(before <= int64_t(c.context.size()));
+    const size_t room = c.context.size() - size_t(before);
+    const size_t took = size_t(std::mismatch(stepped.begin(), stepped.begin() + std::min(stepped.size(), room),
+                                             c.context.begin() + before).first - stepped.begin());
+    Settle(c.lane, int(took));
     int64_t& fed = fed_[size_t(c.lane)];
-    STEADY_CHECK(fed <= int64_t(c.context.size()));
     if (fed == int64_t(c.context.size())) Reset(c.lane);  // nothing new: its last logits are not kept
     // A long catch-up (a new prompt) in chunks of its own; the last chunk goes in the batched step.
     std::vector<float> ignored;
@@ -67,16 +87,21 @@ std::vector<std::vector<int32_t>> DraftModel::Draft(const std::vector<Call>& cal
   backend_->Forward(segments, &logits);
   for (size_t i = 0; i < calls.size(); ++i) {
     drafts[i].push_back(Argmax(logits.data() + i * vocab));
-    if (calls[i].k > 1) backend_->CopySlot(calls[i].lane, lanes() + calls[i].lane);
+    if (calls[i].k > 1) {
+      backend_->MarkRollback(calls[i].lane);
+      marked_[size_t(calls[i].lane)] = true;
+    }
   }
-  // Further positions in the scratch slots: each call's last proposal in, its next out.
+  // Further positions in the lanes themselves, after the mark: each call's last proposal in, its
+  // next out.
   for (int j = 1;; ++j) {
     std::vector<size_t> open;
     segments.clear();
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].k <= j) continue;
       open.push_back(i);
-      segments.push_back({lanes() + calls[i].lane, {drafts[i].back()}, false});
+      segments.push_back({calls[i].lane, {drafts[i].back()}, false});
+      stepped_[size_t(calls[i].lane)].push_back(drafts[i].back());
     }
     if (open.empty()) break;
     backend_->Forward(segments, &logits);

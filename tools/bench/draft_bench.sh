@@ -3,7 +3,9 @@
 # batch-1 decode tokens/s of TARGET plainly and with each DRAFT at K = 2 and 4 (median of REPS runs,
 # greedy, --ignore-eos, one thread), the acceptance rate, each draft's own plain decode tokens/s
 # (its cost against the target's), and whether the text equals plain decoding's (md5 of stdout).
-# Usage: draft_bench.sh BIN_DIR TARGET_DIR DRAFT_DIR... (env: PROMPT, TOKENS (200), REPS (3))
+# A DRAFT named `ngram` is prompt lookup (--speculative ngram: no draft model).
+# Usage: draft_bench.sh BIN_DIR TARGET_DIR DRAFT_DIR|ngram... (env: PROMPT, TOKENS (200), REPS (3),
+# KS ("2 4"): the draft lengths, FLAGS: more flags for every run of the target, e.g. --cpu-weights bf16)
 set -euo pipefail
 bin=$1
 target=$2
@@ -34,14 +36,22 @@ runs() {
   median "${lines[@]}"
 }
 
-read -r plain _ _ plain_md5 < <(runs "$target")
+# shellcheck disable=SC2086
+read -r plain _ _ plain_md5 < <(runs "$target" ${FLAGS:-})
 echo "| draft | K | draft alone, tokens/s | tokens/s | vs plain | drafted / accepted | identical text |"
 echo "|---|---|---|---|---|---|---|"
 echo "| (plain decoding of ${target##*/}) | | | $plain | 1.00x | | |"
 for draft in "$@"; do
-  read -r alone _ _ _ < <(runs "$draft")
-  for k in 2 4; do
-    read -r speed drafted accepted md5 < <(runs "$target" --speculative draft --draft-model "$draft" --draft-tokens "$k")
+  if [ "$draft" = ngram ]; then
+    alone=
+    how=(--speculative ngram)
+  else
+    read -r alone _ _ _ < <(runs "$draft")
+    how=(--speculative draft --draft-model "$draft")
+  fi
+  for k in ${KS:-2 4}; do
+    # shellcheck disable=SC2086  # FLAGS: flags, split on purpose
+    read -r speed drafted accepted md5 < <(runs "$target" "${how[@]}" --draft-tokens "$k" ${FLAGS:-})
     rate=$(awk -v a="$accepted" -v d="$drafted" 'BEGIN { printf "%.0f", (d > 0 ? 100 * a / d : 0) }')
     ratio=$(awk -v s="$speed" -v p="$plain" 'BEGIN { printf "%.2f", s / p }')
     same=no

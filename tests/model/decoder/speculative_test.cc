@@ -63,6 +63,23 @@ SlotCopy Copy(const Model& m, const StatePool& pool, int slot) {
   return c;
 }
 
+// After slot 1 of `pool` kept `keep` of `run` after `prompt`: its state is bit for bit that of plain
+// decoding (the prompt in one segment, then the kept tokens one a step), and both continue alike.
+void ExpectPlainState(const Model& m, ForwardWorkspace& ws, StatePool& pool, const std::vector<int32_t>& prompt,
+                      const std::vector<int32_t>& run, int keep, const std::vector<int32_t>& more) {
+  std::vector<float> logits;
+  StatePool reference(m, 1);
+  m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
+  for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
+  EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
+  for (int32_t t : more) {
+    std::vector<float> a, b;
+    m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
+    m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
+    ASSERT_EQ(a, b) << "keep " << keep;
+  }
+}
+
 TEST_P(SpeculativeTest, VerifyThenKeepEqualsPlainDecodingBitForBit) {
   const Model m = MakeModel();
   const std::vector<int32_t> prompt = RandomTokens(37, 1), run = RandomTokens(6, 2);
@@ -87,20 +104,53 @@ TEST_P(SpeculativeTest, VerifyThenKeepEqualsPlainDecodingBitForBit) {
     EXPECT_EQ(verified, plain) << "verify rows' logits differ from plain decoding's";
 
     m.KeepVerified(pool, ws, 1, keep);
-    // Slot 0 again: the prompt and the kept tokens, plainly.
-    StatePool reference(m, 1);
-    m.Forward({Segment{0, prompt, false}}, reference, ws, &logits);
-    for (int i = 0; i < keep; ++i) m.Forward({Segment{0, {run[i]}, false}}, reference, ws, &logits);
-    EXPECT_TRUE(Copy(m, pool, 1) == Copy(m, reference, 0)) << "state after keeping " << keep << " of " << run.size();
-    // And both continue alike.
-    const std::vector<int32_t> more = RandomTokens(5, 3);
-    for (int32_t t : more) {
-      std::vector<float> a, b;
-      m.Forward({Segment{1, {t}, false}}, pool, ws, &a);
-      m.Forward({Segment{0, {t}, false}}, reference, ws, &b);
-      ASSERT_EQ(a, b) << "keep " << keep;
-    }
+    ExpectPlainState(m, ws, pool, prompt, run, keep, RandomTokens(5, 3));
   }
+}
+
+// The draft model's rollback (Model::MarkRollback, Model::RollBack): after a mark, several one-token
+// steps beside another slot's rows, keeping 0..n of them leaves plain decoding's state bit for bit.
+TEST_P(SpeculativeTest, MarkThenRollBackEqualsPlainDecodingBitForBit) {
+  const Model m = MakeModel();
+  const std::vector<int32_t> prompt = RandomTokens(29, 5), run = RandomTokens(5, 6);
+  ForwardWorkspace ws;
+  std::vector<float> logits;
+  for (int keep = 0; keep <= int(run.size()); ++keep) {
+    StatePool pool(m, 2);
+    for (int slot : {0, 1}) m.Forward({Segment{slot, prompt, false}}, pool, ws, &logits);
+    m.MarkRollback(pool, ws, 1);
+    for (int32_t t : run) m.Forward({Segment{0, {t}, false}, Segment{1, {t}, false}}, pool, ws, &logits);
+    m.RollBack(pool, ws, 1, keep);
+    // A mark with nothing logged rolls back to itself (the slot is marked again).
+    m.MarkRollback(pool, ws, 1);
+    m.RollBack(pool, ws, 1, 0);
+    ExpectPlainState(m, ws, pool, prompt, run, keep, RandomTokens(3, 7));
+  }
+}
+
+// Softmax verify rows attend side by side over their prefixes of the cache (Model::VerifyAttention):
+// past a 512-row chunk of the cache too, the rows' logits are plain decoding's bit for bit.
+TEST(SpeculativeSoftmaxTest, VerifyRowsOverALongCacheEqualPlainDecoding) {
+  const Model m = testing::TinyModel("softmax", nlohmann::json::object(), testing::TestSeed(), {{"vocab_size", 61}});
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_int_distribution<int32_t> d(3, 60);
+  std::vector<int32_t> prompt(1021), run(7);
+  for (int32_t& t : prompt) t = d(rng);
+  for (int32_t& t : run) t = d(rng);
+  ForwardWorkspace ws;
+  StatePool pool(m, 2);
+  std::vector<float> logits, plain;
+  for (int slot : {0, 1}) m.Forward({Segment{slot, prompt, false}}, pool, ws, &logits);
+  for (int32_t t : run) {
+    m.Forward({Segment{0, {t}, false}}, pool, ws, &logits);
+    plain.insert(plain.end(), logits.begin(), logits.end());
+  }
+  Segment verify{1, run, false};
+  verify.verify = true;
+  m.Forward({verify}, pool, ws, &logits);
+  EXPECT_EQ(logits, plain);
+  m.KeepVerified(pool, ws, 1, 3);
+  EXPECT_EQ(pool.position(1), int64_t(prompt.size()) + 3);
 }
 
 // Generation with n-gram drafts against plain generation: the same tokens and the same final state,

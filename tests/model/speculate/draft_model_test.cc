@@ -60,12 +60,56 @@ TEST(DraftModelTest, LanesProposeTheDraftsGreedyTokensAsTheirContextsGrow) {
   EXPECT_EQ(second[0], Greedy(draft_model, a, 5));
   EXPECT_EQ(second[1], Greedy(draft_model, b, 3));
   EXPECT_EQ(draft.fed(0), int64_t(a.size()));
+  // Every proposal accepted (the lane keeps the 4 it stepped through and is fed the 5th and the
+  // target's token), then none: the context grows by more tokens than the lane stepped through,
+  // the first unlike its proposal, and all 3 stepped proposals are rolled back.
+  a.insert(a.end(), second[0].begin(), second[0].end());
+  a.push_back(5);
+  auto third = draft.Draft({{0, a, 4}});
+  EXPECT_EQ(third[0], Greedy(draft_model, a, 4));
+  a.push_back(third[0][0] == 3 ? 4 : 3);
+  a.insert(a.end(), {third[0][1], third[0][2], 6});
+  EXPECT_EQ(draft.Draft({{0, a, 2}})[0], Greedy(draft_model, a, 2));
+  EXPECT_EQ(draft.fed(0), int64_t(a.size()));
   // Reset: the lane starts over from the whole context; lane 1 was never used.
   draft.Reset(0);
-  EXPECT_EQ(draft.Draft({{0, a, 5}})[0], second[0]);
+  EXPECT_EQ(draft.Draft({{0, a, 2}})[0], Greedy(draft_model, a, 2));
   EXPECT_EQ(draft.Draft({{1, b, 3}})[0], second[1]);
   // A context that did not grow (nothing new): the lane starts over rather than guess.
   EXPECT_EQ(draft.Draft({{1, b, 3}})[0], second[1]);
+}
+
+// A softmax draft's lane, after drafts accepted in part, in full and not at all, holds exactly its
+// context and the proposals it stepped through: the state a fresh slot fed the context in one
+// segment and the stepped proposals one by one has (softmax's prefill is its decode Step, token by
+// token, so the two agree bit for bit).
+TEST(DraftModelTest, ALaneHoldsItsContextAndItsSteppedProposalsOnly) {
+  const Model draft_model = Tiny("softmax", nlohmann::json::object(), 6);
+  DraftModel draft(draft_model, 1, kVocab);
+  std::vector<int32_t> context = RandomTokens(14, 3);
+  auto expect_lane = [&](const std::vector<int32_t>& proposals, const std::string& where) {
+    auto reference = MakeCpuBackend(draft_model, {});
+    std::vector<float> logits;
+    reference->Forward({{0, context, false}}, &logits);
+    for (size_t i = 0; i + 1 < proposals.size(); ++i) reference->Forward({{0, {proposals[i]}, false}}, &logits);
+    const SlotState a = draft.ReadLane(0), b = reference->ReadSlot(0);
+    EXPECT_EQ(a.position, b.position) << where;
+    EXPECT_TRUE(a.growing == b.growing) << where;
+  };
+  auto d = draft.Draft({{0, context, 4}})[0];
+  expect_lane(d, "first");
+  context.insert(context.end(), d.begin(), d.begin() + 2);  // two of four accepted
+  context.push_back(d[2] == 3 ? 4 : 3);
+  d = draft.Draft({{0, context, 5}})[0];
+  expect_lane(d, "two accepted");
+  context.insert(context.end(), d.begin(), d.end());  // all accepted, then the target's token
+  context.push_back(7);
+  d = draft.Draft({{0, context, 3}})[0];
+  expect_lane(d, "all accepted");
+  context.push_back(d[0] == 3 ? 4 : 3);  // none accepted, the context grows past the stepped ones
+  context.insert(context.end(), {d[1], d[2], 9});
+  d = draft.Draft({{0, context, 2}})[0];
+  expect_lane(d, "none accepted");
 }
 
 struct PairCase {
