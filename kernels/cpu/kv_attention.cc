@@ -38,52 +38,71 @@ HWY_INLINE void Accumulate(float w, const float* HWY_RESTRICT v, float* HWY_REST
   for (; i < n; ++i) acc[i] += w * v[i];
 }
 
-// Rows [j0, j1) of the cache, in three passes, each over the rows in order so that the cache streams
-// from memory: the logits of every query head for row j (in w, [rows, heads], j-major), then
-// exp(logit - the head's max over these rows) and their sums, then the weighted values. Leaves the
-// chunk's unnormalized acc [heads, dv], its max top [heads] and sums den [heads]. Row j is
-// first[j] for j < first_len, else second[j - first_len] (a ring buffer's two spans).
-void AttendChunkLanes(int kv_heads, int group, int dk, int dv, float scale, const float* HWY_RESTRICT q,
-                      const float* first, int64_t first_len, const float* second, int64_t j0, int64_t j1,
-                      float* HWY_RESTRICT acc, float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
+// Rows [j0, ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
+// query with ends[t] <= j0 is skipped), in three passes, each over the rows in order so that the cache
+// streams from memory and each row is read once for the whole block: the logits of every query head
+// for row j (in w, [nq, rows, heads], j-major per query), then exp(logit - the head's max over these
+// rows) and their sums, then the weighted values. Leaves each query's unnormalized acc [heads, dv],
+// its max top [heads] and sums den [heads] at acc + t * heads * dv, top + t * heads, den + t * heads.
+// Row j is first[j] for j < first_len, else second[j - first_len] (a ring buffer's two spans). A
+// query's values are the same operations in the same order whatever the other queries of its block.
+void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, int nq, const float* HWY_RESTRICT q,
+                        const int64_t* ends, const float* first, int64_t first_len, const float* second, int64_t j0,
+                        float* HWY_RESTRICT acc, float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
   const hn::ScalableTag<float> d;
   const int lanes = int(hn::Lanes(d));
   const int heads = kv_heads * group;
   const int64_t row = int64_t(kv_heads) * (dk + dv);
   const auto row_at = [&](int64_t j) { return j < first_len ? first + j * row : second + (j - first_len) * row; };
+  std::fill(top, top + int64_t(nq) * heads, -INFINITY);
+  std::fill(den, den + int64_t(nq) * heads, 0.0f);
+  std::fill(acc, acc + int64_t(nq) * heads * dv, 0.0f);
+  const int64_t j1 = *std::max_element(ends, ends + nq);
+  if (j1 <= j0) return;
   thread_local std::vector<float> w;
-  w.resize(size_t(j1 - j0) * heads);
-  std::fill(top, top + heads, -INFINITY);
-  std::fill(den, den + heads, 0.0f);
-  std::fill(acc, acc + int64_t(heads) * dv, 0.0f);
+  w.resize(size_t(nq) * (j1 - j0) * heads);
+  const auto w_at = [&](int t, int64_t j) { return w.data() + (int64_t(t) * (j1 - j0) + (j - j0)) * heads; };
   for (int64_t j = j0; j < j1; ++j) {
-    float* wj = w.data() + (j - j0) * heads;
     for (int g = 0; g < kv_heads; ++g) {
       const float* kj = row_at(j) + int64_t(g) * (dk + dv);
-      for (int i = 0; i < group; ++i) {
-        const int h = g * group + i;
-        wj[h] = scale * Dot(q + int64_t(h) * dk, kj, dk);
-        top[h] = std::max(top[h], wj[h]);
+      for (int t = 0; t < nq; ++t) {
+        if (j >= ends[t]) continue;
+        float* wj = w_at(t, j);
+        const float* qt = q + int64_t(t) * heads * dk;
+        float* top_t = top + int64_t(t) * heads;
+        for (int i = 0; i < group; ++i) {
+          const int h = g * group + i;
+          wj[h] = scale * Dot(qt + int64_t(h) * dk, kj, dk);
+          top_t[h] = std::max(top_t[h], wj[h]);
+        }
       }
     }
   }
-  for (int64_t j = j0; j < j1; ++j) {
-    float* wj = w.data() + (j - j0) * heads;
-    int h = 0;
-    for (; h + lanes <= heads; h += lanes) {
-      const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, wj + h), hn::LoadU(d, top + h)));
-      hn::StoreU(e, d, wj + h);
-      hn::StoreU(hn::Add(hn::LoadU(d, den + h), e), d, den + h);
+  for (int t = 0; t < nq; ++t) {
+    const float* top_t = top + int64_t(t) * heads;
+    float* den_t = den + int64_t(t) * heads;
+    for (int64_t j = j0; j < ends[t]; ++j) {
+      float* wj = w_at(t, j);
+      int h = 0;
+      for (; h + lanes <= heads; h += lanes) {
+        const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, wj + h), hn::LoadU(d, top_t + h)));
+        hn::StoreU(e, d, wj + h);
+        hn::StoreU(hn::Add(hn::LoadU(d, den_t + h), e), d, den_t + h);
+      }
+      for (; h < heads; ++h) den_t[h] += wj[h] = std::exp(wj[h] - top_t[h]);
     }
-    for (; h < heads; ++h) den[h] += wj[h] = std::exp(wj[h] - top[h]);
   }
   for (int64_t j = j0; j < j1; ++j) {
-    const float* wj = w.data() + (j - j0) * heads;
     for (int g = 0; g < kv_heads; ++g) {
       const float* vj = row_at(j) + int64_t(g) * (dk + dv) + dk;
-      for (int i = 0; i < group; ++i) {
-        const int h = g * group + i;
-        Accumulate(wj[h], vj, acc + int64_t(h) * dv, dv);
+      for (int t = 0; t < nq; ++t) {
+        if (j >= ends[t]) continue;
+        const float* wj = w_at(t, j);
+        float* acc_t = acc + int64_t(t) * heads * dv;
+        for (int i = 0; i < group; ++i) {
+          const int h = g * group + i;
+          Accumulate(wj[h], vj, acc_t + int64_t(h) * dv, dv);
+        }
       }
     }
   }
@@ -99,7 +118,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace steady::cpu {
 
-HWY_EXPORT(AttendChunkLanes);
+HWY_EXPORT(AttendChunkQueries);
 
 // Chunks of a fixed number of rows, however many threads: each chunk's partial sums are formed the
 // same way and combined in chunk order, so y does not depend on the thread count.
@@ -112,38 +131,60 @@ void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const f
 
 void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* first,
                   int64_t first_len, const float* second, int64_t second_len, float* y) {
+  AttendKvRowsCausal(kv_heads, group, dk, dv, scale, 1, q, first, first_len, second, second_len, y);
+}
+
+void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
+                        const float* first, int64_t first_len, const float* second, int64_t second_len, float* y) {
   const int64_t len = first_len + second_len;
   const int heads = kv_heads * group;
+  const auto end_of = [&](int t) { return len - n + 1 + t; };  // query t's rows: [0, end_of(t))
   const int chunks = int(std::max<int64_t>(1, (len + kChunkRows - 1) / kChunkRows));
-  thread_local std::vector<float> acc, top, den;  // per chunk: [heads, dv], [heads], [heads]
-  acc.resize(size_t(chunks) * heads * dv);
-  top.resize(size_t(chunks) * heads);
-  den.resize(size_t(chunks) * heads);
+  // Tasks: a chunk of rows times a block of queries, enough of them to keep the compute threads busy
+  // when the rows are few. How the queries are split does not change any query's values.
+  const int blocks = std::min(n, std::max(1, (ComputeThreads() + chunks - 1) / chunks));
+  const int per_block = (n + blocks - 1) / blocks;
+  thread_local std::vector<float> acc, top, den;  // per chunk and query: [heads, dv], [heads], [heads]
+  thread_local std::vector<int64_t> ends;         // per chunk and query: the end of its rows in the chunk
+  const size_t parts = size_t(chunks) * n;
+  acc.resize(parts * heads * dv);
+  top.resize(parts * heads);
+  den.resize(parts * heads);
+  ends.resize(parts);
+  for (int c = 0; c < chunks; ++c) {
+    for (int t = 0; t < n; ++t) ends[size_t(c) * n + t] = std::min(end_of(t), (c + 1) * kChunkRows);
+  }
   float* acc_p = acc.data();  // a task names this thread's buffers, not its own thread's
   float* top_p = top.data();
   float* den_p = den.data();
-  // A lone session's long context spreads over the compute threads; beside other sessions (inside a
-  // task of the step's attention) the chunks run on this thread.
-  ParallelFor(chunks, [&](int c) {
-    const int64_t j0 = c * kChunkRows;
-    HWY_DYNAMIC_DISPATCH(AttendChunkLanes)(kv_heads, group, dk, dv, scale, q, first, first_len, second, j0,
-                                           std::min(len, j0 + kChunkRows),
-                                           acc_p + int64_t(c) * heads * dv, top_p + int64_t(c) * heads,
-                                           den_p + int64_t(c) * heads);
+  const int64_t* ends_p = ends.data();
+  // A lone session's verify rows or long context spread over the compute threads; beside other
+  // sessions (inside a task of the step's attention) the tasks run on this thread.
+  ParallelFor(chunks * blocks, [&](int task) {
+    const int c = task / blocks, t0 = (task % blocks) * per_block, nq = std::min(n, t0 + per_block) - t0;
+    if (nq <= 0) return;
+    const size_t part = size_t(c) * n + t0;
+    HWY_DYNAMIC_DISPATCH(AttendChunkQueries)(kv_heads, group, dk, dv, scale, nq, q + int64_t(t0) * heads * dk,
+                                             ends_p + part, first, first_len, second, c * kChunkRows,
+                                             acc_p + part * heads * dv, top_p + part * heads, den_p + part * heads);
   });
-  for (int h = 0; h < heads; ++h) {
-    float m = -INFINITY;
-    for (int c = 0; c < chunks; ++c) m = std::max(m, top_p[int64_t(c) * heads + h]);
-    float* yh = y + int64_t(h) * dv;
-    std::fill(yh, yh + dv, 0.0f);
-    float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      const float f = std::exp(top_p[int64_t(c) * heads + h] - m);  // 1 for the chunk holding the max
-      sum += f * den_p[int64_t(c) * heads + h];
-      const float* a = acc_p + (int64_t(c) * heads + h) * dv;
-      for (int e = 0; e < dv; ++e) yh[e] += f * a[e];
+  for (int t = 0; t < n; ++t) {
+    const int t_chunks = int(std::max<int64_t>(1, (end_of(t) + kChunkRows - 1) / kChunkRows));
+    for (int h = 0; h < heads; ++h) {
+      const auto part = [&](int c) { return size_t(c) * n + t; };
+      float m = -INFINITY;
+      for (int c = 0; c < t_chunks; ++c) m = std::max(m, top_p[part(c) * heads + h]);
+      float* yh = y + (int64_t(t) * heads + h) * dv;
+      std::fill(yh, yh + dv, 0.0f);
+      float sum = 0.0f;
+      for (int c = 0; c < t_chunks; ++c) {
+        const float f = std::exp(top_p[part(c) * heads + h] - m);  // 1 for the chunk holding the max
+        sum += f * den_p[part(c) * heads + h];
+        const float* a = acc_p + (part(c) * heads + h) * dv;
+        for (int e = 0; e < dv; ++e) yh[e] += f * a[e];
+      }
+      for (int e = 0; e < dv; ++e) yh[e] /= sum;
     }
-    for (int e = 0; e < dv; ++e) yh[e] /= sum;
   }
 }
 

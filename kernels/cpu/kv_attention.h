@@ -23,6 +23,14 @@ void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const f
 void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* first,
                   int64_t first_len, const float* second, int64_t second_len, float* y);
 
+// n query rows q [n, kv_heads * group, dk] over the same rows, causally: query t over the first
+// len - n + 1 + t rows (len = first_len + second_len: the n queries' own rows are the last n), y
+// [n, heads, dv]. Speculative verification's rows and softmax's prefill chunk: each cached row is
+// read once for all the queries that see it, and query t's y is the same bits as AttendKvRows over
+// its rows alone, whatever n and the thread count.
+void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
+                        const float* first, int64_t first_len, const float* second, int64_t second_len, float* y);
+
 }  // namespace steady::cpu
 
 #endif  // STEADY_KERNELS_CPU_KV_ATTENTION_H_

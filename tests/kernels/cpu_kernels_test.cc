@@ -448,6 +448,41 @@ TEST(CpuKvAttentionTest, TwoSpansEqualOneSpan) {
   }
 }
 
+// n query rows side by side (speculative verification, softmax's prefill chunk): query t over its
+// own prefix gives AttendKvRows' bits over that prefix alone, wherever the prefixes end against the
+// 512-row chunks, for one span or two, for any number of rows and threads.
+TEST(CpuKvAttentionTest, CausalRowsEqualEachRowOverItsPrefix) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const int kv_heads = 2, group = 3, dk = 19, dv = 11, heads = kv_heads * group;
+  const int64_t row = int64_t(kv_heads) * (dk + dv);
+  for (int64_t len : {1, 4, 9, 510, 515, 1024, 1030}) {
+    const std::vector<float> rows = testing::RandomNormal<float>(size_t(len * row), rng);
+    for (int n : {1, 2, 4, 9}) {
+      if (n > len) continue;
+      const std::vector<float> q = testing::RandomNormal<float>(size_t(n) * heads * dk, rng, 2.0);
+      std::vector<float> want(size_t(n) * heads * dv);
+      cpu::SetComputeThreads(1);
+      for (int t = 0; t < n; ++t) {
+        cpu::AttendKvCache(kv_heads, group, dk, dv, 0.4f, q.data() + size_t(t) * heads * dk, rows.data(),
+                           len - n + 1 + t, want.data() + size_t(t) * heads * dv);
+      }
+      for (int threads : {1, 2, 3}) {
+        for (int64_t split : {len, len / 3}) {  // the rows as one span, or a ring's two
+          std::vector<float> ring(rows.begin() + split * row, rows.end());
+          ring.insert(ring.end(), rows.begin(), rows.begin() + split * row);
+          std::vector<float> got(want.size(), NAN);
+          cpu::SetComputeThreads(threads);
+          cpu::AttendKvRowsCausal(kv_heads, group, dk, dv, 0.4f, n, q.data(), ring.data() + (len - split) * row, split,
+                                  ring.data(), len - split, got.data());
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << "len " << len << " n " << n << " threads " << threads << " split " << split;
+        }
+      }
+    }
+  }
+}
+
 // A step mixing prefill and decode segments of several slots, whose attention runs on the compute
 // threads segment by segment: logits and every slot's state are the same bits with one thread or two.
 TEST(CpuForwardTest, AStepIsBitIdenticalWithOneThreadOrMany) {
