@@ -172,12 +172,10 @@ class Model {
   void ApplyRope(int rows, ForwardWorkspace& ws) const;
   // verify.cc: the log (its index in ws.verify) a segment's rows go to: a verify segment's new mark,
   // its slot's open mark, or -1. RecordVerifyRows logs one layer's n rows (and, at the layer's first,
-  // its state); VerifyAttention is a verify segment's attention, each row through Step's arithmetic.
+  // its state).
   int LogOf(ForwardWorkspace& ws, const Segment& s, StatePool& pool) const;
   void RecordVerifyRows(VerifyLog& log, int layer, int n, const float* q, const float* k, const float* v,
                         StateView<float> state) const;
-  void VerifyAttention(const LayerAttention& a, int n, const float* q, const float* k, const float* v,
-                       StateView<float> state, float* y) const;
   // Geometry and mechanisms without weights.
   static absl::StatusOr<Model> FromConfig(ModelConfig config);
 

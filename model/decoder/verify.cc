@@ -3,19 +3,18 @@
 // slot is logged; each layer's state is copied when the layer first sees a logged row, just before
 // its attention reads it (a KV cache only remembers its length: the rows Step appends are final);
 // keeping a prefix of the logged rows restores the copies and replays the kept rows' attention
-// through Step from the q, k, v the step saved. Step is the arithmetic plain decoding runs, on the
-// same inputs in the same order, so the kept state is bit for bit what plain decoding leaves, Kahan
-// compensations and bucketed or windowed states included, for every mechanism without one line of
-// mechanism-specific code. It costs a state copy per mark and, when rows are dropped, the kept rows'
+// through Steps from the q, k, v the step saved. A verify segment's attention is Steps too: the
+// arithmetic of plain decoding's Step, token by token, on the same inputs in the same order (the
+// state or the cache read once for the n rows where the mechanism can, model/mechanisms/attention.h),
+// so the kept state is bit for bit what plain decoding leaves, Kahan compensations and bucketed or
+// windowed states included, with no mechanism-specific code here. It costs a state copy per mark and, when rows are dropped, the kept rows'
 // attention once more (never the projections or the MLP).
 #include <algorithm>
 #include <variant>
 
 #include "base/check.h"
-#include "kernels/cpu/parallel.h"
 #include "model/decoder/model.h"
 #include "model/decoder/state_pool.h"
-#include "model/mechanisms/kv_rows.h"
 
 namespace steady {
 namespace {
@@ -76,28 +75,6 @@ void Model::RecordVerifyRows(VerifyLog& log, int layer, int n, const float* q, c
   log.v[layer].insert(log.v[layer].end(), v, v + kv_floats);
 }
 
-void Model::VerifyAttention(const LayerAttention& a, int n, const float* q, const float* k, const float* v,
-                            StateView<float> state, float* y) const {
-  if (!AppendOnly(a)) return AttentionRecurrent<float>(a, n, q, k, v, state, y);
-  // Softmax's Step for each row is: append its k, v to the cache, then attend over the cache. A row
-  // never changes an earlier one, so all n rows are appended first and each row then attends over
-  // its own prefix of the cache, the rows side by side on the compute threads: the same call on the
-  // same rows as n Steps in turn (model/mechanisms/softmax.cc), bit for bit.
-  const AttnShape& s = a.shape;
-  const int64_t row_floats = KvRowFloats(s), before = int64_t(state.growing->size()) / row_floats;
-  state.growing->resize(size_t(before + n) * row_floats);
-  for (int t = 0; t < n; ++t) {
-    WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * s.value_dim,
-               state.growing->data() + (before + t) * row_floats);
-  }
-  const double scale = std::get<SoftmaxParams>(a.params).scale;
-  const float* cache = state.growing->data();
-  cpu::ParallelFor(n, [&](int t) {
-    AttendKvRows(s, scale, q + int64_t(t) * s.heads * s.head_dim, KvRows<float>{cache, before + t + 1},
-                 y + int64_t(t) * s.heads * s.value_dim);
-  });
-}
-
 void Model::RollBack(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) const {
   VerifyLog* found = FindLog(ws, slot);
   STEADY_CHECK(found != nullptr);
@@ -118,7 +95,7 @@ void Model::RollBack(StatePool& pool, ForwardWorkspace& ws, int slot, int keep) 
       std::copy(log.fixed[l].begin(), log.fixed[l].end(), state.fixed);
       g.assign(log.growing[l].begin(), log.growing[l].end());
       if (keep > 0) {
-        AttentionRecurrent<float>(a, keep, log.q[l].data(), log.k[l].data(), log.v[l].data(), state,
+        AttentionSteps<float>(a, keep, log.q[l].data(), log.k[l].data(), log.v[l].data(), state,
                                   ws.replay_y.data());
       }
     }

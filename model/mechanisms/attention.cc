@@ -120,6 +120,11 @@ void AttentionRecurrent(const LayerAttention& a, int n, const T* q, const T* k, 
 }
 
 template <typename T>
+void AttentionSteps(const LayerAttention& a, int n, const T* q, const T* k, const T* v, StateView<T> st, T* y) {
+  std::visit([&](const auto& p) { Steps<T>(a, p, n, q, k, v, st, y); }, a.params);
+}
+
+template <typename T>
 void AttentionChunked(const LayerAttention& a, int n, const T* q, const T* k, const T* v,
                       StateView<T> st, T* y) {
   std::visit([&](const auto& p) { Chunked<T>(a, p, n, q, k, v, st, y); }, a.params);
@@ -146,6 +151,8 @@ void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k, c
                                     StateView<T>, T*);                                           \
   template void AttentionRecurrent<T>(const LayerAttention&, int, const T*, const T*, const T*,  \
                                       StateView<T>, T*);                                         \
+  template void AttentionSteps<T>(const LayerAttention&, int, const T*, const T*, const T*,      \
+                                  StateView<T>, T*);                                             \
   template void AttentionChunked<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
                                     StateView<T>, T*);                                           \
   template void AttentionParallel<T>(const LayerAttention&, int, const T*, const T*, const T*, T*);

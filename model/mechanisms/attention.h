@@ -13,6 +13,11 @@
 //   template <typename T> void InitState(const LayerAttention& a, const P& p, StateView<T> st);
 //   template <typename T> void Step(const LayerAttention& a, const P& p, const T* q, const T* k,
 //                                   const T* v, StateView<T> st, T* y);          // one token
+//   template <typename T> void Steps(const LayerAttention& a, const P& p, int n, const T* q,
+//                                    const T* k, const T* v, StateView<T> st, T* y);
+//       n tokens, bit for bit what n Steps in turn give and leave (speculative verification and its
+//       rollback, model/decoder/verify.cc), each state row or cached row read once for the n where
+//       the mechanism can (StepEach in common.h where it cannot).
 //   template <typename T> void Chunked(const LayerAttention& a, const P& p, int n, const T* q,
 //                                      const T* k, const T* v, StateView<T> st, T* y);
 //       n tokens in chunks of a.chunk_size: intra-chunk masked quadratic + carried state.
@@ -20,7 +25,7 @@
 //                                       const T* k, const T* v, T* y);
 //       the causal quadratic reference from an empty state.
 //
-// Step, Chunked and Parallel compute the same function (tests/model/mechanisms/mechanisms_test.cc checks it).
+// Step, Steps, Chunked and Parallel compute the same function (tests/model/mechanisms/mechanisms_test.cc checks it).
 // Templates are instantiated for float (serving) and double (references, drift study).
 #ifndef STEADY_MODEL_MECHANISMS_ATTENTION_H_
 #define STEADY_MODEL_MECHANISMS_ATTENTION_H_
@@ -78,6 +83,9 @@ template <typename T> void AttentionForward(const LayerAttention& a, int n, cons
 // Token by token through Step (the decode path), for tests and `steady attn --form recurrent`.
 template <typename T> void AttentionRecurrent(const LayerAttention& a, int n, const T* q, const T* k,
                                               const T* v, StateView<T> st, T* y);
+// n tokens through the mechanism's Steps: bit for bit AttentionRecurrent, the state read once.
+template <typename T> void AttentionSteps(const LayerAttention& a, int n, const T* q, const T* k,
+                                          const T* v, StateView<T> st, T* y);
 template <typename T> void AttentionChunked(const LayerAttention& a, int n, const T* q, const T* k,
                                             const T* v, StateView<T> st, T* y);
 template <typename T> void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k,

@@ -4,6 +4,7 @@
 #define STEADY_MODEL_MECHANISMS_COMMON_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/host_device.h"
@@ -56,17 +57,32 @@ struct StateView {
   void Step(const LayerAttention& a, const P& p, const T* q, const T* k, const T* v,              \
             StateView<T> st, T* y);                                                               \
   template <typename T>                                                                           \
+  void Steps(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,      \
+             StateView<T> st, T* y);                                                              \
+  template <typename T>                                                                           \
   void Chunked(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,    \
                StateView<T> st, T* y);                                                            \
   template <typename T>                                                                           \
   void Parallel(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,   \
                 T* y);
 
+// Steps as n Steps in turn: the Steps of a mechanism with no faster way to the same bits.
+template <typename P, typename T>
+void StepEach(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v, StateView<T> st,
+              T* y, const AttnShape& s) {
+  for (int t = 0; t < n; ++t) {
+    Step<T>(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+            v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
+  }
+}
+
 // Explicit instantiations of a mechanism's templates for float and double (in its .cc).
 #define STEADY_INSTANTIATE_MECHANISM_FOR(P, T)                                                      \
   template void InitState<T>(const LayerAttention&, const P&, StateView<T>);                       \
   template void Step<T>(const LayerAttention&, const P&, const T*, const T*, const T*,             \
                         StateView<T>, T*);                                                         \
+  template void Steps<T>(const LayerAttention&, const P&, int, const T*, const T*, const T*,       \
+                         StateView<T>, T*);                                                        \
   template void Chunked<T>(const LayerAttention&, const P&, int, const T*, const T*, const T*,     \
                            StateView<T>, T*);                                                      \
   template void Parallel<T>(const LayerAttention&, const P&, int, const T*, const T*, const T*, T*);

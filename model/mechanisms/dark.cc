@@ -336,6 +336,12 @@ template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int
 template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
 template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
 template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*, double*);
+template <typename T>
+void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
+           StateView<T> st, T* y) {
+  StepEach(a, p, n, q, k, v, st, y, a.shape);
+}
+
 STEADY_INSTANTIATE_MECHANISM(DarkParams)
 
 }  // namespace steady

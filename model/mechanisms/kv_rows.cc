@@ -65,6 +65,19 @@ void AttendKvRows(const AttnShape& s, double scale, const double* q, const KvRow
   AttendKvRowsReference(s, scale, q, rows, y);
 }
 
+void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& rows,
+                        float* y) {
+  cpu::AttendKvRowsCausal(s.kv_heads, s.group(), s.head_dim, s.value_dim, float(scale), n, q, rows.first,
+                          rows.first_len, rows.second, rows.second_len, y);
+}
+void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& rows,
+                        double* y) {
+  for (int t = 0; t < n; ++t) {
+    AttendKvRowsReference(s, scale, q + int64_t(t) * s.heads * s.head_dim, rows.Prefix(rows.size() - n + 1 + t),
+                          y + int64_t(t) * s.heads * s.value_dim);
+  }
+}
+
 template void WriteKvRow<float>(const AttnShape&, const float*, const float*, float*);
 template void WriteKvRow<double>(const AttnShape&, const double*, const double*, double*);
 template void AttendKvRowsReference<float>(const AttnShape&, double, const float*, const KvRows<float>&, float*);

@@ -20,6 +20,10 @@ struct KvRows {
   int64_t second_len = 0;
 
   int64_t size() const { return first_len + second_len; }
+  // The first `len` rows.
+  KvRows Prefix(int64_t len) const {
+    return len <= first_len ? KvRows{first, len} : KvRows{first, first_len, second, len - first_len};
+  }
   const T* Row(int64_t j, int64_t row_floats) const {
     return j < first_len ? first + j * row_floats : second + (j - first_len) * row_floats;
   }
@@ -42,6 +46,15 @@ void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const K
 // group, thread-count invariant), fp64 through the loop above.
 void AttendKvRows(const AttnShape& s, double scale, const float* q, const KvRows<float>& rows, float* y);
 void AttendKvRows(const AttnShape& s, double scale, const double* q, const KvRows<double>& rows, double* y);
+
+// n query rows q [n, heads, head_dim] over the rows causally: query t over the first
+// rows.size() - n + 1 + t (the n queries' own rows are the last n), y [n, heads, value_dim]. Each y
+// row is the same bits as AttendKvRows over its prefix: fp32 reads each row once for the n queries
+// (kernels/cpu/kv_attention.h), fp64 calls the loop above per query.
+void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& rows,
+                        float* y);
+void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& rows,
+                        double* y);
 
 }  // namespace steady
 

@@ -281,6 +281,12 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
 
 template void SlayFeatures<float>(const SlayParams&, const AttnShape&, int, const float*, float*);
 template void SlayFeatures<double>(const SlayParams&, const AttnShape&, int, const double*, double*);
+template <typename T>
+void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
+           StateView<T> st, T* y) {
+  StepEach(a, p, n, q, k, v, st, y, a.shape);
+}
+
 STEADY_INSTANTIATE_MECHANISM(SlayParams)
 
 }  // namespace steady

@@ -47,15 +47,27 @@ void Step(const LayerAttention& a, const SoftmaxParams& p, const T* q, const T* 
 }
 
 template <typename T>
+void Steps(const LayerAttention& a, const SoftmaxParams& p, int n, const T* q, const T* k, const T* v,
+           StateView<T> st, T* y) {
+  // Step for each token appends its row, then attends over the cache. A row never changes an earlier
+  // one, so all n rows are appended first, and each token then attends over its own prefix of the
+  // cache, the n side by side: each cached row is read once for them all, and each token's y is the
+  // same bits as its Step's.
+  const AttnShape& s = a.shape;
+  const int64_t row = KvRowFloats(s), before = int64_t(st.growing->size()) / row;
+  st.growing->resize(size_t(before + n) * row);
+  for (int t = 0; t < n; ++t) {
+    WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * s.value_dim,
+               st.growing->data() + (before + t) * row);
+  }
+  AttendKvRowsCausal(s, p.scale, n, q, KvRows<T>{st.growing->data(), before + n}, y);
+}
+
+template <typename T>
 void Chunked(const LayerAttention& a, const SoftmaxParams& p, int n, const T* q, const T* k,
              const T* v, StateView<T> st, T* y) {
-  // The KV cache makes every token's attention independent given the cache: append, then attend.
-  for (int t = 0; t < n; ++t) {
-    Step(a, p, q + int64_t(t) * a.shape.heads * a.shape.head_dim,
-         k + int64_t(t) * a.shape.kv_heads * a.shape.head_dim,
-         v + int64_t(t) * a.shape.kv_heads * a.shape.value_dim, st,
-         y + int64_t(t) * a.shape.heads * a.shape.value_dim);
-  }
+  // The KV cache makes every token's attention independent given the cache: prefill is Steps.
+  Steps(a, p, n, q, k, v, st, y);
 }
 
 template <typename T>

@@ -309,6 +309,12 @@ void Parallel(const LayerAttention& a, const WindowDarkParams& p, int n, const T
   }
 }
 
+template <typename T>
+void Steps(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q, const T* k, const T* v,
+           StateView<T> st, T* y) {
+  StepEach(a, p, n, q, k, v, st, y, a.shape);
+}
+
 STEADY_INSTANTIATE_MECHANISM(WindowDarkParams)
 
 }  // namespace steady

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,49 @@ TEST_P(MechanismTest, RecurrentChunkedAndParallelAgree) {
   EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "recurrent"), ref), tol);
   EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "chunked"), ref), tol);
   EXPECT_LT(testing::MaxRelError(Run<float>(*a, in, n, "split"), ref), tol);
+}
+
+// Steps (speculative verification and its rollback, model/decoder/verify.cc) is n Steps in turn bit
+// for bit: the rows' outputs and the state they leave, from a state some tokens in, for fp32 and fp64.
+template <typename T>
+void ExpectStepsEqualStepInTurn(const LayerAttention& a, const std::vector<double>& q64,
+                                const std::vector<double>& k64, const std::vector<double>& v64, int before) {
+  const AttnShape& s = a.shape;
+  const std::vector<T> q(q64.begin(), q64.end()), k(k64.begin(), k64.end()), v(v64.begin(), v64.end());
+  const int total = int(k.size()) / (s.kv_heads * s.head_dim);
+  const size_t q_row = size_t(s.heads) * s.head_dim, kv_row = size_t(s.kv_heads) * s.head_dim,
+               v_row = size_t(s.kv_heads) * s.value_dim, y_row = size_t(s.heads) * s.value_dim;
+  std::vector<T> y_before(size_t(before) * y_row);
+  for (int n = 1; n <= total - before; n += 2) {
+    std::vector<T> fixed[2], growing[2], y[2];
+    for (int form = 0; form < 2; ++form) {
+      fixed[form].assign(StateFloats(a), T(NAN));
+      StateView<T> st{fixed[form].data(), &growing[form]};
+      InitState<T>(a, st);
+      AttentionRecurrent<T>(a, before, q.data(), k.data(), v.data(), st, y_before.data());
+      y[form].assign(size_t(n) * y_row, T(NAN));
+      const T *qn = q.data() + before * q_row, *kn = k.data() + before * kv_row, *vn = v.data() + before * v_row;
+      if (form == 0) {
+        AttentionRecurrent<T>(a, n, qn, kn, vn, st, y[form].data());
+      } else {
+        AttentionSteps<T>(a, n, qn, kn, vn, st, y[form].data());
+      }
+    }
+    const char* type = sizeof(T) == 4 ? "fp32" : "fp64";
+    EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(T))) << type << " n " << n;
+    EXPECT_TRUE(fixed[0].empty() || std::memcmp(fixed[0].data(), fixed[1].data(), fixed[0].size() * sizeof(T)) == 0)
+        << type << " n " << n;
+    EXPECT_EQ(growing[0], growing[1]) << type << " n " << n;
+  }
+}
+
+TEST_P(MechanismTest, StepsAreStepInTurnBitForBit) {
+  auto a = Make();
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int before = 23, n = 9;
+  const Inputs in = RandomInputs(*a, before + n, 5);
+  ExpectStepsEqualStepInTurn<float>(*a, in.q, in.k, in.v, before);
+  ExpectStepsEqualStepInTurn<double>(*a, in.q, in.k, in.v, before);
 }
 
 TEST_P(MechanismTest, ChunkSizeDoesNotChangeResult) {
