@@ -28,14 +28,65 @@ HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, i
   return s;
 }
 
-// acc[d] += w * v[d] for d < n.
-HWY_INLINE void Accumulate(float w, const float* HWY_RESTRICT v, float* HWY_RESTRICT acc, int n) {
+// For the four queries q_r = q + r * n: out[r] = scale * (q_r . k) over n values and
+// top[r] = max(top[r], out[r]). k's vectors are loaded once for the four, and the four sums of lanes
+// are reduced together; each query's value depends on its own inputs alone.
+HWY_INLINE void ScaledDot4(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, int n, float scale,
+                           float* HWY_RESTRICT out, float* HWY_RESTRICT top) {
   const hn::ScalableTag<float> d;
   const int lanes = int(hn::Lanes(d));
-  const auto wv = hn::Set(d, w);
-  int i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(wv, hn::LoadU(d, v + i), hn::LoadU(d, acc + i)), d, acc + i);
-  for (; i < n; ++i) acc[i] += w * v[i];
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int x = 0;
+  for (; x + lanes <= n; x += lanes) {
+    const auto kv = hn::LoadU(d, k + x);
+    a0 = hn::MulAdd(hn::LoadU(d, q + x), kv, a0);
+    a1 = hn::MulAdd(hn::LoadU(d, q + n + x), kv, a1);
+    a2 = hn::MulAdd(hn::LoadU(d, q + 2 * n + x), kv, a2);
+    a3 = hn::MulAdd(hn::LoadU(d, q + 3 * n + x), kv, a3);
+  }
+#if HWY_TARGET == HWY_SCALAR
+  float sum[4] = {hn::GetLane(a0), hn::GetLane(a1), hn::GetLane(a2), hn::GetLane(a3)};
+#else
+  // In each 128-bit block: [a0, a1, a2, a3]'s sums over the block's four lanes; then the blocks added.
+  const hn::Repartition<uint64_t, decltype(d)> d64;
+  const auto s01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const auto s23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const auto sums = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))),
+                            hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))));
+  HWY_ALIGN float blocks[hn::MaxLanes(d)];
+  hn::Store(sums, d, blocks);
+  const hn::Full128<float> d4;
+  auto sum4 = hn::Load(d4, blocks);
+  for (int b = 4; b < lanes; b += 4) sum4 = hn::Add(sum4, hn::Load(d4, blocks + b));
+  HWY_ALIGN float sum[4];
+  hn::Store(sum4, d4, sum);
+#endif
+  for (; x < n; ++x) {
+    for (int r = 0; r < 4; ++r) sum[r] += q[r * n + x] * k[x];
+  }
+  for (int r = 0; r < 4; ++r) {
+    out[r] = scale * sum[r];
+    top[r] = std::max(top[r], out[r]);
+  }
+}
+
+// acc[x] = sum over rows j in [j0, j1), in order, of w[(j - j0) * w_stride] times row j's value x
+// (at row_at(j) + offset), for x in [e0, dv): a head's weighted values, a vector of them at a time.
+template <class D, class RowAt>
+HWY_INLINE void WeightValues(D d, const float* HWY_RESTRICT w, int64_t w_stride, const RowAt& row_at, int64_t j0,
+                             int64_t j1, int64_t offset, int e0, int dv, float* HWY_RESTRICT acc) {
+  const int lanes = int(hn::Lanes(d));
+  int e = e0;
+  for (; e + lanes <= dv; e += lanes) {
+    auto a = hn::Zero(d);
+    for (int64_t j = j0; j < j1; ++j) {
+      a = hn::MulAdd(hn::Set(d, w[(j - j0) * w_stride]), hn::LoadU(d, row_at(j) + offset + e), a);
+    }
+    hn::StoreU(a, d, acc + e);
+  }
+  for (; e < dv; ++e) {
+    for (int64_t j = j0; j < j1; ++j) acc[e] += w[(j - j0) * w_stride] * row_at(j)[offset + e];
+  }
 }
 
 // Rows [j0, ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
@@ -70,7 +121,12 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
         float* wj = w_at(t, j);
         const float* qt = q + int64_t(t) * heads * dk;
         float* top_t = top + int64_t(t) * heads;
-        for (int i = 0; i < group; ++i) {
+        int i = 0;
+        for (; i + 4 <= group; i += 4) {
+          const int h = g * group + i;
+          ScaledDot4(qt + int64_t(h) * dk, kj, dk, scale, wj + h, top_t + h);
+        }
+        for (; i < group; ++i) {
           const int h = g * group + i;
           wj[h] = scale * Dot(qt + int64_t(h) * dk, kj, dk);
           top_t[h] = std::max(top_t[h], wj[h]);
@@ -92,17 +148,43 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
       for (; h < heads; ++h) den_t[h] += wj[h] = std::exp(wj[h] - top_t[h]);
     }
   }
-  for (int64_t j = j0; j < j1; ++j) {
-    for (int g = 0; g < kv_heads; ++g) {
-      const float* vj = row_at(j) + int64_t(g) * (dk + dv) + dk;
-      for (int t = 0; t < nq; ++t) {
-        if (j >= ends[t]) continue;
-        const float* wj = w_at(t, j);
-        float* acc_t = acc + int64_t(t) * heads * dv;
-        for (int i = 0; i < group; ++i) {
-          const int h = g * group + i;
-          Accumulate(wj[h], vj, acc_t + int64_t(h) * dv, dv);
+  // The weighted values: each head's sums over the rows in order, held in registers across the rows
+  // instead of loaded and stored at every row; four heads of a group at a time share each load of a
+  // row's values.
+  for (int g = 0; g < kv_heads; ++g) {
+    const int64_t offset = int64_t(g) * (dk + dv) + dk;  // row j's values of kv head g: row_at(j) + offset
+    for (int t = 0; t < nq; ++t) {
+      const int64_t end = ends[t];
+      float* acc_t = acc + int64_t(t) * heads * dv;
+      int i = 0;
+      for (; i + 4 <= group; i += 4) {
+        const int h = g * group + i;
+        int e = 0;
+        for (; e + 4 * lanes <= dv; e += 4 * lanes) {
+          hn::Vec<decltype(d)> a[4][4];
+#pragma GCC unroll 16
+          for (int k = 0; k < 16; ++k) a[k / 4][k % 4] = hn::Zero(d);
+          for (int64_t j = j0; j < end; ++j) {
+            const float* vj = row_at(j) + offset + e;
+            const float* wj = w_at(t, j) + h;
+            hn::Vec<decltype(d)> v[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) v[c] = hn::LoadU(d, vj + c * lanes);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r) {
+              const auto wv = hn::Set(d, wj[r]);
+#pragma GCC unroll 4
+              for (int c = 0; c < 4; ++c) a[r][c] = hn::MulAdd(wv, v[c], a[r][c]);
+            }
+          }
+#pragma GCC unroll 16
+          for (int k = 0; k < 16; ++k) hn::StoreU(a[k / 4][k % 4], d, acc_t + int64_t(h + k / 4) * dv + e + (k % 4) * lanes);
         }
+        for (int r = 0; r < 4; ++r) WeightValues(d, w_at(t, j0) + h + r, heads, row_at, j0, end, offset, e, dv, acc_t + int64_t(h + r) * dv);
+      }
+      for (; i < group; ++i) {
+        const int h = g * group + i;
+        WeightValues(d, w_at(t, j0) + h, heads, row_at, j0, end, offset, 0, dv, acc_t + int64_t(h) * dv);
       }
     }
   }
@@ -122,7 +204,8 @@ HWY_EXPORT(AttendChunkQueries);
 
 // Chunks of a fixed number of rows, however many threads: each chunk's partial sums are formed the
 // same way and combined in chunk order, so y does not depend on the thread count.
-constexpr int64_t kChunkRows = 512;
+constexpr int64_t kChunkRows = 128;
+constexpr int kBlockQueries = 4;
 
 void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* cache,
                    int64_t len, float* y) {
@@ -142,7 +225,8 @@ void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, in
   const int chunks = int(std::max<int64_t>(1, (len + kChunkRows - 1) / kChunkRows));
   // Tasks: a chunk of rows times a block of queries, enough of them to keep the compute threads busy
   // when the rows are few. How the queries are split does not change any query's values.
-  const int blocks = std::min(n, std::max(1, (ComputeThreads() + chunks - 1) / chunks));
+  // At most kBlockQueries queries a task keeps their logits and sums in the nearer caches.
+  const int blocks = std::min(n, std::max((n + kBlockQueries - 1) / kBlockQueries, (ComputeThreads() + chunks - 1) / chunks));
   const int per_block = (n + blocks - 1) / blocks;
   thread_local std::vector<float> acc, top, den;  // per chunk and query: [heads, dv], [heads], [heads]
   thread_local std::vector<int64_t> ends;         // per chunk and query: the end of its rows in the chunk

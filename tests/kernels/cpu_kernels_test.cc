@@ -377,14 +377,16 @@ TEST(CpuStateUpdateTest, AGroupReadEqualsOneReadPerQuery) {
   }
 }
 
-// The SIMD softmax attention over a KV cache against a double-precision reference: GQA groups, head
-// sizes that end inside a vector, one cached row to several chunks of them (combined across chunks),
-// and the same bits with one thread or two.
+// The SIMD softmax attention over a KV cache against a double-precision reference: GQA groups (of
+// four heads at a time and the rest one by one), head sizes that end inside a vector or hold four
+// vectors and more, one cached row to several 128-row chunks of them (combined across chunks), and
+// the same bits with one thread or two.
 TEST(CpuKvAttentionTest, MatchesTheReference) {
   ThreadsGuard restore;
   std::mt19937_64 rng(testing::TestSeed());
-  for (const auto& [kv_heads, group, dk, dv] : {std::array{1, 1, 16, 16}, std::array{2, 4, 64, 64}, std::array{3, 2, 17, 9}}) {
-    for (int64_t len : {1, 2, 15, 16, 17, 300, 1100}) {
+  for (const auto& [kv_heads, group, dk, dv] : {std::array{1, 1, 16, 16}, std::array{2, 4, 64, 64}, std::array{3, 2, 17, 9},
+                                                std::array{1, 8, 128, 128}, std::array{2, 5, 23, 70}}) {
+    for (int64_t len : {1, 2, 15, 16, 17, 127, 129, 300, 1100}) {
       const int64_t row = int64_t(kv_heads) * (dk + dv);
       const std::vector<float> q = testing::RandomNormal<float>(size_t(kv_heads) * group * dk, rng, 2.0);
       const std::vector<float> cache = testing::RandomNormal<float>(size_t(len * row), rng);
@@ -421,7 +423,7 @@ TEST(CpuKvAttentionTest, MatchesTheReference) {
 }
 
 // The rows as two spans (sliding_window's ring buffer: the older part, then the newer) give the same
-// bits as the rows copied into one span, wherever the split falls: inside a 512-row chunk, on a
+// bits as the rows copied into one span, wherever the split falls: inside a 128-row chunk, on a
 // chunk boundary, at either end.
 TEST(CpuKvAttentionTest, TwoSpansEqualOneSpan) {
   ThreadsGuard restore;
@@ -434,7 +436,7 @@ TEST(CpuKvAttentionTest, TwoSpansEqualOneSpan) {
     std::vector<float> one(size_t(kv_heads) * group * dv);
     cpu::SetComputeThreads(2);
     cpu::AttendKvCache(kv_heads, group, dk, dv, 0.4f, q.data(), rows.data(), len, one.data());
-    for (int64_t split : {int64_t(0), int64_t(1), len / 2, std::min<int64_t>(len, 512), len - 1, len}) {
+    for (int64_t split : {int64_t(0), int64_t(1), len / 2, std::min<int64_t>(len, 128), len - 1, len}) {
       if (split < 0) continue;
       // The newer rows first in memory, as in a ring whose cursor stands at `len - split`.
       std::vector<float> ring(rows.begin() + split * row, rows.end());
@@ -450,13 +452,14 @@ TEST(CpuKvAttentionTest, TwoSpansEqualOneSpan) {
 
 // n query rows side by side (speculative verification, softmax's prefill chunk): query t over its
 // own prefix gives AttendKvRows' bits over that prefix alone, wherever the prefixes end against the
-// 512-row chunks, for one span or two, for any number of rows and threads.
+// 128-row chunks, for one span or two, for any number of rows and threads, with GQA groups that
+// take the four-head path and the one-head path.
 TEST(CpuKvAttentionTest, CausalRowsEqualEachRowOverItsPrefix) {
   ThreadsGuard restore;
   std::mt19937_64 rng(testing::TestSeed());
-  const int kv_heads = 2, group = 3, dk = 19, dv = 11, heads = kv_heads * group;
+  const int kv_heads = 2, group = 5, dk = 19, dv = 70, heads = kv_heads * group;
   const int64_t row = int64_t(kv_heads) * (dk + dv);
-  for (int64_t len : {1, 4, 9, 510, 515, 1024, 1030}) {
+  for (int64_t len : {1, 4, 9, 126, 131, 256, 520}) {
     const std::vector<float> rows = testing::RandomNormal<float>(size_t(len * row), rng);
     for (int n : {1, 2, 4, 9}) {
       if (n > len) continue;

@@ -129,7 +129,7 @@ TEST_P(SpeculativeTest, MarkThenRollBackEqualsPlainDecodingBitForBit) {
 }
 
 // Softmax verify rows attend side by side over their prefixes of the cache (softmax's Steps):
-// past a 512-row chunk of the cache too, the rows' logits are plain decoding's bit for bit.
+// past several 128-row chunks of the cache too, the rows' logits are plain decoding's bit for bit.
 TEST(SpeculativeSoftmaxTest, VerifyRowsOverALongCacheEqualPlainDecoding) {
   const Model m = testing::TinyModel("softmax", nlohmann::json::object(), testing::TestSeed(), {{"vocab_size", 61}});
   std::mt19937_64 rng(testing::TestSeed());
