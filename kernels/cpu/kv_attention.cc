@@ -135,8 +135,39 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
     }
   }
   for (int t = 0; t < nq; ++t) {
+    if (ends[t] <= j0) continue;
     const float* top_t = top + int64_t(t) * heads;
     float* den_t = den + int64_t(t) * heads;
+    if (heads < lanes && lanes % heads == 0) {
+      // Fewer heads than lanes (a small model): the query's logits taken as one flat run, each
+      // vector spanning lanes / heads rows against the heads' maxima repeated as often; the sums
+      // kept in the same pattern and folded per head at the end.
+      HWY_ALIGN float pattern[hn::MaxLanes(d)];
+      for (int x = 0; x < lanes; ++x) pattern[x] = top_t[x % heads];
+      const auto top_v = hn::Load(d, pattern);
+      auto den_v = hn::Zero(d);
+      float* flat = w_at(t, j0);
+      const int64_t total = (ends[t] - j0) * heads;
+      int64_t x = 0;
+      for (; x + lanes <= total; x += lanes) {
+        const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, flat + x), top_v));
+        hn::StoreU(e, d, flat + x);
+        den_v = hn::Add(den_v, e);
+      }
+      if (x < total) {  // the last rows, fewer than a vector's worth: padded with the maxima
+        const int valid = int(total - x);
+        HWY_ALIGN float last[hn::MaxLanes(d)];
+        hn::Store(top_v, d, last);
+        std::copy(flat + x, flat + total, last);
+        const auto e = hn::IfThenElseZero(hn::FirstN(d, size_t(valid)), hn::Exp(d, hn::Sub(hn::Load(d, last), top_v)));
+        hn::Store(e, d, last);
+        std::copy(last, last + valid, flat + x);
+        den_v = hn::Add(den_v, e);
+      }
+      hn::Store(den_v, d, pattern);
+      for (int k = 0; k < lanes; ++k) den_t[k % heads] += pattern[k];
+      continue;
+    }
     for (int64_t j = j0; j < ends[t]; ++j) {
       float* wj = w_at(t, j);
       int h = 0;
@@ -202,9 +233,19 @@ namespace steady::cpu {
 
 HWY_EXPORT(AttendChunkQueries);
 
-// Chunks of a fixed number of rows, however many threads: each chunk's partial sums are formed the
-// same way and combined in chunk order, so y does not depend on the thread count.
-constexpr int64_t kChunkRows = 128;
+// Rows per chunk: a power of two, at least 128, and the fewest that make a chunk 256 KB of cache or
+// more (128 rows of 4 KB at the llama1b shape stay in L2 from the logits pass to the values pass;
+// a small model's rows come 512 at a time, so that its chunks pay for their merge). It depends on
+// the shape alone, never on the thread count: each chunk's partial sums are formed the same way and
+// combined in chunk order, so y does not depend on the thread count.
+int64_t ChunkRows(int kv_heads, int dk, int dv) {
+  const int64_t row_bytes = int64_t(kv_heads) * (dk + dv) * int64_t(sizeof(float));
+  int64_t rows = 128;
+  while (rows * row_bytes < (int64_t(256) << 10)) rows *= 2;
+  return rows;
+}
+
+// At most this many queries a task keeps their logits and sums in the nearer caches.
 constexpr int kBlockQueries = 4;
 
 void AttendKvCache(int kv_heads, int group, int dk, int dv, float scale, const float* q, const float* cache,
@@ -222,10 +263,10 @@ void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, in
   const int64_t len = first_len + second_len;
   const int heads = kv_heads * group;
   const auto end_of = [&](int t) { return len - n + 1 + t; };  // query t's rows: [0, end_of(t))
-  const int chunks = int(std::max<int64_t>(1, (len + kChunkRows - 1) / kChunkRows));
+  const int64_t chunk_rows = ChunkRows(kv_heads, dk, dv);
+  const int chunks = int(std::max<int64_t>(1, (len + chunk_rows - 1) / chunk_rows));
   // Tasks: a chunk of rows times a block of queries, enough of them to keep the compute threads busy
   // when the rows are few. How the queries are split does not change any query's values.
-  // At most kBlockQueries queries a task keeps their logits and sums in the nearer caches.
   const int blocks = std::min(n, std::max((n + kBlockQueries - 1) / kBlockQueries, (ComputeThreads() + chunks - 1) / chunks));
   const int per_block = (n + blocks - 1) / blocks;
   thread_local std::vector<float> acc, top, den;  // per chunk and query: [heads, dv], [heads], [heads]
@@ -236,24 +277,30 @@ void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, in
   den.resize(parts * heads);
   ends.resize(parts);
   for (int c = 0; c < chunks; ++c) {
-    for (int t = 0; t < n; ++t) ends[size_t(c) * n + t] = std::min(end_of(t), (c + 1) * kChunkRows);
+    for (int t = 0; t < n; ++t) ends[size_t(c) * n + t] = std::min(end_of(t), (c + 1) * chunk_rows);
   }
   float* acc_p = acc.data();  // a task names this thread's buffers, not its own thread's
   float* top_p = top.data();
   float* den_p = den.data();
   const int64_t* ends_p = ends.data();
-  // A lone session's verify rows or long context spread over the compute threads; beside other
-  // sessions (inside a task of the step's attention) the tasks run on this thread.
-  ParallelFor(chunks * blocks, [&](int task) {
+  const auto task = [&](int task) {
     const int c = task / blocks, t0 = (task % blocks) * per_block, nq = std::min(n, t0 + per_block) - t0;
     if (nq <= 0) return;
     const size_t part = size_t(c) * n + t0;
     HWY_DYNAMIC_DISPATCH(AttendChunkQueries)(kv_heads, group, dk, dv, scale, nq, q + int64_t(t0) * heads * dk,
-                                             ends_p + part, first, first_len, second, c * kChunkRows,
+                                             ends_p + part, first, first_len, second, c * chunk_rows,
                                              acc_p + part * heads * dv, top_p + part * heads, den_p + part * heads);
-  });
+  };
+  // A lone session's verify rows or long context spread over the compute threads; beside other
+  // sessions (inside a task of the step's attention), or when there is too little work to hand out,
+  // the tasks run on this thread.
+  if (len * heads * (dk + dv) * n < kMinParallelWork) {
+    for (int t = 0; t < chunks * blocks; ++t) task(t);
+  } else {
+    ParallelFor(chunks * blocks, task);
+  }
   for (int t = 0; t < n; ++t) {
-    const int t_chunks = int(std::max<int64_t>(1, (end_of(t) + kChunkRows - 1) / kChunkRows));
+    const int t_chunks = int(std::max<int64_t>(1, (end_of(t) + chunk_rows - 1) / chunk_rows));
     for (int h = 0; h < heads; ++h) {
       const auto part = [&](int c) { return size_t(c) * n + t; };
       float m = -INFINITY;
