@@ -1,13 +1,18 @@
 // The dot-product kernels (kernels/cpu/matmul_dot.h) against double-precision references at many
 // shapes (odd `in`, partial q8 blocks, 1..64 rows), with tolerances derived from the rounding of the
-// activations; their batch and thread invariance; and the CPU backend's choice of them (--cpu-gemm
-// auto takes them, simd keeps the widening kernels). The kernels read weights packed by PackBf16Dot
-// and PackQ8Dot; where the CPU lacks the instructions these tests skip (and the backend keeps the
-// widening kernels, which cpu_kernels_test checks against their references).
+// activations; their batch and thread invariance; the int8 kernels on each path (AVX512_VNNI,
+// AVX-VNNI, AVX2) alone, their exact int32 sums on blocks that would saturate VPMADDUBSW used
+// naively, and the same bits from every path; and the CPU backend's choice of them (--cpu-gemm auto
+// takes them, avxvnni and avx2 force a path, simd keeps the widening kernels). The kernels read
+// weights packed by PackBf16Dot and PackQ8Dot; where the CPU lacks the instructions these tests skip
+// naming them (and the backend keeps the widening kernels, which cpu_kernels_test checks against
+// their references).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,6 +32,33 @@ namespace {
 struct ThreadsGuard {
   ~ThreadsGuard() { cpu::SetComputeThreads(0); }
 };
+
+// The int8 paths, widest first, and what a CPU needs for each (the skip messages).
+constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2};
+const char* Missing(cpu::Int8Path path) {
+  switch (path) {
+    case cpu::Int8Path::kAvx512Vnni: return "no AVX512_VNNI (+ AVX512BW/VL/DQ) on this CPU";
+    case cpu::Int8Path::kAvxVnni: return "no AVX-VNNI (+ AVX2, FMA, F16C) on this CPU";
+    case cpu::Int8Path::kAvx2: return "no AVX2 (+ FMA, F16C) on this CPU";
+    case cpu::Int8Path::kNone: break;
+  }
+  return "";
+}
+
+// The int8 kernels on one path (the test's parameter); the widest path again afterwards.
+class Int8PathTest : public ::testing::TestWithParam<cpu::Int8Path> {
+ protected:
+  void SetUp() override {
+    if (!cpu::Int8PathAvailable(GetParam())) GTEST_SKIP() << Missing(GetParam());
+    cpu::SetInt8Path(GetParam());
+    std::printf("int8 path: %s\n", cpu::Int8DotPath());
+  }
+  void TearDown() override { cpu::SetInt8Path(cpu::WidestInt8Path()); }
+};
+INSTANTIATE_TEST_SUITE_P(Paths, Int8PathTest, ::testing::ValuesIn(kInt8Paths),
+                         [](const ::testing::TestParamInfo<cpu::Int8Path>& info) {
+                           return std::string(cpu::Int8PathExtension(info.param));
+                         });
 
 constexpr double kF32Eps = 1.2e-7;  // 2^-23 and a little: fp32 rounding per term of a sum
 
@@ -184,10 +216,8 @@ void ExpectQ8ActivationBounds(const std::vector<float>& x, int rows, int in, int
   }
 }
 
-TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q8MatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(13);
-  std::printf("q8 path: %s\n", cpu::Int8DotPath());
   for (int rows : kRows) {
     for (int in : kIns) {
       for (int out : kOuts) {
@@ -258,8 +288,7 @@ TEST(CpuDotTest, Q4QuantizesAsQ4_0) {
   }
 }
 
-TEST(CpuDotTest, Q4MatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4MatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(17);
   for (int rows : kRows) {
     for (int in : kIns) {
@@ -379,8 +408,7 @@ TEST(CpuDotTest, Q4KWideningMatchesTheReferenceAtManyShapes) {
   }
 }
 
-TEST(CpuDotTest, Q4KDotMatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4KDotMatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(21);
   for (int rows : kRows) {
     for (int in : kIns) {
@@ -430,26 +458,101 @@ TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q4IsBatchAndThreadInvariant) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(18);
   const Q4Problem p = MakeQ4(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Dot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q4KIsBatchAndThreadInvariant) {
+TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(22);
   const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KWidening(p, x, rows); });
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+}
+
+TEST_P(Int8PathTest, Q4KIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(22);
+  const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KDot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q8IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(15);
   const Q8Problem p = MakeQ8(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
+}
+
+// Blocks at the ends of the ranges, where VPMADDUBSW used naively saturates its int16 pairs: weights
+// of 127, -128 (a GGUF file may hold it) and -127, with activations quantized to +-127 (x of +-1: a
+// block's scale 1/127). On the weights + 128 a pair would reach 2 * 255 * 127; with x's sign moved
+// onto the weights, a weight of -128 against a negative x would wrap. The int32 sums must be exact:
+// each y is then the fp32 arithmetic of the kernels on the integer sums, replayed here (per block,
+// y = fma(float(sum), scale_w * scale_x, y)), equal bit for bit.
+TEST_P(Int8PathTest, Q8SumsAreExactWhereNaivePairsSaturate) {
+  constexpr int in = 96, out = 9, rows = 4;
+  const int8_t patterns[out][3] = {{127, 127, 127},   {-128, -128, -128}, {-127, -127, -127},
+                                   {127, -128, 127},  {-128, 127, -127},  {-128, -127, 127},
+                                   {0, -128, 0},      {127, 0, -128},     {-127, -128, 127}};
+  Q8Problem p{rows, in, out, std::vector<float>(size_t(rows) * in), std::vector<int8_t>(size_t(out) * in),
+              std::vector<float>(size_t(out) * 3), {}};
+  for (int j = 0; j < out; ++j) {
+    for (int k = 0; k < in; ++k) p.q[size_t(j) * in + k] = patterns[j][(k / 2 + j) % 3];  // pairs alike
+    for (int b = 0; b < 3; ++b) p.scales[size_t(j) * 3 + b] = float(1 + b + j);  // exact in fp32
+  }
+  const float x_patterns[rows][2] = {{1, 1}, {-1, -1}, {1, -1}, {-1, 1}};
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < in; ++k) p.x[size_t(r) * in + k] = x_patterns[r][(k / 2 + k / 32) % 2];
+  }
+  p.packed.assign(size_t(cpu::Q8DotPackedSize(out, in)), 0xff);
+  cpu::PackQ8Dot(p.w(), out, in, p.packed.data());
+  const std::vector<float> got = RunQ8Dot(p, p.x, rows);
+  const float scale_x = 1.0f / 127.0f;
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      float want = 0;
+      for (int b = 0; b < 3; ++b) {
+        int32_t sum = 0;
+        for (int k = 32 * b; k < 32 * b + 32; ++k) sum += int32_t(std::lrint(p.x[size_t(r) * in + k] * 127)) * p.q[size_t(j) * in + k];
+        want = std::fma(float(sum), p.scales[size_t(j) * 3 + b] * scale_x, want);
+      }
+      ASSERT_EQ(got[size_t(r) * out + j], want) << "row " << r << " col " << j;
+    }
+  }
+}
+
+// Every path gives the same bits as the widest one, for q8, q4 and q4k, at every shape.
+TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
+  const cpu::Int8Path widest = cpu::WidestInt8Path();
+  if (widest == cpu::Int8Path::kNone) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2);
+  int compared = 0;
+  std::mt19937_64 rng(23);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q8Problem q8 = MakeQ8(rows, in, out, rng);
+        const Q4Problem q4 = MakeQ4(rows, in, out, rng);
+        const Q4KProblem q4k = MakeQ4K(rows, in, out, rng);
+        const auto run_all = [&] {
+          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows)};
+        };
+        const std::vector<std::vector<float>> want = run_all();
+        for (cpu::Int8Path path : kInt8Paths) {
+          if (path == widest || !cpu::Int8PathAvailable(path)) continue;
+          cpu::SetInt8Path(path);
+          const std::vector<std::vector<float>> got = run_all();
+          cpu::SetInt8Path(widest);
+          ++compared;
+          for (size_t f = 0; f < got.size(); ++f) {
+            for (size_t i = 0; i < got[f].size(); ++i) {
+              ASSERT_EQ(got[f][i], want[f][i]) << cpu::Int8PathName(path) << " format " << f << " rows " << rows << " in "
+                                               << in << " out " << out << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "one int8 path on this CPU: nothing to compare";
 }
 
 // The logits of one step of two sessions (12 and 3 prompt tokens) through the CPU backend; `name`
@@ -505,22 +608,53 @@ TEST(CpuDotTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
                                   WeightType::kDotBf16);
 }
 
-TEST(CpuDotTest, TheBackendTakesVpdpbusdForQ8UnlessTold) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
-  ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on AVX512_VNNI)", "cpu (q8 weights)",
+// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
+std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
+
+TEST(CpuDotTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2);
+  ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on " + WidestInt8() + ")", "cpu (q8 weights)",
                                   WeightType::kDotQ8);
+}
+
+// --cpu-gemm avxvnni and avx2 put q8, q4 and q4k on that path (the name says so) and give the
+// logits of auto's path bit for bit; the widest path again afterwards.
+TEST(CpuDotTest, TheBackendForcesAnInt8Path) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  int compared = 0;
+  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2}}) {
+    if (!cpu::Int8PathAvailable(path)) {
+      std::printf("skipped --cpu-gemm %s: %s\n", CpuGemmName(gemm).c_str(), Missing(path));
+      EXPECT_FALSE(CpuGemmAvailable(gemm).ok());
+      continue;
+    }
+    EXPECT_TRUE(CpuGemmAvailable(gemm).ok());
+    for (CpuWeights weights : {CpuWeights::kQ8, CpuWeights::kQ4, CpuWeights::kQ4K}) {
+      std::string auto_name, forced_name;
+      const std::vector<double> forced = BackendStep(m, weights, gemm, &forced_name);
+      EXPECT_EQ(cpu::CurrentInt8Path(), path);
+      const std::vector<double> widest = BackendStep(m, weights, CpuGemm::kAuto, &auto_name);
+      EXPECT_EQ(cpu::CurrentInt8Path(), cpu::WidestInt8Path());
+      const std::string format = CpuWeightsName(weights);
+      EXPECT_EQ(forced_name, "cpu (" + format + " weights on " + cpu::Int8PathExtension(path) + ")");
+      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8() + ")");
+      EXPECT_EQ(forced, widest) << format << " on " << cpu::Int8PathName(path);
+      ++compared;
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "no 256-bit int8 path on this CPU";
 }
 
 // --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits
 // stay near the fp32 weights' (q4 moves them more than q8 does).
 TEST(CpuDotTest, TheBackendServesQ4) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2);
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
   std::string q4_name, q8_name, f32_name;
   const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
   const std::vector<double> q8 = BackendStep(m, CpuWeights::kQ8, CpuGemm::kAuto, &q8_name);
   const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kAuto, &f32_name);
-  EXPECT_EQ(q4_name, "cpu (q4 weights on AVX512_VNNI)");
+  EXPECT_EQ(q4_name, "cpu (q4 weights on " + WidestInt8() + ")");
   const double q4_err = testing::MaxRelError(q4, f32), q8_err = testing::MaxRelError(q8, f32);
   EXPECT_GT(q4_err, q8_err) << "4 bits should cost more than 8";
   // Random weights are q4's worst case (no outliers to spend the steps on): 0.29 of the spread here.
@@ -565,8 +699,8 @@ TEST(CpuDotTest, TheBackendServesQ4K) {
   MatMul(x.data(), 1, w, got.data());
   cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU: the widening kernel only";
-  EXPECT_EQ(dot_name, "cpu (q4k weights on AVX512_VNNI)");
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2) << ": the widening kernel only";
+  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8() + ")");
   const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
   const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
   std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",
