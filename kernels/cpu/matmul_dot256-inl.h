@@ -8,7 +8,9 @@
 //   Q8Weights8 LoadQ8(const uint8_t* p)  8 columns' 4 q8 weights (stored + 128) at p, made ready for
 //   __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x)  s + per column the exact sum of the 4 products
 //   kQ8Offset  what the q8 sums start at, times the block's sum of q_x (VPDPBUSD: -128, AVX2: 0);
-//   __m256i AddNibbles(__m256i s, __m256i w, __m256i x)  the same with unsigned weights in 0..15.
+//   NibbleSums, NibbleStart(s), AddNibbles(p, w, x), NibbleEnd(s, p)  the same for a block of
+//     unsigned weights in 0..15: sums p that start from the int32 sums s, take a vector of nibbles
+//     at a time, and end added to s.
 //
 // A 64-byte vector of the packed layout (16 columns x 4 inputs) is two ymm halves of 8 columns, h = 0
 // and 1 of group c being half 2c + h. Per output lane the arithmetic after the int32 sums is the
@@ -74,11 +76,11 @@ struct Q8Op256 {
   }
 };
 
-// The nibbles of 4-bit weights: s[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
+// The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
 // ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v.
 template <int R, int H>
 STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t xb, int v, const __m256i (&raw)[H],
-                                                __m256i (&s)[R][H]) {
+                                                flavour::NibbleSums (&p)[R][H]) {
   const __m256i low = _mm256_set1_epi8(0x0f);
   __m256i lo[H], hi[H];
   for (int h = 0; h < H; ++h) {
@@ -87,7 +89,24 @@ STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t 
   }
   for (int rr = 0; rr < R; ++rr) {
     const __m256i xlo = Broadcast4(x, r + rr, xb, v), xhi = Broadcast4(x, r + rr, xb, v + 4);
-    for (int h = 0; h < H; ++h) s[rr][h] = flavour::AddNibbles(flavour::AddNibbles(s[rr][h], lo[h], xlo), hi[h], xhi);
+    for (int h = 0; h < H; ++h) p[rr][h] = flavour::AddNibbles(flavour::AddNibbles(p[rr][h], lo[h], xlo), hi[h], xhi);
+  }
+}
+
+// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw(v, h)) and x's bytes of block xb.
+template <int R, int H, class Raw>
+STEADY_DOT256_TARGET inline void AddNibbleBlock(const Q8Rows& x, int r, int64_t xb, const Raw& raw_at, __m256i (&s)[R][H]) {
+  flavour::NibbleSums p[R][H];
+  for (int rr = 0; rr < R; ++rr) {
+    for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(s[rr][h]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    __m256i raw[H];
+    for (int h = 0; h < H; ++h) raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw_at(v, h)));
+    AddNibblePairs(x, r, xb, v, raw, p);
+  }
+  for (int rr = 0; rr < R; ++rr) {
+    for (int h = 0; h < H; ++h) s[rr][h] = flavour::NibbleEnd(s[rr][h], p[rr][h]);
   }
 }
 
@@ -108,13 +127,7 @@ struct Q4Op256 {
       __m256i s[R][H];
       Start(x, r, b, 8, s);
       const uint8_t* wb = w + b * kQ4Record;
-      for (int v = 0; v < 4; ++v) {
-        __m256i raw[H];
-        for (int h = 0; h < H; ++h) {
-          raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32));
-        }
-        AddNibblePairs(x, r, b, v, raw, s);
-      }
+      AddNibbleBlock(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
       __m256 ws[H];
       for (int h = 0; h < H; ++h) {
         ws[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kQ4Record + 256 + (h % 2) * 16)));
@@ -145,14 +158,9 @@ struct Q4KOp256 {
         const int64_t xb = 8 * b + sub;
         __m256i sums[R][H];
         Start(x, r, xb, 0, sums);
-        for (int v = 0; v < 4; ++v) {
-          __m256i raw[H];
-          for (int h = 0; h < H; ++h) {
-            raw[h] = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(wb + (h / 2) * steps * kQ4KRecord + kQ4KHead + sub * 256 + v * 64 + (h % 2) * 32));
-          }
-          AddNibblePairs(x, r, xb, v, raw, sums);
-        }
+        AddNibbleBlock(x, r, xb, [&](int v, int h) {
+          return wb + (h / 2) * steps * kQ4KRecord + kQ4KHead + sub * 256 + v * 64 + (h % 2) * 32;
+        }, sums);
         for (int h = 0; h < H; ++h) {
           const uint8_t* g = wb + (h / 2) * steps * kQ4KRecord;
           const int half = h % 2;
