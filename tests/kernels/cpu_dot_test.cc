@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -27,6 +28,10 @@
 #include "tests/testutil.h"
 
 namespace steady {
+namespace cpu {
+// The path's name in test listings (gtest prints the parameter).
+void PrintTo(Int8Path path, std::ostream* os) { *os << Int8PathName(path); }
+}  // namespace cpu
 namespace {
 
 struct ThreadsGuard {
