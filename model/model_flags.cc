@@ -115,6 +115,7 @@ absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
   }
   auto gemm = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
   if (!gemm.ok()) return gemm.status();
+  if (absl::Status s = CpuGemmAvailable(*gemm); !s.ok()) return s;
   options->cpu_threads = int(*threads);
   options->cpu_weights = *weights;
   options->cpu_gemm = *gemm;

@@ -35,8 +35,9 @@ absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* dr
 // target's (CheckSameTokenizer: FAILED_PRECONDITION naming the difference). Null without the flag.
 absl::StatusOr<std::unique_ptr<Model>> LoadDraftModelFromFlags(const Flags& flags, const Tokenizer& target_tokenizer);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
-                                                  // --cpu-weights auto|f32|bf16|q8|q4, --cpu-gemm
-// --threads and --cpu-weights into `options` (the CPU backend's; the other fields are left alone).
+                                                  // --cpu-weights auto|f32|bf16|q8|q4|q4k, --cpu-gemm
+// --threads, --cpu-weights and --cpu-gemm into `options` (the CPU backend's; the other fields are
+// left alone); a --cpu-gemm path this CPU lacks (avxvnni, avx2) is an error naming the extension.
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
 extern const std::set<std::string> kCudaFlags;  // --cuda-weights bf16|f32, --cuda-kv bf16|f32 (default bf16 both)
 // --cuda-weights f32 (cuda_bf16 off: fp32 weights and GEMMs, the reference precision) and --cuda-kv f32

@@ -17,11 +17,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/check.h"
+#include "kernels/cpu/matmul_dot_tiles.h"
 #include "kernels/cpu/parallel.h"
 
 #define STEADY_DOT_TARGET \
@@ -30,18 +33,18 @@
 namespace steady::cpu {
 namespace {
 
-constexpr int kGroup = 16;      // output columns per packed group: one vector of fp32 sums
-constexpr int kTileGroups = 4;  // groups per register tile (64 columns)
-constexpr int kTileRows = 4;    // rows of x per register tile: 16 accumulators + 4 weights + x
-constexpr int kPassRows = 32;   // rows of x whose sums are kept (in L1) during a pass over the weights
-constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
-constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
-// Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
-// minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
-constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
-constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
+using dot::Groups;
+using dot::kGroup;
+using dot::kPassRows;
+using dot::kQ4KHead;
+using dot::kQ4KRecord;
+using dot::kQ4Record;
+using dot::kQ8Record;
+using dot::Q8Rows;
 
-int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
+// The AVX-512 register tiles: 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32 registers.
+constexpr int kTileRows = 4;
+constexpr int kTileGroups = 4;
 
 // bf16 x bf16: acc[rr][c] (16 columns each) += x[r + rr, pair p] . w[group c, pair p] over [p0, p1).
 struct Bf16Op {
@@ -50,6 +53,7 @@ struct Bf16Op {
   int64_t steps;      // pairs of inputs
   // 64 pairs x 4 groups x 64 bytes: the tile's 16 KB of weights stay in L1 while every row uses them.
   static constexpr int64_t kChunk = 64;
+  static constexpr int kTileRows = steady::cpu::kTileRows, kTileGroups = steady::cpu::kTileGroups;
 
   Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
 
@@ -73,44 +77,34 @@ struct Bf16Op {
   }
 };
 
-// The activations of the int8 kernels: each row quantized per q8_0 block (QuantizeRow).
-struct Q8Rows {
-  const int8_t* x;      // [rows, blocks * 32], zero padded
-  const float* xscale;  // [rows, blocks]
-  const int32_t* xsum;  // [rows, blocks]: the block's sum of q_x
-  int64_t blocks;
-
-  // s[rr][c] = -offset * the sum of q_x of row r + rr's block b: VPDPBUSD's sums of q_x (q_w +
-  // offset) start there, and end at the exact sum of q_x q_w.
-  template <int R, int C>
-  STEADY_DOT_TARGET void Start(int r, int64_t b, int32_t offset, __m512i (&s)[R][C]) const {
+// s[rr][c] = -offset * the sum of q_x of row r + rr's block b: VPDPBUSD's sums of q_x (q_w +
+// offset) start there, and end at the exact sum of q_x q_w.
+template <int R, int C>
+STEADY_DOT_TARGET void Start(const Q8Rows& x, int r, int64_t b, int32_t offset, __m512i (&s)[R][C]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const __m512i start = _mm512_set1_epi32(-offset * x.xsum[(r + rr) * x.blocks + b]);
+    for (int c = 0; c < C; ++c) s[rr][c] = start;
+  }
+}
+// s[rr][c] += the 16 columns' 4 weights wv[c] times row r + rr's inputs 4u..4u+3 of block b.
+template <int R, int C>
+STEADY_DOT_TARGET void Add(const Q8Rows& x, int r, int64_t b, int u, const __m512i (&wv)[C], __m512i (&s)[R][C]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const __m512i xv = _mm512_set1_epi32(x.Four(r + rr, b, u));
+    for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
+  }
+}
+// acc[rr][c] += s[rr][c] * scale_x(row r + rr, block b) * ws[c], in fp32.
+template <int R, int C>
+STEADY_DOT_TARGET void Scale(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) {
+  for (int c = 0; c < C; ++c) {
     for (int rr = 0; rr < R; ++rr) {
-      const __m512i start = _mm512_set1_epi32(-offset * xsum[(r + rr) * blocks + b]);
-      for (int c = 0; c < C; ++c) s[rr][c] = start;
+      float* a = acc + (rr * C + c) * 16;
+      const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(x.xscale[(r + rr) * x.blocks + b]));
+      _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
     }
   }
-  // s[rr][c] += the 16 columns' 4 weights wv[c] times row r + rr's inputs 4u..4u+3 of block b.
-  template <int R, int C>
-  STEADY_DOT_TARGET void Add(int r, int64_t b, int u, const __m512i (&wv)[C], __m512i (&s)[R][C]) const {
-    for (int rr = 0; rr < R; ++rr) {
-      int32_t four;
-      std::memcpy(&four, x + ((r + rr) * blocks + b) * 32 + u * 4, 4);
-      const __m512i xv = _mm512_set1_epi32(four);
-      for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
-    }
-  }
-  // acc[rr][c] += s[rr][c] * scale_x(row r + rr, block b) * ws[c], in fp32.
-  template <int R, int C>
-  STEADY_DOT_TARGET void Scale(int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) const {
-    for (int c = 0; c < C; ++c) {
-      for (int rr = 0; rr < R; ++rr) {
-        float* a = acc + (rr * C + c) * 16;
-        const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(xscale[(r + rr) * blocks + b]));
-        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
-      }
-    }
-  }
-};
+}
 
 // int8 x int8, a q8_0 block (32 inputs) per step: 8 VPDPBUSD of the weights (+ 128, unsigned) by x's
 // 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of q_x, so that
@@ -121,6 +115,7 @@ struct Q8Op {
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;  // 8 blocks x 4 groups x 576 bytes: 18 KB in L1
+  static constexpr int kTileRows = steady::cpu::kTileRows, kTileGroups = steady::cpu::kTileGroups;
 
   Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
 
@@ -128,16 +123,16 @@ struct Q8Op {
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
-      x.Start(r, b, 128, s);
+      Start(x, r, b, 128, s);
       const uint8_t* wb = w + b * kQ8Record;
       for (int u = 0; u < 8; ++u) {
         __m512i wv[C];
         for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_si512(wb + c * steps * kQ8Record + u * 64);
-        x.Add(r, b, u, wv, s);
+        Add(x, r, b, u, wv, s);
       }
       __m512 ws[C];
       for (int c = 0; c < C; ++c) ws[c] = _mm512_loadu_ps(reinterpret_cast<const float*>(wb + c * steps * kQ8Record + 512));
-      x.Scale(r, b, s, ws, acc);
+      Scale(x, r, b, s, ws, acc);
     }
   }
 };
@@ -149,6 +144,7 @@ struct Q4Op {
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 16;  // 16 blocks x 4 groups x 288 bytes: 18 KB in L1
+  static constexpr int kTileRows = steady::cpu::kTileRows, kTileGroups = steady::cpu::kTileGroups;
 
   Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
 
@@ -157,21 +153,21 @@ struct Q4Op {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
-      x.Start(r, b, 8, s);
+      Start(x, r, b, 8, s);
       const uint8_t* wb = w + b * kQ4Record;
       for (int v = 0; v < 4; ++v) {
         __m512i raw[C], wv[C];
         for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4Record + v * 64);
         for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);  // inputs 4v..4v+3
-        x.Add(r, b, v, wv, s);
+        Add(x, r, b, v, wv, s);
         for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);  // 16 + 4v..
-        x.Add(r, b, v + 4, wv, s);
+        Add(x, r, b, v + 4, wv, s);
       }
       __m512 ws[C];
       for (int c = 0; c < C; ++c) {
         ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
       }
-      x.Scale(r, b, s, ws, acc);
+      Scale(x, r, b, s, ws, acc);
     }
   }
 };
@@ -186,6 +182,7 @@ struct Q4KOp {
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 2;  // 2 super-blocks x 4 groups x 2368 bytes: 19 KB in L1
+  static constexpr int kTileRows = steady::cpu::kTileRows, kTileGroups = steady::cpu::kTileGroups;
 
   Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
 
@@ -199,14 +196,14 @@ struct Q4KOp {
       for (int64_t s = 0; s < subs; ++s) {
         const int64_t xb = 8 * b + s;
         __m512i sums[R][C];
-        x.Start(r, xb, 0, sums);
+        Start(x, r, xb, 0, sums);
         for (int v = 0; v < 4; ++v) {
           __m512i raw[C], wv[C];
           for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4KRecord + kQ4KHead + s * 256 + v * 64);
           for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);
-          x.Add(r, xb, v, wv, sums);
+          Add(x, r, xb, v, wv, sums);
           for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);
-          x.Add(r, xb, v + 4, wv, sums);
+          Add(x, r, xb, v + 4, wv, sums);
         }
         for (int c = 0; c < C; ++c) {
           const uint8_t* g = wb + c * steps * kQ4KRecord;
@@ -230,60 +227,9 @@ struct Q4KOp {
   }
 };
 
-// y[r, c * 16 + l] (row stride `out`; only the first `valid` columns) for every row of x and the C
-// groups at op. Each output is one lane's running sum over the steps in order, whatever the tile.
-template <int C, class Op>
-STEADY_DOT_TARGET void Columns(const Op& op, int rows, float* y, int64_t out, int64_t valid) {
-  alignas(64) float acc[kPassRows * C * 16];
-  for (int r0 = 0; r0 < rows; r0 += kPassRows) {
-    const int n = std::min(kPassRows, rows - r0);
-    std::memset(acc, 0, sizeof(float) * n * C * 16);
-    for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
-      const int64_t s1 = std::min(op.steps, s0 + Op::kChunk);
-      int r = 0;
-      for (; r + kTileRows <= n; r += kTileRows) op.template Tile<kTileRows, C>(r0 + r, s0, s1, acc + r * C * 16);
-      float* a = acc + r * C * 16;
-      switch (n - r) {
-        case 3: op.template Tile<3, C>(r0 + r, s0, s1, a); break;
-        case 2: op.template Tile<2, C>(r0 + r, s0, s1, a); break;
-        case 1: op.template Tile<1, C>(r0 + r, s0, s1, a); break;
-        default: break;
-      }
-    }
-    for (int r = 0; r < n; ++r) {
-      for (int c = 0; c < C && c * 16 < valid; ++c) {
-        const int64_t cols = std::min<int64_t>(16, valid - c * 16);
-        const __mmask16 m = cols == 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
-        _mm512_mask_storeu_ps(y + (r0 + r) * out + c * 16, m, _mm512_load_ps(acc + (r * C + c) * 16));
-      }
-    }
-  }
-}
-
-// Groups [g0, g1) of y's columns.
-template <class Op>
-STEADY_DOT_TARGET void GroupRange(const Op& op, int rows, int64_t out, int64_t g0, int64_t g1, float* y) {
-  int64_t g = g0;
-  for (; g + kTileGroups <= g1; g += kTileGroups) {
-    Columns<kTileGroups>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
-  }
-  for (; g < g1; ++g) Columns<1>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
-}
-
-// Splits the column groups over the compute threads in runs of whole tiles, about 4 per thread (as
-// matmul.cc does): no output's arithmetic depends on the split.
-template <class Op>
-void Run(const Op& op, int rows, int in, int out, float* y) {
-  const int64_t groups = Groups(out);
-  if (int64_t(rows) * in * out < kMinParallelWork) return GroupRange(op, rows, out, 0, groups, y);
-  const int threads = ComputeThreads();
-  const int64_t per_task = std::max<int64_t>(kTileGroups, (groups / (4 * threads) + kTileGroups - 1) / kTileGroups * kTileGroups);
-  const int tasks = int((groups + per_task - 1) / per_task);
-  ParallelFor(tasks, [&](int t) {
-    const int64_t g0 = t * per_task;
-    GroupRange(op, rows, out, g0, std::min<int64_t>(groups, g0 + per_task), y);
-  });
-}
+#define STEADY_DRIVER_TARGET STEADY_DOT_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
 
 bool HasAvx512Base() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -305,8 +251,13 @@ STEADY_DOT_TARGET void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
   for (; k < n; ++k) out[k] = FloatToBf16(x[k]);
 }
 
+// Each lane's low byte, sign-extended.
+STEADY_DOT_TARGET inline __m512i LowByte(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24); }
+
 // QuantizeQ8 of one row, a block at a time (the same arithmetic: scale = max |x| / 127, q = x * (1 /
-// scale) rounded to nearest even, as lrint does), with each block's sum of q.
+// scale) rounded to nearest even, as lrint does, kept to its low byte as int8_t(lrint) does), with
+// each block's sum of the stored q. (Only a block whose 1 / scale overflows, max |x| < 4e-37, makes a
+// q outside -127..127: x * inf converts to INT_MIN, whose low byte is 0.)
 STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
   for (int64_t b = 0; b * kQ8Block < in; ++b) {
     const int64_t k0 = b * kQ8Block, left = in - k0;
@@ -316,8 +267,8 @@ STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float*
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float scale = amax / 127.0f;
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv)));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv)));
+    const __m512i q0 = LowByte(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv))));
+    const __m512i q1 = LowByte(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv))));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0), _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + 16), _mm512_cvtepi32_epi8(q1));
     scales[b] = scale;
@@ -339,21 +290,73 @@ bool Bf16DotAvailable() {
   static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512bf16");
   return ok;
 }
-bool Int8DotAvailable() {
-  static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512vnni");
-  return ok;
-}
-
 const char* Bf16DotPath() {
   static const std::string path =
       Bf16DotAvailable() ? "avx512_bf16 (VDPBF16PS)" : std::string("widening fp32 (") + SimdTargetName() + ")";
   return path.c_str();
 }
-const char* Int8DotPath() {
-  static const std::string path =
-      Int8DotAvailable() ? "avx512_vnni (VPDPBUSD)" : std::string("widening fp32 (") + SimdTargetName() + ")";
-  return path.c_str();
+bool Int8PathAvailable(Int8Path path) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  switch (path) {
+    case Int8Path::kAvx512Vnni: {
+      static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512vnni");
+      return ok;
+    }
+    case Int8Path::kAvxVnni: {
+      static const bool ok = avx2 && __builtin_cpu_supports("avxvnni");
+      return ok;
+    }
+    case Int8Path::kAvx2: return avx2;
+    case Int8Path::kNone: return true;
+  }
+  return false;
 }
+
+Int8Path WidestInt8Path() {
+  for (Int8Path p : {Int8Path::kAvx512Vnni, Int8Path::kAvxVnni, Int8Path::kAvx2}) {
+    if (Int8PathAvailable(p)) return p;
+  }
+  return Int8Path::kNone;
+}
+
+namespace {
+
+std::atomic<Int8Path>& Int8PathSetting() {
+  static std::atomic<Int8Path> path{WidestInt8Path()};
+  return path;
+}
+
+}  // namespace
+
+void SetInt8Path(Int8Path path) {
+  STEADY_CHECK(Int8PathAvailable(path));
+  Int8PathSetting().store(path, std::memory_order_relaxed);
+}
+Int8Path CurrentInt8Path() { return Int8PathSetting().load(std::memory_order_relaxed); }
+
+const char* Int8PathName(Int8Path path) {
+  static const std::string widening = std::string("widening fp32 (") + SimdTargetName() + ")";
+  switch (path) {
+    case Int8Path::kAvx512Vnni: return "avx512_vnni (VPDPBUSD)";
+    case Int8Path::kAvxVnni: return "avx_vnni (VPDPBUSD ymm)";
+    case Int8Path::kAvx2: return "avx2 (VPMADDUBSW)";
+    case Int8Path::kNone: return widening.c_str();
+  }
+  return "?";
+}
+
+const char* Int8PathExtension(Int8Path path) {
+  switch (path) {
+    case Int8Path::kAvx512Vnni: return "AVX512_VNNI";
+    case Int8Path::kAvxVnni: return "AVX_VNNI";
+    case Int8Path::kAvx2: return "AVX2";
+    case Int8Path::kNone: return "";
+  }
+  return "?";
+}
+
+bool Int8DotAvailable() { return CurrentInt8Path() != Int8Path::kNone; }
+const char* Int8DotPath() { return Int8PathName(CurrentInt8Path()); }
 
 int64_t Bf16DotPackedSize(int64_t out, int64_t in) { return Groups(out) * ((in + 1) / 2) * 32; }
 
@@ -409,8 +412,13 @@ void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, i
 
 namespace {
 
-// q8(x) into per-thread scratch, for the int8 kernels.
-Q8Rows QuantizeRows(const float* x, int rows, int in) {
+STEADY_DOT_TARGET uint16_t FloatToF16(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+}  // namespace
+
+namespace dot {
+
+Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize) {
   thread_local std::vector<int8_t> scratch_q;
   thread_local std::vector<float> scratch_scales;
   thread_local std::vector<int32_t> scratch_sums;
@@ -418,26 +426,31 @@ Q8Rows QuantizeRows(const float* x, int rows, int in) {
   int8_t* q = Scratch(scratch_q, size_t(rows * xs));
   float* scales = Scratch(scratch_scales, size_t(rows * blocks));
   int32_t* sums = Scratch(scratch_sums, size_t(rows * blocks));
-  for (int r = 0; r < rows; ++r) QuantizeRow(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, sums + r * blocks);
+  for (int r = 0; r < rows; ++r) quantize(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, sums + r * blocks);
   return {q, scales, sums, blocks};
 }
 
-STEADY_DOT_TARGET uint16_t FloatToF16(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+}  // namespace dot
 
-}  // namespace
-
+// On the current path; the 256-bit ones quantize x themselves (an AVX2 CPU runs them).
 void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const Q8Rows xq = QuantizeRows(x, rows, in);
+  const Int8Path path = CurrentInt8Path();
+  if (path != Int8Path::kAvx512Vnni) return dot::MatMulNTQ8Dot256(path, x, rows, in, packed, out, y);
+  const Q8Rows xq = dot::QuantizeRows(x, rows, in, QuantizeRow);
   Run(Q8Op{xq, packed, xq.blocks}, rows, in, out, y);
 }
 
 void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const Q8Rows xq = QuantizeRows(x, rows, in);
+  const Int8Path path = CurrentInt8Path();
+  if (path != Int8Path::kAvx512Vnni) return dot::MatMulNTQ4Dot256(path, x, rows, in, packed, out, y);
+  const Q8Rows xq = dot::QuantizeRows(x, rows, in, QuantizeRow);
   Run(Q4Op{xq, packed, xq.blocks}, rows, in, out, y);
 }
 
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const Q8Rows xq = QuantizeRows(x, rows, in);
+  const Int8Path path = CurrentInt8Path();
+  if (path != Int8Path::kAvx512Vnni) return dot::MatMulNTQ4KDot256(path, x, rows, in, packed, out, y);
+  const Q8Rows xq = dot::QuantizeRows(x, rows, in, QuantizeRow);
   Run(Q4KOp{xq, packed, Q4KBlocksPerRow(in)}, rows, in, out, y);
 }
 

@@ -1,14 +1,16 @@
 // Decode GEMMs y = x w^T that multiply in the weights' own precision where the CPU has the
 // instructions for it (kernels/cpu/matmul_dot.cc): bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and
-// int8 x int8 on AVX512_VNNI (VPDPBUSD), over weights packed once at load into the layout those
-// instructions read. The widening kernels of matmul.h stay the fallback (where the CPU lacks the
-// instructions) and the reference. Only kernels/cpu/ and the code above it include this file.
+// int8 x int8 on AVX512_VNNI (VPDPBUSD), or on 256-bit vectors with AVX-VNNI or AVX2
+// (matmul_dot256.cc), over weights packed once at load into the layout those instructions read.
+// The widening kernels of matmul.h stay the fallback (where the CPU lacks the instructions) and the
+// reference. Only kernels/cpu/ and the code above it include this file.
 //
 // The layout: output columns in groups of 16 (one AVX-512 vector of fp32 sums), and within a group
 // the weights of a few consecutive inputs side by side for all 16 columns (2 bf16 or 4 int8 per
 // column, the unit one VDPBF16PS / VPDPBUSD lane multiplies). A step broadcasts that unit of one
 // activation row and multiplies it into all 16 columns at once: no horizontal sums, and each weight
-// vector loaded once serves every row of the batch (kernels/cpu/matmul_dot.cc has the tiling).
+// vector loaded once serves every row of the batch (kernels/cpu/matmul_dot.cc has the tiling). The
+// 256-bit int8 paths read each 64-byte vector as two halves of 8 columns.
 //
 // Both change the numerics against the widening kernels: the activations are rounded once per call
 // (to bf16, or to q8_0 int8 blocks with an fp32 scale, as llama.cpp's q8_0 x q8_0 does) and the
@@ -24,13 +26,37 @@
 
 namespace steady::cpu {
 
-// Whether this CPU (and OS) runs the dot-product kernels below (checked with cpuid once). The
-// kernels must only be called where their check holds; callers keep the widening kernels otherwise.
+// Whether this CPU (and OS) runs the bf16 kernels below (checked with cpuid once). They must only
+// be called where the check holds; callers keep the widening kernels otherwise.
 bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ)
-bool Int8DotAvailable();  // AVX512_VNNI (+ AVX512BW/VL/DQ)
-// The instruction path each weight format takes here with --cpu-gemm auto, e.g.
-// "avx512_bf16 (VDPBF16PS)" or "widening fp32 (AVX3)": for logs and benchmark labels.
+// The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)"
+// or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
+
+// The int8 kernels (q8, q4, q4k weights) come in three instruction paths over one packed layout,
+// widest first; each sums the int8 products of a block exactly in int32 and then does the same
+// fp32 arithmetic per output, so all three give the same bits (tested):
+//  kAvx512Vnni: VPDPBUSD on 512-bit vectors (AVX512_VNNI + AVX512BW/VL/DQ: Ice Lake and later
+//               Xeons, AMD Zen 4/5);
+//  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
+//               E-cores (Sierra Forest), Zen 5), with AVX2, FMA and F16C;
+//  kAvx2:       VPMADDUBSW + VPMADDWD (AVX2, FMA, F16C: every x86 server CPU since Haswell and Zen 1);
+//  kNone:       no int8 kernel: q8 and q4k take the widening kernels, q4 is refused.
+enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kNone };
+bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
+Int8Path WidestInt8Path();              // the first of the list this CPU has
+// The path the int8 kernels take: by default the widest this CPU has. SetInt8Path (a path the CPU
+// has, else a CHECK failure) is process-wide like the thread count: the CPU backend sets it from
+// --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
+void SetInt8Path(Int8Path path);
+Int8Path CurrentInt8Path();
+// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)" or "widening fp32
+// (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI", "AVX2"; "" for kNone).
+const char* Int8PathName(Int8Path path);
+const char* Int8PathExtension(Int8Path path);
+// Whether the current path is an int8 kernel (the int8 kernels below may only be called then),
+// and its name.
+bool Int8DotAvailable();
 const char* Int8DotPath();
 
 // bf16 weights packed for VDPBF16PS: per group of 16 columns, per pair of inputs (k, k + 1), the 16
@@ -57,7 +83,8 @@ void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed);
 
 // y = q8(x) w^T with packed q8_0 weights: each row of x quantized per block of kQ8Block by
 // QuantizeQ8 (scale max|x| / 127), then per block the int8 products summed exactly in int32
-// (VPDPBUSD, four at a time; the + 128 of the weights is taken off with 128 * the block's sum of x)
+// (VPDPBUSD, four at a time; the + 128 of the weights is taken off with 128 * the block's sum of x;
+// AVX2: VPMADDUBSW of |q_w| by q_x with q_w's sign, pairs that cannot saturate since |q_x| <= 127)
 // and scaled by x's scale times w's in fp32. Only where Int8DotAvailable(). Against the product of
 // x and the dequantized w, each element is off by at most the sum over blocks of
 // scale_x(block) / 2 * sum |w_k| in the block, plus the fp32 sum's error.

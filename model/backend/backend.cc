@@ -45,16 +45,17 @@ class CpuBackend : public Backend {
   CpuBackend(const Model& model, const BackendOptions& options) : Backend(model), pool_(model, options.slots) {
     // Process-wide, like the thread count: the last backend made decides.
     cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
+    cpu::SetInt8Path(Int8PathFor(options.cpu_gemm));
     // AMX takes bf16 matrices, converted ones or a checkpoint's own (packed: a copy either way).
     const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kAuto);
     const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
                       (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
-    const bool amx = bf16 && options.cpu_gemm == CpuGemm::kAuto && cpu::AmxAvailable();
+    const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8 and q4k go to the dot-product kernels where the CPU has them
     // (packed: a copy either way). They round the activations too, so a checkpoint read as stored
     // (auto) keeps the widening kernels: its logits stay those of its own numbers, exactly (what the
     // comparisons with PyTorch and llama.cpp check).
-    const bool dot = options.cpu_gemm == CpuGemm::kAuto && !amx &&
+    const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((options.cpu_weights == CpuWeights::kBf16 && cpu::Bf16DotAvailable()) ||
                       ((options.cpu_weights == CpuWeights::kQ8 || options.cpu_weights == CpuWeights::kQ4K) &&
                        cpu::Int8DotAvailable()));

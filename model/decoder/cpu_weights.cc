@@ -28,8 +28,24 @@ absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
   if (name == "auto") return CpuGemm::kAuto;
   if (name == "simd") return CpuGemm::kSimd;
   if (name == "openblas") return CpuGemm::kOpenBlas;
+  if (name == "avxvnni") return CpuGemm::kAvxVnni;
+  if (name == "avx2") return CpuGemm::kAvx2;
   return absl::InvalidArgumentError(
-      absl::StrCat("--cpu-gemm: expected auto, simd or openblas, got \"", std::string(name), "\""));
+      absl::StrCat("--cpu-gemm: expected auto, simd, openblas, avxvnni or avx2, got \"", std::string(name), "\""));
+}
+
+bool UsesDotKernels(CpuGemm gemm) { return gemm != CpuGemm::kSimd && gemm != CpuGemm::kOpenBlas; }
+
+cpu::Int8Path Int8PathFor(CpuGemm gemm) {
+  if (gemm == CpuGemm::kAvxVnni) return cpu::Int8Path::kAvxVnni;
+  if (gemm == CpuGemm::kAvx2) return cpu::Int8Path::kAvx2;
+  return cpu::WidestInt8Path();
+}
+
+absl::Status CpuGemmAvailable(CpuGemm gemm) {
+  if (cpu::Int8PathAvailable(Int8PathFor(gemm))) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("--cpu-gemm ", CpuGemmName(gemm), ": this CPU lacks ",
+                                                    cpu::Int8PathExtension(Int8PathFor(gemm))));
 }
 
 std::string CpuGemmName(CpuGemm g) {
@@ -37,6 +53,8 @@ std::string CpuGemmName(CpuGemm g) {
     case CpuGemm::kAuto: return "auto";
     case CpuGemm::kSimd: return "simd";
     case CpuGemm::kOpenBlas: return "openblas";
+    case CpuGemm::kAvxVnni: return "avxvnni";
+    case CpuGemm::kAvx2: return "avx2";
   }
   return "?";
 }
@@ -55,26 +73,28 @@ std::string CpuWeightsName(CpuWeights w) {
 
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
   const std::string widening = absl::StrCat("widening fp32 (", cpu::SimdTargetName(), ")");
-  const bool fast = gemm == CpuGemm::kAuto;
+  const bool fast = UsesDotKernels(gemm);
+  const cpu::Int8Path int8 = Int8PathFor(gemm);
   std::string bf16 = widening, q8 = widening;
   if (fast && cpu::AmxAvailable()) {
     bf16 = "amx_bf16 (TDPBF16PS)";
   } else if (fast && cpu::Bf16DotAvailable()) {
     bf16 = cpu::Bf16DotPath();
   }
-  if (fast && cpu::Int8DotAvailable()) q8 = cpu::Int8DotPath();
+  if (fast && int8 != cpu::Int8Path::kNone) q8 = cpu::Int8PathName(int8);
   const std::string f32 = gemm == CpuGemm::kOpenBlas
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  const std::string q4 = cpu::Int8DotAvailable() ? cpu::Int8DotPath() : "none (q4 needs AVX512_VNNI)";
+  const std::string q4 = int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(int8) : "none (q4 needs AVX2)";
   return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q4}, {"q4k", q8}};
 }
 
 absl::Status Q4Available() {
   if (cpu::Int8DotAvailable()) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      "--cpu-weights q4: its kernel needs AVX512_VNNI (VPDPBUSD), which this CPU lacks; use q8 or bf16");
+      "--cpu-weights q4: its kernels need AVX2 at least (or AVX-VNNI, AVX512_VNNI), which this CPU lacks; use q8 or "
+      "bf16");
 }
 
 CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
@@ -149,7 +169,7 @@ std::string CpuMatrices::Kernels() const {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
     if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K) {
-      names.insert("AVX512_VNNI");
+      names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
     }
   });
   return absl::StrJoin(names, " and ");

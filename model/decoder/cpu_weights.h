@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "model/decoder/weights.h"
 
 namespace steady {
@@ -20,9 +21,10 @@ namespace steady {
 class Model;
 
 // auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter); q4
-// (q4_0's 4-bit blocks, about a seventh; only where the CPU has AVX512_VNNI: Q4Available()); q4k
-// (Q4_K-style 4-bit super-blocks with 6-bit sub-block scales and minimums, kernels/cpu/q4k.h: 4.625
-// bits a weight; VPDPBUSD where the CPU has AVX512_VNNI, the widening kernel elsewhere).
+// (q4_0's 4-bit blocks, about a seventh; only where the CPU has an int8 kernel, AVX2 at least:
+// Q4Available()); q4k (Q4_K-style 4-bit super-blocks with 6-bit sub-block scales and minimums,
+// kernels/cpu/q4k.h: 4.625 bits a weight; the int8 kernels where the CPU has one, the widening
+// kernel elsewhere).
 enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4, kQ4K };
 
 // "auto", "f32", "bf16", "q8", "q4" or "q4k"; anything else is an error naming the flag's values.
@@ -31,22 +33,32 @@ std::string CpuWeightsName(CpuWeights w);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
-//         kernels/cpu/amx.h); else, for --cpu-weights bf16 or q8 (not a checkpoint's own bf16 read
-//         as stored), VDPBF16PS where the CPU has AVX512_BF16 and VPDPBUSD where it has
-//         AVX512_VNNI (activations rounded to bf16 / quantized to q8_0, kernels/cpu/matmul_dot.h);
-//         otherwise, and for fp32 weights, the SIMD small-row kernel up to 32 rows and OpenBLAS above;
+//         kernels/cpu/amx.h); else, for --cpu-weights bf16, q8 or q4k (not a checkpoint's own bf16
+//         read as stored), VDPBF16PS where the CPU has AVX512_BF16 and the widest int8 kernel it has
+//         (AVX512_VNNI, AVX-VNNI or AVX2; activations rounded to bf16 / quantized to q8_0,
+//         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
+//         to 32 rows and OpenBLAS above;
+//  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
+//         where the CPU has a wider one (to compare the paths on one CPU; the same results);
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
 //         against; bf16 and q8 weights still take the SIMD kernel).
-enum class CpuGemm { kAuto, kSimd, kOpenBlas };
+enum class CpuGemm { kAuto, kSimd, kOpenBlas, kAvxVnni, kAvx2 };
+// "auto", "simd", "openblas", "avxvnni" or "avx2"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
+// Whether `gemm` packs bf16, q8 and q4k matrices for AMX and the dot-product kernels (all but simd
+// and openblas); the int8 kernels' path it sets (cpu::SetInt8Path: process-wide, as the thread
+// count), and whether this CPU has it (else an error naming the flag).
+bool UsesDotKernels(CpuGemm gemm);
+cpu::Int8Path Int8PathFor(CpuGemm gemm);
+absl::Status CpuGemmAvailable(CpuGemm gemm);
 
 // The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
 // {format, path} pairs for f32, bf16, q8, q4 and q4k, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
-// Whether --cpu-weights q4 runs here (its only kernel is VPDPBUSD's), else an error naming the flag.
+// Whether --cpu-weights q4 runs here (it has only the int8 kernels, AVX2 at least), else an error naming the flag.
 absl::Status Q4Available();
 
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
@@ -61,11 +73,12 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8 ones for
-  // VPDPBUSD where cpu::Int8DotAvailable(); the other matrices stay as they are.
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8 and q4k ones
+  // for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",
-  // "AVX512_VNNI" or "" (the widening kernels).
+  // the int8 path's (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2") or "" (the
+  // widening kernels).
   std::string Kernels() const;
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).

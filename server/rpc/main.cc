@@ -50,7 +50,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights auto|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas] [--max-context N]
+                    [--cpu-weights auto|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -82,13 +82,15 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
                       start to f32, bf16, q8 (8-bit blocks of 32 with a scale: about a quarter of
                       fp32's bytes per decode step, at a small quality cost) or q4 (4-bit blocks,
-                      about a seventh, a larger cost; needs AVX512_VNNI) or q4k (4-bit super-blocks
+                      about a seventh, a larger cost; needs AVX2 at least) or q4k (4-bit super-blocks
                       with 6-bit sub-block scales and minimums, after llama.cpp's Q4_K: 4.625 bits
                       a weight, closer to fp32 than q4) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
-                      VDPBF16PS, q8 and q4k on VPDPBUSD, where the CPU has them; activations rounded to
-                      bf16 / q8; the startup log names them), simd (the widening kernels), openblas
-                      (every fp32 GEMM in OpenBLAS: a baseline to measure against)
+                      VDPBF16PS, q8, q4 and q4k on int8 dot products (AVX512_VNNI, else AVX-VNNI,
+                      else AVX2), where the CPU has them; activations rounded to bf16 / q8; the
+                      startup log names them), avxvnni or avx2 (as auto, the int8 formats on that
+                      256-bit path: the same results), simd (the widening kernels), openblas (every
+                      fp32 GEMM in OpenBLAS: a baseline to measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with

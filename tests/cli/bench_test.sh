@@ -178,26 +178,45 @@ assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (
 }
 reduced_weights bf16 "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm simd
 reduced_weights q8-simd "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8 --cpu-gemm simd
-# By default q8 goes to VPDPBUSD where the CPU has AVX512_VNNI, and bf16 to AMX tiles where it has
-# them, else to VDPBF16PS where it has AVX512_BF16 (kernels/cpu/matmul_dot.h).
-if grep -qw avx512_vnni /proc/cpuinfo; then
-  reduced_weights q8 "cpu (q8 weights on AVX512_VNNI)" 0.2 0.35 --cpu-weights q8
+# By default q8, q4 and q4k go to the widest int8 path the CPU has (AVX512_VNNI, AVX-VNNI, AVX2),
+# and bf16 to AMX tiles where it has them, else to VDPBF16PS where it has AVX512_BF16
+# (kernels/cpu/matmul_dot.h).
+int8=""
+if grep -qw avx512_vnni /proc/cpuinfo; then int8=AVX512_VNNI
+elif grep -qw avx_vnni /proc/cpuinfo; then int8=AVX_VNNI
+elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then int8=AVX2
+fi
+if [ -n "$int8" ]; then
+  reduced_weights q8 "cpu (q8 weights on $int8)" 0.2 0.35 --cpu-weights q8
 else
   reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
 fi
-# q4 (4.5 bits a weight) runs only on VPDPBUSD; elsewhere it is refused naming the extension.
-if grep -qw avx512_vnni /proc/cpuinfo; then
-  reduced_weights q4 "cpu (q4 weights on AVX512_VNNI)" 0.1 0.2 --cpu-weights q4
+# q4 (4.5 bits a weight) runs only on the int8 kernels; elsewhere it is refused naming the extension.
+if [ -n "$int8" ]; then
+  reduced_weights q4 "cpu (q4 weights on $int8)" 0.1 0.2 --cpu-weights q4
 else
-  expect_error "bench: --cpu-weights q4 without VNNI" nonzero "AVX512_VNNI" "$steady" bench --device cpu --preset tiny \
+  expect_error "bench: --cpu-weights q4 without AVX2" nonzero "AVX2" "$steady" bench --device cpu --preset tiny \
     --batch 1 --context 8 --cpu-weights q4
 fi
 # q4k (4.625 bits a weight at whole 256-weight super-blocks; more here, where the preset's rows pad to them)
-# runs everywhere: VPDPBUSD where the CPU has it, else (and with --cpu-gemm simd) the widening kernel.
+# runs everywhere: the int8 kernels where the CPU has one, else (and with --cpu-gemm simd) the widening kernel.
 reduced_weights q4k-simd "cpu (q4k weights)" 0.15 0.35 --cpu-weights q4k --cpu-gemm simd
-if grep -qw avx512_vnni /proc/cpuinfo; then
-  reduced_weights q4k "cpu (q4k weights on AVX512_VNNI)" 0.15 0.35 --cpu-weights q4k
+if [ -n "$int8" ]; then
+  reduced_weights q4k "cpu (q4k weights on $int8)" 0.15 0.35 --cpu-weights q4k
 fi
+# --cpu-gemm avxvnni / avx2 force that 256-bit int8 path (the name and the report say so), or are
+# refused naming the extension the CPU lacks.
+for path in avxvnni:avx_vnni:AVX_VNNI avx2:avx2:AVX2; do
+  IFS=: read -r gemm flag ext <<< "$path"
+  if grep -qw "$flag" /proc/cpuinfo; then
+    reduced_weights "q8-$gemm" "cpu (q8 weights on $ext)" 0.2 0.35 --cpu-weights q8 --cpu-gemm "$gemm" &&
+      "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_gemm"] == sys.argv[2] and r["cpu_gemm_paths"]["q8"].startswith(sys.argv[3]), r["cpu_gemm_paths"]' \
+        "$tmp/q8-$gemm.json" "$gemm" "$flag" && pass "bench: --cpu-gemm $gemm in the report" || fail "bench --cpu-gemm $gemm report"
+  else
+    expect_error "bench: --cpu-gemm $gemm without $ext" nonzero "lacks $ext" "$steady" bench --device cpu --preset tiny \
+      --batch 1 --context 8 --cpu-gemm "$gemm"
+  fi
+done
 if grep -qw amx_bf16 /proc/cpuinfo; then
   reduced_weights amx "cpu (bf16 weights on AMX)" 0.45 0.6 --cpu-weights bf16
 elif grep -qw avx512_bf16 /proc/cpuinfo; then

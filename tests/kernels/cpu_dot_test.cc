@@ -1,32 +1,63 @@
 // The dot-product kernels (kernels/cpu/matmul_dot.h) against double-precision references at many
 // shapes (odd `in`, partial q8 blocks, 1..64 rows), with tolerances derived from the rounding of the
-// activations; their batch and thread invariance; and the CPU backend's choice of them (--cpu-gemm
-// auto takes them, simd keeps the widening kernels). The kernels read weights packed by PackBf16Dot
-// and PackQ8Dot; where the CPU lacks the instructions these tests skip (and the backend keeps the
-// widening kernels, which cpu_kernels_test checks against their references).
+// activations; their batch and thread invariance; the int8 kernels on each path (AVX512_VNNI,
+// AVX-VNNI, AVX2) alone, their exact int32 sums on blocks that would saturate VPMADDUBSW used
+// naively, and the same bits from every path. The kernels read weights packed by PackBf16Dot and
+// PackQ8Dot; where the CPU lacks the instructions these tests skip naming them (and the backend
+// keeps the widening kernels, which cpu_kernels_test checks against their references). The
+// backend's choice of them: cpu_dot_backend_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
-#include "model/backend/backend.h"
-#include "model/decoder/cpu_weights.h"
-#include "model/decoder/model.h"
 #include "tests/testutil.h"
 
 namespace steady {
+namespace cpu {
+// The path's name in test listings (gtest prints the parameter).
+void PrintTo(Int8Path path, std::ostream* os) { *os << Int8PathName(path); }
+}  // namespace cpu
 namespace {
 
 struct ThreadsGuard {
   ~ThreadsGuard() { cpu::SetComputeThreads(0); }
 };
+
+// The int8 paths, widest first, and what a CPU needs for each (the skip messages).
+constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2};
+const char* Missing(cpu::Int8Path path) {
+  switch (path) {
+    case cpu::Int8Path::kAvx512Vnni: return "no AVX512_VNNI (+ AVX512BW/VL/DQ) on this CPU";
+    case cpu::Int8Path::kAvxVnni: return "no AVX-VNNI (+ AVX2, FMA, F16C) on this CPU";
+    case cpu::Int8Path::kAvx2: return "no AVX2 (+ FMA, F16C) on this CPU";
+    case cpu::Int8Path::kNone: break;
+  }
+  return "";
+}
+
+// The int8 kernels on one path (the test's parameter); the widest path again afterwards.
+class Int8PathTest : public ::testing::TestWithParam<cpu::Int8Path> {
+ protected:
+  void SetUp() override {
+    if (!cpu::Int8PathAvailable(GetParam())) GTEST_SKIP() << Missing(GetParam());
+    cpu::SetInt8Path(GetParam());
+    std::printf("int8 path: %s\n", cpu::Int8DotPath());
+  }
+  void TearDown() override { cpu::SetInt8Path(cpu::WidestInt8Path()); }
+};
+INSTANTIATE_TEST_SUITE_P(Paths, Int8PathTest, ::testing::ValuesIn(kInt8Paths),
+                         [](const ::testing::TestParamInfo<cpu::Int8Path>& info) {
+                           return std::string(cpu::Int8PathExtension(info.param));
+                         });
 
 constexpr double kF32Eps = 1.2e-7;  // 2^-23 and a little: fp32 rounding per term of a sum
 
@@ -184,10 +215,8 @@ void ExpectQ8ActivationBounds(const std::vector<float>& x, int rows, int in, int
   }
 }
 
-TEST(CpuDotTest, Q8MatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q8MatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(13);
-  std::printf("q8 path: %s\n", cpu::Int8DotPath());
   for (int rows : kRows) {
     for (int in : kIns) {
       for (int out : kOuts) {
@@ -258,8 +287,7 @@ TEST(CpuDotTest, Q4QuantizesAsQ4_0) {
   }
 }
 
-TEST(CpuDotTest, Q4MatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4MatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(17);
   for (int rows : kRows) {
     for (int in : kIns) {
@@ -379,8 +407,7 @@ TEST(CpuDotTest, Q4KWideningMatchesTheReferenceAtManyShapes) {
   }
 }
 
-TEST(CpuDotTest, Q4KDotMatchesReferencesAtManyShapes) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4KDotMatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(21);
   for (int rows : kRows) {
     for (int in : kIns) {
@@ -430,152 +457,101 @@ TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q4IsBatchAndThreadInvariant) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q4IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(18);
   const Q4Problem p = MakeQ4(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Dot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q4KIsBatchAndThreadInvariant) {
+TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(22);
   const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KWidening(p, x, rows); });
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+}
+
+TEST_P(Int8PathTest, Q4KIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(22);
+  const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KDot(p, x, rows); });
 }
 
-TEST(CpuDotTest, Q8IsBatchAndThreadInvariant) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+TEST_P(Int8PathTest, Q8IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(15);
   const Q8Problem p = MakeQ8(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
 }
 
-// The logits of one step of two sessions (12 and 3 prompt tokens) through the CPU backend; `name`
-// gets the backend's name.
-std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm, std::string* name) {
-  BackendOptions o;
-  o.slots = 2;
-  o.cpu_weights = weights;
-  o.cpu_gemm = gemm;
-  auto backend = MakeBackend(m, "cpu", o);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return {};
-  *name = (*backend)->Name();
-  std::vector<float> logits;
-  (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
-  return std::vector<double>(logits.begin(), logits.end());
-}
-
-// Through the backend, each path forced by --cpu-gemm: auto packs bf16 and q8 matrices for the dot
-// kernels (and says so in its name), simd keeps the widening kernels on the same stored weights. Both
-// steps' logits are close to the fp32 weights' (the rounding of weights and activations moves them a
-// little), and the dot step's differ from the widening one's (the packed matrices were read).
-void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_name, const std::string& simd_name,
-                                     WeightType packed_type) {
-  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
-  std::string dot_got, simd_got, f32_got;
-  const std::vector<double> dot = BackendStep(m, weights, CpuGemm::kAuto, &dot_got);
-  const std::vector<double> simd = BackendStep(m, weights, CpuGemm::kSimd, &simd_got);
-  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
-  EXPECT_EQ(dot_got, dot_name);
-  EXPECT_EQ(simd_got, simd_name);
-  ASSERT_EQ(dot.size(), f32.size());
-  ASSERT_EQ(simd.size(), f32.size());
-  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
-  const double dot_err = testing::MaxRelError(dot, f32), simd_err = testing::MaxRelError(simd, f32);
-  EXPECT_LT(dot_err, 0.05) << "against the fp32 weights' logits (the widening kernel: " << simd_err << ")";
-  EXPECT_LT(simd_err, 0.05);
-  // The packed copies replace the row-major ones.
-  const CpuMatrices packed = CpuMatrices::From(m, weights, /*amx=*/false, /*dot=*/true);
-  for (const CpuMatrices::Layer& l : packed.layers) {
-    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      EXPECT_EQ(w->type(), packed_type);
+// Blocks at the ends of the ranges, where VPMADDUBSW used naively saturates its int16 pairs: weights
+// of 127, -128 (a GGUF file may hold it) and -127, with activations quantized to +-127 (x of +-1: a
+// block's scale 1/127). On the weights + 128 a pair would reach 2 * 255 * 127; with x's sign moved
+// onto the weights, a weight of -128 against a negative x would wrap. The int32 sums must be exact:
+// each y is then the fp32 arithmetic of the kernels on the integer sums, replayed here (per block,
+// y = fma(float(sum), scale_w * scale_x, y)), equal bit for bit.
+TEST_P(Int8PathTest, Q8SumsAreExactWhereNaivePairsSaturate) {
+  constexpr int in = 96, out = 9, rows = 4;
+  const int8_t patterns[out][3] = {{127, 127, 127},   {-128, -128, -128}, {-127, -127, -127},
+                                   {127, -128, 127},  {-128, 127, -127},  {-128, -127, 127},
+                                   {0, -128, 0},      {127, 0, -128},     {-127, -128, 127}};
+  Q8Problem p{rows, in, out, std::vector<float>(size_t(rows) * in), std::vector<int8_t>(size_t(out) * in),
+              std::vector<float>(size_t(out) * 3), {}};
+  for (int j = 0; j < out; ++j) {
+    for (int k = 0; k < in; ++k) p.q[size_t(j) * in + k] = patterns[j][(k / 2 + j) % 3];  // pairs alike
+    for (int b = 0; b < 3; ++b) p.scales[size_t(j) * 3 + b] = float(1 + b + j);  // exact in fp32
+  }
+  const float x_patterns[rows][2] = {{1, 1}, {-1, -1}, {1, -1}, {-1, 1}};
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < in; ++k) p.x[size_t(r) * in + k] = x_patterns[r][(k / 2 + k / 32) % 2];
+  }
+  p.packed.assign(size_t(cpu::Q8DotPackedSize(out, in)), 0xff);
+  cpu::PackQ8Dot(p.w(), out, in, p.packed.data());
+  const std::vector<float> got = RunQ8Dot(p, p.x, rows);
+  const float scale_x = 1.0f / 127.0f;
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      float want = 0;
+      for (int b = 0; b < 3; ++b) {
+        int32_t sum = 0;
+        for (int k = 32 * b; k < 32 * b + 32; ++k) sum += int32_t(std::lrint(p.x[size_t(r) * in + k] * 127)) * p.q[size_t(j) * in + k];
+        want = std::fma(float(sum), p.scales[size_t(j) * 3 + b] * scale_x, want);
+      }
+      ASSERT_EQ(got[size_t(r) * out + j], want) << "row " << r << " col " << j;
     }
   }
-  EXPECT_EQ(packed.lm_head.type(), packed_type);
-  EXPECT_GE(packed.Bytes(), CpuMatrices::From(m, weights).Bytes());
 }
 
-TEST(CpuDotTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
-  if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
-  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, "cpu (bf16 weights on AVX512_BF16)", "cpu (bf16 weights)",
-                                  WeightType::kDotBf16);
-}
-
-TEST(CpuDotTest, TheBackendTakesVpdpbusdForQ8UnlessTold) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
-  ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on AVX512_VNNI)", "cpu (q8 weights)",
-                                  WeightType::kDotQ8);
-}
-
-// --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits
-// stay near the fp32 weights' (q4 moves them more than q8 does).
-TEST(CpuDotTest, TheBackendServesQ4) {
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
-  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
-  std::string q4_name, q8_name, f32_name;
-  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
-  const std::vector<double> q8 = BackendStep(m, CpuWeights::kQ8, CpuGemm::kAuto, &q8_name);
-  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kAuto, &f32_name);
-  EXPECT_EQ(q4_name, "cpu (q4 weights on AVX512_VNNI)");
-  const double q4_err = testing::MaxRelError(q4, f32), q8_err = testing::MaxRelError(q8, f32);
-  EXPECT_GT(q4_err, q8_err) << "4 bits should cost more than 8";
-  // Random weights are q4's worst case (no outliers to spend the steps on): 0.29 of the spread here.
-  EXPECT_LT(q4_err, 0.5) << "against the fp32 weights' logits (q8: " << q8_err << ")";
-  std::printf("max error of the logits against fp32 weights', of their spread: q4 %.3f, q8 %.3f\n", q4_err, q8_err);
-  const CpuMatrices q4_matrices = CpuMatrices::From(m, CpuWeights::kQ4);
-  EXPECT_EQ(q4_matrices.TypeNames(), "q4");
-  EXPECT_LT(q4_matrices.Bytes(), CpuMatrices::From(m, CpuWeights::kQ8).Bytes() * 0.6);
-  // The packed matrix reads back (RowsToFloat) as the kernel multiplies it.
-  const WeightMatrix& w = q4_matrices.layers[0].wq;
-  std::mt19937_64 rng(3);
-  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
-  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
-  MatMul(x.data(), 1, w, got.data());
-  cpu::MatMulNTQ8ActivationsReference(x.data(), 1, int(w.cols()), w.ToFloat().data(), int(w.rows()), want.data());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
-}
-
-// --cpu-weights q4k: VPDPBUSD where the CPU has it (auto), the widening kernel with --cpu-gemm simd
-// (and on CPUs without VNNI); both near the fp32 weights' logits, closer than q4_0's (the sub-block
-// scales and minimums), and the matrices 4.625 bits a weight.
-TEST(CpuDotTest, TheBackendServesQ4K) {
-  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
-  std::string dot_name, simd_name, f32_name, q4_name;
-  const std::vector<double> dot = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kAuto, &dot_name);
-  const std::vector<double> simd = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kSimd, &simd_name);
-  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_name);
-  EXPECT_EQ(simd_name, "cpu (q4k weights)");
-  const double simd_err = testing::MaxRelError(simd, f32);
-  EXPECT_LT(simd_err, 0.5);
-  const CpuMatrices q4k = CpuMatrices::From(m, CpuWeights::kQ4K);
-  EXPECT_EQ(q4k.TypeNames(), "q4k");
-  // 4.625 bits a weight at whole super-blocks; the tiny model's short rows pad to 256.
-  EXPECT_EQ(cpu::Q4KBytes(2048, 2048) * 8, 4.625 * 2048 * 2048);
-  EXPECT_EQ(q4k.layers[0].wq.Bytes(), cpu::Q4KBytes(q4k.layers[0].wq.rows(), q4k.layers[0].wq.cols()));
-  // The widening path reads the row-major matrix as the reference product does.
-  const WeightMatrix& w = q4k.layers[0].wq;
-  ASSERT_EQ(w.type(), WeightType::kQ4K);
-  std::mt19937_64 rng(3);
-  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
-  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
-  MatMul(x.data(), 1, w, got.data());
-  cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
-  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << "no AVX512_VNNI on this CPU: the widening kernel only";
-  EXPECT_EQ(dot_name, "cpu (q4k weights on AVX512_VNNI)");
-  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
-  const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
-  std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",
-              dot_err, simd_err, q4_err);
-  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
-  EXPECT_LT(dot_err, q4_err);
-  const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kQ4K, /*amx=*/false, /*dot=*/true);
-  EXPECT_EQ(packed.layers[0].w_down.type(), WeightType::kDotQ4K);
-  EXPECT_EQ(packed.lm_head.type(), WeightType::kDotQ4K);
+// Every path gives the same bits as the widest one, for q8, q4 and q4k, at every shape.
+TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
+  const cpu::Int8Path widest = cpu::WidestInt8Path();
+  if (widest == cpu::Int8Path::kNone) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2);
+  int compared = 0;
+  std::mt19937_64 rng(23);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q8Problem q8 = MakeQ8(rows, in, out, rng);
+        const Q4Problem q4 = MakeQ4(rows, in, out, rng);
+        const Q4KProblem q4k = MakeQ4K(rows, in, out, rng);
+        const auto run_all = [&] {
+          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows)};
+        };
+        const std::vector<std::vector<float>> want = run_all();
+        for (cpu::Int8Path path : kInt8Paths) {
+          if (path == widest || !cpu::Int8PathAvailable(path)) continue;
+          cpu::SetInt8Path(path);
+          const std::vector<std::vector<float>> got = run_all();
+          cpu::SetInt8Path(widest);
+          ++compared;
+          for (size_t f = 0; f < got.size(); ++f) {
+            for (size_t i = 0; i < got[f].size(); ++i) {
+              ASSERT_EQ(got[f][i], want[f][i]) << cpu::Int8PathName(path) << " format " << f << " rows " << rows << " in "
+                                               << in << " out " << out << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "one int8 path on this CPU: nothing to compare";
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
 // BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
-// q4k pair (kernels/cpu/q4k.h).
+// q4k pair (kernels/cpu/q4k.h). The int8 kernels run on each path the CPU has (the "path" argument:
+// 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2; cpu::Int8Path), skipped where it lacks one.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -194,8 +195,23 @@ void BM_Q8Widening(benchmark::State& state) {
     cpu::MatMulNTQ8(x, rows, in, {lw.q8.data(), lw.q8_scales.data()}, out, y);
   });
 }
+// The int8 kernels on the path of argument 3, the widest again afterwards; false where the CPU lacks it.
+bool UseInt8Path(benchmark::State& state) {
+  const auto path = cpu::Int8Path(state.range(3));
+  if (!cpu::Int8PathAvailable(path)) {
+    state.SkipWithError("this CPU lacks the int8 path");
+    return false;
+  }
+  cpu::SetInt8Path(path);
+  return true;
+}
+struct WidestInt8PathAfter {
+  ~WidestInt8PathAfter() { cpu::SetInt8Path(cpu::WidestInt8Path()); }
+};
+
 void BM_Q8Dot(benchmark::State& state) {
-  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  if (!UseInt8Path(state)) return;
+  WidestInt8PathAfter restore;
   RunLowPrecision(state, 9, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                    int out, float* y) {
     cpu::MatMulNTQ8Dot(x, rows, in, lw.q8_dot.data(), out, y);
@@ -203,7 +219,8 @@ void BM_Q8Dot(benchmark::State& state) {
 }
 // q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
 void BM_Q4Dot(benchmark::State& state) {
-  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  if (!UseInt8Path(state)) return;
+  WidestInt8PathAfter restore;
   RunLowPrecision(state, 4.5, cpu::Int8DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                     int out, float* y) {
     cpu::MatMulNTQ4Dot(x, rows, in, lw.q4_dot.data(), out, y);
@@ -218,7 +235,8 @@ void BM_Q4KWidening(benchmark::State& state) {
   });
 }
 void BM_Q4KDot(benchmark::State& state) {
-  if (!cpu::Int8DotAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  if (!UseInt8Path(state)) return;
+  WidestInt8PathAfter restore;
   RunLowPrecision(state, 37 * 8 / 64.0, cpu::Int8DotPath(), [](const float* x, int rows, int in,
                                                             const LowPrecisionWeights& lw, int out, float* y) {
     cpu::MatMulNTQ4KDot(x, rows, in, lw.q4k_dot.data(), out, y);
@@ -234,10 +252,20 @@ void DotShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Bf16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_Q4Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+// DotShapes on each int8 path.
+void Int8DotShapes(benchmark::internal::Benchmark* b) {
+  for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {
+    for (int rows : {1, 4, 16, 64}) {
+      for (cpu::Int8Path path : {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2}) {
+        b->Args({rows, in, out, int64_t(path)});
+      }
+    }
+  }
+}
+BENCHMARK(BM_Q4Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_Q4KDot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_Q8Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q4KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q8Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_SmallRowsBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();

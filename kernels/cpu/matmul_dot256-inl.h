@@ -1,0 +1,231 @@
+// The 256-bit int8 kernels' body, included twice by matmul_dot256.cc: once for AVX-VNNI, once for
+// AVX2 (as Highway's foreach_target does: a function's instruction set is its target attribute, which
+// a template parameter cannot choose). No include guard, on purpose.
+//
+// Before including, the flavour's namespace defines:
+//   STEADY_DOT256_TARGET  the target attribute of every function here;
+//   kTileRows, kTileGroups  the register tile (16 ymm registers: accumulators, weights, temporaries);
+//   Q8Weights8 LoadQ8(const uint8_t* p)  8 columns' 4 q8 weights (stored + 128) at p, made ready for
+//   __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x)  s + per column the exact sum of the 4 products
+//   kQ8Offset  what the q8 sums start at, times the block's sum of q_x (VPDPBUSD: -128, AVX2: 0);
+//   NibbleSums, NibbleStart(s), AddNibbles(p, w, x), NibbleEnd(s, p)  the same for a block of
+//     unsigned weights in 0..15: sums p that start from the int32 sums s, take a vector of nibbles
+//     at a time, and end added to s.
+//
+// A 64-byte vector of the packed layout (16 columns x 4 inputs) is two ymm halves of 8 columns, h = 0
+// and 1 of group c being half 2c + h. Per output lane the arithmetic after the int32 sums is the
+// AVX-512 kernels' (matmul_dot.cc): the same conversions, products and fused multiply-adds in the
+// same order, so the results are the same bits.
+
+// x's 4 bytes (inputs 4u..4u+3 of row r's block b) in every 32-bit lane.
+STEADY_DOT256_TARGET inline __m256i Broadcast4(const Q8Rows& x, int r, int64_t b, int u) {
+  return _mm256_set1_epi32(x.Four(r, b, u));
+}
+
+// s[rr][h] = -offset * the sum of q_x of row r + rr's block b.
+template <int R, int H>
+STEADY_DOT256_TARGET inline void Start(const Q8Rows& x, int r, int64_t b, int32_t offset, __m256i (&s)[R][H]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const __m256i start = _mm256_set1_epi32(-offset * x.xsum[(r + rr) * x.blocks + b]);
+    for (int h = 0; h < H; ++h) s[rr][h] = start;
+  }
+}
+
+// acc[rr][half h] += s[rr][h] * (ws[h] * scale_x(row r + rr, block b)), in fp32.
+template <int R, int H>
+STEADY_DOT256_TARGET inline void Scale(const Q8Rows& x, int r, int64_t b, const __m256i (&s)[R][H], const __m256 (&ws)[H],
+                                       float* acc) {
+  for (int h = 0; h < H; ++h) {
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + rr * H * 8 + h * 8;
+      const __m256 scale = _mm256_mul_ps(ws[h], _mm256_set1_ps(x.xscale[(r + rr) * x.blocks + b]));
+      _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[rr][h]), scale, _mm256_load_ps(a)));
+    }
+  }
+}
+
+// Q8Op of matmul_dot.cc on 8-column halves.
+struct Q8Op256 {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 8;
+  static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+
+  Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int H = 2 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      __m256i s[R][H];
+      Start(x, r, b, flavour::kQ8Offset, s);
+      const uint8_t* wb = w + b * kQ8Record;
+      for (int u = 0; u < 8; ++u) {
+        flavour::Q8Weights8 wv[H];
+        for (int h = 0; h < H; ++h) wv[h] = flavour::LoadQ8(wb + (h / 2) * steps * kQ8Record + u * 64 + (h % 2) * 32);
+        for (int rr = 0; rr < R; ++rr) {
+          const __m256i xv = Broadcast4(x, r + rr, b, u);
+          for (int h = 0; h < H; ++h) s[rr][h] = flavour::AddQ8(s[rr][h], wv[h], xv);
+        }
+      }
+      __m256 ws[H];
+      for (int h = 0; h < H; ++h) ws[h] = _mm256_loadu_ps(reinterpret_cast<const float*>(wb + (h / 2) * steps * kQ8Record + 512) + (h % 2) * 8);
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
+// ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v.
+template <int R, int H>
+STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t xb, int v, const __m256i (&raw)[H],
+                                                flavour::NibbleSums (&p)[R][H]) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  __m256i lo[H], hi[H];
+  for (int h = 0; h < H; ++h) {
+    lo[h] = _mm256_and_si256(raw[h], low);
+    hi[h] = _mm256_and_si256(_mm256_srli_epi16(raw[h], 4), low);
+  }
+  for (int rr = 0; rr < R; ++rr) {
+    const __m256i xlo = Broadcast4(x, r + rr, xb, v), xhi = Broadcast4(x, r + rr, xb, v + 4);
+    for (int h = 0; h < H; ++h) p[rr][h] = flavour::AddNibbles(flavour::AddNibbles(p[rr][h], lo[h], xlo), hi[h], xhi);
+  }
+}
+
+// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw(v, h)) and x's bytes of block xb.
+template <int R, int H, class Raw>
+STEADY_DOT256_TARGET inline void AddNibbleBlock(const Q8Rows& x, int r, int64_t xb, const Raw& raw_at, __m256i (&s)[R][H]) {
+  flavour::NibbleSums p[R][H];
+  for (int rr = 0; rr < R; ++rr) {
+    for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(s[rr][h]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    __m256i raw[H];
+    for (int h = 0; h < H; ++h) raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw_at(v, h)));
+    AddNibblePairs(x, r, xb, v, raw, p);
+  }
+  for (int rr = 0; rr < R; ++rr) {
+    for (int h = 0; h < H; ++h) s[rr][h] = flavour::NibbleEnd(s[rr][h], p[rr][h]);
+  }
+}
+
+// Q4Op of matmul_dot.cc on 8-column halves.
+struct Q4Op256 {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 16;
+  static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+
+  Q4Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int H = 2 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      __m256i s[R][H];
+      Start(x, r, b, 8, s);
+      const uint8_t* wb = w + b * kQ4Record;
+      AddNibbleBlock(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
+      __m256 ws[H];
+      for (int h = 0; h < H; ++h) {
+        ws[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kQ4Record + 256 + (h % 2) * 16)));
+      }
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// Q4KOp of matmul_dot.cc on 8-column halves.
+struct Q4KOp256 {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 2;
+  static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+
+  Q4KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int H = 2 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ4KRecord;
+      // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
+      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t sub = 0; sub < subs; ++sub) {
+        const int64_t xb = 8 * b + sub;
+        __m256i sums[R][H];
+        Start(x, r, xb, 0, sums);
+        AddNibbleBlock(x, r, xb, [&](int v, int h) {
+          return wb + (h / 2) * steps * kQ4KRecord + kQ4KHead + sub * 256 + v * 64 + (h % 2) * 32;
+        }, sums);
+        for (int h = 0; h < H; ++h) {
+          const uint8_t* g = wb + (h / 2) * steps * kQ4KRecord;
+          const int half = h % 2;
+          const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+          const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
+          const __m256 scale = _mm256_mul_ps(
+              d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 64 + 16 * sub + 8 * half)))));
+          const __m256 min = _mm256_mul_ps(
+              dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 192 + 16 * sub + 8 * half)))));
+          for (int rr = 0; rr < R; ++rr) {
+            float* a = acc + rr * H * 8 + h * 8;
+            const int64_t i = (r + rr) * x.blocks + xb;
+            const float dx = x.xscale[i];
+            __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[rr][h]), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), _mm256_load_ps(a));
+            sum = _mm256_fnmadd_ps(min, _mm256_set1_ps(dx * float(x.xsum[i])), sum);
+            _mm256_store_ps(a, sum);
+          }
+        }
+      }
+    }
+  }
+};
+
+#define STEADY_DRIVER_TARGET STEADY_DOT256_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
+
+// matmul_dot.cc's QuantizeRow on 8 lanes: the same scale, the same products rounded by the same
+// conversion, each q kept to its low byte, and the sum of the stored bytes.
+STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b * kQ8Block < in; ++b) {
+    const int64_t k0 = b * kQ8Block, left = std::min<int64_t>(kQ8Block, in - k0);
+    alignas(32) float block[kQ8Block] = {};
+    std::memcpy(block, x + k0, sizeof(float) * size_t(left));
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_load_ps(block + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, amax);
+    const float m = *std::max_element(lanes, lanes + 8);
+    const float scale = m / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    __m256i total = _mm256_setzero_si256();
+    alignas(32) int32_t ints[kQ8Block];
+    for (int i = 0; i < 4; ++i) {
+      __m256i qi = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)));
+      qi = _mm256_srai_epi32(_mm256_slli_epi32(qi, 24), 24);
+      total = _mm256_add_epi32(total, qi);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ints + 8 * i), qi);
+    }
+    for (int i = 0; i < kQ8Block; ++i) q[k0 + i] = int8_t(ints[i]);
+    alignas(32) int32_t t[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), total);
+    scales[b] = scale;
+    sums[b] = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+  }
+}
+
+// y = q8(x) w^T for an Op of this file over `steps` per row: x quantized by this path's own code (no
+// AVX-512 on an AVX2 CPU), then every group of columns.
+template <class Op>
+void Multiply(int64_t steps, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Run(Op{xq, packed, steps}, rows, in, out, y);
+}

@@ -1,0 +1,65 @@
+// The loop that walks a packed matrix in register tiles, passes of rows and chunks of the input,
+// for the dot-product kernels (kernels/cpu only). Included by each instruction set's code inside its
+// own namespace, after defining STEADY_DRIVER_TARGET, so that the loop is compiled for that target
+// and the Op's Tile is inlined into it (a call per tile, from code compiled for the baseline, cost
+// the AVX-512 kernels 10-45%). No include guard, on purpose.
+//
+// An Op (Bf16Op, Q8Op, ...) has steps (of the input), kChunk (steps whose weights stay in L1 while
+// every row of a pass uses them), kTileRows and kTileGroups (its register tile), Shift(groups), and
+// Tile<R, C>(r, s0, s1, acc), which adds rows r..r+R-1 of x times C groups of 16 columns over steps
+// [s0, s1) into fp32 sums acc[R][C][16], one lane per output, in the order of the steps. Whatever
+// the tile shape, the pass or the thread, every output is then the same arithmetic, so a 256-bit Op
+// with the AVX-512 one's per-lane arithmetic gives the same bits.
+
+// y[r, c * 16 + l] (row stride `out`; only the first `valid` columns) for every row of x and the C
+// groups at op. Each output is one lane's running sum over the steps in order, whatever the tile.
+template <int C, class Op>
+STEADY_DRIVER_TARGET void Columns(const Op& op, int rows, float* y, int64_t out, int64_t valid) {
+  constexpr int kRows = Op::kTileRows;
+  alignas(64) float acc[kPassRows * C * kGroup];
+  for (int r0 = 0; r0 < rows; r0 += kPassRows) {
+    const int n = std::min(kPassRows, rows - r0);
+    std::memset(acc, 0, sizeof(float) * n * C * kGroup);
+    for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
+      const int64_t s1 = std::min(op.steps, s0 + Op::kChunk);
+      int r = 0;
+      for (; r + kRows <= n; r += kRows) op.template Tile<kRows, C>(r0 + r, s0, s1, acc + r * C * kGroup);
+      float* a = acc + r * C * kGroup;
+      switch (n - r) {
+        case 3: if constexpr (kRows > 3) op.template Tile<3, C>(r0 + r, s0, s1, a); break;
+        case 2: if constexpr (kRows > 2) op.template Tile<2, C>(r0 + r, s0, s1, a); break;
+        case 1: if constexpr (kRows > 1) op.template Tile<1, C>(r0 + r, s0, s1, a); break;
+        default: break;
+      }
+    }
+    const int64_t cols = std::min<int64_t>(C * kGroup, valid);
+    for (int r = 0; r < n; ++r) std::memcpy(y + (r0 + r) * out, acc + r * C * kGroup, sizeof(float) * cols);
+  }
+}
+
+// Groups [g0, g1) of y's columns.
+template <class Op>
+STEADY_DRIVER_TARGET void GroupRange(const Op& op, int rows, int64_t out, int64_t g0, int64_t g1, float* y) {
+  int64_t g = g0;
+  for (; g + Op::kTileGroups <= g1; g += Op::kTileGroups) {
+    Columns<Op::kTileGroups>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
+  }
+  for (; g < g1; ++g) Columns<1>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
+}
+
+// Splits the column groups over the compute threads in runs of whole tiles, about 4 per thread (as
+// matmul.cc does): no output's arithmetic depends on the split.
+template <class Op>
+void Run(const Op& op, int rows, int in, int out, float* y) {
+  const int64_t groups = Groups(out);
+  if (int64_t(rows) * in * out < kMinParallelWork) return GroupRange(op, rows, out, 0, groups, y);
+  constexpr int64_t kTile = Op::kTileGroups;
+  const int threads = ComputeThreads();
+  const int64_t per_task = std::max<int64_t>(kTile, (groups / (4 * threads) + kTile - 1) / kTile * kTile);
+  const int tasks = int((groups + per_task - 1) / per_task);
+  ParallelFor(tasks, [&](int t) {
+    const int64_t g0 = t * per_task;
+    GroupRange(op, rows, out, g0, std::min<int64_t>(groups, g0 + per_task), y);
+  });
+}
+

@@ -1,0 +1,55 @@
+// What the dot-product kernels of every width share (kernels/cpu only): the packed records' sizes,
+// the quantized activations, and the 256-bit kernels' entry points (matmul_dot.cc: AVX-512;
+// matmul_dot256.cc: AVX-VNNI and AVX2). The loop over tiles is matmul_dot_driver-inl.h.
+#ifndef STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
+#define STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_dot.h"
+
+namespace steady::cpu::dot {
+
+inline constexpr int kGroup = 16;     // output columns per packed group: one AVX-512 vector of fp32 sums
+inline constexpr int kPassRows = 32;  // rows of x whose sums are kept (in L1) during a pass over the weights
+inline constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
+inline constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
+// Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
+// minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
+inline constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
+inline constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
+
+inline int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
+
+// The activations of the int8 kernels: each row quantized per q8_0 block (QuantizeQ8's arithmetic).
+// Every q is in -127..127 and xsum is the sum of the stored bytes, so any exact int32 dot product
+// of them (VPDPBUSD, or VPMADDUBSW's pairs) gives the same sums.
+struct Q8Rows {
+  const int8_t* x;      // [rows, blocks * 32], zero padded
+  const float* xscale;  // [rows, blocks]
+  const int32_t* xsum;  // [rows, blocks]: the block's sum of q_x
+  int64_t blocks;
+
+  int32_t Four(int r, int64_t b, int u) const {  // inputs 4u..4u+3 of row r's block b
+    int32_t four;
+    std::memcpy(&four, x + (r * blocks + b) * 32 + u * 4, 4);
+    return four;
+  }
+};
+
+// One row's q8_0 quantization, a block at a time: q (blocks * 32, zero padded), scales and sums.
+using QuantizeRowFn = void (*)(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
+// Every row of x through `quantize` into per-thread scratch (valid until the thread's next call).
+Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize);
+
+// The 256-bit int8 kernels (matmul_dot256.cc): `path` is Int8Path::kAvxVnni or kAvx2, x comes
+// from that path's own quantizer.
+void MatMulNTQ8Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+void MatMulNTQ4Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+void MatMulNTQ4KDot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+
+}  // namespace steady::cpu::dot
+
+#endif  // STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_

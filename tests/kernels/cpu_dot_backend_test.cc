@@ -1,0 +1,187 @@
+// The CPU backend's choice of the dot-product kernels (kernels/cpu/matmul_dot.h): --cpu-gemm auto
+// packs bf16, q8, q4 and q4k matrices for them and names the extension, avxvnni and avx2 force a
+// 256-bit int8 path (the same logits bit for bit), simd keeps the widening kernels; their logits
+// against the fp32 weights'. The kernels themselves: cpu_dot_test.cc. Where the CPU lacks the
+// instructions these tests skip naming them.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
+#include "kernels/cpu/q4k.h"
+#include "model/backend/backend.h"
+#include "model/decoder/cpu_weights.h"
+#include "model/decoder/model.h"
+#include "tests/testutil.h"
+
+namespace steady {
+namespace {
+
+constexpr char kNoInt8Path[] = "no int8 path (AVX2 + FMA + F16C at least) on this CPU";
+
+// The logits of one step of two sessions (12 and 3 prompt tokens) through the CPU backend; `name`
+// gets the backend's name.
+std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm, std::string* name) {
+  BackendOptions o;
+  o.slots = 2;
+  o.cpu_weights = weights;
+  o.cpu_gemm = gemm;
+  auto backend = MakeBackend(m, "cpu", o);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return {};
+  *name = (*backend)->Name();
+  std::vector<float> logits;
+  (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
+  return std::vector<double>(logits.begin(), logits.end());
+}
+
+// Through the backend, each path forced by --cpu-gemm: auto packs bf16 and q8 matrices for the dot
+// kernels (and says so in its name), simd keeps the widening kernels on the same stored weights. Both
+// steps' logits are close to the fp32 weights' (the rounding of weights and activations moves them a
+// little), and the dot step's differ from the widening one's (the packed matrices were read).
+void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_name, const std::string& simd_name,
+                                     WeightType packed_type) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  std::string dot_got, simd_got, f32_got;
+  const std::vector<double> dot = BackendStep(m, weights, CpuGemm::kAuto, &dot_got);
+  const std::vector<double> simd = BackendStep(m, weights, CpuGemm::kSimd, &simd_got);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
+  EXPECT_EQ(dot_got, dot_name);
+  EXPECT_EQ(simd_got, simd_name);
+  ASSERT_EQ(dot.size(), f32.size());
+  ASSERT_EQ(simd.size(), f32.size());
+  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
+  const double dot_err = testing::MaxRelError(dot, f32), simd_err = testing::MaxRelError(simd, f32);
+  EXPECT_LT(dot_err, 0.05) << "against the fp32 weights' logits (the widening kernel: " << simd_err << ")";
+  EXPECT_LT(simd_err, 0.05);
+  // The packed copies replace the row-major ones.
+  const CpuMatrices packed = CpuMatrices::From(m, weights, /*amx=*/false, /*dot=*/true);
+  for (const CpuMatrices::Layer& l : packed.layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_EQ(w->type(), packed_type);
+    }
+  }
+  EXPECT_EQ(packed.lm_head.type(), packed_type);
+  EXPECT_GE(packed.Bytes(), CpuMatrices::From(m, weights).Bytes());
+}
+
+TEST(CpuDotBackendTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
+  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, "cpu (bf16 weights on AVX512_BF16)", "cpu (bf16 weights)",
+                                  WeightType::kDotBf16);
+}
+
+// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
+std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
+
+TEST(CpuDotBackendTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path;
+  ExpectBackendTakesTheDotKernels(CpuWeights::kQ8, "cpu (q8 weights on " + WidestInt8() + ")", "cpu (q8 weights)",
+                                  WeightType::kDotQ8);
+}
+
+// --cpu-gemm avxvnni and avx2 put q8, q4 and q4k on that path (the name says so) and give the
+// logits of auto's path bit for bit; the widest path again afterwards.
+TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  int compared = 0;
+  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2}}) {
+    if (!cpu::Int8PathAvailable(path)) {
+      std::printf("skipped --cpu-gemm %s: this CPU lacks %s\n", CpuGemmName(gemm).c_str(), cpu::Int8PathExtension(path));
+      EXPECT_FALSE(CpuGemmAvailable(gemm).ok());
+      continue;
+    }
+    EXPECT_TRUE(CpuGemmAvailable(gemm).ok());
+    for (CpuWeights weights : {CpuWeights::kQ8, CpuWeights::kQ4, CpuWeights::kQ4K}) {
+      std::string auto_name, forced_name;
+      const std::vector<double> forced = BackendStep(m, weights, gemm, &forced_name);
+      EXPECT_EQ(cpu::CurrentInt8Path(), path);
+      const std::vector<double> widest = BackendStep(m, weights, CpuGemm::kAuto, &auto_name);
+      EXPECT_EQ(cpu::CurrentInt8Path(), cpu::WidestInt8Path());
+      const std::string format = CpuWeightsName(weights);
+      EXPECT_EQ(forced_name, "cpu (" + format + " weights on " + cpu::Int8PathExtension(path) + ")");
+      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8() + ")");
+      EXPECT_EQ(forced, widest) << format << " on " << cpu::Int8PathName(path);
+      ++compared;
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "no 256-bit int8 path on this CPU";
+}
+
+// --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits
+// stay near the fp32 weights' (q4 moves them more than q8 does).
+TEST(CpuDotBackendTest, TheBackendServesQ4) {
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path;
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  std::string q4_name, q8_name, f32_name;
+  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
+  const std::vector<double> q8 = BackendStep(m, CpuWeights::kQ8, CpuGemm::kAuto, &q8_name);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kAuto, &f32_name);
+  EXPECT_EQ(q4_name, "cpu (q4 weights on " + WidestInt8() + ")");
+  const double q4_err = testing::MaxRelError(q4, f32), q8_err = testing::MaxRelError(q8, f32);
+  EXPECT_GT(q4_err, q8_err) << "4 bits should cost more than 8";
+  // Random weights are q4's worst case (no outliers to spend the steps on): 0.29 of the spread here.
+  EXPECT_LT(q4_err, 0.5) << "against the fp32 weights' logits (q8: " << q8_err << ")";
+  std::printf("max error of the logits against fp32 weights', of their spread: q4 %.3f, q8 %.3f\n", q4_err, q8_err);
+  const CpuMatrices q4_matrices = CpuMatrices::From(m, CpuWeights::kQ4);
+  EXPECT_EQ(q4_matrices.TypeNames(), "q4");
+  EXPECT_LT(q4_matrices.Bytes(), CpuMatrices::From(m, CpuWeights::kQ8).Bytes() * 0.6);
+  // The packed matrix reads back (RowsToFloat) as the kernel multiplies it.
+  const WeightMatrix& w = q4_matrices.layers[0].wq;
+  std::mt19937_64 rng(3);
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
+  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
+  MatMul(x.data(), 1, w, got.data());
+  cpu::MatMulNTQ8ActivationsReference(x.data(), 1, int(w.cols()), w.ToFloat().data(), int(w.rows()), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+}
+
+// --cpu-weights q4k: VPDPBUSD where the CPU has it (auto), the widening kernel with --cpu-gemm simd
+// (and on CPUs without VNNI); both near the fp32 weights' logits, closer than q4_0's (the sub-block
+// scales and minimums), and the matrices 4.625 bits a weight.
+TEST(CpuDotBackendTest, TheBackendServesQ4K) {
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  std::string dot_name, simd_name, f32_name, q4_name;
+  const std::vector<double> dot = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kAuto, &dot_name);
+  const std::vector<double> simd = BackendStep(m, CpuWeights::kQ4K, CpuGemm::kSimd, &simd_name);
+  const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_name);
+  EXPECT_EQ(simd_name, "cpu (q4k weights)");
+  const double simd_err = testing::MaxRelError(simd, f32);
+  EXPECT_LT(simd_err, 0.5);
+  const CpuMatrices q4k = CpuMatrices::From(m, CpuWeights::kQ4K);
+  EXPECT_EQ(q4k.TypeNames(), "q4k");
+  // 4.625 bits a weight at whole super-blocks; the tiny model's short rows pad to 256.
+  EXPECT_EQ(cpu::Q4KBytes(2048, 2048) * 8, 4.625 * 2048 * 2048);
+  EXPECT_EQ(q4k.layers[0].wq.Bytes(), cpu::Q4KBytes(q4k.layers[0].wq.rows(), q4k.layers[0].wq.cols()));
+  // The widening path reads the row-major matrix as the reference product does.
+  const WeightMatrix& w = q4k.layers[0].wq;
+  ASSERT_EQ(w.type(), WeightType::kQ4K);
+  std::mt19937_64 rng(3);
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(w.cols()), rng);
+  std::vector<float> got(size_t(w.rows())), want(size_t(w.rows()));
+  MatMul(x.data(), 1, w, got.data());
+  cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path << ": the widening kernel only";
+  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8() + ")");
+  const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
+  const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
+  std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",
+              dot_err, simd_err, q4_err);
+  EXPECT_GT(testing::MaxRelError(dot, simd), 0.0) << "the packed matrices were not read";
+  EXPECT_LT(dot_err, q4_err);
+  const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kQ4K, /*amx=*/false, /*dot=*/true);
+  EXPECT_EQ(packed.layers[0].w_down.type(), WeightType::kDotQ4K);
+  EXPECT_EQ(packed.lm_head.type(), WeightType::kDotQ4K);
+}
+
+}  // namespace
+}  // namespace steady
