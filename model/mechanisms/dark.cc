@@ -340,7 +340,8 @@ template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, 
 // (AddKeysAndReadInTurn). The one thing in Step that is not per row is c, the running max: it depends
 // on the keys alone, so it is run through the n keys first, as Step would, noting after each key the
 // factor Step rescales the whole state by (ScaleState, elementwise, so applied to each row just before
-// that token's update of it) and the c its read and its output's guard see.
+// that token's update of it) and the c its read and its output's guard see. The kv heads are
+// independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
@@ -348,9 +349,15 @@ void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, cons
   const int m = p.features, dv = s.value_dim, group = s.group();
   const int64_t q_row = int64_t(s.heads) * s.head_dim, k_row = int64_t(s.kv_heads) * s.head_dim,
                 v_row = int64_t(s.kv_heads) * dv, y_row = int64_t(s.heads) * dv;
-  std::vector<T> phi_k(size_t(n) * m), phi_q(size_t(n) * group * m), cq(size_t(n) * group), den(size_t(n) * group);
-  std::vector<T> c_after(n), rescale(n);  // c after token t's key; Step's ScaleState factor (1: none)
-  for (int g = 0; g < s.kv_heads; ++g) {
+  ForEachKvHead(s.kv_heads, int64_t(n) * m * dv * (group + 1), [&](int g) {
+    thread_local std::vector<T> phi_k, phi_q, cq, den;  // [n, m], [n, group, m], [n, group], [n, group]
+    thread_local std::vector<T> c_after, rescale;      // [n]: c after token t's key; Step's ScaleState factor (1: none)
+    phi_k.resize(size_t(n) * m);
+    phi_q.resize(size_t(n) * group * m);
+    cq.resize(size_t(n) * group);
+    den.resize(size_t(n) * group);
+    c_after.resize(n);
+    rescale.resize(n);
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     for (int t = 0; t < n; ++t) {
       const T c_old = *h.c;
@@ -371,7 +378,7 @@ void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, cons
                      y + t * y_row + (g * group + i) * dv);
       }
     }
-  }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(DarkParams)

@@ -282,7 +282,8 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
 template void SlayFeatures<float>(const SlayParams&, const AttnShape&, int, const float*, float*);
 template void SlayFeatures<double>(const SlayParams&, const AttnShape&, int, const double*, double*);
 // Step's arithmetic for n tokens, each state row read from memory once for them all
-// (AddKeysAndReadInTurn): the features are per token and do not depend on the state.
+// (AddKeysAndReadInTurn): the features are per token and do not depend on the state. The kv heads
+// are independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
@@ -290,8 +291,12 @@ void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, cons
   const int m = p.num_features(), dv = s.value_dim, group = s.group();
   const int64_t q_row = int64_t(s.heads) * s.head_dim, k_row = int64_t(s.kv_heads) * s.head_dim,
                 v_row = int64_t(s.kv_heads) * dv, y_row = int64_t(s.heads) * dv;
-  std::vector<T> poly(p.anchors), psi_k(size_t(n) * m), psi_q(size_t(n) * group * m), den(size_t(n) * group);
-  for (int g = 0; g < s.kv_heads; ++g) {
+  ForEachKvHead(s.kv_heads, int64_t(n) * m * dv * (group + 1), [&](int g) {
+    thread_local std::vector<T> poly, psi_k, psi_q, den;  // [anchors], [n, m], [n, group, m], [n, group]
+    poly.resize(p.anchors);
+    psi_k.resize(size_t(n) * m);
+    psi_q.resize(size_t(n) * group * m);
+    den.resize(size_t(n) * group);
     const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
     for (int t = 0; t < n; ++t) {
       FeaturesInto(p, s, g, k + t * k_row + g * s.head_dim, poly.data(), psi_k.data() + size_t(t) * m);
@@ -310,7 +315,7 @@ void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, cons
         for (int d = 0; d < dv; ++d) yg[i * dv + d] /= d_i;
       }
     }
-  }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlayParams)

@@ -318,7 +318,7 @@ void Parallel(const LayerAttention& a, const TaylorParams& p, int n, const T* q,
 // Step's arithmetic for n tokens, each state row read from memory once for them all: the features
 // depend on the token alone, and the update is per row, so row r can take token t's update and
 // token t's read of it for t = 0..n-1 before row r + 1 is touched; each token's sums still run over
-// the rows in Step's order.
+// the rows in Step's order. The kv heads are independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const TaylorParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
@@ -328,9 +328,12 @@ void Steps(const LayerAttention& a, const TaylorParams& p, int n, const T* q, co
   const int64_t q_row = int64_t(s.heads) * dk, k_row = int64_t(s.kv_heads) * dk, v_row = int64_t(s.kv_heads) * dv,
                 y_row = int64_t(s.heads) * dv;
   const size_t acc_floats = size_t(group) * (dv + 1);
-  std::vector<T> fk(size_t(n) * features), gq(size_t(n) * group * features);  // [n, features], [n, group, features]
-  std::vector<double> acc(size_t(n) * acc_floats);                            // [n, group, numerator | denominator]
-  for (int g = 0; g < s.kv_heads; ++g) {
+  ForEachKvHead(s.kv_heads, int64_t(n) * features * (dv + 1) * (group + 1), [&](int g) {
+    thread_local std::vector<T> fk, gq;  // [n, features], [n, group, features]
+    thread_local std::vector<double> acc;  // [n, group, numerator | denominator]
+    fk.resize(size_t(n) * features);
+    gq.resize(size_t(n) * group * features);
+    acc.assign(size_t(n) * acc_floats, 0.0);
     const HeadState<T> hs = StateOfHead(a, p, st, g);
     for (int t = 0; t < n; ++t) {
       KeyFeatures(p, k + t * k_row + g * dk, fk.data() + size_t(t) * features);
@@ -338,7 +341,6 @@ void Steps(const LayerAttention& a, const TaylorParams& p, int n, const T* q, co
         QueryFeatures(p, q + t * q_row + (g * group + i) * dk, gq.data() + (size_t(t) * group + i) * features);
       }
     }
-    std::fill(acc.begin(), acc.end(), 0.0);
     for (int r = 0; r < features; ++r) {
       for (int t = 0; t < n; ++t) {
         AddToRow(r, dv, fk[size_t(t) * features + r], v + t * v_row + g * dv, hs);
@@ -346,7 +348,7 @@ void Steps(const LayerAttention& a, const TaylorParams& p, int n, const T* q, co
       }
     }
     for (int t = 0; t < n; ++t) Finish(dv, group, acc.data() + t * acc_floats, y + t * y_row + g * group * dv);
-  }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(TaylorParams)
