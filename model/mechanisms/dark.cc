@@ -336,6 +336,7 @@ template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int
 template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
 template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
 template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*, double*);
+
 // Step's arithmetic for n tokens, each state row read from memory once for them all
 // (AddKeysAndReadInTurn). The one thing in Step that is not per row is c, the running max: it depends
 // on the keys alone, so it is run through the n keys first, as Step would, noting after each key the

@@ -281,6 +281,7 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
 
 template void SlayFeatures<float>(const SlayParams&, const AttnShape&, int, const float*, float*);
 template void SlayFeatures<double>(const SlayParams&, const AttnShape&, int, const double*, double*);
+
 // Step's arithmetic for n tokens, each state row read from memory once for them all
 // (AddKeysAndReadInTurn): the features are per token and do not depend on the state. The kv heads
 // are independent: they go to the compute threads.
