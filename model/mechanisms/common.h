@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/host_device.h"
 
 namespace steady {
@@ -73,6 +75,18 @@ void StepEach(const LayerAttention& a, const P& p, int n, const T* q, const T* k
   for (int t = 0; t < n; ++t) {
     Step<T>(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
             v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
+  }
+}
+
+// fn(g) for every kv head g: on the compute threads where the call's multiply-adds (`work`) are worth
+// handing out (a lone session's verify rows; within a step over several sessions, whose attention
+// is already spread over the threads, ParallelFor runs nested calls serially). Each kv head's state
+// and outputs are its own, so the bits do not depend on the threads.
+inline void ForEachKvHead(int kv_heads, int64_t work, const std::function<void(int)>& fn) {
+  if (work < cpu::kMinParallelWork) {
+    for (int g = 0; g < kv_heads; ++g) fn(g);
+  } else {
+    cpu::ParallelFor(kv_heads, fn);
   }
 }
 

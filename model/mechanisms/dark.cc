@@ -336,10 +336,50 @@ template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int
 template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
 template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
 template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*, double*);
+
+// Step's arithmetic for n tokens, each state row read from memory once for them all
+// (AddKeysAndReadInTurn). The one thing in Step that is not per row is c, the running max: it depends
+// on the keys alone, so it is run through the n keys first, as Step would, noting after each key the
+// factor Step rescales the whole state by (ScaleState, elementwise, so applied to each row just before
+// that token's update of it) and the c its read and its output's guard see. The kv heads are
+// independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  const int m = p.features, dv = s.value_dim, group = s.group();
+  const int64_t q_row = int64_t(s.heads) * s.head_dim, k_row = int64_t(s.kv_heads) * s.head_dim,
+                v_row = int64_t(s.kv_heads) * dv, y_row = int64_t(s.heads) * dv;
+  ForEachKvHead(s.kv_heads, int64_t(n) * m * dv * (group + 1), [&](int g) {
+    thread_local std::vector<T> phi_k, phi_q, cq, den;  // [n, m], [n, group, m], [n, group], [n, group]
+    thread_local std::vector<T> c_after, rescale;      // [n]: c after token t's key; Step's ScaleState factor (1: none)
+    phi_k.resize(size_t(n) * m);
+    phi_q.resize(size_t(n) * group * m);
+    cq.resize(size_t(n) * group);
+    den.resize(size_t(n) * group);
+    c_after.resize(n);
+    rescale.resize(n);
+    const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+    for (int t = 0; t < n; ++t) {
+      const T c_old = *h.c;
+      DarkKeyFeatures(p, s, g, k + t * k_row + g * s.head_dim, h.c, phi_k.data() + size_t(t) * m);
+      rescale[t] = *h.c > c_old ? DarkShiftFactor(c_old, *h.c) : T(1);
+      c_after[t] = *h.c;
+      for (int i = 0; i < group; ++i) {
+        cq[size_t(t) * group + i] = DarkQueryFeatures(p, s, g, q + t * q_row + (g * group + i) * s.head_dim,
+                                                      phi_q.data() + (size_t(t) * group + i) * m);
+      }
+      std::fill(y + t * y_row + g * group * dv, y + t * y_row + (g + 1) * group * dv, T(0));
+    }
+    AddKeysAndReadInTurn(m, dv, n, phi_k.data(), v + g * dv, v_row, rescale.data(), group, phi_q.data(), h.sums,
+                         y + g * group * dv, y_row, den.data());
+    for (int t = 0; t < n; ++t) {
+      for (int i = 0; i < group; ++i) {
+        GuardedRatio(dv, den[size_t(t) * group + i], double(cq[size_t(t) * group + i]) + double(c_after[t]), p.delta,
+                     y + t * y_row + (g * group + i) * dv);
+      }
+    }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(DarkParams)

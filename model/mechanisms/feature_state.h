@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/state_update.h"
 
@@ -36,21 +37,40 @@ FeatureState<T> FeatureStateAt(T* base, size_t m, size_t dv, Accumulation acc) {
   return h;
 }
 
-// S += w phi_k v^T, z += w phi_k for one key. fp32 rows go through the SIMD kernels, which equal
-// their scalar reference (the fp64 path) bit for bit.
+// Row f's part of a key's update: S[f] += x v, z[f] += x. fp32 rows go through the SIMD kernels,
+// which equal their scalar reference (the fp64 path) bit for bit.
+template <typename T>
+void AddToRow(int f, int dv, T x, const T* v, FeatureState<T> h) {
+  T* row = h.S + size_t(f) * dv;
+  if (h.S_comp) {
+    T* comp = h.S_comp + size_t(f) * dv;
+    cpu::KahanAxpy(x, v, row, comp, dv);
+    KahanAdd(h.z[f], h.z_comp[f], x);
+  } else {
+    cpu::Axpy(x, v, row, dv);
+    h.z[f] += x;
+  }
+}
+
+// S += w phi_k v^T, z += w phi_k for one key.
 template <typename T>
 void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
-  for (int f = 0; f < m; ++f) {
-    const T x = w * phi_k[f];
-    T* row = h.S + size_t(f) * dv;
-    if (h.S_comp) {
-      T* comp = h.S_comp + size_t(f) * dv;
-      cpu::KahanAxpy(x, v, row, comp, dv);
-      KahanAdd(h.z[f], h.z_comp[f], x);
-    } else {
-      cpu::Axpy(x, v, row, dv);
-      h.z[f] += x;
-    }
+  for (int f = 0; f < m; ++f) AddToRow(f, dv, w * phi_k[f], v, h);
+}
+
+// Row f's part of a read by `group` queries phi_q [group, m] (each weight times `factor`):
+// num [group, dv] += their weights times S[f], den[i] += their weights times z[f] (compensations
+// included).
+template <typename T>
+void ReadRowForGroup(int f, int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
+  const T* row = h.S + size_t(f) * dv;
+  const T* comp = h.S_comp ? h.S_comp + size_t(f) * dv : nullptr;
+  const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
+  for (int i = 0; i < group; ++i) {
+    const T w = phi_q[size_t(i) * m + f] * factor;
+    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
+    cpu::ReadRow(w, row, comp, num + size_t(i) * dv, dv);
+    den[i] += w * z;
   }
 }
 
@@ -61,17 +81,7 @@ void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
 template <typename T>
 void ReadStateGroup(int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
   std::fill(den, den + group, T(0));
-  for (int f = 0; f < m; ++f) {
-    const T* row = h.S + size_t(f) * dv;
-    const T* comp = h.S_comp ? h.S_comp + size_t(f) * dv : nullptr;
-    const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
-    for (int i = 0; i < group; ++i) {
-      const T w = phi_q[size_t(i) * m + f] * factor;
-      // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
-      cpu::ReadRow(w, row, comp, num + size_t(i) * dv, dv);
-      den[i] += w * z;
-    }
-  }
+  for (int f = 0; f < m; ++f) ReadRowForGroup(f, m, dv, group, phi_q, factor, h, num, den);
 }
 
 // One query: num [dv] += factor * phi_q^T S; returns factor * phi_q . z.
@@ -98,6 +108,41 @@ void ScaleState(int m, int dv, T factor, FeatureState<T> h) {
   for (size_t i = 0; i < sums; ++i) h.S[i] *= factor;
   if (h.S_comp) {
     for (size_t i = 0; i < sums; ++i) h.S_comp[i] *= factor;
+  }
+}
+
+// Row f's part of ScaleState (which is elementwise): S[f], z[f] and their compensations times `factor`.
+template <typename T>
+void ScaleRow(int f, int dv, T factor, FeatureState<T> h) {
+  T* row = h.S + size_t(f) * dv;
+  for (int d = 0; d < dv; ++d) row[d] *= factor;
+  h.z[f] *= factor;
+  if (h.S_comp) {
+    T* comp = h.S_comp + size_t(f) * dv;
+    for (int d = 0; d < dv; ++d) comp[d] *= factor;
+    h.z_comp[f] *= factor;
+  }
+}
+
+// n tokens' updates and reads as n Steps do them in turn (token t: ScaleState by rescale[t] where
+// rescale is non-null, AddKey of phi_k[t] with weight 1, ReadStateGroup of its `group` queries with
+// factor 1), but row by row: each state row is read from memory once for the n tokens, and token t
+// finds every row exactly as its own Step would (the updates and the scaling are elementwise, so row
+// f after token t's update does not depend on any other row), and sums its rows in the same order.
+// phi_k [n, m]; token t's value at v + t * v_stride; rescale [n] (1: none: multiplying by 1 changes
+// no bits, so it stands for Step's "c did not grow"); phi_q [n, group, m]; token t's outputs
+// num [group, dv] at num + t * num_stride, zeroed by the caller; den [n, group].
+template <typename T>
+void AddKeysAndReadInTurn(int m, int dv, int n, const T* phi_k, const T* v, int64_t v_stride, const T* rescale,
+                          int group, const T* phi_q, FeatureState<T> h, T* num, int64_t num_stride, T* den) {
+  std::fill(den, den + size_t(n) * group, T(0));
+  for (int f = 0; f < m; ++f) {
+    for (int t = 0; t < n; ++t) {
+      if (rescale != nullptr && rescale[t] != T(1)) ScaleRow(f, dv, rescale[t], h);
+      AddToRow(f, dv, T(1) * phi_k[size_t(t) * m + f], v + t * v_stride, h);
+      ReadRowForGroup(f, m, dv, group, phi_q + size_t(t) * group * m, T(1), h, num + t * num_stride,
+                      den + size_t(t) * group);
+    }
   }
 }
 

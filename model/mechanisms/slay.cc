@@ -281,10 +281,42 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
 
 template void SlayFeatures<float>(const SlayParams&, const AttnShape&, int, const float*, float*);
 template void SlayFeatures<double>(const SlayParams&, const AttnShape&, int, const double*, double*);
+
+// Step's arithmetic for n tokens, each state row read from memory once for them all
+// (AddKeysAndReadInTurn): the features are per token and do not depend on the state. The kv heads
+// are independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  const int m = p.num_features(), dv = s.value_dim, group = s.group();
+  const int64_t q_row = int64_t(s.heads) * s.head_dim, k_row = int64_t(s.kv_heads) * s.head_dim,
+                v_row = int64_t(s.kv_heads) * dv, y_row = int64_t(s.heads) * dv;
+  ForEachKvHead(s.kv_heads, int64_t(n) * m * dv * (group + 1), [&](int g) {
+    thread_local std::vector<T> poly, psi_k, psi_q, den;  // [anchors], [n, m], [n, group, m], [n, group]
+    poly.resize(p.anchors);
+    psi_k.resize(size_t(n) * m);
+    psi_q.resize(size_t(n) * group * m);
+    den.resize(size_t(n) * group);
+    const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
+    for (int t = 0; t < n; ++t) {
+      FeaturesInto(p, s, g, k + t * k_row + g * s.head_dim, poly.data(), psi_k.data() + size_t(t) * m);
+      for (int i = 0; i < group; ++i) {
+        FeaturesInto(p, s, g, q + t * q_row + (g * group + i) * s.head_dim, poly.data(),
+                     psi_q.data() + (size_t(t) * group + i) * m);
+      }
+      std::fill(y + t * y_row + g * group * dv, y + t * y_row + (g + 1) * group * dv, T(0));
+    }
+    AddKeysAndReadInTurn(m, dv, n, psi_k.data(), v + g * dv, v_row, static_cast<const T*>(nullptr), group,
+                         psi_q.data(), h, y + g * group * dv, y_row, den.data());
+    for (int t = 0; t < n; ++t) {
+      T* yg = y + t * y_row + g * group * dv;
+      for (int i = 0; i < group; ++i) {
+        const T d_i = den[size_t(t) * group + i] + T(p.delta);
+        for (int d = 0; d < dv; ++d) yg[i * dv + d] /= d_i;
+      }
+    }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlayParams)

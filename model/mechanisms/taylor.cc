@@ -110,35 +110,51 @@ void QueryFeatures(const TaylorParams& p, const T* q, T* gq) {
   }
 }
 
+// Row r's part of a key's update: H[r] += f v, z[r] += f.
+template <typename T>
+void AddToRow(int r, int dv, T f, const T* v, HeadState<T> hs) {
+  const int width = dv + 1;
+  T* row = hs.sums + size_t(r) * width;
+  if (hs.comp != nullptr) {
+    T* comp = hs.comp + size_t(r) * width;
+    cpu::KahanAxpy(f, v, row, comp, dv);  // SIMD for fp32, bit for bit its scalar reference
+    KahanAdd(row[dv], comp[dv], f);
+  } else {
+    cpu::Axpy(f, v, row, dv);
+    row[dv] += f;
+  }
+}
+
 // H += fk v^T, z += fk.
 template <typename T>
 void AddKey(const TaylorParams& p, int dv, const T* fk, const T* v, HeadState<T> hs) {
-  const int width = dv + 1;
-  for (int r = 0; r < p.features; ++r) {
-    T* row = hs.sums + size_t(r) * width;
-    const T f = fk[r];
-    if (hs.comp != nullptr) {
-      T* comp = hs.comp + size_t(r) * width;
-      cpu::KahanAxpy(f, v, row, comp, dv);  // SIMD for fp32, bit for bit its scalar reference
-      KahanAdd(row[dv], comp[dv], f);
-    } else {
-      cpu::Axpy(f, v, row, dv);
-      row[dv] += f;
-    }
-  }
+  for (int r = 0; r < p.features; ++r) AddToRow(r, dv, fk[r], v, hs);
+}
+
+// Row r's part of ReadState: acc [group, dv + 1] += g_i[r] (H[r] | z[r]) for the group's queries.
+template <typename T>
+void ReadRow(const TaylorParams& p, int r, int dv, int group, const T* gq, HeadState<T> hs, double* acc) {
+  const size_t at = size_t(r) * (dv + 1);
+  // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
+  cpu::ReadRowGroup(gq + r, p.features, group, hs.sums + at, hs.comp != nullptr ? hs.comp + at : nullptr, acc,
+                    dv + 1);
 }
 
 // For `group` query heads with weights gq [group, features]: acc [group, dv + 1] = (H^T g | z . g),
 // each head's numerator then its denominator, reading each state row once. Sums over rows in double.
 template <typename T>
 void ReadState(const TaylorParams& p, int dv, int group, const T* gq, HeadState<T> hs, double* acc) {
-  const int width = dv + 1;
-  std::fill(acc, acc + size_t(group) * width, 0.0);
-  for (int r = 0; r < p.features; ++r) {
-    const size_t at = size_t(r) * width;
-    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
-    cpu::ReadRowGroup(gq + r, p.features, group, hs.sums + at, hs.comp != nullptr ? hs.comp + at : nullptr, acc,
-                      width);
+  std::fill(acc, acc + size_t(group) * (dv + 1), 0.0);
+  for (int r = 0; r < p.features; ++r) ReadRow(p, r, dv, group, gq, hs, acc);
+}
+
+// acc [group, dv + 1] (numerators | denominators) to the group's outputs y [group, dv].
+template <typename T>
+void Finish(int dv, int group, const double* acc, T* y) {
+  for (int i = 0; i < group; ++i) {
+    const double* num = acc + size_t(i) * (dv + 1);
+    const double d = GuardDenominator(num[dv]);
+    for (int e = 0; e < dv; ++e) y[i * dv + e] = T(num[e] / d);
   }
 }
 
@@ -223,11 +239,7 @@ void Step(const LayerAttention& a, const TaylorParams& p, const T* q, const T* k
     AddKey(p, dv, fk.data(), v + g * dv, hs);
     for (int i = 0; i < group; ++i) QueryFeatures(p, q + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
     ReadState(p, dv, group, gq.data(), hs, acc.data());
-    for (int i = 0; i < group; ++i) {
-      const double* num = acc.data() + size_t(i) * width;
-      const double d = GuardDenominator(num[dv]);
-      for (int e = 0; e < dv; ++e) y[(g * group + i) * dv + e] = T(num[e] / d);
-    }
+    Finish(dv, group, acc.data(), y + g * group * dv);
   }
 }
 
@@ -303,10 +315,40 @@ void Parallel(const LayerAttention& a, const TaylorParams& p, int n, const T* q,
   }
 }
 
+// Step's arithmetic for n tokens, each state row read from memory once for them all: the features
+// depend on the token alone, and the update is per row, so row r can take token t's update and
+// token t's read of it for t = 0..n-1 before row r + 1 is touched; each token's sums still run over
+// the rows in Step's order. The kv heads are independent: they go to the compute threads.
 template <typename T>
 void Steps(const LayerAttention& a, const TaylorParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  CheckShape(a, p);
+  const AttnShape& s = a.shape;
+  const int group = s.group(), dk = s.head_dim, dv = s.value_dim, features = p.features;
+  const int64_t q_row = int64_t(s.heads) * dk, k_row = int64_t(s.kv_heads) * dk, v_row = int64_t(s.kv_heads) * dv,
+                y_row = int64_t(s.heads) * dv;
+  const size_t acc_floats = size_t(group) * (dv + 1);
+  ForEachKvHead(s.kv_heads, int64_t(n) * features * (dv + 1) * (group + 1), [&](int g) {
+    thread_local std::vector<T> fk, gq;  // [n, features], [n, group, features]
+    thread_local std::vector<double> acc;  // [n, group, numerator | denominator]
+    fk.resize(size_t(n) * features);
+    gq.resize(size_t(n) * group * features);
+    acc.assign(size_t(n) * acc_floats, 0.0);
+    const HeadState<T> hs = StateOfHead(a, p, st, g);
+    for (int t = 0; t < n; ++t) {
+      KeyFeatures(p, k + t * k_row + g * dk, fk.data() + size_t(t) * features);
+      for (int i = 0; i < group; ++i) {
+        QueryFeatures(p, q + t * q_row + (g * group + i) * dk, gq.data() + (size_t(t) * group + i) * features);
+      }
+    }
+    for (int r = 0; r < features; ++r) {
+      for (int t = 0; t < n; ++t) {
+        AddToRow(r, dv, fk[size_t(t) * features + r], v + t * v_row + g * dv, hs);
+        ReadRow(p, r, dv, group, gq.data() + size_t(t) * group * features, hs, acc.data() + t * acc_floats);
+      }
+    }
+    for (int t = 0; t < n; ++t) Finish(dv, group, acc.data() + t * acc_floats, y + t * y_row + g * group * dv);
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(TaylorParams)

@@ -3,6 +3,7 @@
 // function; fixed state does not grow with context; GQA state is shared within a group.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -159,7 +160,7 @@ void ExpectStepsEqualStepInTurn(const LayerAttention& a, const std::vector<doubl
   const size_t q_row = size_t(s.heads) * s.head_dim, kv_row = size_t(s.kv_heads) * s.head_dim,
                v_row = size_t(s.kv_heads) * s.value_dim, y_row = size_t(s.heads) * s.value_dim;
   std::vector<T> y_before(size_t(before) * y_row);
-  for (int n = 1; n <= total - before; n += 2) {
+  for (int n = 1; n <= total - before; ++n) {
     std::vector<T> fixed[2], growing[2], y[2];
     for (int form = 0; form < 2; ++form) {
       fixed[form].assign(StateFloats(a), T(NAN));
@@ -174,11 +175,14 @@ void ExpectStepsEqualStepInTurn(const LayerAttention& a, const std::vector<doubl
         AttentionSteps<T>(a, n, qn, kn, vn, st, y[form].data());
       }
     }
-    const char* type = sizeof(T) == 4 ? "fp32" : "fp64";
-    EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(T))) << type << " n " << n;
+    const std::string where = std::string(sizeof(T) == 4 ? "fp32" : "fp64") + " heads " + std::to_string(s.heads) +
+                              " kv_heads " + std::to_string(s.kv_heads) + " dv " + std::to_string(s.value_dim) +
+                              (a.accumulation == Accumulation::kKahan ? " kahan" : " plain") + " before " +
+                              std::to_string(before) + " n " + std::to_string(n);
+    EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(T))) << where;
     EXPECT_TRUE(fixed[0].empty() || std::memcmp(fixed[0].data(), fixed[1].data(), fixed[0].size() * sizeof(T)) == 0)
-        << type << " n " << n;
-    EXPECT_EQ(growing[0], growing[1]) << type << " n " << n;
+        << where;
+    EXPECT_EQ(growing[0], growing[1]) << where;
   }
 }
 
@@ -189,6 +193,79 @@ TEST_P(MechanismTest, StepsAreStepInTurnBitForBit) {
   const Inputs in = RandomInputs(*a, before + n, 5);
   ExpectStepsEqualStepInTurn<float>(*a, in.q, in.k, in.v, before);
   ExpectStepsEqualStepInTurn<double>(*a, in.q, in.k, in.v, before);
+}
+
+// dark's running max c, where Step rescales the whole state, as it stands after each key of `k`
+// for kv head g (fp64 logits: they only need to show where c grows).
+std::vector<double> DarkRunningMax(const LayerAttention& a, const std::vector<double>& k, int g) {
+  const DarkParams& p = std::get<DarkParams>(a.params);
+  const AttnShape& s = a.shape;
+  std::vector<double> logits(p.features), c_after;
+  double c = -INFINITY;
+  for (size_t t = 0; t * s.kv_heads * s.head_dim < k.size(); ++t) {
+    DarkLogits<double>(p, s, g, k.data() + (t * s.kv_heads + g) * s.head_dim, logits.data());
+    c = std::max(c, *std::max_element(logits.begin(), logits.end()));
+    c_after.push_back(c);
+  }
+  return c_after;
+}
+
+// Keys of rows `rows` (ascending) made dark's largest logits so far, each above the one before, so
+// that c grows there: for the feature f with the largest reachable logit, x = lambda w_f reaches
+// max_lambda l_f = A, and the earlier rows take 0.9 and 0.95 of the best lambda (0.99 A, 0.9975 A).
+void RaiseDarkMaxAt(const LayerAttention& a, const std::vector<int>& rows, std::vector<double>* k) {
+  const DarkParams& p = std::get<DarkParams>(a.params);
+  const AttnShape& s = a.shape;
+  std::vector<double> logits(p.features), x(s.head_dim);
+  for (int g = 0; g < s.kv_heads; ++g) {
+    double best = -INFINITY;
+    std::vector<double> best_x;
+    for (int f = 0; f < p.features; ++f) {
+      for (double lambda = 0.05; lambda < 4; lambda *= 1.05) {
+        for (int d = 0; d < s.head_dim; ++d) x[d] = lambda * p.W[(size_t(g) * p.features + f) * s.head_dim + d];
+        DarkLogits<double>(p, s, g, x.data(), logits.data());
+        if (logits[f] > best) best = logits[f], best_x = x;
+      }
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double shrink = i + 1 == rows.size() ? 1.0 : i + 2 == rows.size() ? 0.95 : 0.9;
+      for (int d = 0; d < s.head_dim; ++d) (*k)[(size_t(rows[i]) * s.kv_heads + g) * s.head_dim + d] = shrink * best_x[d];
+    }
+  }
+}
+
+// The same over GQA groups of 1, 2 and 4, a value width of SIMD lanes plus a tail, both
+// accumulations, every n in 1..9, from an empty state and from 23 tokens in. dark's keys raise its
+// running max inside the rows (asserted), so its rescale of the state meets the row-by-row order.
+TEST_P(MechanismTest, StepsAreStepInTurnOverGroupsWidthsAndAccumulations) {
+  const bool dark = GetParam().mechanism == "dark";
+  for (const auto& [heads, kv_heads] : {std::pair{2, 2}, std::pair{4, 2}, std::pair{8, 2}}) {
+    for (int value_dim : {6, 35}) {
+      for (const char* accumulation : {"kahan", "plain"}) {
+        AttnShape shape{heads, kv_heads, kDim, value_dim};
+        nlohmann::json params = GetParam().params;
+        params["accumulation"] = accumulation;
+        auto a = ParseLayerAttention({GetParam().mechanism, params}, shape);
+        ASSERT_TRUE(a.ok()) << a.status();
+        RandomInitAttentionTensors(testing::TestSeed() ^ 0x5eed, &*a);
+        for (int before : {0, 23}) {
+          const int n = 9;
+          Inputs in = RandomInputs(*a, before + n, 6);
+          if (dark) {
+            RaiseDarkMaxAt(*a, {before + 2, before + 5, before + 6}, &in.k);
+            for (int g = 0; g < kv_heads; ++g) {
+              const std::vector<double> c = DarkRunningMax(*a, in.k, g);
+              for (int row : {before + 2, before + 5, before + 6}) {
+                ASSERT_GT(c[row], row > 0 ? c[row - 1] : -INFINITY) << "kv head " << g << " row " << row;
+              }
+            }
+          }
+          ExpectStepsEqualStepInTurn<float>(*a, in.q, in.k, in.v, before);
+          ExpectStepsEqualStepInTurn<double>(*a, in.q, in.k, in.v, before);
+        }
+      }
+    }
+  }
 }
 
 TEST_P(MechanismTest, ChunkSizeDoesNotChangeResult) {
