@@ -418,8 +418,11 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       const float *q = ws.q.data() + row * q_dim, *k = ws.k.data() + row * kv_dim, *v = ws.v.data() + row * kv_dim;
       const int n = int(s.tokens.size());
       if (verify_log[i] >= 0) RecordVerifyRows(ws.verify[size_t(verify_log[i])], l, n, q, k, v, pool.View(s.slot, l));
-      // A verify segment's rows go through Steps, plain decoding's arithmetic (verify.cc).
-      if (s.verify) return AttentionSteps<float>(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
+      // A verify segment's rows go through Steps, plain decoding's arithmetic (verify.cc); so does a
+      // lone session's decode row, whose kv heads Steps spreads over the compute threads (Step's
+      // bits; beside other sessions the segments already share the threads, and Step costs less).
+      const bool steps = s.verify || (n == 1 && segments.size() == 1);
+      if (steps) return AttentionSteps<float>(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
       AttentionForward<float>(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
     };
     if (distinct_slots) {
