@@ -24,6 +24,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_until_bindable(port, seconds=10):
+    """Until the port can be listened on again (SO_REUSEADDR, as nginx binds): a SIGKILLed nginx's
+    workers may hold its listening socket a moment after the master is gone, and a new nginx that
+    cannot bind retries for seconds, during which clients find nothing there."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen(1)
+                return
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
 def wait_for_port(port, proc, seconds=30):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -120,6 +137,7 @@ class Topology:
         path = os.path.join(run, "nginx.conf")
         with open(path, "w") as f:
             f.write(conf)
+        wait_until_bindable(self.nginx_port)
         p = self._spawn("nginx", ["nginx", "-c", path, "-p", run, "-e", os.path.join(self.work, "nginx-error.log")])
         if not wait_for_port(self.nginx_port, p):
             raise RuntimeError("nginx did not start: " + self.log("nginx"))
