@@ -679,7 +679,9 @@ def loadtest_nginx(t, hashes, problems):
         answered by the turn's stored outcome (from Redis, on the replica that takes the session over).
     No turn may fail or end without its last tokens (applied_unacknowledged), and some must be replays."""
     out = os.path.join(t.work, "loadtest-nginx.json")
-    proc = run_loadtest(t, t.nginx_addr, out, ["--retries", "0"])
+    # A think time between turns (40 ms mean; the prompts and texts are seeded, not timed) keeps the
+    # load running past the test's fixed waits on a fast machine, where it had ended before the pause.
+    proc = run_loadtest(t, t.nginx_addr, out, ["--retries", "0", "--think-time-ms", "40"])
     deadline = time.time() + 60
     while not replicas.lease_holders(t) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
