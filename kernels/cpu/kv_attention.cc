@@ -90,6 +90,65 @@ HWY_INLINE void WeightValues(D d, const float* HWY_RESTRICT w, int64_t w_stride,
   }
 }
 
+// A query's logits over fewer heads than lanes (a small model), taken as one flat run of `total`
+// values: flat[x] = exp(flat[x] - top[x % heads]), each vector spanning lanes / heads rows against the
+// maxima repeated as often; den[h] += the sum of head h's values, kept in the same pattern and folded
+// per head at the end. The last values, fewer than a vector's worth, are padded with the maxima.
+template <class D>
+HWY_INLINE void ExpFlat(D d, float* HWY_RESTRICT flat, int64_t total, int heads, const float* HWY_RESTRICT top,
+                        float* HWY_RESTRICT den) {
+  const int lanes = int(hn::Lanes(d));
+  HWY_ALIGN float pattern[hn::MaxLanes(d)];
+  for (int x = 0; x < lanes; ++x) pattern[x] = top[x % heads];
+  const auto top_v = hn::Load(d, pattern);
+  auto den_v = hn::Zero(d);
+  int64_t x = 0;
+  for (; x + lanes <= total; x += lanes) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, flat + x), top_v));
+    hn::StoreU(e, d, flat + x);
+    den_v = hn::Add(den_v, e);
+  }
+  if (x < total) {
+    const int valid = int(total - x);
+    HWY_ALIGN float last[hn::MaxLanes(d)];
+    hn::Store(top_v, d, last);
+    std::copy(flat + x, flat + total, last);
+    const auto e = hn::IfThenElseZero(hn::FirstN(d, size_t(valid)), hn::Exp(d, hn::Sub(hn::Load(d, last), top_v)));
+    hn::Store(e, d, last);
+    std::copy(last, last + valid, flat + x);
+    den_v = hn::Add(den_v, e);
+  }
+  hn::Store(den_v, d, pattern);
+  for (int k = 0; k < lanes; ++k) den[k % heads] += pattern[k];
+}
+
+// WeightValues for four heads at once over four vectors of values: acc[r * dv + x] = sum over rows j
+// in order of w[(j - j0) * w_stride + r] times row j's value x (at row_at(j) + offset), for heads
+// r < 4 and x < 4 vectors' worth; the sixteen sums stay in registers, each row's values loaded once.
+template <class D, class RowAt>
+HWY_INLINE void WeightValues4x4(D d, const float* HWY_RESTRICT w, int64_t w_stride, const RowAt& row_at, int64_t j0,
+                                int64_t j1, int64_t offset, int dv, float* HWY_RESTRICT acc) {
+  const int lanes = int(hn::Lanes(d));
+  hn::Vec<D> a[4][4];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) a[k / 4][k % 4] = hn::Zero(d);
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* vj = row_at(j) + offset;
+    const float* wj = w + (j - j0) * w_stride;
+    hn::Vec<D> v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) v[c] = hn::LoadU(d, vj + c * lanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const auto wv = hn::Set(d, wj[r]);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) a[r][c] = hn::MulAdd(wv, v[c], a[r][c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) hn::StoreU(a[k / 4][k % 4], d, acc + int64_t(k / 4) * dv + (k % 4) * lanes);
+}
+
 // Rows [j0, ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
 // query with ends[t] <= j0 is skipped), in three passes, each over the rows in order so that the cache
 // streams from memory and each row is read once for the whole block: the logits of every query head
@@ -149,33 +208,7 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
     const float* top_t = top + int64_t(t) * heads;
     float* den_t = den + int64_t(t) * heads;
     if (heads < lanes && lanes % heads == 0) {
-      // Fewer heads than lanes (a small model): the query's logits taken as one flat run, each
-      // vector spanning lanes / heads rows against the heads' maxima repeated as often; the sums
-      // kept in the same pattern and folded per head at the end.
-      HWY_ALIGN float pattern[hn::MaxLanes(d)];
-      for (int x = 0; x < lanes; ++x) pattern[x] = top_t[x % heads];
-      const auto top_v = hn::Load(d, pattern);
-      auto den_v = hn::Zero(d);
-      float* flat = w_at(t, j0);
-      const int64_t total = (ends[t] - j0) * heads;
-      int64_t x = 0;
-      for (; x + lanes <= total; x += lanes) {
-        const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, flat + x), top_v));
-        hn::StoreU(e, d, flat + x);
-        den_v = hn::Add(den_v, e);
-      }
-      if (x < total) {  // the last rows, fewer than a vector's worth: padded with the maxima
-        const int valid = int(total - x);
-        HWY_ALIGN float last[hn::MaxLanes(d)];
-        hn::Store(top_v, d, last);
-        std::copy(flat + x, flat + total, last);
-        const auto e = hn::IfThenElseZero(hn::FirstN(d, size_t(valid)), hn::Exp(d, hn::Sub(hn::Load(d, last), top_v)));
-        hn::Store(e, d, last);
-        std::copy(last, last + valid, flat + x);
-        den_v = hn::Add(den_v, e);
-      }
-      hn::Store(den_v, d, pattern);
-      for (int k = 0; k < lanes; ++k) den_t[k % heads] += pattern[k];
+      ExpFlat(d, w_at(t, j0), (ends[t] - j0) * heads, heads, top_t, den_t);
       continue;
     }
     for (int64_t j = j0; j < ends[t]; ++j) {
@@ -202,24 +235,7 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
         const int h = g * group + i;
         int e = 0;
         for (; e + 4 * lanes <= dv; e += 4 * lanes) {
-          hn::Vec<decltype(d)> a[4][4];
-#pragma GCC unroll 16
-          for (int k = 0; k < 16; ++k) a[k / 4][k % 4] = hn::Zero(d);
-          for (int64_t j = j0; j < end; ++j) {
-            const float* vj = row_at(j) + offset + e;
-            const float* wj = w_at(t, j) + h;
-            hn::Vec<decltype(d)> v[4];
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) v[c] = hn::LoadU(d, vj + c * lanes);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; ++r) {
-              const auto wv = hn::Set(d, wj[r]);
-#pragma GCC unroll 4
-              for (int c = 0; c < 4; ++c) a[r][c] = hn::MulAdd(wv, v[c], a[r][c]);
-            }
-          }
-#pragma GCC unroll 16
-          for (int k = 0; k < 16; ++k) hn::StoreU(a[k / 4][k % 4], d, acc_t + int64_t(h + k / 4) * dv + e + (k % 4) * lanes);
+          WeightValues4x4(d, w_at(t, j0) + h, heads, row_at, j0, end, offset + e, dv, acc_t + int64_t(h) * dv + e);
         }
         for (int r = 0; r < 4; ++r) WeightValues(d, w_at(t, j0) + h + r, heads, row_at, j0, end, offset, e, dv, acc_t + int64_t(h + r) * dv);
       }
