@@ -1,20 +1,26 @@
 // The AMX bf16 GEMM (amx.h). Compiled for any x86-64 CPU: the AMX and AVX-512 instructions live in
 // functions with a target attribute, reached only after AmxAvailable() has checked the CPU and the
-// kernel, so the binary still runs where they are missing.
+// kernel, so the binary still runs where they are missing. Elsewhere (AArch64) only the packing and
+// the reference are compiled, and AmxAvailable() is false.
 #include "kernels/cpu/amx.h"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
 
+#include "base/check.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 
+#if defined(__x86_64__)
 #define STEADY_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
 
 namespace steady::cpu {
 namespace {
@@ -22,6 +28,8 @@ namespace {
 constexpr int kTileRows = 16;                         // rows of every tile
 constexpr int kGroupTiles = kAmxGroup / 16;           // accumulator tiles of 16 fp32 columns per group
 constexpr int64_t kTileValues = 16 * kAmxBlock;       // bf16 values in one 32x16 weight tile (1 KB)
+
+#if defined(__x86_64__)
 constexpr long kArchReqXcompPerm = 0x1023;            // linux/arch/x86/include/uapi/asm/prctl.h
 constexpr int kXfeatureXtileData = 18;
 
@@ -159,14 +167,20 @@ STEADY_AMX_TARGET void Groups(const uint16_t* xb, int rows, int64_t in_pad, cons
   _tile_release();
 }
 
+#endif  // __x86_64__
+
 int64_t PaddedIn(int in) { return (int64_t(in) + kAmxBlock - 1) / kAmxBlock * kAmxBlock; }
 int64_t GroupCount(int out) { return (int64_t(out) + kAmxGroup - 1) / kAmxGroup; }
 
 }  // namespace
 
 bool AmxAvailable() {
+#if defined(__x86_64__)
   static const bool available = ProbeAmx();
   return available;
+#else
+  return false;
+#endif
 }
 
 int64_t AmxPackedSize(int out, int in) { return GroupCount(out) * kAmxGroup * PaddedIn(in); }
@@ -193,6 +207,7 @@ void PackAmxBf16(const uint16_t* w, int out, int in, uint16_t* packed) {
 }
 
 void MatMulNTAmxBf16(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+#if defined(__x86_64__)
   const int64_t in_pad = PaddedIn(in);
   const int padded_rows = (rows + kTileRows - 1) / kTileRows * kTileRows;
   thread_local std::vector<uint16_t> xb;
@@ -207,6 +222,9 @@ void MatMulNTAmxBf16(const float* x, int rows, int in, const uint16_t* packed, i
     const int64_t g0 = t * per_task;
     Groups(rounded, rows, in_pad, packed, out, g0, std::min(groups, g0 + per_task), y);
   });
+#else
+  STEADY_CHECK(false && "AMX is x86-64 only");
+#endif
 }
 
 void MatMulNTAmxBf16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y) {

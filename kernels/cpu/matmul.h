@@ -29,6 +29,8 @@ float Bf16ToFloat(uint16_t b);
 // each weight widened exactly to fp32 in registers (F16C where the CPU has it); the same properties.
 void MatMulNTF16(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
 void MatMulNTF16Reference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
+// fp32 -> IEEE half bits, rounded to nearest even (F16C's VCVTPS2PH in its default rounding).
+uint16_t FloatToF16(float f);
 // f16 bits -> fp32, exactly (subnormals, inf and NaN included).
 inline float F16ToFloat(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;

@@ -1,7 +1,8 @@
 // Decode GEMMs y = x w^T that multiply in the weights' own precision where the CPU has the
-// instructions for it (kernels/cpu/matmul_dot.cc): bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and
-// int8 x int8 on AVX512_VNNI (VPDPBUSD), or on 256-bit vectors with AVX-VNNI or AVX2
-// (matmul_dot256.cc), over weights packed once at load into the layout those instructions read.
+// instructions for it: bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and int8 x int8 on AVX512_VNNI
+// (VPDPBUSD) (matmul_dot512.cc), or on 256-bit vectors with AVX-VNNI or AVX2 (matmul_dot256.cc), and
+// on AArch64 with BFDOT and SDOT (matmul_dot_arm.cc), over weights packed once at load into the
+// layout those instructions read (matmul_dot.cc: the dispatch, packing and references).
 // The widening kernels of matmul.h stay the fallback (where the CPU lacks the instructions) and the
 // reference. Only kernels/cpu/ and the code above it include this file.
 //
@@ -9,8 +10,9 @@
 // the weights of a few consecutive inputs side by side for all 16 columns (2 bf16 or 4 int8 per
 // column, the unit one VDPBF16PS / VPDPBUSD lane multiplies). A step broadcasts that unit of one
 // activation row and multiplies it into all 16 columns at once: no horizontal sums, and each weight
-// vector loaded once serves every row of the batch (kernels/cpu/matmul_dot.cc has the tiling). The
-// 256-bit int8 paths read each 64-byte vector as two halves of 8 columns.
+// vector loaded once serves every row of the batch (kernels/cpu/matmul_dot512.cc has the tiling). The
+// 256-bit int8 paths read each 64-byte vector as two halves of 8 columns, the Arm ones (128-bit NEON
+// vectors) as four quarters of 4 columns.
 //
 // Both change the numerics against the widening kernels: the activations are rounded once per call
 // (to bf16, or to q8_0 int8 blocks with an fp32 scale, as llama.cpp's q8_0 x q8_0 does) and the
@@ -28,21 +30,24 @@ namespace steady::cpu {
 
 // Whether this CPU (and OS) runs the bf16 kernels below (checked with cpuid once). They must only
 // be called where the check holds; callers keep the widening kernels otherwise.
-bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ)
-// The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)"
-// or "widening fp32 (AVX3)": for logs and benchmark labels.
+bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16 extension (BFDOT)
+// The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)",
+// "arm_bf16 (BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k weights) come in three instruction paths over one packed layout,
-// widest first; each sums the int8 products of a block exactly in int32 and then does the same
-// fp32 arithmetic per output, so all three give the same bits (tested):
+// The int8 kernels (q8, q4, q4k weights) come in three x86 instruction paths and one Arm path over
+// one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
+// does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
+// against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
 //  kAvx512Vnni: VPDPBUSD on 512-bit vectors (AVX512_VNNI + AVX512BW/VL/DQ: Ice Lake and later
 //               Xeons, AMD Zen 4/5);
 //  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
 //               E-cores (Sierra Forest), Zen 5), with AVX2, FMA and F16C;
 //  kAvx2:       VPMADDUBSW + VPMADDWD (AVX2, FMA, F16C: every x86 server CPU since Haswell and Zen 1);
+//  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
+//               Ampere Altra, every Neoverse core);
 //  kNone:       no int8 kernel: q8 and q4k take the widening kernels, q4 is refused.
-enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kNone };
+enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
 // The path the int8 kernels take: by default the widest this CPU has. SetInt8Path (a path the CPU
@@ -50,8 +55,9 @@ Int8Path WidestInt8Path();              // the first of the list this CPU has
 // --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
 void SetInt8Path(Int8Path path);
 Int8Path CurrentInt8Path();
-// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)" or "widening fp32
-// (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI", "AVX2"; "" for kNone).
+// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_dotprod (SDOT)"
+// or "widening fp32 (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI", "AVX2", "DOTPROD";
+// "" for kNone).
 const char* Int8PathName(Int8Path path);
 const char* Int8PathExtension(Int8Path path);
 // Whether the current path is an int8 kernel (the int8 kernels below may only be called then),
@@ -59,15 +65,18 @@ const char* Int8PathExtension(Int8Path path);
 bool Int8DotAvailable();
 const char* Int8DotPath();
 
-// bf16 weights packed for VDPBF16PS: per group of 16 columns, per pair of inputs (k, k + 1), the 16
-// columns' two bf16 values side by side (64 bytes). Zero padding past `out` and `in`.
+// bf16 weights packed for VDPBF16PS (and BFDOT, which reads the same pairs): per group of 16
+// columns, per pair of inputs (k, k + 1), the 16 columns' two bf16 values side by side (64 bytes).
+// Zero padding past `out` and `in`.
 int64_t Bf16DotPackedSize(int64_t out, int64_t in);  // in uint16_t values
 // w [out, in] in bf16 (FloatToBf16) -> packed (Bf16DotPackedSize values).
 void PackBf16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed);
 
 // y = bf16(x) w^T: x rounded to bf16 (nearest even, FloatToBf16) once, then bf16 pairs multiplied
-// exactly and summed in fp32 by VDPBF16PS (which flushes subnormal inputs and outputs to zero), each
-// y[r, j] one running sum over the pairs in order. Only where Bf16DotAvailable().
+// and summed in fp32 by VDPBF16PS (exact products, which flushes subnormal inputs and outputs to
+// zero) or BFDOT (whose sum of a pair rounds to odd before its addition unless FEAT_EBF16, so Arm's
+// bits differ from x86's), each y[r, j] one running sum over the pairs in order. Only where
+// Bf16DotAvailable().
 // Against the exact product of x and w, each element is off by at most 2^-8 sum |x_k w_k| (bf16's
 // relative rounding: half an ulp of 8 significant bits) plus the fp32 sum's error.
 void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);

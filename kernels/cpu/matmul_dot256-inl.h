@@ -53,6 +53,7 @@ struct Q8Op256 {
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
+  static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
   template <int R, int C>
   STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
@@ -119,6 +120,7 @@ struct Q4Op256 {
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
   Q4Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+  static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
   template <int R, int C>
   STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
@@ -146,6 +148,7 @@ struct Q4KOp256 {
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
   Q4KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+  static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
 
   template <int R, int C>
   STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
@@ -222,10 +225,10 @@ STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, flo
   }
 }
 
-// y = q8(x) w^T for an Op of this file over `steps` per row: x quantized by this path's own code (no
-// AVX-512 on an AVX2 CPU), then every group of columns.
+// y = q8(x) w^T for an Op of this file: x quantized by this path's own code (no AVX-512 on an AVX2
+// CPU), then every group of columns.
 template <class Op>
-void Multiply(int64_t steps, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
-  Run(Op{xq, packed, steps}, rows, in, out, y);
+  Run(Op{xq, packed, Op::StepsPerRow(in)}, rows, in, out, y);
 }

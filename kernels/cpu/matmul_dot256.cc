@@ -15,6 +15,8 @@
 // Either way the int32 sums are the exact sums of q_x q_w, the same numbers as VPDPBUSD's on
 // AVX-512, and the fp32 steps after them are the same operations per lane: the three paths give
 // the same bits (tests/kernels/cpu_dot_test.cc).
+#if defined(__x86_64__)
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -85,25 +87,11 @@ STEADY_DOT256_TARGET inline __m256i NibbleEnd(__m256i s, __m256i p) { return Add
 
 }  // namespace
 
-void MatMulNTQ8Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const int64_t blocks = Q8BlocksPerRow(in);
-  if (path == Int8Path::kAvxVnni) return avxvnni::Multiply<avxvnni::Q8Op256>(blocks, x, rows, in, packed, out, y);
-  STEADY_CHECK(path == Int8Path::kAvx2);
-  avx2::Multiply<avx2::Q8Op256>(blocks, x, rows, in, packed, out, y);
-}
-
-void MatMulNTQ4Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const int64_t blocks = Q8BlocksPerRow(in);
-  if (path == Int8Path::kAvxVnni) return avxvnni::Multiply<avxvnni::Q4Op256>(blocks, x, rows, in, packed, out, y);
-  STEADY_CHECK(path == Int8Path::kAvx2);
-  avx2::Multiply<avx2::Q4Op256>(blocks, x, rows, in, packed, out, y);
-}
-
-void MatMulNTQ4KDot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const int64_t blocks = Q4KBlocksPerRow(in);
-  if (path == Int8Path::kAvxVnni) return avxvnni::Multiply<avxvnni::Q4KOp256>(blocks, x, rows, in, packed, out, y);
-  STEADY_CHECK(path == Int8Path::kAvx2);
-  avx2::Multiply<avx2::Q4KOp256>(blocks, x, rows, in, packed, out, y);
-}
+const Int8Kernels kAvxVnniKernels = {avxvnni::Multiply<avxvnni::Q8Op256>, avxvnni::Multiply<avxvnni::Q4Op256>,
+                                     avxvnni::Multiply<avxvnni::Q4KOp256>};
+const Int8Kernels kAvx2Kernels = {avx2::Multiply<avx2::Q8Op256>, avx2::Multiply<avx2::Q4Op256>,
+                                  avx2::Multiply<avx2::Q4KOp256>};
 
 }  // namespace steady::cpu::dot
+
+#endif  // __x86_64__

@@ -1,12 +1,14 @@
-// What the dot-product kernels of every width share (kernels/cpu only): the packed records' sizes,
-// the quantized activations, and the 256-bit kernels' entry points (matmul_dot.cc: AVX-512;
-// matmul_dot256.cc: AVX-VNNI and AVX2). The loop over tiles is matmul_dot_driver-inl.h.
+// What the dot-product kernels of every instruction set share (kernels/cpu only): the packed records'
+// sizes, the rounded and quantized activations, and each instruction set's entry points
+// (matmul_dot512.cc: AVX-512; matmul_dot256.cc: AVX-VNNI and AVX2; matmul_dot_arm.cc: Arm SDOT and
+// BFDOT), which matmul_dot.cc dispatches to. The loop over tiles is matmul_dot_driver-inl.h.
 #ifndef STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 #define STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul_dot.h"
 
@@ -43,12 +45,43 @@ struct Q8Rows {
 using QuantizeRowFn = void (*)(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
 // Every row of x through `quantize` into per-thread scratch (valid until the thread's next call).
 Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize);
+// QuantizeQ8's own loop (kernels/cpu/matmul.h) as a QuantizeRowFn, for the instruction sets with no
+// quantizer of their own: the same q, scales and sums as the vector quantizers.
+void QuantizeRowScalar(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
 
-// The 256-bit int8 kernels (matmul_dot256.cc): `path` is Int8Path::kAvxVnni or kAvx2, x comes
-// from that path's own quantizer.
-void MatMulNTQ8Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
-void MatMulNTQ4Dot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
-void MatMulNTQ4KDot256(Int8Path path, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+// The activations of the bf16 kernels: each row rounded to bf16 (FloatToBf16's arithmetic), two
+// values to a 32-bit unit, an odd tail padded with zero.
+struct Bf16Rows {
+  const uint32_t* x;  // [rows, pairs]
+  int64_t pairs;
+};
+// One row's rounding: n values of x to bf16 at out.
+using RoundRowFn = void (*)(const float* x, int64_t n, uint16_t* out);
+Bf16Rows RoundRows(const float* x, int rows, int in, RoundRowFn round);  // per-thread scratch, as above
+void RoundRowScalar(const float* x, int64_t n, uint16_t* out);         // FloatToBf16 of each
+
+// Per-thread scratch that grows and is never shrunk (a decode step calls these kernels hundreds of
+// times: no allocation once it has grown).
+template <typename T>
+T* Scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// One instruction path's int8 kernels: MatMulNTQ8Dot, MatMulNTQ4Dot, MatMulNTQ4KDot of matmul_dot.h,
+// each quantizing x itself.
+using Int8Kernel = void (*)(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+struct Int8Kernels {
+  Int8Kernel q8, q4, q4k;
+};
+// Each defined only where its instruction set is compiled (x86-64 or AArch64).
+extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc
+extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
+extern const Int8Kernels kAvx2Kernels;        // matmul_dot256.cc
+extern const Int8Kernels kArmDotKernels;      // matmul_dot_arm.cc
+// MatMulNTBf16Dot on each instruction set.
+void MatMulNTBf16Dot512(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
+void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
 
 }  // namespace steady::cpu::dot
 

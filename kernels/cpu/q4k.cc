@@ -15,25 +15,6 @@ namespace {
 // ggml's nearest_int: round to nearest, ties to even (lrint in the default rounding mode).
 int NearestInt(float v) { return int(std::lrint(v)); }
 
-// fp32 -> IEEE half bits, round to nearest even (what ggml's GGML_FP32_TO_FP16 does with F16C).
-uint16_t FloatToF16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000;
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) return uint16_t(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
-  if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // rounds past 65504: infinity
-  if (abs < 0x38800000) {  // a half subnormal (or zero): round abs / 2^-24 to an integer
-    const float scaled = std::ldexp(std::fabs(f), 24);
-    return uint16_t(sign | uint32_t(std::nearbyint(scaled)));
-  }
-  const uint32_t mant = abs & 0x7fffff;
-  uint32_t h = ((abs >> 23) - 112) << 10 | (mant >> 13);
-  const uint32_t rest = mant & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
-  return uint16_t(sign | h);
-}
-
 // make_qkx2_quants(32, 15, x, weights, L, &the_min, Laux, -1, 0.1, 20, false): the scale (returned)
 // and the minimum (as -min >= 0, in *the_min) of one sub-block, and its q in L.
 float FitSubBlock(const float* x, const float* weights, uint8_t* L, float* the_min) {
@@ -132,6 +113,25 @@ void QuantizeBlock(const float* x, uint8_t* q, Q4KScales* s) {
 }
 
 }  // namespace
+
+// What ggml's GGML_FP32_TO_FP16 does with F16C.
+uint16_t FloatToF16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000) return uint16_t(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
+  if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // rounds past 65504: infinity
+  if (abs < 0x38800000) {  // a half subnormal (or zero): round abs / 2^-24 to an integer
+    const float scaled = std::ldexp(std::fabs(f), 24);
+    return uint16_t(sign | uint32_t(std::nearbyint(scaled)));
+  }
+  const uint32_t mant = abs & 0x7fffff;
+  uint32_t h = ((abs >> 23) - 112) << 10 | (mant >> 13);
+  const uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
+  return uint16_t(sign | h);
+}
 
 void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales) {
   const int64_t blocks = Q4KBlocksPerRow(in);

@@ -1,0 +1,292 @@
+// The AVX-512 dot-product kernels (matmul_dot.h): bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and
+// int8 x int8 on AVX512_VNNI (VPDPBUSD), intrinsics in functions compiled for their own target (the
+// rest of the binary stays baseline x86-64), called by matmul_dot.cc only after its run-time CPU
+// check. Why intrinsics and not Highway: Debian's Highway (1.0.3) emulates
+// ReorderWidenMulAccumulate on bf16 with shifts and fp32 FMAs (its source says "TODO:
+// _mm_dpbf16_ps") and has no SumOfMulQuadAccumulate, so through it neither VDPBF16PS nor VPDPBUSD
+// would be emitted.
+//
+// Why the packed layout (docs/cpu.md): the first version of these kernels read the row-major
+// weights, one 32-pair vector of a weight row against one of an activation row, and summed each
+// output's 16 lanes at the end. That lost to the widening kernels (0.13x to 0.93x): q8 spent five
+// instructions per VPDPBUSD on signs and scales, and both shared each weight vector across only the
+// rows of a 4-row tile. Packed by column groups, one broadcast activation unit times one weight
+// vector is 16 outputs' worth of work, the int32 sums of a q8 block need one conversion and one
+// scale per 16 outputs, and the + 128 offset makes the weights VPDPBUSD's unsigned operand directly.
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/matmul_dot_tiles.h"
+#include "kernels/cpu/parallel.h"
+
+#define STEADY_DOT_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,f16c")))
+
+namespace steady::cpu::dot {
+namespace {
+
+// The AVX-512 register tiles: 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32 registers.
+constexpr int kRegisterTileRows = 4;
+constexpr int kRegisterTileGroups = 4;
+
+// bf16 x bf16: acc[rr][c] (16 columns each) += x[r + rr, pair p] . w[group c, pair p] over [p0, p1).
+struct Bf16Op {
+  const uint32_t* x;  // [rows, steps]: bf16(x) two by two, the odd tail padded with zero
+  const uint16_t* w;  // packed, at the tile's first group
+  int64_t steps;      // pairs of inputs
+  // 64 pairs x 4 groups x 64 bytes: the tile's 16 KB of weights stay in L1 while every row uses them.
+  static constexpr int64_t kChunk = 64;
+  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+
+  Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc) const {
+    __m512 a[R][C];
+    for (int rr = 0; rr < R; ++rr) {
+      for (int c = 0; c < C; ++c) a[rr][c] = _mm512_load_ps(acc + (rr * C + c) * 16);
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      __m512bh wv[C];
+      for (int c = 0; c < C; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + (c * steps + p) * 32);
+      for (int rr = 0; rr < R; ++rr) {
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(int(x[(r + rr) * steps + p]));
+        for (int c = 0; c < C; ++c) a[rr][c] = _mm512_dpbf16_ps(a[rr][c], xv, wv[c]);
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (rr * C + c) * 16, a[rr][c]);
+    }
+  }
+};
+
+// s[rr][c] = -offset * the sum of q_x of row r + rr's block b: VPDPBUSD's sums of q_x (q_w +
+// offset) start there, and end at the exact sum of q_x q_w.
+template <int R, int C>
+STEADY_DOT_TARGET void Start(const Q8Rows& x, int r, int64_t b, int32_t offset, __m512i (&s)[R][C]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const __m512i start = _mm512_set1_epi32(-offset * x.xsum[(r + rr) * x.blocks + b]);
+    for (int c = 0; c < C; ++c) s[rr][c] = start;
+  }
+}
+// s[rr][c] += the 16 columns' 4 weights wv[c] times row r + rr's inputs 4u..4u+3 of block b.
+template <int R, int C>
+STEADY_DOT_TARGET void Add(const Q8Rows& x, int r, int64_t b, int u, const __m512i (&wv)[C], __m512i (&s)[R][C]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const __m512i xv = _mm512_set1_epi32(x.Four(r + rr, b, u));
+    for (int c = 0; c < C; ++c) s[rr][c] = _mm512_dpbusd_epi32(s[rr][c], wv[c], xv);
+  }
+}
+// acc[rr][c] += s[rr][c] * scale_x(row r + rr, block b) * ws[c], in fp32.
+template <int R, int C>
+STEADY_DOT_TARGET void Scale(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) {
+  for (int c = 0; c < C; ++c) {
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + (rr * C + c) * 16;
+      const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(x.xscale[(r + rr) * x.blocks + b]));
+      _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
+    }
+  }
+}
+
+// int8 x int8, a q8_0 block (32 inputs) per step: 8 VPDPBUSD of the weights (+ 128, unsigned) by x's
+// 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of q_x, so that
+// they end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by
+// scale_x scale_w.
+struct Q8Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 8;  // 8 blocks x 4 groups x 576 bytes: 18 KB in L1
+  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+
+  Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i s[R][C];
+      Start(x, r, b, 128, s);
+      const uint8_t* wb = w + b * kQ8Record;
+      for (int u = 0; u < 8; ++u) {
+        __m512i wv[C];
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_si512(wb + c * steps * kQ8Record + u * 64);
+        Add(x, r, b, u, wv, s);
+      }
+      __m512 ws[C];
+      for (int c = 0; c < C; ++c) ws[c] = _mm512_loadu_ps(reinterpret_cast<const float*>(wb + c * steps * kQ8Record + 512));
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// int8 x 4-bit: as Q8Op, the weights' nibbles (q_w + 8 in 0..15, unsigned) unpacked with a mask and
+// a shift, the sums starting at -8 * the block's sum of q_x, the scales widened from fp16.
+struct Q4Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 16;  // 16 blocks x 4 groups x 288 bytes: 18 KB in L1
+  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+
+  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i s[R][C];
+      Start(x, r, b, 8, s);
+      const uint8_t* wb = w + b * kQ4Record;
+      for (int v = 0; v < 4; ++v) {
+        __m512i raw[C], wv[C];
+        for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4Record + v * 64);
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);  // inputs 4v..4v+3
+        Add(x, r, b, v, wv, s);
+        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);  // 16 + 4v..
+        Add(x, r, b, v + 4, wv, s);
+      }
+      __m512 ws[C];
+      for (int c = 0; c < C; ++c) {
+        ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
+      }
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// int8 x q4k: per sub-block (32 inputs, one q8_0 block of x) the nibbles q in 0..15 times q_x summed
+// exactly in int32 as Q4Op does (no offset: q is unsigned), then in fp32
+//     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m),
+// the minimum's share taken off with the block's sum of q_x. The scales are widened per group and
+// sub-block, once for every row of the tile.
+struct Q4KOp {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 2;  // 2 super-blocks x 4 groups x 2368 bytes: 19 KB in L1
+  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+
+  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ4KRecord;
+      // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
+      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t s = 0; s < subs; ++s) {
+        const int64_t xb = 8 * b + s;
+        __m512i sums[R][C];
+        Start(x, r, xb, 0, sums);
+        for (int v = 0; v < 4; ++v) {
+          __m512i raw[C], wv[C];
+          for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4KRecord + kQ4KHead + s * 256 + v * 64);
+          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);
+          Add(x, r, xb, v, wv, sums);
+          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);
+          Add(x, r, xb, v + 4, wv, sums);
+        }
+        for (int c = 0; c < C; ++c) {
+          const uint8_t* g = wb + c * steps * kQ4KRecord;
+          const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+          const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+          const __m512 scale = _mm512_mul_ps(
+              d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 64 + 16 * s)))));
+          const __m512 min = _mm512_mul_ps(
+              dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 192 + 16 * s)))));
+          for (int rr = 0; rr < R; ++rr) {
+            float* a = acc + (rr * C + c) * 16;
+            const int64_t i = (r + rr) * x.blocks + xb;
+            const float dx = x.xscale[i];
+            __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), _mm512_load_ps(a));
+            sum = _mm512_fnmadd_ps(min, _mm512_set1_ps(dx * float(x.xsum[i])), sum);
+            _mm512_store_ps(a, sum);
+          }
+        }
+      }
+    }
+  }
+};
+
+#define STEADY_DRIVER_TARGET STEADY_DOT_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
+
+// FloatToBf16 sixteen at a time: round to nearest even, a NaN stays a quiet NaN.
+STEADY_DOT_TARGET void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512i u = _mm512_loadu_si512(x + k);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
+  for (; k < n; ++k) out[k] = FloatToBf16(x[k]);
+}
+
+// Each lane's low byte, sign-extended.
+STEADY_DOT_TARGET inline __m512i LowByte(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24); }
+
+// QuantizeQ8 of one row, a block at a time (the same arithmetic: scale = max |x| / 127, q = x * (1 /
+// scale) rounded to nearest even, as lrint does, kept to its low byte as int8_t(lrint) does), with
+// each block's sum of the stored q. (Only a block whose 1 / scale overflows, max |x| < 4e-37, makes a
+// q outside -127..127: x * inf converts to INT_MIN, whose low byte is 0.)
+STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
+  for (int64_t b = 0; b * kQ8Block < in; ++b) {
+    const int64_t k0 = b * kQ8Block, left = in - k0;
+    const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __mmask16 m1 = left >= 32 ? __mmask16(0xffff) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + k0), v1 = _mm512_maskz_loadu_ps(m1, x + k0 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float scale = amax / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const __m512i q0 = LowByte(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv))));
+    const __m512i q1 = LowByte(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + 16), _mm512_cvtepi32_epi8(q1));
+    scales[b] = scale;
+    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+}  // namespace
+
+void MatMulNTBf16Dot512(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+  const Bf16Rows xb = RoundRows(x, rows, in, RoundToBf16);
+  Run(Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
+}
+
+namespace {
+
+void Q8Dot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Run(Q8Op{xq, packed, xq.blocks}, rows, in, out, y);
+}
+
+void Q4Dot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Run(Q4Op{xq, packed, xq.blocks}, rows, in, out, y);
+}
+
+void Q4KDot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Run(Q4KOp{xq, packed, Q4KBlocksPerRow(in)}, rows, in, out, y);
+}
+
+}  // namespace
+
+const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512};
+
+}  // namespace steady::cpu::dot
+
+#endif  // __x86_64__
