@@ -39,6 +39,9 @@ packages=(
   # Chat templates: Python's Jinja2, rendering as transformers does, is the second reference of
   # tests/cli/hf_chat_templates.sh (tests/reference/transformers_render.py).
   python3-jinja2
+  # The CPU kernels on AArch64 (tests/cli/arm64_kernels.sh): Debian's cross compiler, qemu-user to run
+  # the tests, and the arm64 builds of Highway, OpenBLAS and GoogleTest beside the host's (multiarch).
+  g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libopenblas-dev:arm64 libgtest-dev:arm64
 )
 # Debian's nodejs comes without npm; a Node that brings its own (NodeSource) needs no npm package.
 command -v npm > /dev/null || packages+=(npm)
@@ -49,6 +52,9 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if [[ " ${missing[*]}" == *:arm64* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64  # the :arm64 packages come from the same Debian mirror
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -77,16 +77,6 @@ Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint
   return *std::move(m);
 }
 
-uint64_t TestSeed() {
-  static const uint64_t seed = []() -> uint64_t {
-    if (const char* s = std::getenv("STEADY_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-    const uint64_t t = std::chrono::steady_clock::now().time_since_epoch().count();
-    std::cerr << "random test inputs: STEADY_TEST_SEED=" << t << "\n";
-    return t;
-  }();
-  return seed;
-}
-
 double MaxRelError(const std::vector<double>& a, const std::vector<double>& ref) {
   double scale = 1e-300, err = 0;
   for (size_t i = 0; i < ref.size(); ++i) scale = std::max(scale, std::abs(ref[i]));

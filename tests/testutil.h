@@ -1,4 +1,4 @@
-// Helpers shared by the test binaries.
+// Helpers shared by the test binaries (the random inputs: tests/random.h).
 #ifndef STEADY_TESTS_TESTUTIL_H_
 #define STEADY_TESTS_TESTUTIL_H_
 
@@ -11,6 +11,7 @@
 
 #include "model/checkpoint/config.h"
 #include "model/decoder/model.h"
+#include "tests/random.h"
 
 namespace steady::testing {
 
@@ -29,18 +30,6 @@ ModelConfig TinyConfig(const std::string& mechanism, const nlohmann::json& param
 // Random weights of that shape (fails the calling test on a bad config).
 Model TinyModel(const std::string& mechanism, const nlohmann::json& params, uint64_t seed,
                 const nlohmann::json& patch = nlohmann::json::object());
-
-// Seed for random test inputs: fresh per run (printed by the test so a failure can be replayed),
-// unless STEADY_TEST_SEED is set.
-uint64_t TestSeed();
-
-template <typename T>
-std::vector<T> RandomNormal(size_t n, std::mt19937_64& rng, double stddev = 1.0) {
-  std::normal_distribution<double> dist(0.0, stddev);
-  std::vector<T> out(n);
-  for (T& x : out) x = T(dist(rng));
-  return out;
-}
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny): error relative to the reference's scale.
 double MaxRelError(const std::vector<double>& a, const std::vector<double>& ref);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -19,7 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
-#include "tests/testutil.h"
+#include "tests/random.h"
 
 namespace steady {
 namespace cpu {
@@ -33,16 +35,19 @@ struct ThreadsGuard {
 };
 
 // The int8 paths, widest first, and what a CPU needs for each (the skip messages).
-constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2};
+constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2,
+                                        cpu::Int8Path::kArmDot};
 const char* Missing(cpu::Int8Path path) {
   switch (path) {
     case cpu::Int8Path::kAvx512Vnni: return "no AVX512_VNNI (+ AVX512BW/VL/DQ) on this CPU";
     case cpu::Int8Path::kAvxVnni: return "no AVX-VNNI (+ AVX2, FMA, F16C) on this CPU";
     case cpu::Int8Path::kAvx2: return "no AVX2 (+ FMA, F16C) on this CPU";
+    case cpu::Int8Path::kArmDot: return "no Arm dot-product extension (SDOT) on this CPU";
     case cpu::Int8Path::kNone: break;
   }
   return "";
 }
+constexpr const char* kNoBf16Dot = "no bf16 dot product (AVX512_BF16, Arm BF16) on this CPU";
 
 // The int8 kernels on one path (the test's parameter); the widest path again afterwards.
 class Int8PathTest : public ::testing::TestWithParam<cpu::Int8Path> {
@@ -104,7 +109,7 @@ double Magnitude(const std::vector<float>& x, int r, int in, int j, const Weight
 }
 
 TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
   std::mt19937_64 rng(11);
   std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
   for (int rows : kRows) {
@@ -135,7 +140,7 @@ TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
 
 // A tolerance of zero for the rounding would fail: the bf16 path is not the widening one.
 TEST(CpuDotTest, Bf16RoundsTheActivations) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
   std::mt19937_64 rng(12);
   const Bf16Problem p = MakeBf16(4, 1000, 16, rng);
   const std::vector<float> dot = RunBf16Dot(p, p.x, 4);
@@ -451,7 +456,7 @@ void ExpectInvariant(const Problem& p, const Runner& run) {
 }
 
 TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
   std::mt19937_64 rng(14);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
@@ -519,11 +524,33 @@ TEST_P(Int8PathTest, Q8SumsAreExactWhereNaivePairsSaturate) {
   }
 }
 
-// Every path gives the same bits as the widest one, for q8, q4 and q4k, at every shape.
+// The results of Int8PathsGiveTheSameBits as raw floats, to compare machines.
+void WriteFloats(const char* path, const std::vector<float>& v) {
+  std::FILE* f = std::fopen(path, "wb");
+  ASSERT_NE(f, nullptr) << path;
+  const size_t written = std::fwrite(v.data(), sizeof(float), v.size(), f);
+  ASSERT_EQ(std::fclose(f), 0) << path;
+  ASSERT_EQ(written, v.size()) << path;
+}
+std::vector<float> ReadFloats(const char* path) {
+  std::vector<float> v;
+  std::FILE* f = std::fopen(path, "rb");
+  if (f == nullptr) return v;
+  float x;
+  while (std::fread(&x, sizeof(float), 1, f) == 1) v.push_back(x);
+  std::fclose(f);
+  return v;
+}
+
+// Every path gives the same bits as the widest one, for q8, q4 and q4k, at every shape. Across
+// machines too (tests/cli/arm64_kernels.sh): with STEADY_INT8_RESULTS_OUT=FILE the widest path's
+// results are written there, with STEADY_INT8_RESULTS_IN=FILE they must equal that file's bit for
+// bit (x86-64's AVX-512 or AVX2 against AArch64's SDOT on the same inputs).
 TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
   const cpu::Int8Path widest = cpu::WidestInt8Path();
   if (widest == cpu::Int8Path::kNone) GTEST_SKIP() << Missing(cpu::Int8Path::kAvx2);
   int compared = 0;
+  std::vector<float> all;  // every shape's results on the widest path, in order
   std::mt19937_64 rng(23);
   for (int rows : kRows) {
     for (int in : kIns) {
@@ -535,6 +562,7 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
           return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows)};
         };
         const std::vector<std::vector<float>> want = run_all();
+        for (const std::vector<float>& w : want) all.insert(all.end(), w.begin(), w.end());
         for (cpu::Int8Path path : kInt8Paths) {
           if (path == widest || !cpu::Int8PathAvailable(path)) continue;
           cpu::SetInt8Path(path);
@@ -550,6 +578,18 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
         }
       }
     }
+  }
+  std::printf("int8 results: %zu values on %s\n", all.size(), cpu::Int8PathName(widest));
+  if (const char* out = std::getenv("STEADY_INT8_RESULTS_OUT")) WriteFloats(out, all);
+  if (const char* in = std::getenv("STEADY_INT8_RESULTS_IN")) {
+    const std::vector<float> other = ReadFloats(in);
+    ASSERT_EQ(other.size(), all.size()) << "results in " << in;
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&all[i], &other[i], sizeof(float)), 0)
+          << "value " << i << ": " << all[i] << " here, " << other[i] << " in " << in;
+    }
+    std::printf("int8 results equal %s's bit for bit\n", in);
+    return;
   }
   if (compared == 0) GTEST_SKIP() << "one int8 path on this CPU: nothing to compare";
 }

@@ -1,0 +1,281 @@
+// The dot-product kernels on AArch64 (matmul_dot.h): int8 x int8 on SDOT (the dot-product extension,
+// Armv8.2+: Graviton 2-4, Ampere Altra, every Neoverse core) and bf16 x bf16 on BFDOT (the BF16
+// extension, Armv8.6: Graviton 3 and 4, Neoverse V1/V2/N2), NEON intrinsics in functions compiled
+// for their own target (the rest of the binary stays baseline Armv8-A), called by matmul_dot.cc only
+// after its run-time check (getauxval). The packed layout is x86's: a 64-byte vector of 16 columns x
+// 4 inputs is four 128-bit quarters of 4 columns, quarter q of group c being q % 4 of vector c.
+//
+// int8: SDOT multiplies signed bytes by signed bytes, 4 to a lane, into int32. The q8 weights are
+// stored + 128 (VPDPBUSD's unsigned operand): flipping their top bit gives q_w back as a signed
+// byte, so the sums start at 0, not at -128 * the block's sum of q_x. The 4-bit weights (0..15) are
+// non-negative signed bytes as they are. The int32 sums are then the exact sums of q_x q_w, and the
+// fp32 steps after them are the AVX-512 kernels' operations per lane (a conversion, a product, a
+// fused multiply-add; q4k's fused multiply-subtract), so SDOT gives x86's bits: tests/cli/
+// arm64_kernels.sh compares them on the same inputs.
+//
+// bf16: BFDOT adds a pair of bf16 products to each fp32 lane as VDPBF16PS does, but rounds the
+// pair's sum to odd before the addition (without FEAT_EBF16), so its bits differ from x86's; the
+// tests hold it to the same bound against the double reference.
+//
+// Register tiles: 2 rows x 2 groups, 16 accumulators of the 32 NEON registers, 8 weight quarters and
+// x. Not measured on Arm hardware (docs/cpu.md): this is the 256-bit kernels' tile, which was the
+// fastest there at 1 and 16 rows.
+#if defined(__aarch64__)
+
+#include <arm_neon.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/matmul_dot_tiles.h"
+#include "kernels/cpu/parallel.h"
+
+namespace steady::cpu::dot {
+namespace {
+
+constexpr int kArmTileRows = 2, kArmTileGroups = 2;
+
+// The 4 values of quarter q (columns 4 (q % 4)..) of the 16-column record at p.
+inline const uint8_t* Quarter(const uint8_t* p, int q) { return p + (q % 4) * 16; }
+
+namespace sdot {
+#define STEADY_ARM_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+
+// s[rr][q] = -offset * the sum of q_x of row r + rr's block b.
+template <int R, int Q>
+STEADY_ARM_TARGET inline void Start(const Q8Rows& x, int r, int64_t b, int32_t offset, int32x4_t (&s)[R][Q]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const int32x4_t start = vdupq_n_s32(-offset * x.xsum[(r + rr) * x.blocks + b]);
+    for (int q = 0; q < Q; ++q) s[rr][q] = start;
+  }
+}
+// s[rr][q] += the quarters' 4 weights wv[q] times row r + rr's inputs 4u..4u+3 of block b.
+template <int R, int Q>
+STEADY_ARM_TARGET inline void Add(const Q8Rows& x, int r, int64_t b, int u, const int8x16_t (&wv)[Q], int32x4_t (&s)[R][Q]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const int8x16_t xv = vreinterpretq_s8_s32(vdupq_n_s32(x.Four(r + rr, b, u)));
+    for (int q = 0; q < Q; ++q) s[rr][q] = vdotq_s32(s[rr][q], wv[q], xv);
+  }
+}
+// acc[rr][quarter q] += s[rr][q] * (ws[q] * scale_x(row r + rr, block b)), in fp32.
+template <int R, int Q>
+STEADY_ARM_TARGET inline void Scale(const Q8Rows& x, int r, int64_t b, const int32x4_t (&s)[R][Q], const float32x4_t (&ws)[Q],
+                                    float* acc) {
+  for (int q = 0; q < Q; ++q) {
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + (rr * Q + q) * 4;
+      const float32x4_t scale = vmulq_n_f32(ws[q], x.xscale[(r + rr) * x.blocks + b]);
+      vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(s[rr][q]), scale));
+    }
+  }
+}
+// Four fp16 values at p, widened exactly.
+STEADY_ARM_TARGET inline float32x4_t LoadF16(const uint8_t* p) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p))));
+}
+// Four bytes at p, widened to fp32 exactly.
+STEADY_ARM_TARGET inline float32x4_t LoadU8(const uint8_t* p) {
+  uint32_t four;
+  std::memcpy(&four, p, 4);
+  return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(four)))));
+}
+
+// Q8Op of matmul_dot512.cc on quarters.
+struct Q8Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 8;
+  static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
+
+  Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int Q = 4 * C;
+    const uint8x16_t top = vdupq_n_u8(0x80);
+    for (int64_t b = b0; b < b1; ++b) {
+      int32x4_t s[R][Q];
+      Start(x, r, b, 0, s);
+      const uint8_t* wb = w + b * kQ8Record;
+      for (int u = 0; u < 8; ++u) {
+        int8x16_t wv[Q];
+        for (int q = 0; q < Q; ++q) {
+          wv[q] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(Quarter(wb + (q / 4) * steps * kQ8Record + u * 64, q)), top));
+        }
+        Add(x, r, b, u, wv, s);
+      }
+      float32x4_t ws[Q];
+      for (int q = 0; q < Q; ++q) {
+        ws[q] = vld1q_f32(reinterpret_cast<const float*>(Quarter(wb + (q / 4) * steps * kQ8Record + 512, q)));
+      }
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// s += the nibbles of vector v (low: inputs 4v..4v+3 of block xb, high: 16 + 4v..) of the quarters
+// at rec[q] (a record's nibble vectors, each group's) times rows r..r+R-1 of x.
+template <int R, int Q>
+STEADY_ARM_TARGET inline void AddNibbles(const Q8Rows& x, int r, int64_t xb, int v, const uint8_t* const (&rec)[Q],
+                                         int32x4_t (&s)[R][Q]) {
+  const uint8x16_t low = vdupq_n_u8(0x0f);
+  uint8x16_t raw[Q];
+  int8x16_t wv[Q];
+  for (int q = 0; q < Q; ++q) raw[q] = vld1q_u8(Quarter(rec[q] + v * 64, q));
+  for (int q = 0; q < Q; ++q) wv[q] = vreinterpretq_s8_u8(vandq_u8(raw[q], low));
+  Add(x, r, xb, v, wv, s);
+  for (int q = 0; q < Q; ++q) wv[q] = vreinterpretq_s8_u8(vshrq_n_u8(raw[q], 4));
+  Add(x, r, xb, v + 4, wv, s);
+}
+
+// Q4Op of matmul_dot512.cc: the sums start at -8 * the block's sum of q_x.
+struct Q4Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 16;
+  static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
+
+  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int Q = 4 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      int32x4_t s[R][Q];
+      Start(x, r, b, 8, s);
+      const uint8_t* wb = w + b * kQ4Record;
+      const uint8_t* rec[Q];
+      for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4Record;
+      for (int v = 0; v < 4; ++v) AddNibbles(x, r, b, v, rec, s);
+      float32x4_t ws[Q];
+      for (int q = 0; q < Q; ++q) ws[q] = LoadF16(rec[q] + 256 + (q % 4) * 8);
+      Scale(x, r, b, s, ws, acc);
+    }
+  }
+};
+
+// Q4KOp of matmul_dot512.cc: per sub-block the nibbles' exact sums, then in fp32
+//     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m).
+struct Q4KOp {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 2;
+  static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
+
+  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+    constexpr int Q = 4 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ4KRecord;
+      // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
+      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t sub = 0; sub < subs; ++sub) {
+        const int64_t xb = 8 * b + sub;
+        int32x4_t sums[R][Q];
+        Start(x, r, xb, 0, sums);
+        const uint8_t* rec[Q];
+        for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
+        for (int v = 0; v < 4; ++v) AddNibbles(x, r, xb, v, rec, sums);
+        for (int q = 0; q < Q; ++q) {
+          const uint8_t* g = wb + (q / 4) * steps * kQ4KRecord;
+          const int lane = (q % 4) * 4;  // the quarter's first column
+          const float32x4_t d = LoadF16(g + 2 * lane), dmin = LoadF16(g + 32 + 2 * lane);
+          const float32x4_t scale = vmulq_f32(d, LoadU8(g + 64 + 16 * sub + lane));
+          const float32x4_t min = vmulq_f32(dmin, LoadU8(g + 192 + 16 * sub + lane));
+          for (int rr = 0; rr < R; ++rr) {
+            float* a = acc + (rr * Q + q) * 4;
+            const int64_t i = (r + rr) * x.blocks + xb;
+            const float dx = x.xscale[i];
+            float32x4_t sum = vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx));
+            sum = vfmsq_f32(sum, min, vdupq_n_f32(dx * float(x.xsum[i])));
+            vst1q_f32(a, sum);
+          }
+        }
+      }
+    }
+  }
+};
+
+#define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
+#undef STEADY_ARM_TARGET
+
+template <class Op>
+void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y, int64_t steps) {
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  Run(Op{xq, packed, steps}, rows, in, out, y);
+}
+
+void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q8Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in));
+}
+void Q4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q4Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in));
+}
+void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q4KOp>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in));
+}
+
+}  // namespace sdot
+
+namespace bfdot {
+#define STEADY_ARM_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
+
+// Bf16Op of matmul_dot512.cc on quarters: acc[rr][quarter q] += x[r + rr, pair p] . w[quarter q, p].
+struct Bf16Op {
+  const uint32_t* x;  // [rows, steps]: bf16(x) two by two, the odd tail padded with zero
+  const uint16_t* w;  // packed, at the tile's first group
+  int64_t steps;      // pairs of inputs
+  static constexpr int64_t kChunk = 64;
+  static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
+
+  Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc) const {
+    constexpr int Q = 4 * C;
+    float32x4_t a[R][Q];
+    for (int rr = 0; rr < R; ++rr) {
+      for (int q = 0; q < Q; ++q) a[rr][q] = vld1q_f32(acc + (rr * Q + q) * 4);
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      bfloat16x8_t wv[Q];
+      for (int q = 0; q < Q; ++q) {
+        wv[q] = vld1q_bf16(reinterpret_cast<const bfloat16_t*>(w + ((q / 4) * steps + p) * 32 + (q % 4) * 8));
+      }
+      for (int rr = 0; rr < R; ++rr) {
+        const bfloat16x8_t xv = vreinterpretq_bf16_u32(vdupq_n_u32(x[(r + rr) * steps + p]));
+        for (int q = 0; q < Q; ++q) a[rr][q] = vbfdotq_f32(a[rr][q], wv[q], xv);
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      for (int q = 0; q < Q; ++q) vst1q_f32(acc + (rr * Q + q) * 4, a[rr][q]);
+    }
+  }
+};
+
+#define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
+#undef STEADY_ARM_TARGET
+
+}  // namespace bfdot
+
+}  // namespace
+
+const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
+
+void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+  const Bf16Rows xb = RoundRows(x, rows, in, RoundRowScalar);
+  bfdot::Run(bfdot::Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
+}
+
+}  // namespace steady::cpu::dot
+
+#endif  // __aarch64__
