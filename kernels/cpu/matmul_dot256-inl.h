@@ -14,7 +14,7 @@
 //
 // A 64-byte vector of the packed layout (16 columns x 4 inputs) is two ymm halves of 8 columns, h = 0
 // and 1 of group c being half 2c + h. Per output lane the arithmetic after the int32 sums is the
-// AVX-512 kernels' (matmul_dot.cc): the same conversions, products and fused multiply-adds in the
+// AVX-512 kernels' (matmul_dot512.cc): the same conversions, products and fused multiply-adds in the
 // same order, so the results are the same bits.
 
 // x's 4 bytes (inputs 4u..4u+3 of row r's block b) in every 32-bit lane.
@@ -44,7 +44,7 @@ STEADY_DOT256_TARGET inline void Scale(const Q8Rows& x, int r, int64_t b, const 
   }
 }
 
-// Q8Op of matmul_dot.cc on 8-column halves.
+// Q8Op of matmul_dot512.cc on 8-column halves.
 struct Q8Op256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
@@ -111,7 +111,7 @@ STEADY_DOT256_TARGET inline void AddNibbleBlock(const Q8Rows& x, int r, int64_t 
   }
 }
 
-// Q4Op of matmul_dot.cc on 8-column halves.
+// Q4Op of matmul_dot512.cc on 8-column halves.
 struct Q4Op256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
@@ -139,7 +139,7 @@ struct Q4Op256 {
   }
 };
 
-// Q4KOp of matmul_dot.cc on 8-column halves.
+// Q4KOp of matmul_dot512.cc on 8-column halves.
 struct Q4KOp256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
@@ -191,7 +191,7 @@ struct Q4KOp256 {
 #include "kernels/cpu/matmul_dot_driver-inl.h"
 #undef STEADY_DRIVER_TARGET
 
-// matmul_dot.cc's QuantizeRow on 8 lanes: the same scale, the same products rounded by the same
+// matmul_dot512.cc's QuantizeRow on 8 lanes: the same scale, the same products rounded by the same
 // conversion, each q kept to its low byte, and the sum of the stored bytes.
 STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
