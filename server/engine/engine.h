@@ -75,6 +75,11 @@ struct EngineOptions {
   // verifies (the CPU).
   Speculation speculative = Speculation::kOff;
   int draft_tokens = 4;
+  // Prompt lookup also searches the last ngram_history tokens of a session's earlier turns (prompts
+  // and outputs; --ngram-history), kept while the session is resident: at most slots x this many
+  // tokens in all, dropped when a session is offloaded (drafts only propose: losing them costs
+  // speed, never a token). 0: a turn's own tokens only.
+  int64_t ngram_history = 4096;
   // --draft-model: the draft checkpoint (its tokenizer the target's: the caller checked,
   // CheckSameTokenizer), run on a CPU backend of the engine's own with one lane per slot; it
   // outlives the engine. Null: kDraft is refused.

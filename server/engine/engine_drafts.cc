@@ -50,7 +50,7 @@ std::vector<std::vector<int32_t>> Engine::Impl::ProposeDrafts(const std::vector<
       calls.push_back({TakeDraftLane(job), job.context, k[d]});
       by_model.push_back(d);
     } else {
-      drafts[d] = NgramDraft(job.context, k[d]);
+      drafts[d] = NgramDraft(job.lookup.empty() ? job.context : job.lookup, k[d]);
     }
   }
   if (!calls.empty()) {

@@ -60,6 +60,9 @@ struct EngineJob {
   std::vector<int32_t> prompt;   // BOS (when the session is empty) + the encoded prompt
   size_t prompt_done = 0;        // prompt tokens in the state
   std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
+  // Prompt lookup's haystack when the session had a draft history: that history, then context as
+  // it grows; empty otherwise (context is searched).
+  std::vector<int32_t> lookup;
   std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
   std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample),
                                  // or sampled from a verify step's row where it rejected a draft

@@ -218,6 +218,10 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
   job->group = share_groups.try_emplace(job->request.quota.tenant, int64_t(share_groups.size())).first->second;
   job->session_id = key;
   job->context = prompt;
+  if (!s->draft_history.empty() && job->request.speculative.value_or(options.speculative) == Speculation::kNgram) {
+    job->lookup = s->draft_history;
+    job->lookup.insert(job->lookup.end(), prompt.begin(), prompt.end());
+  }
   job->prompt = std::move(prompt);
   job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
   job->from_empty = position == 0;
@@ -325,7 +329,14 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   usage.drafted_tokens = job.drafted;
   usage.accepted_tokens = job.accepted;
   usage.session_position = Position(s);
-  // The turn changed the session (a prompt rolled back did not): its outcome goes with the state.
+  // The turn changed the session (a prompt rolled back did not): its tokens join the session's draft
+  // history (the prompt as far as it went in), its outcome goes with the state.
+  if (!s.ephemeral && !job.choices && job.prompt_done > 0 && s.slot >= 0 && options.ngram_history > 0) {
+    std::vector<int32_t>& h = s.draft_history;
+    const size_t absorbed = job.prompt_done < job.prompt.size() ? job.prompt_done : job.context.size();
+    h.insert(h.end(), job.context.begin(), job.context.begin() + ptrdiff_t(absorbed));
+    if (int64_t(h.size()) > options.ngram_history) h.erase(h.begin(), h.end() - options.ngram_history);
+  }
   if (!s.ephemeral && !job.choices && job.prompt_done > 0) {
     s.last_turn = TurnRecord{job.request.request_fingerprint,
                              job.start_position,
@@ -511,6 +522,7 @@ void Engine::Impl::CommitTurns(bool final) {
 
 absl::Status Engine::Impl::EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw) {
   job.context.push_back(token);
+  if (!job.lookup.empty()) job.lookup.push_back(token);
   std::string text;
   if (token < tokenizer.vocab_size()) {
     auto piece = job.streamer.Add(token);

@@ -222,6 +222,7 @@ void Engine::Impl::FreeSlot(Session& s) {
   const int slot = s.slot;
   sessions.ReleaseSlot(s);
   s.last_turn.reset();  // the store's blob holds it, or the slot's state is gone
+  s.draft_history = {};  // only proposals: not worth keeping beyond the resident sessions
   pool->Reset(slot);  // frees a KV cache's memory too
 }
 
@@ -454,6 +455,7 @@ absl::StatusOr<SessionInfo> Engine::Impl::Fork(const std::string& source_id, std
     Forget(new_id);
     return st;
   }
+  if (s.slot >= 0) s.draft_history = source->draft_history;  // the same tokens led to its state
   LetGo(s);
   return Info(s);
 }

@@ -29,6 +29,9 @@ struct Session {
   int64_t job = 0;          // the Generate running on it; 0: idle
   // While resident: the turn that led to the slot's state (offloaded: the store's blob holds it).
   std::optional<TurnRecord> last_turn;
+  // While resident: the last tokens of its turns, for prompt lookup (EngineOptions::ngram_history);
+  // dropped when the slot is freed (Engine::Impl::FreeSlot).
+  std::vector<int32_t> draft_history;
 
  private:
   friend class SessionTable;

@@ -49,6 +49,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                     [--durability turn|shutdown] [--metrics-port N] [--mechanism NAME [--order P] [--scale S]
                     [--param key=value ...]] [--max-queue N] [--max-batch N] [--prefill-budget N]
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
+                    [--speculative off|ngram|draft [--draft-model DIR] [--draft-tokens K] [--ngram-history N]]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
                     [--cpu-weights auto|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
@@ -104,6 +105,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
   --draft-model DIR   the draft model (with --speculative draft): a smaller checkpoint with the
                       same tokenizer (refused otherwise), run on the CPU beside the target
   --draft-tokens K    drafts verified per step, from the rows --max-batch leaves (1..32; 4)
+  --ngram-history N   prompt lookup also searches the last N tokens of a session's earlier turns,
+                      kept while the session is resident (4096; 0: the turn's own tokens only)
   --max-queue N       Generate calls accepted and not finished; beyond: RESOURCE_EXHAUSTED (1024)
   --max-batch N       decode rows per engine step (64)
   --prefill-budget N  prompt tokens per engine step, in chunks (512)
@@ -182,6 +185,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (!interval.ok()) return interval.status();
   o.prefix_cache_interval = int(*interval);
   if (absl::Status st = SpeculationFromFlags(flags, &o.speculative, &o.draft_tokens); !st.ok()) return st;
+  auto history = flags.GetInt("ngram-history", o.ngram_history, 0, int64_t(1) << 24);
+  if (!history.ok()) return history.status();
+  o.ngram_history = *history;
   o.max_queue = int(max_queue);
   o.max_batch = int(max_batch);
   o.prefill_budget = int(prefill);
@@ -252,7 +258,7 @@ absl::Status Run(int argc, char** argv) {
                                  "drain-timeout", "device",       "max-context", "durability", "threads", "cpu-weights", "cpu-gemm",
                                  "session-store", "lease-ms",      "replica-name", "takeover-wait-ms", "prefix-cache-memory",
                                  "prefix-cache-interval", "tls-cert",     "tls-key",       "tls-client-ca",
-                                 "api-keys",      "snapshot-key-file"};
+                                 "api-keys",      "snapshot-key-file", "ngram-history"};
   known.insert(kMechanismFlags.begin(), kMechanismFlags.end());
   known.insert(kSpeculationFlags.begin(), kSpeculationFlags.end());
   auto flags = Flags::Parse(argc, argv, {.with_value = known, .switches = {"allow-unsigned-imports"}});

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "server/metrics/metrics.h"
@@ -163,6 +164,58 @@ TEST_P(SpeculativeEngineTest, DraftModelJobsEqualPlainDecoding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, SpeculativeEngineTest, ::testing::Values("taylor", "softmax", "sliding_window", "dark"));
+
+// Prompt lookup also searches a session's earlier turns (EngineOptions::ngram_history). With a
+// sliding window of 8 tokens and RoPE's relative positions, the same prompt sent again (longer than
+// the window) leads to the same greedy tokens: the second turn repeats the first turn's output, a
+// run only the session's history holds. With the history the second turn's drafts come from there
+// and are accepted from its first step; with none (0) they can come only from the turn's own tokens.
+// Every turn gives plain decoding's tokens either way.
+TEST(SpeculativeHistoryTest, PromptLookupSearchesTheSessionsEarlierTurns) {
+  const Model m = EngineTinyModel("sliding_window", {{"window", 8}}, 77, /*eos=*/-1);
+  const std::string prompt = testing::Prompt(4);
+  struct Run {
+    Outcome first, second, fork, other;
+  };
+  auto run = [&](Speculation mode, int64_t history) {
+    EngineOptions o = testing::Options();
+    o.speculative = mode;
+    o.draft_tokens = 4;
+    o.ngram_history = history;
+    auto e = StartEngine(m, o);
+    EXPECT_TRUE(testing::Create(*e, "s").ok());
+    EXPECT_TRUE(testing::Create(*e, "t").ok());
+    Run r;
+    r.first = testing::Generate(*e, "s", prompt, 32);
+    // A fork holds the history that led to its state; another session holds none of it.
+    EXPECT_TRUE(testing::Call<absl::StatusOr<SessionInfo>>([&](auto done) { e->ForkSession("s", "f", done); }).ok());
+    r.second = testing::Generate(*e, "s", prompt, 32);
+    r.fork = testing::Generate(*e, "f", prompt, 32);
+    r.other = testing::Generate(*e, "t", prompt, 32);
+    return r;
+  };
+  const Run plain = run(Speculation::kOff, 0), none = run(Speculation::kNgram, 0), kept = run(Speculation::kNgram, 4096);
+  ASSERT_TRUE(plain.first.status.ok() && plain.second.status.ok()) << plain.first.status << plain.second.status;
+  ASSERT_EQ(plain.second.ids, plain.first.ids) << "the premise: a window's worth of the same tokens, the same output";
+  for (const Run* r : {&none, &kept}) {
+    for (auto [got, want] : {std::pair{&r->first, &plain.first}, {&r->second, &plain.second}, {&r->fork, &plain.fork},
+                             {&r->other, &plain.other}}) {
+      ASSERT_TRUE(got->status.ok()) << got->status;
+      EXPECT_EQ(got->ids, want->ids);
+      EXPECT_LE(got->usage.accepted_tokens, got->usage.drafted_tokens);
+    }
+  }
+  // The first turns have no history: the same drafts either way.
+  EXPECT_EQ(kept.first.usage.accepted_tokens, none.first.usage.accepted_tokens);
+  EXPECT_EQ(kept.other.usage.accepted_tokens, none.other.usage.accepted_tokens);
+  // The second turn and the fork find the first turn's output in the history.
+  const int64_t most = plain.second.usage.completion_tokens - 1;  // the first token comes from the prompt's step
+  std::printf("second turn: %lld of %lld decode tokens from accepted drafts with the history, %lld without\n",
+              (long long)kept.second.usage.accepted_tokens, (long long)most, (long long)none.second.usage.accepted_tokens);
+  EXPECT_GT(kept.second.usage.accepted_tokens, none.second.usage.accepted_tokens);
+  EXPECT_GE(kept.second.usage.accepted_tokens, most * 3 / 4) << "of " << most;
+  EXPECT_GT(kept.fork.usage.accepted_tokens, none.fork.usage.accepted_tokens);
+}
 
 // Sessions that speculate with a draft model through forks, offloads (state memory for 2 slots, 4
 // sessions round robin, a DirStore) and an export/import: the draft state is per job (rebuilt from
