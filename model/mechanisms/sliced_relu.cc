@@ -348,10 +348,55 @@ void Parallel(const LayerAttention& a, const SlicedParams& p, int n, const T* q,
   }
 }
 
+// Step for each token in turn, per kv head: the scores of all n tokens first (they read no state),
+// then each kv head's keys enter its own tree or histogram and its query heads read it, token by
+// token, one kv head per compute thread (ForEachKvHead): a kv head's state and outputs are its own.
+// The same operations in the same order per kv head as n Steps, so the same bits.
 template <typename T>
 void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  const int dv = s.value_dim;
+  std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
+  for (int t = 0; t < n; ++t) {
+    TokenScores(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+                zq.data() + int64_t(t) * s.heads, zk.data() + int64_t(t) * s.kv_heads);
+  }
+  const auto value = [&](int t, int g) { return v + (int64_t(t) * s.kv_heads + g) * dv; };
+  const auto scores = [&](int t) { return zq.data() + int64_t(t) * s.heads; };
+  const auto out = [&](int t) { return y + int64_t(t) * s.heads * dv; };
+  if (p.decoder == SlicedDecoder::kExact) {
+    const SlicedTreeLayout layout = TreeLayout(a);
+    const int64_t before = TreeTokens(layout, *st.growing);
+    TreeReserveTokens(layout, n, st.growing);
+    // About 1.44 log2(t) nodes of O(dv) on each insert and read path.
+    const int64_t depth = int64_t(1.44 * std::log2(double(before + n + 2))) + 1;
+    ForEachKvHead(s.kv_heads, int64_t(n) * (s.heads + s.kv_heads) * depth * dv * 3, [&](int g) {
+      SlicedTotals totals;
+      for (int t = 0; t < n; ++t) {
+        TreeInsertKey(layout, g, before + t, zk[size_t(t) * s.kv_heads + g], value(t, g), st.fixed, st.growing);
+        TreeTotals(layout, g, st.fixed, *st.growing, &totals);
+        ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
+          TreeReluMoments(layout, g, x, st.fixed, *st.growing, m);
+        }, out(t));
+      }
+    });
+    return;
+  }
+  const SlicedBinsLayout layout = BinsLayout(a, p);
+  ForEachKvHead(s.kv_heads, int64_t(n) * s.kv_heads * (p.bins + 3) * (2 * dv + 2) * 2, [&](int g) {
+    T* head = st.fixed + g * layout.HeadFloats();
+    SlicedBinsSnapshot snap;
+    SlicedTotals totals;
+    for (int t = 0; t < n; ++t) {
+      BinsInsert(layout, zk[size_t(t) * s.kv_heads + g], value(t, g), head);
+      BinsSnapshot(layout, head, &snap);
+      BinsTotals(layout, snap, &totals);
+      ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
+        BinsReluMoments(layout, snap, x, m);
+      }, out(t));
+    }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlicedParams)
