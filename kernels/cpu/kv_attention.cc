@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/kv_attention.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace steady::cpu {
 namespace HWY_NAMESPACE {
@@ -149,26 +151,33 @@ HWY_INLINE void WeightValues4x4(D d, const float* HWY_RESTRICT w, int64_t w_stri
   for (int k = 0; k < 16; ++k) hn::StoreU(a[k / 4][k % 4], d, acc + int64_t(k / 4) * dv + (k % 4) * lanes);
 }
 
-// Rows [j0, ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
-// query with ends[t] <= j0 is skipped), in three passes, each over the rows in order so that the cache
-// streams from memory and each row is read once for the whole block: the logits of every query head
-// for row j (in w, [nq, rows, heads], j-major per query), then exp(logit - the head's max over these
-// rows) and their sums, then the weighted values. Leaves each query's unnormalized acc [heads, dv],
-// its max top [heads] and sums den [heads] at acc + t * heads * dv, top + t * heads, den + t * heads.
-// Row j is first[j] for j < first_len, else second[j - first_len] (a ring buffer's two spans). A
-// query's values are the same operations in the same order whatever the other queries of its block.
+// Rows [begins[t], ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
+// query with ends[t] <= begins[t] is skipped), in three passes, each over the rows in order so that the
+// cache streams from memory and each row is read once for the whole block: the logits of every query
+// head for row j (in w, [nq, rows, heads], j-major per query), then exp(logit - the head's max over its
+// rows) and their sums, then the weighted values. Leaves each query's unnormalized acc [heads, dv], its
+// max top [heads] and sums den [heads] at acc + t * heads * dv, top + t * heads, den + t * heads. Row j
+// is in the first of the three spans of `rows` that reaches past it (a ring buffer's two spans, then
+// rows not yet in it). A query's values are the same operations in the same order whatever the other
+// queries of its block and wherever its rows begin.
 void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, int nq, const float* HWY_RESTRICT q,
-                        const int64_t* ends, const float* first, int64_t first_len, const float* second, int64_t j0,
-                        float* HWY_RESTRICT acc, float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
+                        const int64_t* begins, const int64_t* ends, const KvSpans& rows, float* HWY_RESTRICT acc,
+                        float* HWY_RESTRICT top, float* HWY_RESTRICT den) {
   const hn::ScalableTag<float> d;
   const int lanes = int(hn::Lanes(d));
   const int heads = kv_heads * group;
   const int64_t row = int64_t(kv_heads) * (dk + dv);
-  const auto row_at = [&](int64_t j) { return j < first_len ? first + j * row : second + (j - first_len) * row; };
+  const int64_t end0 = rows.len[0], end1 = end0 + rows.len[1];
+  const auto row_at = [&](int64_t j) {
+    return j < end0 ? rows.rows[0] + j * row : j < end1 ? rows.rows[1] + (j - end0) * row : rows.rows[2] + (j - end1) * row;
+  };
   std::fill(top, top + int64_t(nq) * heads, -INFINITY);
   std::fill(den, den + int64_t(nq) * heads, 0.0f);
   std::fill(acc, acc + int64_t(nq) * heads * dv, 0.0f);
-  const int64_t j1 = *std::max_element(ends, ends + nq);
+  int64_t j0 = INT64_MAX, j1 = 0;  // the block's rows: the union of the queries' [begins[t], ends[t])
+  for (int t = 0; t < nq; ++t) {
+    if (ends[t] > begins[t]) j0 = std::min(j0, begins[t]), j1 = std::max(j1, ends[t]);
+  }
   if (j1 <= j0) return;
   thread_local std::vector<float> w;
   w.resize(size_t(nq) * (j1 - j0) * heads);
@@ -186,7 +195,7 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
     for (int g = 0; g < kv_heads; ++g) {
       const float* kj = row_at(j) + int64_t(g) * (dk + dv);
       for (int t = 0; t < nq; ++t) {
-        if (j >= ends[t]) continue;
+        if (j < begins[t] || j >= ends[t]) continue;
         float* wj = w_at(t, j);
         const float* qt = q + int64_t(t) * heads * dk;
         float* top_t = top + int64_t(t) * heads;
@@ -204,14 +213,14 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
     }
   }
   for (int t = 0; t < nq; ++t) {
-    if (ends[t] <= j0) continue;
+    if (ends[t] <= begins[t]) continue;
     const float* top_t = top + int64_t(t) * heads;
     float* den_t = den + int64_t(t) * heads;
     if (heads < lanes && lanes % heads == 0) {
-      ExpFlat(d, w_at(t, j0), (ends[t] - j0) * heads, heads, top_t, den_t);
+      ExpFlat(d, w_at(t, begins[t]), (ends[t] - begins[t]) * heads, heads, top_t, den_t);
       continue;
     }
-    for (int64_t j = j0; j < ends[t]; ++j) {
+    for (int64_t j = begins[t]; j < ends[t]; ++j) {
       float* wj = w_at(t, j);
       int h = 0;
       for (; h + lanes <= heads; h += lanes) {
@@ -228,20 +237,23 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
   for (int g = 0; g < kv_heads; ++g) {
     const int64_t offset = int64_t(g) * (dk + dv) + dk;  // row j's values of kv head g: row_at(j) + offset
     for (int t = 0; t < nq; ++t) {
-      const int64_t end = ends[t];
+      const int64_t begin = begins[t], end = ends[t];
+      if (end <= begin) continue;
       float* acc_t = acc + int64_t(t) * heads * dv;
       int i = 0;
       for (; i + 4 <= group; i += 4) {
         const int h = g * group + i;
         int e = 0;
         for (; e + 4 * lanes <= dv; e += 4 * lanes) {
-          WeightValues4x4(d, w_at(t, j0) + h, heads, row_at, j0, end, offset + e, dv, acc_t + int64_t(h) * dv + e);
+          WeightValues4x4(d, w_at(t, begin) + h, heads, row_at, begin, end, offset + e, dv, acc_t + int64_t(h) * dv + e);
         }
-        for (int r = 0; r < 4; ++r) WeightValues(d, w_at(t, j0) + h + r, heads, row_at, j0, end, offset, e, dv, acc_t + int64_t(h + r) * dv);
+        for (int r = 0; r < 4; ++r) {
+          WeightValues(d, w_at(t, begin) + h + r, heads, row_at, begin, end, offset, e, dv, acc_t + int64_t(h + r) * dv);
+        }
       }
       for (; i < group; ++i) {
         const int h = g * group + i;
-        WeightValues(d, w_at(t, j0) + h, heads, row_at, j0, end, offset, 0, dv, acc_t + int64_t(h) * dv);
+        WeightValues(d, w_at(t, begin) + h, heads, row_at, begin, end, offset, 0, dv, acc_t + int64_t(h) * dv);
       }
     }
   }
@@ -286,47 +298,63 @@ void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const fl
 
 void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
                         const float* first, int64_t first_len, const float* second, int64_t second_len, float* y) {
-  const int64_t len = first_len + second_len;
+  AttendKvRowsWindowed(kv_heads, group, dk, dv, scale, n, q, KvSpans{{first, second, nullptr}, {first_len, second_len, 0}},
+                       first_len + second_len, y);
+}
+
+void AttendKvRowsWindowed(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
+                          const KvSpans& rows, int64_t window, float* y) {
+  const int64_t len = rows.len[0] + rows.len[1] + rows.len[2];
   const int heads = kv_heads * group;
-  const auto end_of = [&](int t) { return len - n + 1 + t; };  // query t's rows: [0, end_of(t))
+  // Query t's rows: [begin_of(t), end_of(t)), chunked from its own first row as a call for it alone
+  // (n = 1 over just those rows) chunks them.
+  const auto end_of = [&](int t) { return len - n + 1 + t; };
+  const auto begin_of = [&](int t) { return std::max<int64_t>(0, end_of(t) - window); };
   const int64_t chunk_rows = ChunkRows(kv_heads, dk, dv);
-  const int chunks = int(std::max<int64_t>(1, (len + chunk_rows - 1) / chunk_rows));
+  const int64_t most_rows = std::min(window, len);  // the last query's rows, the most any query has
+  const int chunks = int(std::max<int64_t>(1, (most_rows + chunk_rows - 1) / chunk_rows));
   // Tasks: a chunk of rows times a block of queries, enough of them to keep the compute threads busy
   // when the rows are few. How the queries are split does not change any query's values.
   const int blocks = std::min(n, std::max((n + kBlockQueries - 1) / kBlockQueries, (ComputeThreads() + chunks - 1) / chunks));
   const int per_block = (n + blocks - 1) / blocks;
   thread_local std::vector<float> acc, top, den;  // per chunk and query: [heads, dv], [heads], [heads]
-  thread_local std::vector<int64_t> ends;         // per chunk and query: the end of its rows in the chunk
+  thread_local std::vector<int64_t> begins, ends;  // per chunk and query: its rows in the chunk
   const size_t parts = size_t(chunks) * n;
   acc.resize(parts * heads * dv);
   top.resize(parts * heads);
   den.resize(parts * heads);
+  begins.resize(parts);
   ends.resize(parts);
   for (int c = 0; c < chunks; ++c) {
-    for (int t = 0; t < n; ++t) ends[size_t(c) * n + t] = std::min(end_of(t), (c + 1) * chunk_rows);
+    for (int t = 0; t < n; ++t) {
+      const int64_t begin = std::min(end_of(t), begin_of(t) + c * chunk_rows);
+      begins[size_t(c) * n + t] = begin;
+      ends[size_t(c) * n + t] = std::min(end_of(t), begin + chunk_rows);
+    }
   }
   float* acc_p = acc.data();  // a task names this thread's buffers, not its own thread's
   float* top_p = top.data();
   float* den_p = den.data();
+  const int64_t* begins_p = begins.data();
   const int64_t* ends_p = ends.data();
   const auto task = [&](int task) {
     const int c = task / blocks, t0 = (task % blocks) * per_block, nq = std::min(n, t0 + per_block) - t0;
     if (nq <= 0) return;
     const size_t part = size_t(c) * n + t0;
     HWY_DYNAMIC_DISPATCH(AttendChunkQueries)(kv_heads, group, dk, dv, scale, nq, q + int64_t(t0) * heads * dk,
-                                             ends_p + part, first, first_len, second, c * chunk_rows,
-                                             acc_p + part * heads * dv, top_p + part * heads, den_p + part * heads);
+                                             begins_p + part, ends_p + part, rows, acc_p + part * heads * dv,
+                                             top_p + part * heads, den_p + part * heads);
   };
   // A lone session's verify rows or long context spread over the compute threads; beside other
   // sessions (inside a task of the step's attention), or when there is too little work to hand out,
   // the tasks run on this thread.
-  if (len * heads * (dk + dv) * n < kMinParallelWork) {
+  if (most_rows * heads * (dk + dv) * n < kMinParallelWork) {
     for (int t = 0; t < chunks * blocks; ++t) task(t);
   } else {
     ParallelFor(chunks * blocks, task);
   }
   for (int t = 0; t < n; ++t) {
-    const int t_chunks = int(std::max<int64_t>(1, (end_of(t) + chunk_rows - 1) / chunk_rows));
+    const int t_chunks = int(std::max<int64_t>(1, (end_of(t) - begin_of(t) + chunk_rows - 1) / chunk_rows));
     for (int h = 0; h < heads; ++h) {
       const auto part = [&](int c) { return size_t(c) * n + t; };
       float m = -INFINITY;

@@ -9,6 +9,13 @@
 
 namespace steady::cpu {
 
+// Cached rows as up to three spans in sequence order: len[i] rows at rows[i] (a ring buffer's older
+// and newer parts, then rows not yet in it: sliding-window verification, model/mechanisms/sliding_window.cc).
+struct KvSpans {
+  const float* rows[3];
+  int64_t len[3];
+};
+
 // The cache's row j holds, for each of `kv_heads` heads, dk key values then dv value values. q holds
 // kv_heads * group query heads of dk values (the `group` heads of kv head g at g * group); y gets
 // dv values per query head: y_h = sum_j softmax_j(scale * q_h . k_j) v_j over the first `len` rows,
@@ -30,6 +37,14 @@ void AttendKvRows(int kv_heads, int group, int dk, int dv, float scale, const fl
 // its rows alone, whatever n and the thread count.
 void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
                         const float* first, int64_t first_len, const float* second, int64_t second_len, float* y);
+
+// The same with each query over a window: query t over the last `window` of the first len - n + 1 + t
+// rows (all of them while there are fewer; len = the spans' rows). Sliding-window verification:
+// query t's y is the same bits as AttendKvRows over its window's rows alone (chunked from the
+// window's first row), whatever n and the thread count; each cached row is read once for all the
+// queries of a block whose windows hold it. AttendKvRowsCausal is this with window = len.
+void AttendKvRowsWindowed(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
+                          const KvSpans& rows, int64_t window, float* y);
 
 }  // namespace steady::cpu
 

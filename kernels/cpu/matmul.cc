@@ -158,23 +158,27 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, i
   }
 }
 
-// Rows [begin, end) of MatVecF64.
-void MatVecF64Rows(const float* HWY_RESTRICT w, int in, const double* HWY_RESTRICT x, const float* HWY_RESTRICT bias,
-                   int64_t begin, int64_t end, double* HWY_RESTRICT y) {
+// bias + sum over k of double(row[k]) * x[k]: two vectors of lanes, then their lanes, then the tail.
+HWY_INLINE double RowDotF64(const float* HWY_RESTRICT row, int in, const double* HWY_RESTRICT x, float bias) {
   const hn::ScalableTag<double> d;
   const hn::Rebind<float, decltype(d)> df;
   const int64_t lanes = int64_t(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + 2 * lanes <= in; k += 2 * lanes) {
+    a0 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k)), hn::LoadU(d, x + k), a0);
+    a1 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k + lanes)), hn::LoadU(d, x + k + lanes), a1);
+  }
+  double s = double(bias) + hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  for (; k < in; ++k) s += double(row[k]) * x[k];
+  return s;
+}
+
+// Rows [begin, end) of MatVecsF64: each row of w once for the n vectors x [n, in], y [n, rows].
+void MatVecsF64Rows(const float* HWY_RESTRICT w, int rows, int in, int n, const double* HWY_RESTRICT x,
+                    const float* HWY_RESTRICT bias, int64_t begin, int64_t end, double* HWY_RESTRICT y) {
   for (int64_t i = begin; i < end; ++i) {
-    const float* row = w + i * in;
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d);
-    int64_t k = 0;
-    for (; k + 2 * lanes <= in; k += 2 * lanes) {
-      a0 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k)), hn::LoadU(d, x + k), a0);
-      a1 = hn::MulAdd(hn::PromoteTo(d, hn::LoadU(df, row + k + lanes)), hn::LoadU(d, x + k + lanes), a1);
-    }
-    double s = double(bias[i]) + hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
-    for (; k < in; ++k) s += double(row[k]) * x[k];
-    y[i] = s;
+    for (int r = 0; r < n; ++r) y[int64_t(r) * rows + i] = RowDotF64(w + i * in, in, x + int64_t(r) * in, bias[i]);
   }
 }
 
@@ -236,7 +240,7 @@ HWY_EXPORT(MatMulNTF16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(TargetName);
-HWY_EXPORT(MatVecF64Rows);
+HWY_EXPORT(MatVecsF64Rows);
 
 namespace {
 
@@ -345,13 +349,17 @@ float Bf16ToFloat(uint16_t b) {
 }
 
 void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y) {
+  MatVecsF64(w, rows, in, 1, x, bias, y);
+}
+
+void MatVecsF64(const float* w, int rows, int in, int n, const double* x, const float* bias, double* y) {
   constexpr int kRowsPerTask = 64;
   const int tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
   const auto run = [&](int t0, int t1) {  // the rows of tasks [t0, t1)
-    HWY_DYNAMIC_DISPATCH(MatVecF64Rows)(w, in, x, bias, int64_t(t0) * kRowsPerTask,
-                                        std::min<int64_t>(rows, int64_t(t1) * kRowsPerTask), y);
+    HWY_DYNAMIC_DISPATCH(MatVecsF64Rows)(w, rows, in, n, x, bias, int64_t(t0) * kRowsPerTask,
+                                         std::min<int64_t>(rows, int64_t(t1) * kRowsPerTask), y);
   };
-  if (int64_t(rows) * in < kMinParallelWork) return run(0, tasks);
+  if (int64_t(rows) * in * n < kMinParallelWork) return run(0, tasks);
   ParallelFor(tasks, [&](int t) { run(t, t + 1); });
 }
 

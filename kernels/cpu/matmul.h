@@ -82,6 +82,9 @@ bool SmallRowKernelInUse();
 // split over the compute threads (each row's sum the same whatever the thread count).
 void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y);
 void MatVecF64Reference(const float* w, int rows, int in, const double* x, const float* bias, double* y);
+// MatVecF64 of n vectors x [n, in] into y [n, rows], each row of w read once for all n (sliced_relu's
+// verify rows): y's row r is the same bits as MatVecF64 of x's row r.
+void MatVecsF64(const float* w, int rows, int in, int n, const double* x, const float* bias, double* y);
 
 // The plain reference the kernels are tested against: a double-precision dot product per element.
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y);

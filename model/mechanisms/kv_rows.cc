@@ -78,6 +78,28 @@ void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q
   }
 }
 
+void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& cached,
+                          const float* fresh, int64_t window, float* y) {
+  const cpu::KvSpans rows{{cached.first, cached.second, fresh}, {cached.first_len, cached.second_len, n}};
+  cpu::AttendKvRowsWindowed(s.kv_heads, s.group(), s.head_dim, s.value_dim, float(scale), n, q, rows, window, y);
+}
+void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& cached,
+                          const double* fresh, int64_t window, double* y) {
+  const int64_t row = KvRowFloats(s);
+  const int64_t kept = std::min<int64_t>(cached.size(), std::max<int64_t>(0, window - 1));  // cached rows any query reads
+  std::vector<double> rows(size_t(kept + n) * row);
+  for (int64_t j = 0; j < kept; ++j) {
+    const double* src = cached.Row(cached.size() - kept + j, row);
+    std::copy(src, src + row, rows.data() + j * row);
+  }
+  std::copy(fresh, fresh + int64_t(n) * row, rows.data() + kept * row);
+  for (int t = 0; t < n; ++t) {
+    const int64_t end = kept + t + 1, begin = std::max<int64_t>(0, end - window);
+    AttendKvRowsReference(s, scale, q + int64_t(t) * s.heads * s.head_dim,
+                          KvRows<double>{rows.data() + begin * row, end - begin}, y + int64_t(t) * s.heads * s.value_dim);
+  }
+}
+
 template void WriteKvRow<float>(const AttnShape&, const float*, const float*, float*);
 template void WriteKvRow<double>(const AttnShape&, const double*, const double*, double*);
 template void AttendKvRowsReference<float>(const AttnShape&, double, const float*, const KvRows<float>&, float*);

@@ -56,6 +56,17 @@ void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const float* q,
 void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& rows,
                         double* y);
 
+// n query rows q [n, heads, head_dim], each over a window: the rows are `cached` then the n queries' own
+// `fresh` [n, KvRowFloats], and query t reads the last `window` of them through its own row (all of
+// them while there are fewer), y [n, heads, value_dim]. Each y row is the same bits as AttendKvRows
+// over its window's rows alone: fp32 reads each row once for the n queries, the cached rows where they
+// lie (kernels/cpu/kv_attention.h); fp64 copies the rows any query reads into one span and calls the
+// loop above per query.
+void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& cached,
+                          const float* fresh, int64_t window, float* y);
+void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& cached,
+                          const double* fresh, int64_t window, double* y);
+
 }  // namespace steady
 
 #endif  // STEADY_MODEL_MECHANISMS_KV_ROWS_H_

@@ -175,36 +175,39 @@ SlicedBinsLayout BinsLayout(const LayerAttention& a, const SlicedParams& p) {
 
 double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
-// One score per group from a token's concatenated heads x [groups * head_dim].
+// One score per group for each of n tokens from their concatenated heads x [n, groups * head_dim]:
+// z [n, groups]. Each weight row is read once for the n tokens; each token's scores are the same bits
+// whatever n (kernels/cpu/matmul.h).
 template <typename T>
-void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim,
+void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim, int n,
                    const T* x, double* z) {
   const int width = groups * head_dim;
   // Broken invariant, not bad input: the layer's tensors were neither loaded nor initialized.
   STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
   if (kind == SlicedProjection::kNone) {  // head_dim == 1 (ParseParams)
-    for (int g = 0; g < groups; ++g) z[g] = double(x[g]);
+    for (int64_t i = 0; i < int64_t(n) * groups; ++i) z[i] = double(x[i]);
     return;
   }
-  std::vector<double> in(x, x + width);
+  std::vector<double> in(x, x + int64_t(n) * width);
   // fp32 weights times fp64 activations, summed in fp64 SIMD lanes (kernels/cpu/matmul.h).
   if (kind == SlicedProjection::kMlp) {
-    std::vector<double> hidden(width);
-    cpu::MatVecF64(w.fc1_weight.data(), width, width, in.data(), w.fc1_bias.data(), hidden.data());
+    std::vector<double> hidden(size_t(n) * width);
+    cpu::MatVecsF64(w.fc1_weight.data(), width, width, n, in.data(), w.fc1_bias.data(), hidden.data());
     for (double& h : hidden) h = Gelu(h);
     in = std::move(hidden);
   }
-  cpu::MatVecF64(w.out_weight.data(), groups, width, in.data(), w.out_bias.data(), z);
+  cpu::MatVecsF64(w.out_weight.data(), groups, width, n, in.data(), w.out_bias.data(), z);
 }
 
-// Scores of one token: zq [heads], zk [kv_heads]. Keys are rounded to T, as the state holds them.
+// Scores of n tokens (q [n, heads, head_dim], k [n, kv_heads, head_dim]): zq [n, heads], zk
+// [n, kv_heads]. Keys are rounded to T, as the state holds them.
 template <typename T>
-void TokenScores(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k, double* zq,
+void TokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, double* zq,
                  double* zk) {
   const AttnShape& s = a.shape;
-  ProjectScores(p.q, p.projection, s.heads, s.head_dim, q, zq);
-  ProjectScores(p.k, p.projection, s.kv_heads, s.head_dim, k, zk);
-  for (int g = 0; g < s.kv_heads; ++g) zk[g] = double(T(zk[g]));
+  ProjectScores(p.q, p.projection, s.heads, s.head_dim, n, q, zq);
+  ProjectScores(p.k, p.projection, s.kv_heads, s.head_dim, n, k, zk);
+  for (int64_t i = 0; i < int64_t(n) * s.kv_heads; ++i) zk[i] = double(T(zk[i]));
 }
 
 // Outputs of the query heads reading kv head g, y [heads, dv], from the decoder's answers:
@@ -263,7 +266,7 @@ void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   std::vector<double> zq(s.heads), zk(s.kv_heads);
-  TokenScores(a, p, q, k, zq.data(), zk.data());
+  TokenScores(a, p, 1, q, k, zq.data(), zk.data());
   SlicedTotals totals;
   if (p.decoder == SlicedDecoder::kExact) {
     const SlicedTreeLayout layout = TreeLayout(a);
@@ -289,15 +292,17 @@ void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k
   }
 }
 
-// Token by token through Step, whatever a.chunk_size: both decoders cost O(log t) or O(bins) per
-// token already, and the bucketed decoder must compute exactly its recurrent function.
+// Steps over each chunk of a.chunk_size tokens: Step token by token, the same bits (both decoders cost
+// O(log t) or O(bins) per token already, and the bucketed decoder must compute exactly its recurrent
+// function), with each projection weight read once a chunk.
 template <typename T>
 void Chunked(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  for (int t = 0; t < n; ++t) {
-    Step(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
-         v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
+  for (int t = 0; t < n; t += a.chunk_size) {
+    Steps(a, p, std::min(a.chunk_size, n - t), q + int64_t(t) * s.heads * s.head_dim,
+          k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * s.value_dim, st,
+          y + int64_t(t) * s.heads * s.value_dim);
   }
 }
 
@@ -309,9 +314,9 @@ void Parallel(const LayerAttention& a, const SlicedParams& p, int n, const T* q,
               T* y) {
   const AttnShape& s = a.shape;
   const int dv = s.value_dim;
-  std::vector<double> zq(int64_t(n) * s.heads), zk(int64_t(n) * s.kv_heads);
-  for (int t = 0; t < n; ++t) {
-    TokenScores(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
+  std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
+  for (int t = 0; t < n; ++t) {  // a token at a time: n may be a long context
+    TokenScores(a, p, 1, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
                 zq.data() + int64_t(t) * s.heads, zk.data() + int64_t(t) * s.kv_heads);
   }
   auto value = [&](int j, int g, int d) { return double(v[(int64_t(j) * s.kv_heads + g) * dv + d]); };
@@ -348,10 +353,53 @@ void Parallel(const LayerAttention& a, const SlicedParams& p, int n, const T* q,
   }
 }
 
+// Step for each token in turn, per kv head: the scores of all n tokens first (they read no state; each
+// projection weight is read once for the n), then each kv head's keys enter its own tree or histogram
+// and its query heads read it, token by token, one kv head per compute thread (ForEachKvHead): a kv
+// head's state and outputs are its own.
+// The same operations in the same order per kv head as n Steps, so the same bits.
 template <typename T>
 void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  const int dv = s.value_dim;
+  std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
+  TokenScores(a, p, n, q, k, zq.data(), zk.data());
+  const auto value = [&](int t, int g) { return v + (int64_t(t) * s.kv_heads + g) * dv; };
+  const auto scores = [&](int t) { return zq.data() + int64_t(t) * s.heads; };
+  const auto out = [&](int t) { return y + int64_t(t) * s.heads * dv; };
+  if (p.decoder == SlicedDecoder::kExact) {
+    const SlicedTreeLayout layout = TreeLayout(a);
+    const int64_t before = TreeTokens(layout, *st.growing);
+    TreeReserveTokens(layout, n, st.growing);
+    // About 1.44 log2(t) nodes of O(dv) on each insert and read path.
+    const int64_t depth = int64_t(1.44 * std::log2(double(before + n + 2))) + 1;
+    ForEachKvHead(s.kv_heads, int64_t(n) * (s.heads + s.kv_heads) * depth * dv * 3, [&](int g) {
+      SlicedTotals totals;
+      for (int t = 0; t < n; ++t) {
+        TreeInsertKey(layout, g, before + t, zk[size_t(t) * s.kv_heads + g], value(t, g), st.fixed, st.growing);
+        TreeTotals(layout, g, st.fixed, *st.growing, &totals);
+        ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
+          TreeReluMoments(layout, g, x, st.fixed, *st.growing, m);
+        }, out(t));
+      }
+    });
+    return;
+  }
+  const SlicedBinsLayout layout = BinsLayout(a, p);
+  ForEachKvHead(s.kv_heads, int64_t(n) * s.kv_heads * (p.bins + 3) * (2 * dv + 2) * 2, [&](int g) {
+    T* head = st.fixed + g * layout.HeadFloats();
+    SlicedBinsSnapshot snap;
+    SlicedTotals totals;
+    for (int t = 0; t < n; ++t) {
+      BinsInsert(layout, zk[size_t(t) * s.kv_heads + g], value(t, g), head);
+      BinsSnapshot(layout, head, &snap);
+      BinsTotals(layout, snap, &totals);
+      ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
+        BinsReluMoments(layout, snap, x, m);
+      }, out(t));
+    }
+  });
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlicedParams)

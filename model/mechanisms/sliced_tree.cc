@@ -113,26 +113,38 @@ int64_t TreeTokens(const SlicedTreeLayout& layout, const std::vector<T>& nodes) 
 }
 
 template <typename T>
+void TreeReserveTokens(const SlicedTreeLayout& layout, int count, std::vector<T>* nodes) {
+  const int64_t token = TreeTokens(layout, *nodes) + count - 1;  // the last token's index
+  // Links are token + 1 stored in T: exact while below 2^digits (2^24 for float).
+  STEADY_CHECK(token + 1 < (int64_t(1) << std::numeric_limits<T>::digits));
+  nodes->resize(nodes->size() + size_t(count) * layout.kv_heads * layout.NodeFloats(), T(0));
+}
+
+template <typename T>
+void TreeInsertKey(const SlicedTreeLayout& layout, int g, int64_t token, double zk, const T* v, T* roots,
+                   std::vector<T>* nodes, int64_t* visits) {
+  const int dv = layout.value_dim, m = SlicedMomentCount(dv);
+  std::vector<double> self(m);
+  TreeView<T> tree{layout, g, nodes->data()};
+  const int64_t fresh = token + 1;
+  T* n = tree.Node(fresh);
+  n[0] = T(zk);
+  const double z = double(n[0]);  // the key as stored: comparisons and moments agree
+  std::copy(v, v + dv, n + 1);
+  n[3 + dv] = T(1);
+  KeyMoments(z, n + 1, dv, self.data());
+  T* comps = tree.Comps(n);
+  for (int i = 0; i < m; ++i) StoreSum(self[i], 0.0, tree.Sums(n) + i, comps ? comps + i : nullptr);
+  roots[g] = T(tree.Insert(int64_t(roots[g]), fresh, z, self.data(), visits));
+}
+
+template <typename T>
 void TreeAppendToken(const SlicedTreeLayout& layout, const double* zk, const T* v, T* roots,
                      std::vector<T>* nodes, int64_t* visits) {
   const int64_t token = TreeTokens(layout, *nodes);
-  // Links are token + 1 stored in T: exact while below 2^digits (2^24 for float).
-  STEADY_CHECK(token + 1 < (int64_t(1) << std::numeric_limits<T>::digits));
-  const int dv = layout.value_dim, m = SlicedMomentCount(dv);
-  nodes->resize(nodes->size() + size_t(layout.kv_heads) * layout.NodeFloats(), T(0));
-  std::vector<double> self(m);
+  TreeReserveTokens(layout, 1, nodes);
   for (int g = 0; g < layout.kv_heads; ++g) {
-    TreeView<T> tree{layout, g, nodes->data()};
-    const int64_t fresh = token + 1;
-    T* n = tree.Node(fresh);
-    n[0] = T(zk[g]);
-    const double z = double(n[0]);  // the key as stored: comparisons and moments agree
-    std::copy(v + g * dv, v + (g + 1) * dv, n + 1);
-    n[3 + dv] = T(1);
-    KeyMoments(z, n + 1, dv, self.data());
-    T* comps = tree.Comps(n);
-    for (int i = 0; i < m; ++i) StoreSum(self[i], 0.0, tree.Sums(n) + i, comps ? comps + i : nullptr);
-    roots[g] = T(tree.Insert(int64_t(roots[g]), fresh, z, self.data(), visits));
+    TreeInsertKey(layout, g, token, zk[g], v + g * layout.value_dim, roots, nodes, visits);
   }
 }
 
@@ -181,6 +193,9 @@ void TreeReluMoments(const SlicedTreeLayout& layout, int head, double x, const T
   template int64_t TreeTokens<T>(const SlicedTreeLayout&, const std::vector<T>&);                    \
   template void TreeAppendToken<T>(const SlicedTreeLayout&, const double*, const T*, T*,             \
                                    std::vector<T>*, int64_t*);                                       \
+  template void TreeReserveTokens<T>(const SlicedTreeLayout&, int, std::vector<T>*);                 \
+  template void TreeInsertKey<T>(const SlicedTreeLayout&, int, int64_t, double, const T*, T*,        \
+                                 std::vector<T>*, int64_t*);                                         \
   template void TreeTotals<T>(const SlicedTreeLayout&, int, const T*, const std::vector<T>&,         \
                               SlicedTotals*);                                                        \
   template void TreeReluMoments<T>(const SlicedTreeLayout&, int, double, const T*,                   \

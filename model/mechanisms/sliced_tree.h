@@ -34,6 +34,16 @@ template <typename T>
 void TreeAppendToken(const SlicedTreeLayout& layout, const double* zk, const T* v, T* roots,
                      std::vector<T>* nodes, int64_t* visits = nullptr);
 
+// TreeAppendToken in parts, for each kv head's tree on its own (speculative verification's rows, one
+// kv head per compute thread): room for `count` more tokens' nodes (zeros, linked nowhere yet), then
+// kv head g's key of token `token` (zk as stored, v [dv]) into its tree. Reserving then inserting
+// every kv head's key of each token in turn leaves the same nodes as TreeAppendToken for each.
+template <typename T>
+void TreeReserveTokens(const SlicedTreeLayout& layout, int count, std::vector<T>* nodes);
+template <typename T>
+void TreeInsertKey(const SlicedTreeLayout& layout, int g, int64_t token, double zk, const T* v, T* roots,
+                   std::vector<T>* nodes, int64_t* visits = nullptr);
+
 // Number of tokens held.
 template <typename T>
 int64_t TreeTokens(const SlicedTreeLayout& layout, const std::vector<T>& nodes);

@@ -129,10 +129,23 @@ void Parallel(const LayerAttention& a, const SlidingWindowParams& p, int n, cons
   }
 }
 
+// Step for token t appends its row and attends over the ring's last W rows, its own the newest. The
+// rows are written aside first, every query reads its window over the ring's rows then those (each
+// cached row read once for all the queries that see it, over the compute threads; kv_rows.h), and the
+// ring takes them after: the same rows in the same order as each Step reads, so the same bits.
 template <typename T>
 void Steps(const LayerAttention& a, const SlidingWindowParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  Ring<T> ring = RingOf(a, p, st);
+  thread_local std::vector<T> fresh;  // [n, row]
+  fresh.resize(size_t(n) * ring.row_floats);
+  for (int t = 0; t < n; ++t) {
+    WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * s.value_dim,
+               fresh.data() + t * ring.row_floats);
+  }
+  AttendKvRowsWindowed(s, p.scale, n, q, ring.Window(), fresh.data(), p.window, y);
+  ring.Append(fresh.data(), n);
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlidingWindowParams)

@@ -78,21 +78,50 @@ double DarkLogScale(double cq, double c, float gate) {
   return cq + c + std::log(double(gate));
 }
 
-// Moves the evicted token's row (keys then values of every kv head) into each head's dark sums.
+// Moves the evicted token's keys and values of kv head g (in its row, the keys then values of every kv
+// head) into the head's dark sums; phi [features] is scratch.
 template <typename T>
-void Evict(const LayerAttention& a, const WindowDarkParams& p, const T* row, T* fixed) {
+void EvictHead(const LayerAttention& a, const WindowDarkParams& p, int g, const T* row, T* fixed, T* phi) {
   const AttnShape& s = a.shape;
   const int m = p.dark.features, dv = s.value_dim;
-  thread_local std::vector<T> phi;
-  phi.resize(size_t(m));
-  for (int g = 0; g < s.kv_heads; ++g) {
-    const T* key = row + int64_t(g) * (s.head_dim + dv);
-    const HeadState<T> h = HeadAt(a, p, fixed, g);
-    const T c_old = *h.c;
-    DarkKeyFeatures(p.dark, s, g, key, h.c, phi.data());
-    if (*h.c > c_old) ScaleState(m, dv, DarkShiftFactor(c_old, *h.c), h.sums);
-    AddKey(m, dv, phi.data(), T(1), key + s.head_dim, h.sums);
+  const T* key = row + int64_t(g) * (s.head_dim + dv);
+  const HeadState<T> h = HeadAt(a, p, fixed, g);
+  const T c_old = *h.c;
+  DarkKeyFeatures(p.dark, s, g, key, h.c, phi);
+  if (*h.c > c_old) ScaleState(m, dv, DarkShiftFactor(c_old, *h.c), h.sums);
+  AddKey(m, dv, phi, T(1), key + s.head_dim, h.sums);
+}
+
+// Scratch of one query head's read.
+template <typename T>
+struct ReadBuffers {
+  std::vector<T> phi_q, num_w, num_l;
+  ReadBuffers(int m, int dv) : phi_q(m), num_w(dv), num_l(dv) {}
+};
+
+// y [dv] of query head hq (q [head_dim]) after its token entered the ring: exactly over the `len`
+// rows the window holds (row(j), j in sequence order) and through its features over kv head g's dark
+// sums.
+template <typename T, typename RowAt>
+void ReadQueryHead(const LayerAttention& a, const WindowDarkParams& p, int hq, const T* q, int64_t len,
+                   const RowAt& row, T* fixed, ReadBuffers<T>* b, T* y) {
+  const AttnShape& s = a.shape;
+  const int m = p.dark.features, dv = s.value_dim, g = hq / s.group();
+  const int64_t at = int64_t(g) * (s.head_dim + dv);
+  T den_w = 0;
+  const T top = WindowSums(
+      s, p.scale, q, len, [&](int64_t j) { return row(j) + at; }, [&](int64_t j) { return row(j) + at + s.head_dim; },
+      b->num_w.data(), &den_w);
+  const HeadState<T> h = HeadAt(a, p, fixed, g);
+  double log_scale = DarkLogScale(0, *h.c, p.gate[hq]);
+  T den_l = 0;
+  if (!std::isinf(log_scale)) {
+    const T cq = DarkQueryFeatures(p.dark, s, g, q, b->phi_q.data());
+    std::fill(b->num_l.begin(), b->num_l.end(), T(0));
+    den_l = ReadState(m, dv, b->phi_q.data(), T(1), h.sums, b->num_l.data());
+    log_scale += double(cq);
   }
+  Combine(dv, top, b->num_w.data(), den_w, log_scale, b->num_l.data(), den_l, y);
 }
 
 }  // namespace
@@ -158,32 +187,21 @@ template <typename T>
 void Step(const LayerAttention& a, const WindowDarkParams& p, const T* q, const T* k, const T* v,
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int m = p.dark.features, dv = s.value_dim;
   Ring<T> ring = RingAt(s, p.window, st.fixed);
-  if (ring.Full()) Evict(a, p, ring.Oldest(), st.fixed);
-  thread_local std::vector<T> row;
+  thread_local std::vector<T> row, phi;
   row.resize(size_t(ring.row_floats));
+  phi.resize(size_t(p.dark.features));
+  if (ring.Full()) {
+    for (int g = 0; g < s.kv_heads; ++g) EvictHead(a, p, g, ring.Oldest(), st.fixed, phi.data());
+  }
   WriteKvRow(s, k, v, row.data());
   ring.Append(row.data(), 1);
   const KvRows<T> window = ring.Window();
-  std::vector<T> phi_q(m), num_w(dv), num_l(dv);
+  ReadBuffers<T> buffers(p.dark.features, s.value_dim);
   for (int hq = 0; hq < s.heads; ++hq) {
-    const int g = hq / s.group();
-    const int64_t at = int64_t(g) * (s.head_dim + dv);
-    T den_w = 0;
-    const T top = WindowSums(
-        s, p.scale, q + hq * s.head_dim, window.size(), [&](int64_t j) { return window.Row(j, ring.row_floats) + at; },
-        [&](int64_t j) { return window.Row(j, ring.row_floats) + at + s.head_dim; }, num_w.data(), &den_w);
-    const HeadState<T> h = HeadAt(a, p, st.fixed, g);
-    double b = DarkLogScale(0, *h.c, p.gate[hq]);
-    T den_l = 0;
-    if (!std::isinf(b)) {
-      const T cq = DarkQueryFeatures(p.dark, s, g, q + hq * s.head_dim, phi_q.data());
-      std::fill(num_l.begin(), num_l.end(), T(0));
-      den_l = ReadState(m, dv, phi_q.data(), T(1), h.sums, num_l.data());
-      b += double(cq);
-    }
-    Combine(dv, top, num_w.data(), den_w, b, num_l.data(), den_l, y + hq * dv);
+    ReadQueryHead(
+        a, p, hq, q + hq * s.head_dim, window.size(), [&](int64_t j) { return window.Row(j, ring.row_floats); },
+        st.fixed, &buffers, y + hq * s.value_dim);
   }
 }
 
@@ -309,10 +327,45 @@ void Parallel(const LayerAttention& a, const WindowDarkParams& p, int n, const T
   }
 }
 
+// Step for each token in turn, per kv head: a kv head's dark sums and outputs are its own, and its part
+// of every row too, so each kv head runs the n tokens' evictions and reads in turn on its own (on the
+// compute threads, ForEachKvHead), over the ring's rows then the n new ones, written aside; the ring
+// takes them after. The same operations in the same order per kv head as n Steps, so the same bits.
 template <typename T>
 void Steps(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
-  StepEach(a, p, n, q, k, v, st, y, a.shape);
+  const AttnShape& s = a.shape;
+  const int m = p.dark.features, dv = s.value_dim;
+  Ring<T> ring = RingAt(s, p.window, st.fixed);
+  const KvRows<T> cached = ring.Window();
+  const int64_t row = ring.row_floats, held = cached.size();
+  thread_local std::vector<T> fresh;  // [n, row]
+  fresh.resize(size_t(n) * row);
+  for (int t = 0; t < n; ++t) {
+    WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * dv, fresh.data() + t * row);
+  }
+  // Sequence row j: the ring's rows oldest first, then the new ones. Token t is row held + t; the ring
+  // is full before it enters once held + t >= W, and then row held + t - W leaves.
+  const T* added = fresh.data();  // the tasks name this thread's buffer, not their own thread's
+  const auto row_at = [&](int64_t j) { return j < held ? cached.Row(j, row) : added + (j - held) * row; };
+  const int64_t window_rows = std::min<int64_t>(p.window, held + n);
+  const int64_t work = int64_t(n) * s.heads * (window_rows * (s.head_dim + dv) + 2 * int64_t(m) * dv);
+  T* fixed = st.fixed;
+  ForEachKvHead(s.kv_heads, work, [&](int g) {
+    std::vector<T> phi(m);
+    ReadBuffers<T> buffers(m, dv);
+    for (int t = 0; t < n; ++t) {
+      const int64_t at = held + t;
+      if (at >= p.window) EvictHead(a, p, g, row_at(at - p.window), fixed, phi.data());
+      const int64_t first = std::max<int64_t>(0, at - p.window + 1);
+      for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
+        ReadQueryHead(
+            a, p, hq, q + (int64_t(t) * s.heads + hq) * s.head_dim, at - first + 1,
+            [&](int64_t j) { return row_at(first + j); }, fixed, &buffers, y + (int64_t(t) * s.heads + hq) * dv);
+      }
+    }
+  });
+  ring.Append(fresh.data(), n);
 }
 
 STEADY_INSTANTIATE_MECHANISM(WindowDarkParams)

@@ -51,8 +51,13 @@ struct Ring {
   const T* Oldest() const { return rows + int64_t(next) * row_floats; }
   // Appends `count` rows (oldest first, [count, row_floats]); only the last W stay. Rows already in
   // the ring are not read, so `src` may be a copy of them.
+  // The ring rows and cursor are those `count` Appends of one row each leave (the rows that would be
+  // overwritten within the call are skipped, the cursor still passes them).
   void Append(const T* src, int64_t count) {
-    for (int64_t i = std::max<int64_t>(0, count - window); i < count; ++i) {
+    const int64_t skipped = std::max<int64_t>(0, count - window);
+    next = int((next + skipped) % window);
+    filled = int(std::min<int64_t>(filled + skipped, window));
+    for (int64_t i = skipped; i < count; ++i) {
       std::copy(src + i * row_floats, src + (i + 1) * row_floats, rows + int64_t(next) * row_floats);
       next = next + 1 == window ? 0 : next + 1;
       filled = std::min(filled + 1, window);

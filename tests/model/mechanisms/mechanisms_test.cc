@@ -349,6 +349,30 @@ TEST_P(MechanismTest, DescribeRoundTripsThroughParse) {
 INSTANTIATE_TEST_SUITE_P(All, MechanismTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
+// The window mechanisms' Steps at a row of 1 KB, where the SIMD kernel chunks a window 256 rows at a
+// time: windows of two and three chunks, the ring full and its cursor part way round, on three compute
+// threads (the rows' work is past the threshold for handing it out). Each verify row's window then
+// begins at its own row and its chunks at their own edges, and the rows are read by several tasks.
+TEST(WindowStepsTest, StepsAreStepInTurnOverLongWindowsAndThreads) {
+  const AttnShape shape{8, 2, 64, 64};
+  cpu::SetComputeThreads(3);
+  for (const auto& [mechanism, window] : {std::pair{"sliding_window", 300}, std::pair{"sliding_window", 520},
+                                          std::pair{"window_dark", 300}}) {
+    nlohmann::json params = {{"window", window}};
+    auto a = ParseLayerAttention({mechanism, params}, shape);
+    ASSERT_TRUE(a.ok()) << a.status();
+    RandomInitAttentionTensors(testing::TestSeed() ^ 0x5eed, &*a);
+    const int before = window + 37, n = 9;
+    std::mt19937_64 rng(testing::TestSeed() + 7);
+    const std::vector<double> q = testing::RandomNormal<double>(size_t(before + n) * shape.heads * shape.head_dim, rng, 0.3);
+    const std::vector<double> k = testing::RandomNormal<double>(size_t(before + n) * shape.kv_heads * shape.head_dim, rng, 0.3);
+    const std::vector<double> v = testing::RandomNormal<double>(size_t(before + n) * shape.kv_heads * shape.value_dim, rng);
+    SCOPED_TRACE(std::string(mechanism) + " window " + std::to_string(window));
+    ExpectStepsEqualStepInTurn<float>(*a, q, k, v, before);
+  }
+  cpu::SetComputeThreads(0);
+}
+
 TEST(MechanismRegistryTest, UnknownMechanismAndBadParamsAreRefused) {
   AttnShape shape{2, 2, 4, 4};
   auto a = ParseLayerAttention({"flash", {}}, shape);
