@@ -464,5 +464,43 @@ TEST(CpuKvAttentionTest, CausalRowsEqualEachRowOverItsPrefix) {
   }
 }
 
+// Each query over its own window (sliding-window verification): query t of n over the last `window`
+// of the first len - n + 1 + t rows, the rows given as three spans (a ring's older and newer parts,
+// then the new rows). The same bits as AttendKvCache over that window's rows alone, with any
+// thread count; windows smaller than n, of one row, past a 128- or 512-row chunk, and the whole cache.
+TEST(CpuKvAttentionTest, WindowedRowsEqualEachRowOverItsWindow) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const int kv_heads = 2, group = 3, dk = 16, dv = 35, heads = kv_heads * group;
+  const int64_t row = int64_t(kv_heads) * (dk + dv);
+  for (int64_t len : {5, 40, 300, 700}) {
+    const std::vector<float> rows = testing::RandomNormal<float>(size_t(len * row), rng);
+    for (int n : {1, 3, 5}) {
+      for (int64_t window : {int64_t(1), int64_t(4), int64_t(130), int64_t(520), len}) {
+        const std::vector<float> q = testing::RandomNormal<float>(size_t(n) * heads * dk, rng, 2.0);
+        std::vector<float> want(size_t(n) * heads * dv);
+        cpu::SetComputeThreads(1);
+        for (int t = 0; t < n; ++t) {
+          const int64_t end = len - n + 1 + t, begin = std::max<int64_t>(0, end - window);
+          cpu::AttendKvCache(kv_heads, group, dk, dv, 0.4f, q.data() + size_t(t) * heads * dk,
+                             rows.data() + begin * row, end - begin, want.data() + size_t(t) * heads * dv);
+        }
+        // Spans: [0, a) and [a, len - n) as a ring stores them (newer part first in memory), then the n rows.
+        const int64_t old = len - n, a = old / 3;
+        std::vector<float> ring(rows.begin() + a * row, rows.begin() + old * row);
+        ring.insert(ring.end(), rows.begin(), rows.begin() + a * row);
+        const cpu::KvSpans spans{{ring.data() + (old - a) * row, ring.data(), rows.data() + old * row}, {a, old - a, n}};
+        for (int threads : {1, 2, 3}) {
+          std::vector<float> got(want.size(), NAN);
+          cpu::SetComputeThreads(threads);
+          cpu::AttendKvRowsWindowed(kv_heads, group, dk, dv, 0.4f, n, q.data(), spans, window, got.data());
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << "len " << len << " n " << n << " window " << window << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace steady
