@@ -73,22 +73,70 @@ HWY_INLINE void ScaledDot4(const float* HWY_RESTRICT q, const float* HWY_RESTRIC
   }
 }
 
-// acc[x] = sum over rows j in [j0, j1), in order, of w[(j - j0) * w_stride] times row j's value x
-// (at row_at(j) + offset), for x in [e0, dv): a head's weighted values, a vector of them at a time.
-template <class D, class RowAt>
-HWY_INLINE void WeightValues(D d, const float* HWY_RESTRICT w, int64_t w_stride, const RowAt& row_at, int64_t j0,
-                             int64_t j1, int64_t offset, int e0, int dv, float* HWY_RESTRICT acc) {
+// Heads h0..h0+NH-1's weighted values, NV vectors of them from value e: for each head r and vector c,
+// acc[r * dv + e + c * lanes + x] = sum over rows j in [j0, j1), in order, of w[(j - j0) * w_stride + r]
+// times the head's value e + c * lanes + x of row j (at row_at(j) + offset[r]: the head's kv head's
+// values). The NH x NV sums stay in registers as independent chains of multiply-adds, each row's
+// values loaded once for the heads that share them: a head's sum is the same operations whatever
+// the tile holds it (one chain alone waits on each multiply-add's latency; a small model's few
+// heads of one vector each took most of its decode step that way).
+template <int NH, int NV, class D, class RowAt>
+HWY_INLINE void WeightValuesTile(D d, const float* HWY_RESTRICT w, int64_t w_stride, const RowAt& row_at, int64_t j0,
+                                 int64_t j1, const int64_t* offset, int e, int dv, float* HWY_RESTRICT acc) {
   const int lanes = int(hn::Lanes(d));
-  int e = e0;
-  for (; e + lanes <= dv; e += lanes) {
-    auto a = hn::Zero(d);
-    for (int64_t j = j0; j < j1; ++j) {
-      a = hn::MulAdd(hn::Set(d, w[(j - j0) * w_stride]), hn::LoadU(d, row_at(j) + offset + e), a);
+  hn::Vec<D> a[NH][NV];
+#pragma GCC unroll 16
+  for (int k = 0; k < NH * NV; ++k) a[k / NV][k % NV] = hn::Zero(d);
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* rj = row_at(j);
+    const float* wj = w + (j - j0) * w_stride;
+#pragma GCC unroll 8
+    for (int r = 0; r < NH; ++r) {
+      const auto wv = hn::Set(d, wj[r]);
+      const float* vj = rj + offset[r] + e;
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) a[r][c] = hn::MulAdd(wv, hn::LoadU(d, vj + c * lanes), a[r][c]);
     }
-    hn::StoreU(a, d, acc + e);
   }
-  for (; e < dv; ++e) {
-    for (int64_t j = j0; j < j1; ++j) acc[e] += w[(j - j0) * w_stride] * row_at(j)[offset + e];
+#pragma GCC unroll 16
+  for (int k = 0; k < NH * NV; ++k) hn::StoreU(a[k / NV][k % NV], d, acc + int64_t(k / NV) * dv + e + (k % NV) * lanes);
+}
+
+// Every head's weighted values (acc [heads, dv], written whole): tiles of up to 16 chains, NV of a
+// head's full vectors at a time times NH = 16 / NV heads (4 x 4 at llama1b's 64 values, 16 x 1 at a
+// small model's 16), then each head's tail of fewer than a vector's values one by one.
+template <class D, class RowAt>
+HWY_INLINE void WeightAllValues(D d, const float* HWY_RESTRICT w, int heads, const RowAt& row_at, int64_t j0, int64_t j1,
+                                const int64_t* offset, int dv, float* HWY_RESTRICT acc) {
+  const int lanes = int(hn::Lanes(d));
+  int e = 0;
+  for (; e + lanes <= dv;) {
+    const int nv = std::min(4, (dv - e) / lanes);
+    int h = 0;
+    const auto tiles = [&]<int NV>() {
+      constexpr int kNH = 16 / NV;
+      for (; h + kNH <= heads; h += kNH) {
+        WeightValuesTile<kNH, NV>(d, w + h, heads, row_at, j0, j1, offset + h, e, dv, acc + int64_t(h) * dv);
+      }
+      for (; h + 4 <= heads; h += 4) {
+        WeightValuesTile<4, NV>(d, w + h, heads, row_at, j0, j1, offset + h, e, dv, acc + int64_t(h) * dv);
+      }
+      for (; h < heads; ++h) WeightValuesTile<1, NV>(d, w + h, heads, row_at, j0, j1, offset + h, e, dv, acc + int64_t(h) * dv);
+    };
+    switch (nv) {
+      case 4: tiles.template operator()<4>(); break;
+      case 3: tiles.template operator()<3>(); break;
+      case 2: tiles.template operator()<2>(); break;
+      default: tiles.template operator()<1>(); break;
+    }
+    e += nv * lanes;
+  }
+  for (int h = 0; h < heads; ++h) {
+    for (int x = e; x < dv; ++x) {
+      float sum = 0;
+      for (int64_t j = j0; j < j1; ++j) sum += w[(j - j0) * heads + h] * row_at(j)[offset[h] + x];
+      acc[int64_t(h) * dv + x] = sum;
+    }
   }
 }
 
@@ -122,33 +170,6 @@ HWY_INLINE void ExpFlat(D d, float* HWY_RESTRICT flat, int64_t total, int heads,
   }
   hn::Store(den_v, d, pattern);
   for (int k = 0; k < lanes; ++k) den[k % heads] += pattern[k];
-}
-
-// WeightValues for four heads at once over four vectors of values: acc[r * dv + x] = sum over rows j
-// in order of w[(j - j0) * w_stride + r] times row j's value x (at row_at(j) + offset), for heads
-// r < 4 and x < 4 vectors' worth; the sixteen sums stay in registers, each row's values loaded once.
-template <class D, class RowAt>
-HWY_INLINE void WeightValues4x4(D d, const float* HWY_RESTRICT w, int64_t w_stride, const RowAt& row_at, int64_t j0,
-                                int64_t j1, int64_t offset, int dv, float* HWY_RESTRICT acc) {
-  const int lanes = int(hn::Lanes(d));
-  hn::Vec<D> a[4][4];
-#pragma GCC unroll 16
-  for (int k = 0; k < 16; ++k) a[k / 4][k % 4] = hn::Zero(d);
-  for (int64_t j = j0; j < j1; ++j) {
-    const float* vj = row_at(j) + offset;
-    const float* wj = w + (j - j0) * w_stride;
-    hn::Vec<D> v[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) v[c] = hn::LoadU(d, vj + c * lanes);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const auto wv = hn::Set(d, wj[r]);
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) a[r][c] = hn::MulAdd(wv, v[c], a[r][c]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int k = 0; k < 16; ++k) hn::StoreU(a[k / 4][k % 4], d, acc + int64_t(k / 4) * dv + (k % 4) * lanes);
 }
 
 // Rows [begins[t], ends[t]) of the cache for each query t < nq of a block (q_t at q + t * heads * dk; a
@@ -232,30 +253,14 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
     }
   }
   // The weighted values: each head's sums over the rows in order, held in registers across the rows
-  // instead of loaded and stored at every row; four heads of a group at a time share each load of a
-  // row's values.
-  for (int g = 0; g < kv_heads; ++g) {
-    const int64_t offset = int64_t(g) * (dk + dv) + dk;  // row j's values of kv head g: row_at(j) + offset
-    for (int t = 0; t < nq; ++t) {
-      const int64_t begin = begins[t], end = ends[t];
-      if (end <= begin) continue;
-      float* acc_t = acc + int64_t(t) * heads * dv;
-      int i = 0;
-      for (; i + 4 <= group; i += 4) {
-        const int h = g * group + i;
-        int e = 0;
-        for (; e + 4 * lanes <= dv; e += 4 * lanes) {
-          WeightValues4x4(d, w_at(t, begin) + h, heads, row_at, begin, end, offset + e, dv, acc_t + int64_t(h) * dv + e);
-        }
-        for (int r = 0; r < 4; ++r) {
-          WeightValues(d, w_at(t, begin) + h + r, heads, row_at, begin, end, offset, e, dv, acc_t + int64_t(h + r) * dv);
-        }
-      }
-      for (; i < group; ++i) {
-        const int h = g * group + i;
-        WeightValues(d, w_at(t, begin) + h, heads, row_at, begin, end, offset, 0, dv, acc_t + int64_t(h) * dv);
-      }
-    }
+  // instead of loaded and stored at every row, up to 16 independent chains at a time (WeightAllValues).
+  thread_local std::vector<int64_t> offsets;  // head h's values: row_at(j) + offsets[h]
+  offsets.resize(size_t(heads));
+  for (int h = 0; h < heads; ++h) offsets[size_t(h)] = int64_t(h / group) * (dk + dv) + dk;
+  for (int t = 0; t < nq; ++t) {
+    const int64_t begin = begins[t], end = ends[t];
+    if (end <= begin) continue;
+    WeightAllValues(d, w_at(t, begin), heads, row_at, begin, end, offsets.data(), dv, acc + int64_t(t) * heads * dv);
   }
 }
 
