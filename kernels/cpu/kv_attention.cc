@@ -31,6 +31,28 @@ HWY_INLINE float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, i
   return s;
 }
 
+// The sums of lanes of a0..a3 (each over its own lanes alone), reduced together.
+template <class D>
+HWY_INLINE void SumLanes4(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3, float* HWY_RESTRICT sum) {
+#if HWY_TARGET == HWY_SCALAR
+  sum[0] = hn::GetLane(a0), sum[1] = hn::GetLane(a1), sum[2] = hn::GetLane(a2), sum[3] = hn::GetLane(a3);
+#else
+  const int lanes = int(hn::Lanes(d));
+  // In each 128-bit block: [a0, a1, a2, a3]'s sums over the block's four lanes; then the blocks added.
+  const hn::Repartition<uint64_t, decltype(d)> d64;
+  const auto s01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const auto s23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const auto sums = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))),
+                            hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))));
+  HWY_ALIGN float blocks[hn::MaxLanes(d)];
+  hn::Store(sums, d, blocks);
+  const hn::Full128<float> d4;
+  auto sum4 = hn::Load(d4, blocks);
+  for (int b = 4; b < lanes; b += 4) sum4 = hn::Add(sum4, hn::Load(d4, blocks + b));
+  hn::StoreU(sum4, d4, sum);
+#endif
+}
+
 // For the four queries q_r = q + r * n: out[r] = scale * (q_r . k) over n values and
 // top[r] = max(top[r], out[r]). k's vectors are loaded once for the four, and the four sums of lanes
 // are reduced together; each query's value depends on its own inputs alone.
@@ -47,29 +69,45 @@ HWY_INLINE void ScaledDot4(const float* HWY_RESTRICT q, const float* HWY_RESTRIC
     a2 = hn::MulAdd(hn::LoadU(d, q + 2 * n + x), kv, a2);
     a3 = hn::MulAdd(hn::LoadU(d, q + 3 * n + x), kv, a3);
   }
-#if HWY_TARGET == HWY_SCALAR
-  float sum[4] = {hn::GetLane(a0), hn::GetLane(a1), hn::GetLane(a2), hn::GetLane(a3)};
-#else
-  // In each 128-bit block: [a0, a1, a2, a3]'s sums over the block's four lanes; then the blocks added.
-  const hn::Repartition<uint64_t, decltype(d)> d64;
-  const auto s01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
-  const auto s23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
-  const auto sums = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))),
-                            hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23))));
-  HWY_ALIGN float blocks[hn::MaxLanes(d)];
-  hn::Store(sums, d, blocks);
-  const hn::Full128<float> d4;
-  auto sum4 = hn::Load(d4, blocks);
-  for (int b = 4; b < lanes; b += 4) sum4 = hn::Add(sum4, hn::Load(d4, blocks + b));
   HWY_ALIGN float sum[4];
-  hn::Store(sum4, d4, sum);
-#endif
+  SumLanes4(d, a0, a1, a2, a3, sum);
   for (; x < n; ++x) {
     for (int r = 0; r < 4; ++r) sum[r] += q[r * n + x] * k[x];
   }
   for (int r = 0; r < 4; ++r) {
     out[r] = scale * sum[r];
     top[r] = std::max(top[r], out[r]);
+  }
+}
+
+// ScaledDot4 for four heads h[0..3] each against its own kv head's key (heads of different kv heads:
+// the heads a group of fewer than four leaves, which a head at a time would each reduce its lanes
+// alone): out[h] = scale * (q_h . k_h) over n values, q_h at q + h * n, k_h at k[r], top[h] updated.
+HWY_INLINE void ScaledDot4Heads(const float* HWY_RESTRICT q, const float* const* k, const int* h, int n, float scale,
+                                float* HWY_RESTRICT out, float* HWY_RESTRICT top) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  const float* q0 = q + int64_t(h[0]) * n;
+  const float* q1 = q + int64_t(h[1]) * n;
+  const float* q2 = q + int64_t(h[2]) * n;
+  const float* q3 = q + int64_t(h[3]) * n;
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int x = 0;
+  for (; x + lanes <= n; x += lanes) {
+    a0 = hn::MulAdd(hn::LoadU(d, q0 + x), hn::LoadU(d, k[0] + x), a0);
+    a1 = hn::MulAdd(hn::LoadU(d, q1 + x), hn::LoadU(d, k[1] + x), a1);
+    a2 = hn::MulAdd(hn::LoadU(d, q2 + x), hn::LoadU(d, k[2] + x), a2);
+    a3 = hn::MulAdd(hn::LoadU(d, q3 + x), hn::LoadU(d, k[3] + x), a3);
+  }
+  HWY_ALIGN float sum[4];
+  SumLanes4(d, a0, a1, a2, a3, sum);
+  const float* qs[4] = {q0, q1, q2, q3};
+  for (; x < n; ++x) {
+    for (int r = 0; r < 4; ++r) sum[r] += qs[r][x] * k[r][x];
+  }
+  for (int r = 0; r < 4; ++r) {
+    out[h[r]] = scale * sum[r];
+    top[h[r]] = std::max(top[h[r]], out[h[r]]);
   }
 }
 
@@ -207,29 +245,41 @@ void AttendChunkQueries(int kv_heads, int group, int dk, int dv, float scale, in
   // the llama1b shape), where the hardware's stream prefetch stops: each row a few ahead is asked for
   // by hand, a cache line at a time.
   constexpr int64_t kPrefetchRows = 4;
+  // The heads past each group's fours (all of them when a group has fewer than four heads: a small
+  // model's), their logits four at a time across kv heads (ScaledDot4Heads), the last few alone.
+  thread_local std::vector<int> rest;
+  rest.clear();
+  for (int g = 0; g < kv_heads; ++g) {
+    for (int i = group / 4 * 4; i < group; ++i) rest.push_back(g * group + i);
+  }
   const int64_t row_bytes = row * int64_t(sizeof(float));
   for (int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchRows < j1) {
       const char* ahead = reinterpret_cast<const char*>(row_at(j + kPrefetchRows));
       for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(ahead + b);
     }
-    for (int g = 0; g < kv_heads; ++g) {
-      const float* kj = row_at(j) + int64_t(g) * (dk + dv);
-      for (int t = 0; t < nq; ++t) {
-        if (j < begins[t] || j >= ends[t]) continue;
-        float* wj = w_at(t, j);
-        const float* qt = q + int64_t(t) * heads * dk;
-        float* top_t = top + int64_t(t) * heads;
-        int i = 0;
-        for (; i + 4 <= group; i += 4) {
+    const float* rj = row_at(j);
+    const float* kh[4];  // the keys of four of the heads a group of fewer than four leaves
+    for (int t = 0; t < nq; ++t) {
+      if (j < begins[t] || j >= ends[t]) continue;
+      float* wj = w_at(t, j);
+      const float* qt = q + int64_t(t) * heads * dk;
+      float* top_t = top + int64_t(t) * heads;
+      for (int g = 0; g < kv_heads; ++g) {
+        for (int i = 0; i + 4 <= group; i += 4) {
           const int h = g * group + i;
-          ScaledDot4(qt + int64_t(h) * dk, kj, dk, scale, wj + h, top_t + h);
+          ScaledDot4(qt + int64_t(h) * dk, rj + int64_t(g) * (dk + dv), dk, scale, wj + h, top_t + h);
         }
-        for (; i < group; ++i) {
-          const int h = g * group + i;
-          wj[h] = scale * Dot(qt + int64_t(h) * dk, kj, dk);
-          top_t[h] = std::max(top_t[h], wj[h]);
-        }
+      }
+      int r = 0;
+      for (; r + 4 <= int(rest.size()); r += 4) {
+        for (int u = 0; u < 4; ++u) kh[u] = rj + int64_t(rest[size_t(r + u)] / group) * (dk + dv);
+        ScaledDot4Heads(qt, kh, rest.data() + r, dk, scale, wj, top_t);
+      }
+      for (; r < int(rest.size()); ++r) {
+        const int h = rest[size_t(r)];
+        wj[h] = scale * Dot(qt + int64_t(h) * dk, rj + int64_t(h / group) * (dk + dv), dk);
+        top_t[h] = std::max(top_t[h], wj[h]);
       }
     }
   }
