@@ -26,7 +26,8 @@ namespace {
 constexpr int kWarmupSteps = 3;
 // Real tokens a constant-state slot absorbs before its position is set to the context length: its
 // state is a fixed buffer, as costly to read and write after 256 tokens as after a million. A sliding
-// window's ring costs more until it holds W tokens: such a slot absorbs up to W (FillTokens).
+// window's ring costs more until it holds W tokens, and window_dark's step folds a row into its dark
+// sums only once its ring is full: such a slot absorbs up to W (FillTokens).
 constexpr int64_t kFillTokens = 256;
 // State that grows has to hold the whole context. A softmax KV cache is filled with random rows
 // (a decode step reads every row whatever they hold; a real prefill of 128K tokens would cost
@@ -43,6 +44,7 @@ int64_t FillTokens(const Model& m) {
   int64_t fill = kFillTokens;
   for (const LayerWeights& l : m.layers()) {
     if (const auto* p = std::get_if<SlidingWindowParams>(&l.attention.params)) fill = std::max<int64_t>(fill, p->window);
+    if (const auto* p = std::get_if<WindowDarkParams>(&l.attention.params)) fill = std::max<int64_t>(fill, p->window);
   }
   return fill;
 }
