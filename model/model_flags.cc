@@ -110,9 +110,6 @@ absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options) {
   if (!threads.ok()) return threads.status();
   auto weights = ParseCpuWeights(flags.Get("cpu-weights", "auto"));
   if (!weights.ok()) return weights.status();
-  if (*weights == CpuWeights::kQ4) {
-    if (absl::Status s = Q4Available(); !s.ok()) return s;
-  }
   auto gemm = ParseCpuGemm(flags.Get("cpu-gemm", "auto"));
   if (!gemm.ok()) return gemm.status();
   if (absl::Status s = CpuGemmAvailable(*gemm); !s.ok()) return s;

@@ -71,6 +71,27 @@ void MatMulNTQ8Reference(const float* x, int rows, int in, Q8Weights w, int out,
 // w [rows, in] -> q, scales: per block, scale = max |w| / 127 and q = round(w / scale) (|q| <= 127).
 void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales);
 
+// q4_0 weights row-major (llama.cpp's block_q4_0 values, --cpu-weights q4): per row, blocks of kQ8Block
+// weights as 16 bytes, byte i holding the block's input i in its low nibble and input 16 + i in its
+// high one, q in 0..15 for the weight (q - 8) * scale; then the fp16 scales [rows, blocks] (4.5 bits a
+// weight). QuantizeQ4 is llama.cpp's quantize_row_q4_0_ref (matmul_dot.h has the rule); every weight
+// is exact in fp32. The int8 kernels take q4 packed from these (PackQ4Dot, the same values); CPUs
+// without them multiply these rows widened to fp32.
+struct Q4Weights {
+  const uint8_t* q = nullptr;         // [rows, blocks * 16]
+  const uint16_t* scales = nullptr;   // [rows, blocks], fp16
+};
+int64_t Q4Bytes(int64_t rows, int64_t in);  // the nibbles and the scales
+// The matrix's view when its Q4Bytes(rows, in) bytes start at `data`.
+Q4Weights Q4At(const uint8_t* data, int64_t rows, int64_t in);
+void QuantizeQ4(const float* w, int64_t rows, int64_t in, Q4Weights out);
+// Row j's weight k, and rows [r0, r1) as fp32 values into w[(r1 - r0) * in], exactly.
+float Q4WeightValue(Q4Weights w, int64_t in, int64_t j, int64_t k);
+void DequantizeQ4(Q4Weights w, int64_t in, int64_t r0, int64_t r1, float* out);
+// y = x w^T with q4 weights widened to fp32: the same kernel and properties as MatMulNTQ8.
+void MatMulNTQ4(const float* x, int rows, int in, Q4Weights w, int out, float* y);
+void MatMulNTQ4Reference(const float* x, int rows, int in, Q4Weights w, int out, float* y);
+
 // Whether MatMulNT takes this kernel for small row counts (the default), or OpenBLAS for every
 // count (sgemv for one row), as before it existed: `steady bench --cpu-gemm openblas` measures both
 // in one run.

@@ -287,32 +287,71 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
 
 int64_t Q4DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ4Record; }
 
-void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed) {
+int64_t Q4Bytes(int64_t rows, int64_t in) { return rows * Q8BlocksPerRow(in) * (16 + 2); }
+
+Q4Weights Q4At(const uint8_t* data, int64_t rows, int64_t in) {
+  return {data, reinterpret_cast<const uint16_t*>(data + rows * Q8BlocksPerRow(in) * 16)};
+}
+
+void QuantizeQ4(const float* w, int64_t rows, int64_t in, Q4Weights out) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  uint8_t* q = const_cast<uint8_t*>(out.q);
+  uint16_t* scales = const_cast<uint16_t*>(out.scales);
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      float v[kQ8Block] = {};
+      for (int i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) v[i] = w[j * in + b * kQ8Block + i];
+      float amax = 0.0f, m = 0.0f;  // llama.cpp's quantize_row_q4_0_ref
+      for (float e : v) {
+        if (amax < std::fabs(e)) {
+          amax = std::fabs(e);
+          m = e;
+        }
+      }
+      const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      scales[j * blocks + b] = FloatToF16(d);
+      uint8_t nib[kQ8Block];
+      for (int i = 0; i < kQ8Block; ++i) nib[i] = uint8_t(std::min(15, int(v[i] * id + 8.5f)));
+      for (int i = 0; i < 16; ++i) q[(j * blocks + b) * 16 + i] = uint8_t(nib[i] | (nib[i + 16] << 4));
+    }
+  }
+}
+
+float Q4WeightValue(Q4Weights w, int64_t in, int64_t j, int64_t k) {
+  const int64_t blocks = Q8BlocksPerRow(in), b = k / kQ8Block, i = k % kQ8Block;
+  const uint8_t byte = w.q[(j * blocks + b) * 16 + (i & 15)];
+  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16ToFloat(w.scales[j * blocks + b]);
+}
+
+void DequantizeQ4(Q4Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  for (int64_t j = r0; j < r1; ++j) {
+    for (int64_t k = 0; k < in; ++k) out[(j - r0) * in + k] = Q4WeightValue(w, in, j, k);
+  }
+}
+
+void PackQ4Dot(Q4Weights w, int64_t out, int64_t in, uint8_t* packed) {
   const int64_t blocks = Q8BlocksPerRow(in);
   for (int64_t g = 0; g < Groups(out); ++g) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* rec = packed + (g * blocks + b) * kQ4Record;
-      uint16_t scales[kGroup];
+      uint16_t scales[kGroup] = {};
       for (int c = 0; c < kGroup; ++c) {
         const int64_t j = g * kGroup + c;
-        float v[kQ8Block] = {};
-        for (int i = 0; i < kQ8Block && j < out && b * kQ8Block + i < in; ++i) v[i] = w[j * in + b * kQ8Block + i];
-        float amax = 0.0f, m = 0.0f;  // llama.cpp's quantize_row_q4_0_ref
-        for (float e : v) {
-          if (amax < std::fabs(e)) {
-            amax = std::fabs(e);
-            m = e;
-          }
-        }
-        const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        scales[c] = FloatToF16(d);
-        uint8_t q[kQ8Block];
-        for (int i = 0; i < kQ8Block; ++i) q[i] = uint8_t(std::min(15, int(v[i] * id + 8.5f)));
-        for (int i = 0; i < 16; ++i) rec[(i / 4) * 64 + c * 4 + i % 4] = uint8_t(q[i] | (q[i + 16] << 4));
+        const uint8_t* bytes = j < out ? w.q + (j * blocks + b) * 16 : nullptr;
+        if (j < out) scales[c] = w.scales[j * blocks + b];
+        // A missing column's bytes: 0x88, q = 8, the weight 0 (its scale is 0 too).
+        for (int i = 0; i < 16; ++i) rec[(i / 4) * 64 + c * 4 + i % 4] = bytes ? bytes[i] : uint8_t(0x88);
       }
       std::memcpy(rec + 256, scales, sizeof(scales));
     }
   }
+}
+
+void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed) {
+  std::vector<uint8_t> rows(size_t(Q4Bytes(out, in)));
+  const Q4Weights q = Q4At(rows.data(), out, in);
+  QuantizeQ4(w, out, in, q);
+  PackQ4Dot(q, out, in, packed);
 }
 
 void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0, int64_t r1, float* w) {

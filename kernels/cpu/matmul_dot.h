@@ -46,7 +46,7 @@ const char* Bf16DotPath();
 //  kAvx2:       VPMADDUBSW + VPMADDWD (AVX2, FMA, F16C: every x86 server CPU since Haswell and Zen 1);
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
-//  kNone:       no int8 kernel: q8 and q4k take the widening kernels, q4 is refused.
+//  kNone:       no int8 kernel: q8, q4 and q4k take the widening kernels.
 enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
@@ -105,13 +105,15 @@ void MatMulNTQ8DotReference(const float* x, int rows, int in, Q8Weights w, int o
 // (q - 8) * scale with q in 0..15 and the scale in IEEE half precision, 4.5 bits a weight. A block's
 // scale is m / -8 for m its value of largest magnitude (sign kept), and q = min(15, trunc(w / scale
 // + 8.5)): the largest magnitude is exact, the others off by at most half a step (the top step's
-// values by up to one, clipped at 15). Stored only packed, as for Q8Dot: per group of 16 columns and
-// block, 4 vectors of the 16 columns' 4 consecutive q side by side (low nibbles: inputs 0-15 of the
-// block, high nibbles: 16-31), then the 16 columns' scales (288 bytes per 512 weights). There is no
-// widening q4 kernel: q4 needs Int8DotAvailable().
+// values by up to one, clipped at 15). Packed as for Q8Dot: per group of 16 columns and block, 4
+// vectors of the 16 columns' 4 consecutive q side by side (low nibbles: inputs 0-15 of the block, high
+// nibbles: 16-31), then the 16 columns' scales (288 bytes per 512 weights). Row-major (matmul.h
+// Q4Weights), the same values, for the widening kernel MatMulNTQ4 where the CPU has no int8 path.
 int64_t Q4DotPackedSize(int64_t out, int64_t in);  // in bytes
-// w [out, in] in fp32 -> packed (Q4DotPackedSize bytes).
+// w [out, in] in fp32 -> packed (Q4DotPackedSize bytes): QuantizeQ4 (matmul.h), then PackQ4Dot.
 void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed);
+// Row-major q4 (matmul.h Q4Weights) -> packed, the same values.
+void PackQ4Dot(Q4Weights w, int64_t out, int64_t in, uint8_t* packed);
 // Rows [r0, r1) of a packed q4 matrix as fp32 values into w[(r1 - r0) * in], exactly.
 void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0, int64_t r1, float* w);
 // y = q8(x) w^T with packed q4 weights: x quantized as MatMulNTQ8Dot does, then per block the

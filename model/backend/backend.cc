@@ -51,13 +51,14 @@ class CpuBackend : public Backend {
     const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
                       (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
-    // Elsewhere --cpu-weights bf16, q8 and q4k go to the dot-product kernels where the CPU has them
+    // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
     // (packed: a copy either way). They round the activations too, so a checkpoint read as stored
     // (auto) keeps the widening kernels: its logits stay those of its own numbers, exactly (what the
     // comparisons with PyTorch and llama.cpp check).
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((options.cpu_weights == CpuWeights::kBf16 && cpu::Bf16DotAvailable()) ||
-                      ((options.cpu_weights == CpuWeights::kQ8 || options.cpu_weights == CpuWeights::kQ4K) &&
+                      ((options.cpu_weights == CpuWeights::kQ8 || options.cpu_weights == CpuWeights::kQ4 ||
+                        options.cpu_weights == CpuWeights::kQ4K) &&
                        cpu::Int8DotAvailable()));
     if (options.cpu_weights != CpuWeights::kAuto || amx || dot) {
       reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx, dot));

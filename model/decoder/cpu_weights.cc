@@ -86,20 +86,11 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  const std::string q4 = int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(int8) : "none (q4 needs AVX2)";
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q4}, {"q4k", q8}};
-}
-
-absl::Status Q4Available() {
-  if (cpu::Int8DotAvailable()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      "--cpu-weights q4: its kernels need AVX2 at least (or AVX-VNNI, AVX512_VNNI), which this CPU lacks; use q8 or "
-      "bf16");
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}};
 }
 
 CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
   STEADY_CHECK(!amx || cpu::AmxAvailable());
-  STEADY_CHECK(precision != CpuWeights::kQ4 || Q4Available().ok());
   CpuMatrices m;
   m.precision = precision;
   m.amx = amx;
@@ -108,11 +99,12 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (precision == CpuWeights::kF32) to = WeightType::kF32;
     if (precision == CpuWeights::kBf16) to = WeightType::kBf16;
     if (precision == CpuWeights::kQ8) to = WeightType::kQ8;
-    if (precision == CpuWeights::kQ4) to = WeightType::kDotQ4;
+    if (precision == CpuWeights::kQ4) to = WeightType::kQ4;
     if (precision == CpuWeights::kQ4K) to = WeightType::kQ4K;
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
+    if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a

@@ -21,8 +21,8 @@ namespace steady {
 class Model;
 
 // auto: as stored; f32; bf16 (half the bytes of fp32); q8 (8-bit blocks, about a quarter); q4
-// (q4_0's 4-bit blocks, about a seventh; only where the CPU has an int8 kernel, AVX2 at least:
-// Q4Available()); q4k (Q4_K-style 4-bit super-blocks with 6-bit sub-block scales and minimums,
+// (q4_0's 4-bit blocks, about a seventh; the int8 kernels where the CPU has one, the widening kernel
+// elsewhere); q4k (Q4_K-style 4-bit super-blocks with 6-bit sub-block scales and minimums,
 // kernels/cpu/q4k.h: 4.625 bits a weight; the int8 kernels where the CPU has one, the widening
 // kernel elsewhere).
 enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4, kQ4K };
@@ -58,9 +58,6 @@ absl::Status CpuGemmAvailable(CpuGemm gemm);
 // The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
 // {format, path} pairs for f32, bf16, q8, q4 and q4k, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
-// Whether --cpu-weights q4 runs here (it has only the int8 kernels, AVX2 at least), else an error naming the flag.
-absl::Status Q4Available();
-
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).
 struct CpuMatrices {
@@ -73,7 +70,7 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8 and q4k ones
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8, q4 and q4k ones
   // for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",

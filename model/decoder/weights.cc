@@ -43,7 +43,8 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kAmxBf16: return "amx-bf16";
     case WeightType::kDotBf16: return "dot-bf16";
     case WeightType::kDotQ8: return "dot-q8";
-    case WeightType::kDotQ4: return "q4";
+    case WeightType::kQ4: return "q4";
+    case WeightType::kDotQ4: return "dot-q4";
     case WeightType::kQ4K: return "q4k";
     case WeightType::kDotQ4K: return "dot-q4k";
   }
@@ -99,6 +100,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kAmxBf16: return cpu::AmxPackedSize(int(rows_), int(cols_)) * 2;
     case WeightType::kDotBf16: return cpu::Bf16DotPackedSize(rows_, cols_) * 2;
     case WeightType::kDotQ8: return cpu::Q8DotPackedSize(rows_, cols_);
+    case WeightType::kQ4: return cpu::Q4Bytes(rows_, cols_);
     case WeightType::kDotQ4: return cpu::Q4DotPackedSize(rows_, cols_);
     case WeightType::kQ4K: return cpu::Q4KBytes(rows_, cols_);
     case WeightType::kDotQ4K: return cpu::Q4KDotPackedSize(rows_, cols_);
@@ -109,6 +111,11 @@ int64_t WeightMatrix::Bytes() const {
 cpu::Q4KWeights WeightMatrix::q4k() const {
   STEADY_CHECK(type_ == WeightType::kQ4K);
   return {as<uint8_t>(), reinterpret_cast<const cpu::Q4KScales*>(as<uint8_t>() + cpu::Q4KNibbleBytes(rows_, cols_))};
+}
+
+cpu::Q4Weights WeightMatrix::q4() const {
+  STEADY_CHECK(type_ == WeightType::kQ4);
+  return cpu::Q4At(as<uint8_t>(), rows_, cols_);
 }
 
 const float* WeightMatrix::q8_scales() const {
@@ -139,6 +146,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       }
       return;
     }
+    case WeightType::kQ4:
+      return cpu::DequantizeQ4(q4(), cols_, r0, r1, out);
     case WeightType::kDotQ4:
       return cpu::DequantizeQ4Dot(as<uint8_t>(), rows_, cols_, r0, r1, out);
     case WeightType::kQ4K:
@@ -217,8 +226,27 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(packed);
       return m;
     }
-    case WeightType::kDotQ4: {  // from the fp32 values, in bands of whole 16-row groups
+    case WeightType::kQ4: {  // from the fp32 values, in bands of rows
+      auto buffer = Buffer<uint8_t>(size_t(cpu::Q4Bytes(rows_, cols_)));
+      m.type_ = WeightType::kQ4;
+      m.data_ = buffer->data();
+      const cpu::Q4Weights q = m.q4();
+      const int64_t blocks = cpu::Q8BlocksPerRow(cols_);
+      ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+        const std::vector<float> rows = RowsSlice(r0, r1);
+        cpu::QuantizeQ4(rows.data(), r1 - r0, cols_, {q.q + r0 * blocks * 16, q.scales + r0 * blocks});
+      });
+      m.owner_ = std::move(buffer);
+      return m;
+    }
+    case WeightType::kDotQ4: {  // packed from q4 rows as they are, else from the fp32 values in bands of 16-row groups
       auto packed = Buffer<uint8_t>(size_t(cpu::Q4DotPackedSize(rows_, cols_)));
+      if (type_ == WeightType::kQ4) {
+        cpu::PackQ4Dot(q4(), rows_, cols_, packed->data());
+        m.data_ = packed->data();
+        m.owner_ = std::move(packed);
+        return m;
+      }
       constexpr int64_t kBand = 1024;
       for (int64_t r0 = 0; r0 < rows_; r0 += kBand) {
         const int64_t r1 = std::min(rows_, r0 + kBand);
@@ -278,6 +306,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kAmxBf16: return cpu::MatMulNTAmxBf16(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotBf16: return cpu::MatMulNTBf16Dot(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotQ8: return cpu::MatMulNTQ8Dot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kQ4: return cpu::MatMulNTQ4(x, rows, in, w.q4(), out, y);
     case WeightType::kDotQ4: return cpu::MatMulNTQ4Dot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kQ4K: return cpu::MatMulNTQ4K(x, rows, in, w.q4k(), out, y);
     case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDot(x, rows, in, w.as<uint8_t>(), out, y);

@@ -83,7 +83,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
                       start to f32, bf16, q8 (8-bit blocks of 32 with a scale: about a quarter of
                       fp32's bytes per decode step, at a small quality cost) or q4 (4-bit blocks,
-                      about a seventh, a larger cost; needs AVX2 at least) or q4k (4-bit super-blocks
+                      about a seventh, a larger cost) or q4k (4-bit super-blocks
                       with 6-bit sub-block scales and minimums, after llama.cpp's Q4_K: 4.625 bits
                       a weight, closer to fp32 than q4) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or

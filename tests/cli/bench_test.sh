@@ -191,12 +191,11 @@ if [ -n "$int8" ]; then
 else
   reduced_weights q8 "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8
 fi
-# q4 (4.5 bits a weight) runs only on the int8 kernels; elsewhere it is refused naming the extension.
+# q4 (4.5 bits a weight) runs everywhere: the int8 kernels where the CPU has one, else (and with
+# --cpu-gemm simd) the widening kernel.
+reduced_weights q4-simd "cpu (q4 weights)" 0.1 0.2 --cpu-weights q4 --cpu-gemm simd
 if [ -n "$int8" ]; then
   reduced_weights q4 "cpu (q4 weights on $int8)" 0.1 0.2 --cpu-weights q4
-else
-  expect_error "bench: --cpu-weights q4 without AVX2" nonzero "AVX2" "$steady" bench --device cpu --preset tiny \
-    --batch 1 --context 8 --cpu-weights q4
 fi
 # q4k (4.625 bits a weight at whole 256-weight super-blocks; more here, where the preset's rows pad to them)
 # runs everywhere: the int8 kernels where the CPU has one, else (and with --cpu-gemm simd) the widening kernel.

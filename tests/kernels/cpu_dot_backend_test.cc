@@ -131,8 +131,9 @@ TEST(CpuDotBackendTest, TheBackendServesQ4) {
   // Random weights are q4's worst case (no outliers to spend the steps on): 0.29 of the spread here.
   EXPECT_LT(q4_err, 0.5) << "against the fp32 weights' logits (q8: " << q8_err << ")";
   std::printf("max error of the logits against fp32 weights', of their spread: q4 %.3f, q8 %.3f\n", q4_err, q8_err);
-  const CpuMatrices q4_matrices = CpuMatrices::From(m, CpuWeights::kQ4);
+  const CpuMatrices q4_matrices = CpuMatrices::From(m, CpuWeights::kQ4, /*amx=*/false, /*dot=*/true);
   EXPECT_EQ(q4_matrices.TypeNames(), "q4");
+  EXPECT_EQ(q4_matrices.layers[0].wq.type(), WeightType::kDotQ4);
   EXPECT_LT(q4_matrices.Bytes(), CpuMatrices::From(m, CpuWeights::kQ8).Bytes() * 0.6);
   // The packed matrix reads back (RowsToFloat) as the kernel multiplies it.
   const WeightMatrix& w = q4_matrices.layers[0].wq;
@@ -142,6 +143,19 @@ TEST(CpuDotBackendTest, TheBackendServesQ4) {
   MatMul(x.data(), 1, w, got.data());
   cpu::MatMulNTQ8ActivationsReference(x.data(), 1, int(w.cols()), w.ToFloat().data(), int(w.rows()), want.data());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  // With --cpu-gemm simd (and on a CPU without an int8 path) q4 stays row-major for the widening
+  // kernel: the same values, x not rounded.
+  std::string simd_name;
+  const std::vector<double> simd = BackendStep(m, CpuWeights::kQ4, CpuGemm::kSimd, &simd_name);
+  EXPECT_EQ(simd_name, "cpu (q4 weights)");
+  EXPECT_LT(testing::MaxRelError(simd, f32), 0.5);
+  const CpuMatrices rows = CpuMatrices::From(m, CpuWeights::kQ4);
+  const WeightMatrix& wr = rows.layers[0].wq;
+  EXPECT_EQ(wr.type(), WeightType::kQ4);
+  EXPECT_EQ(wr.ToFloat(), w.ToFloat()) << "the row-major and packed q4 hold the same values";
+  MatMul(x.data(), 1, wr, got.data());
+  cpu::MatMulNTReference(x.data(), 1, int(wr.cols()), wr.ToFloat().data(), int(wr.rows()), want.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
 }
 
 // --cpu-weights q4k: VPDPBUSD where the CPU has it (auto), the widening kernel with --cpu-gemm simd

@@ -242,16 +242,26 @@ TEST_P(Int8PathTest, Q8MatchesReferencesAtManyShapes) {
 struct Q4Problem {
   int rows, in, out;
   std::vector<float> x, w, dequantized;
-  std::vector<uint8_t> packed;
+  std::vector<uint8_t> packed, rows_q4;  // the int8 kernels' layout; the row-major one (matmul.h)
+  cpu::Q4Weights weights() const { return cpu::Q4At(rows_q4.data(), out, in); }
 };
 
 Q4Problem MakeQ4(int rows, int in, int out, std::mt19937_64& rng) {
   Q4Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
-              testing::RandomNormal<float>(size_t(out) * in, rng), std::vector<float>(size_t(out) * in), {}};
+              testing::RandomNormal<float>(size_t(out) * in, rng), std::vector<float>(size_t(out) * in), {}, {}};
   p.packed.assign(size_t(cpu::Q4DotPackedSize(out, in)), 0xff);
   cpu::QuantizePackQ4Dot(p.w.data(), out, in, p.packed.data());
   cpu::DequantizeQ4Dot(p.packed.data(), out, in, 0, out, p.dequantized.data());
+  p.rows_q4.assign(size_t(cpu::Q4Bytes(out, in)), 0xff);
+  cpu::QuantizeQ4(p.w.data(), out, in, p.weights());
   return p;
+}
+
+// The widening kernel on the row-major q4.
+std::vector<float> RunQ4Widening(const Q4Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ4(x.data(), rows, p.in, p.weights(), p.out, y.data());
+  return y;
 }
 
 std::vector<float> RunQ4Dot(const Q4Problem& p, const std::vector<float>& x, int rows) {
@@ -391,6 +401,47 @@ TEST(CpuDotTest, Q4KQuantizesAsQ4_K) {
 
 // The widening kernel (any CPU) against x times the dequantized weights in double: only the fp32
 // sum's rounding (and the weight's own, one more per term) separates them.
+// Row-major q4 holds the packed form's values (QuantizeQ4 and QuantizePackQ4Dot are one quantizer;
+// PackQ4Dot of the rows gives the same values), and its widening kernel is, up to 32 rows and where
+// `in` is whole vectors, bit for bit the fp32 kernel on the dequantized weights, and close to the
+// double reference at every shape.
+TEST(CpuDotTest, Q4WideningHoldsThePackedValuesAndMatchesTheReferences) {
+  std::mt19937_64 rng(24);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q4Problem p = MakeQ4(rows, in, out, rng);
+        std::vector<float> rows_values(size_t(out) * in, NAN);
+        cpu::DequantizeQ4(p.weights(), in, 0, out, rows_values.data());
+        ASSERT_EQ(0, std::memcmp(rows_values.data(), p.dequantized.data(), rows_values.size() * sizeof(float)))
+            << "in " << in << " out " << out;
+        std::vector<uint8_t> repacked(p.packed.size(), 0xff);
+        cpu::PackQ4Dot(p.weights(), out, in, repacked.data());
+        std::vector<float> repacked_values(size_t(out) * in, NAN);
+        cpu::DequantizeQ4Dot(repacked.data(), out, in, 0, out, repacked_values.data());
+        ASSERT_EQ(0, std::memcmp(repacked_values.data(), p.dequantized.data(), repacked_values.size() * sizeof(float)));
+        const std::vector<float> got = RunQ4Widening(p, p.x, rows);
+        std::vector<float> want(size_t(rows) * out), fp32(size_t(rows) * out);
+        cpu::MatMulNTQ4Reference(p.x.data(), rows, in, p.weights(), out, want.data());
+        // (Where `in` leaves a scalar tail past the last whole vector the two may round it apart, as
+        // q8's widening kernel does at in = 31; the bound below holds both.)
+        if (rows <= cpu::kSmallRowsMax && in % 16 == 0) {
+          cpu::MatMulNTSmallRows(p.x.data(), rows, in, p.dequantized.data(), out, fp32.data());
+          ASSERT_EQ(0, std::memcmp(got.data(), fp32.data(), got.size() * sizeof(float)))
+              << "rows " << rows << " in " << in << " out " << out;
+        }
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return double(p.dequantized[size_t(jj) * in + k]); });
+            ASSERT_NEAR(got[size_t(r) * out + j], want[size_t(r) * out + j], 1e-30 + in * kF32Eps * mag)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuDotTest, Q4KWideningMatchesTheReferenceAtManyShapes) {
   std::mt19937_64 rng(20);
   for (int rows : kRows) {
@@ -466,6 +517,12 @@ TEST_P(Int8PathTest, Q4IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(18);
   const Q4Problem p = MakeQ4(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Dot(p, x, rows); });
+}
+
+TEST(CpuDotTest, Q4WideningIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(25);
+  const Q4Problem p = MakeQ4(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4Widening(p, x, rows); });
 }
 
 TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
