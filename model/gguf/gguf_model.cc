@@ -143,9 +143,8 @@ class Mapper {
       for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
       return WeightMatrix::Owned(wt, rows, cols, out, std::move(buffer));
     }
-    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ5_0) {
-      return ToQ8(type, raw, rows, cols, row_bytes, heads);
-    }
+    if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
+    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ5_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ4_K) return ToQ4K(raw, rows, cols, row_bytes, heads);
     // The other K-quants, Q4_1 and Q5_1 (a per-block minimum): ggml's values rounded to bf16.
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
@@ -179,8 +178,7 @@ class Mapper {
     return absl::OkStatus();
   }
 
-  // Q8_0 (fp16 d, 32 int8), Q4_0 (fp16 d, 16 bytes of nibbles, value q - 8) and Q5_0 (fp16 d, fifth
-  // bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols], then fp32 scales
+  // Q8_0 (fp16 d, 32 int8) and Q5_0 (fp16 d, fifth bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols], then fp32 scales
   // [rows, cols / 32]. The same values exactly.
   static WeightMatrix ToQ8(GgmlType type, const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
     const int64_t blocks = cols / cpu::kQ8Block;
@@ -216,6 +214,26 @@ class Mapper {
     }
     const void* data = buffer->data();
     return WeightMatrix::Owned(WeightType::kQ8, rows, cols, data, std::move(buffer));
+  }
+
+  // Q4_0 (fp16 d, then 16 bytes: byte j holds input j in its low nibble and j + 16 in its high one,
+  // value q - 8) as Steady's row-major q4 (kernels/cpu/matmul.h Q4Weights), the same bytes regrouped:
+  // 4.5 bits a weight as in the file (q8 held them in 9), the same values exactly.
+  static WeightMatrix ToQ4(const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
+    const int64_t blocks = cols / cpu::kQ8Block;
+    auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(cpu::Q4Bytes(rows, cols) + 1) / 2);
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(buffer->data());
+    const cpu::Q4Weights q = cpu::Q4At(data, rows, cols);
+    auto* nibbles = const_cast<uint8_t*>(q.q);
+    auto* scales = const_cast<uint16_t*>(q.scales);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* src = reinterpret_cast<const uint8_t*>(raw + SourceRow(r, rows, heads) * row_bytes);
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::memcpy(&scales[r * blocks + b], src + b * 18, 2);
+        std::memcpy(nibbles + (r * blocks + b) * 16, src + b * 18 + 2, 16);
+      }
+    }
+    return WeightMatrix::Owned(WeightType::kQ4, rows, cols, data, std::move(buffer));
   }
 
   // Q4_K (per super-block of 256: fp16 d and dmin, 12 bytes packing 8 six-bit scales and 8 six-bit

@@ -282,6 +282,56 @@ TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
   }
 }
 
+// Q4_0 tensors load as Steady's row-major q4 (4.5 bits a weight, as stored) with ggml's values
+// exactly, and the model's logits are those of the same values in F32 (the widening kernels).
+TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
+  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 6);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::mt19937 rng(9);
+  std::map<std::string, std::vector<float>> values;
+  const std::string quantized = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    if (shape[1] % cpu::kQ8Block != 0 || shape.size() != 2 || name.find("blk.") != 0) {
+      return w.Tensor(name, std::move(shape), std::move(v));
+    }
+    std::string blocks;  // per block: fp16 d, 16 bytes of random nibbles
+    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
+      const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+      blocks.append(reinterpret_cast<const char*>(&d), 2);
+      for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
+    }
+    values[name].resize(size_t(shape[0] * shape[1]));
+    Dequantize(uint32_t(GgmlType::kQ4_0), blocks.data(), shape[0] * shape[1], values[name].data());
+    w.Raw(name, std::move(shape), uint32_t(GgmlType::kQ4_0), blocks);
+  });
+  const std::string control = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
+  });
+  ASSERT_FALSE(values.empty());
+  auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_0.gguf"), std::nullopt);
+  auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE(f.ok()) << f.status();
+  int matrices = 0;
+  for (int l = 0; l < 2; ++l) {
+    const LayerWeights& a = q->layers()[l];
+    const LayerWeights& b = f->layers()[l];
+    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.w_gate, &b.w_gate},
+                        {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
+      if (x->type() != WeightType::kQ4) continue;
+      ++matrices;
+      EXPECT_EQ(x->Bytes(), cpu::Q4Bytes(x->rows(), x->cols()));  // 4.5 bits a weight
+      EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
+    }
+  }
+  EXPECT_EQ(matrices, 2 * 7);
+  const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
+  const std::vector<float> lq = Logits(*q, ids), lf = Logits(*f, ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  float spread = 0.0f;
+  for (float v : lf) spread = std::max(spread, std::abs(v));
+  for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], lf[i], 1e-5f * spread) << i;
+}
+
 TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
   Writer w;
   w.Str("tokenizer.ggml.model", "llama");
