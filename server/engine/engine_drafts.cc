@@ -15,24 +15,50 @@ int Engine::Impl::DraftTokens(const EngineJob& job) const {
   return job.request.draft_tokens.value_or(options.draft_tokens);
 }
 
+namespace {
+
+// A lane continues a session's turns while its context stays below this many tokens (a softmax
+// draft's KV cache grows with it); beyond, the next turn starts over from its own tokens.
+constexpr size_t kMaxCarriedDraftContext = 8192;
+
+}  // namespace
+
 int Engine::Impl::TakeDraftLane(EngineJob& job) {
   if (job.draft_lane >= 0 && draft_lanes[size_t(job.draft_lane)].job == job.id) {
     draft_lanes[size_t(job.draft_lane)].last_step = step;
     return job.draft_lane;
   }
-  int best = -1;  // a free lane, else the least recently used one not drafting this step
+  const auto is_free = [&](const DraftLane& lane) { return lane.job == 0 || !jobs.contains(lane.job); };
+  // The session's previous turn's lane: its state holds a prefix of that turn's context, which this
+  // job's continues.
+  for (size_t i = 0; i < draft_lanes.size(); ++i) {
+    DraftLane& lane = draft_lanes[i];
+    if (!is_free(lane) || lane.carried.empty() || lane.session != job.session_id ||
+        lane.carried.size() + job.context.size() > kMaxCarriedDraftContext) {
+      continue;
+    }
+    job.draft_context = std::move(lane.carried);
+    job.draft_context.insert(job.draft_context.end(), job.context.begin(), job.context.end());
+    lane = {job.id, step, {}, {}};
+    job.draft_lane = int(i);
+    return job.draft_lane;
+  }
+  // Else a free lane that keeps no session's turn, a free one, or the least recently used one not
+  // drafting this step.
+  int clean = -1, free = -1, used = -1;
   for (size_t i = 0; i < draft_lanes.size(); ++i) {
     const DraftLane& lane = draft_lanes[i];
-    const bool free = lane.job == 0 || !jobs.contains(lane.job);
-    if (free) {
-      best = int(i);
-      break;
+    if (is_free(lane)) {
+      if (lane.carried.empty() && clean < 0) clean = int(i);
+      if (free < 0) free = int(i);
+    } else if (lane.last_step < step && (used < 0 || lane.last_step < draft_lanes[size_t(used)].last_step)) {
+      used = int(i);
     }
-    if (lane.last_step < step && (best < 0 || lane.last_step < draft_lanes[size_t(best)].last_step)) best = int(i);
   }
+  const int best = clean >= 0 ? clean : free >= 0 ? free : used;
   // A step has at most max_batch decode rows, one per lane.
   STEADY_CHECK(best >= 0);
-  draft_lanes[size_t(best)] = {job.id, step};
+  draft_lanes[size_t(best)] = {job.id, step, {}, {}};
   job.draft_lane = best;
   draft->Reset(best);
   return best;
@@ -47,7 +73,9 @@ std::vector<std::vector<int32_t>> Engine::Impl::ProposeDrafts(const std::vector<
     if (k[d] <= 0) continue;
     EngineJob& job = *decoding[d];
     if (job.request.speculative.value_or(options.speculative) == Speculation::kDraft) {
-      calls.push_back({TakeDraftLane(job), job.context, k[d]});
+      const int lane = TakeDraftLane(job);
+      const std::vector<int32_t>& context = job.draft_context.empty() ? job.context : job.draft_context;
+      calls.push_back({lane, context, k[d]});
       by_model.push_back(d);
     } else {
       drafts[d] = NgramDraft(job.lookup.empty() ? job.context : job.lookup, k[d]);

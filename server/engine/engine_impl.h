@@ -68,6 +68,9 @@ struct EngineJob {
                                  // or sampled from a verify step's row where it rejected a draft
   int64_t drafted = 0, accepted = 0;  // speculation's draft tokens verified and accepted
   int draft_lane = -1;  // the draft model's lane that follows this job's context (Impl::draft_lanes)
+  // The context of a lane continued from the session's previous turn: that turn's context, then
+  // this job's as it grows; empty: the lane follows `context`.
+  std::vector<int32_t> draft_context;
   bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
   std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval
   PrefixCache::Ids cache_ids;        // the prompt's ids as the cache's entries share them
@@ -120,13 +123,20 @@ struct Engine::Impl {
   std::unique_ptr<PrefixCache> prefix_cache;  // null when off
   // The draft model's states (options.draft_model; null without one): max_batch lanes, each
   // following one job's context (its turn's prompt and tokens), lent to the jobs that draft: a job
-  // takes a free lane or the one least recently used by a job that does not draft this step (which
-  // then starts over on its next lane). A lane is reset when a job takes it, so a session's fork,
-  // snapshot, offload or restore never has a draft state to carry.
+  // takes the lane its session's previous turn left, when no other job has taken it since (the
+  // draft then continues with the session's earlier turns behind it, as the target does), else a
+  // free lane, else the one least recently used by a job that does not draft this step (which then
+  // starts over on its next lane). A lane taken afresh is reset, so a session's fork, snapshot,
+  // offload or restore never has a draft state to carry; drafts only propose, so a lane that
+  // followed a session elsewhere costs speed, never a token.
   std::unique_ptr<DraftModel> draft;
   struct DraftLane {
     int64_t job = 0;        // the job it follows (0: free; a finished job's lane is free too)
     int64_t last_step = -1;  // the step it last drafted in
+    // Once its job finished: that job's session and whole draft context (the lane holds a prefix of
+    // it), for the session's next turn.
+    std::string session;
+    std::vector<int32_t> carried;
   };
   std::vector<DraftLane> draft_lanes;
   std::map<int32_t, std::string> token_texts;  // TokenText's cache

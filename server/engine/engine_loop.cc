@@ -329,6 +329,13 @@ void Engine::Impl::Finish(EngineJob& job, const absl::Status& status, const std:
   usage.drafted_tokens = job.drafted;
   usage.accepted_tokens = job.accepted;
   usage.session_position = Position(s);
+  // A draft lane that followed the whole turn stays with the session for its next turn.
+  if (job.draft_lane >= 0 && draft_lanes[size_t(job.draft_lane)].job == job.id && !s.ephemeral && !job.choices &&
+      !rolled_back && job.prompt_done == job.prompt.size()) {
+    DraftLane& lane = draft_lanes[size_t(job.draft_lane)];
+    lane.session = job.session_id;
+    lane.carried = job.draft_context.empty() ? job.context : std::move(job.draft_context);
+  }
   // The turn changed the session (a prompt rolled back did not): its tokens join the session's draft
   // history (the prompt as far as it went in), its outcome goes with the state.
   if (!s.ephemeral && !job.choices && job.prompt_done > 0 && s.slot >= 0 && options.ngram_history > 0) {
@@ -523,6 +530,7 @@ void Engine::Impl::CommitTurns(bool final) {
 absl::Status Engine::Impl::EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw) {
   job.context.push_back(token);
   if (!job.lookup.empty()) job.lookup.push_back(token);
+  if (!job.draft_context.empty()) job.draft_context.push_back(token);
   std::string text;
   if (token < tokenizer.vocab_size()) {
     auto piece = job.streamer.Add(token);

@@ -161,6 +161,9 @@ void Engine::Impl::LetGo(Session& s) {
 void Engine::Impl::Forget(const std::string& id) {
   if (Shared()) store()->Release(id);
   sessions.Erase(id);
+  for (DraftLane& lane : draft_lanes) {
+    if (lane.session == id) lane.carried.clear();  // a new session of this id starts over
+  }
 }
 
 std::vector<SessionInfo> Engine::Impl::ListAll() {
