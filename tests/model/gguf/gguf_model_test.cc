@@ -225,6 +225,17 @@ TEST(GgufModel, WithoutTheUnpermutationLlamaDiffers) {
   EXPECT_NE(Logits(*unpermuted, {1, 5, 9, 40}), Logits(*m, {1, 5, 9, 40}));
 }
 
+// A quantized file's model against its F32 control holding the same values: logits within fp32
+// rounding of their spread (the same weights, the widening kernels).
+void ExpectSameLogits(const Model& quantized, const Model& control) {
+  const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
+  const std::vector<float> lq = Logits(quantized, ids), lf = Logits(control, ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  float spread = 0.0f;
+  for (float v : lf) spread = std::max(spread, std::abs(v));
+  for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], lf[i], 1e-5f * spread) << i;
+}
+
 // Q4_K blocks of a matrix [rows, cols] from a seeded generator: random nibbles and 12 random bytes of
 // six-bit scales and minimums a super-block, with small d and dmin.
 std::string RandomQ4K(int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -273,12 +284,7 @@ TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
       }
       EXPECT_EQ(a.wo.type(), WeightType::kF32);
     }
-    const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
-    const std::vector<float> lq = Logits(*q, ids), lf = Logits(*f, ids);
-    ASSERT_EQ(lq.size(), lf.size());
-    float spread = 0.0f;
-    for (float v : lf) spread = std::max(spread, std::abs(v));
-    for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], lf[i], 1e-5f * spread) << i;
+    ExpectSameLogits(*q, *f);
   }
 }
 
@@ -324,12 +330,7 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
     }
   }
   EXPECT_EQ(matrices, 2 * 7);
-  const std::vector<int32_t> ids = {1, 5, 9, 40, 7, 96, 3};
-  const std::vector<float> lq = Logits(*q, ids), lf = Logits(*f, ids);
-  ASSERT_EQ(lq.size(), lf.size());
-  float spread = 0.0f;
-  for (float v : lf) spread = std::max(spread, std::abs(v));
-  for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], lf[i], 1e-5f * spread) << i;
+  ExpectSameLogits(*q, *f);
 }
 
 TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
