@@ -112,12 +112,8 @@ HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
 HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
 HWY_INLINE float WeightValue(F16Weights w, int64_t k) { return F16ToFloat(w.h[k]); }
 HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.scales[k / kQ8Block]; }
-HWY_INLINE float WeightValue(Q4Weights w, int64_t k) {
-  const int64_t b = k / kQ8Block, i = k % kQ8Block;
-  const uint8_t byte = w.q[b * 16 + (i & 15)];
-  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16ToFloat(w.scales[b]);
-}
 // Shift() left w at its row: the row index is 0 and `in` only matters for it.
+HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows

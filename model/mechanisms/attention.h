@@ -17,7 +17,7 @@
 //                                    const T* k, const T* v, StateView<T> st, T* y);
 //       n tokens, bit for bit what n Steps in turn give and leave (speculative verification and its
 //       rollback, model/decoder/verify.cc), each state row or cached row read once for the n where
-//       the mechanism can (StepEach in common.h where it cannot).
+//       the mechanism can.
 //   template <typename T> void Chunked(const LayerAttention& a, const P& p, int n, const T* q,
 //                                      const T* k, const T* v, StateView<T> st, T* y);
 //       n tokens in chunks of a.chunk_size: intra-chunk masked quadratic + carried state.

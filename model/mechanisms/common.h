@@ -68,16 +68,6 @@ struct StateView {
   void Parallel(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v,   \
                 T* y);
 
-// Steps as n Steps in turn: the Steps of a mechanism with no faster way to the same bits.
-template <typename P, typename T>
-void StepEach(const LayerAttention& a, const P& p, int n, const T* q, const T* k, const T* v, StateView<T> st,
-              T* y, const AttnShape& s) {
-  for (int t = 0; t < n; ++t) {
-    Step<T>(a, p, q + int64_t(t) * s.heads * s.head_dim, k + int64_t(t) * s.kv_heads * s.head_dim,
-            v + int64_t(t) * s.kv_heads * s.value_dim, st, y + int64_t(t) * s.heads * s.value_dim);
-  }
-}
-
 // fn(g) for every kv head g: on the compute threads where the call's multiply-adds (`work`) are worth
 // handing out (a lone session's verify rows; within a step over several sessions, whose attention
 // is already spread over the threads, ParallelFor runs nested calls serially). Each kv head's state

@@ -73,12 +73,11 @@ std::vector<std::vector<int32_t>> Engine::Impl::ProposeDrafts(const std::vector<
     if (k[d] <= 0) continue;
     EngineJob& job = *decoding[d];
     if (job.request.speculative.value_or(options.speculative) == Speculation::kDraft) {
-      const int lane = TakeDraftLane(job);
-      const std::vector<int32_t>& context = job.draft_context.empty() ? job.context : job.draft_context;
-      calls.push_back({lane, context, k[d]});
+      const int lane = TakeDraftLane(job);  // may set draft_context
+      calls.push_back({lane, job.draft_context.empty() ? job.context : job.draft_context, k[d]});
       by_model.push_back(d);
     } else {
-      drafts[d] = NgramDraft(job.lookup.empty() ? job.context : job.lookup, k[d]);
+      drafts[d] = NgramDraft(job.draft_context.empty() ? job.context : job.draft_context, k[d]);
     }
   }
   if (!calls.empty()) {

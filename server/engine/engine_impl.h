@@ -60,16 +60,14 @@ struct EngineJob {
   std::vector<int32_t> prompt;   // BOS (when the session is empty) + the encoded prompt
   size_t prompt_done = 0;        // prompt tokens in the state
   std::vector<int32_t> context;  // prompt + generated: what the repetition penalty sees
-  // Prompt lookup's haystack when the session had a draft history: that history, then context as
-  // it grows; empty otherwise (context is searched).
-  std::vector<int32_t> lookup;
   std::vector<float> logits;     // [vocab] after the last token fed (host sampling)
   std::optional<int32_t> drawn;  // the next token, drawn on the device instead (Backend::ForwardSample),
                                  // or sampled from a verify step's row where it rejected a draft
   int64_t drafted = 0, accepted = 0;  // speculation's draft tokens verified and accepted
   int draft_lane = -1;  // the draft model's lane that follows this job's context (Impl::draft_lanes)
-  // The context of a lane continued from the session's previous turn: that turn's context, then
-  // this job's as it grows; empty: the lane follows `context`.
+  // What the job drafts from when earlier turns join this one: the session's draft history (prompt
+  // lookup) or the context its lane was left with by the session's previous turn (a draft model),
+  // then `context` as it grows; empty: `context` alone.
   std::vector<int32_t> draft_context;
   bool from_empty = false;       // began on an empty session: its prompt prefixes can be cached
   std::vector<size_t> cache_points;  // prompt lengths (ascending) the cache keeps besides its interval

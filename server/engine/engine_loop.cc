@@ -219,8 +219,8 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
   job->session_id = key;
   job->context = prompt;
   if (!s->draft_history.empty() && job->request.speculative.value_or(options.speculative) == Speculation::kNgram) {
-    job->lookup = s->draft_history;
-    job->lookup.insert(job->lookup.end(), prompt.begin(), prompt.end());
+    job->draft_context = s->draft_history;
+    job->draft_context.insert(job->draft_context.end(), prompt.begin(), prompt.end());
   }
   job->prompt = std::move(prompt);
   job->phase = s->slot >= 0 ? JobPhase::kPrefill : JobPhase::kWaiting;
@@ -529,7 +529,6 @@ void Engine::Impl::CommitTurns(bool final) {
 
 absl::Status Engine::Impl::EmitToken(EngineJob& job, int32_t token, const std::vector<float>& raw) {
   job.context.push_back(token);
-  if (!job.lookup.empty()) job.lookup.push_back(token);
   if (!job.draft_context.empty()) job.draft_context.push_back(token);
   std::string text;
   if (token < tokenizer.vocab_size()) {
