@@ -39,7 +39,7 @@ float FitSubBlock(const float* x, const float* weights, uint8_t* L, float* the_m
     const int l = std::clamp(NearestInt(iscale * (x[i] - min)), 0, nmax);
     L[i] = uint8_t(l);
     const float diff = scale * l + min - x[i];
-    best_mad += weights[i] * diff * diff;
+    best_mad += weights[i] * (diff * diff);
   }
   uint8_t aux[n];
   for (int is = 0; is <= nstep; ++is) {
@@ -64,7 +64,7 @@ float FitSubBlock(const float* x, const float* weights, uint8_t* L, float* the_m
       float mad = 0;
       for (int i = 0; i < n; ++i) {
         const float diff = this_scale * aux[i] + this_min - x[i];
-        mad += weights[i] * diff * diff;
+        mad += weights[i] * (diff * diff);
       }
       if (mad < best_mad) {
         std::copy_n(aux, n, L);
@@ -80,12 +80,13 @@ float FitSubBlock(const float* x, const float* weights, uint8_t* L, float* the_m
 
 // One super-block of 256 values (zero padded) -> its 128 nibble bytes and scales.
 void QuantizeBlock(const float* x, uint8_t* q, Q4KScales* s) {
-  float sum_x2 = 0;
-  for (int l = 0; l < kQ4KBlock; ++l) sum_x2 += x[l] * x[l];
-  const float av_x = std::sqrt(sum_x2 / kQ4KBlock);
   uint8_t L[kQ4KBlock];
   float scales[8], mins[8], weights[kQ4KSub], max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
+    // Each weight is |x| plus the sub-block's rms (not the super-block's: ggml's _ref quantizer).
+    float sum_x2 = 0;
+    for (int l = 0; l < kQ4KSub; ++l) sum_x2 += x[kQ4KSub * j + l] * x[kQ4KSub * j + l];
+    const float av_x = std::sqrt(sum_x2 / kQ4KSub);
     for (int l = 0; l < kQ4KSub; ++l) weights[l] = av_x + std::fabs(x[kQ4KSub * j + l]);
     scales[j] = FitSubBlock(x + kQ4KSub * j, weights, L + kQ4KSub * j, &mins[j]);
     max_scale = std::max(max_scale, scales[j]);

@@ -46,7 +46,7 @@ inline int64_t Q4KBytes(int64_t out, int64_t in) {
 
 // w [rows, in] in fp32 -> q4k, as llama.cpp's quantize_row_q4_K_ref does: per sub-block, a scale and
 // a minimum (<= 0) fitted by weighted least squares over 20 trial scales (make_qkx2_quants, weights
-// |w| + the super-block's rms), then the 8 scales and 8 minimums quantized to 6 bits against their
+// |w| + the sub-block's rms), then the 8 scales and 8 minimums quantized to 6 bits against their
 // largest (d = max scale / 63, dmin = max minimum / 63, in fp16), then every q rounded against the
 // quantized scale and minimum. q (Q4KNibbleBytes) and scales ([rows, blocks]).
 void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales);

@@ -44,6 +44,23 @@ while read -r name type offset; do
     fail "$type: Steady's dequantization differs from ggml's: $(cmp "$tmp/$name.f32" "$tmp/$name.steady.f32" 2>&1 | head -1)"
   fi
 done < "$tmp/ggml_tensors.txt"
+# Steady's own quantizers (--cpu-weights q4, q4k) on fp32 rows against ggml's quantization of the
+# same rows (ggml's quantize_row_q4_0_ref / quantize_row_q4_K_ref): the values they keep are the same.
+for pair in Q4_0:q4 Q4_K:q4k; do
+  kind=${pair%%:*} format=${pair#*:}
+  "$bin/steady" gguf-info "$tmp/types.gguf" --tensor "src.$kind" --requantize "$format" --out "$tmp/$format.steady.f32"
+  if cmp -s "$tmp/q.$kind.f32" "$tmp/$format.steady.f32"; then
+    pass "--cpu-weights $format quantizes as ggml's $kind, bit for bit ($(($(stat -c %s "$tmp/q.$kind.f32") / 4)) values)"
+  else
+    fail "--cpu-weights $format differs from ggml's $kind: $(cmp "$tmp/q.$kind.f32" "$tmp/$format.steady.f32" 2>&1 | head -1)"
+  fi
+done
+if ! "$bin/steady" gguf-info "$tmp/types.gguf" --tensor src.Q4_K --requantize q5 --out "$tmp/none.f32" 2> "$tmp/err.txt" &&
+   grep -q -- '--requantize: expected q8, q4 or q4k, got "q5"' "$tmp/err.txt" && [ ! -e "$tmp/none.f32" ]; then
+  pass "--requantize refuses a format it lacks: $(head -1 "$tmp/err.txt")"
+else
+  fail "--requantize q5: $(cat "$tmp/err.txt")"
+fi
 grep -q 'test.strings .* array of string .*\["a", "b\\"c", ""\]' "$tmp/info.txt" &&
   pass "gguf-info prints a string array" || fail "gguf-info's string array: $(grep test.strings "$tmp/info.txt")"
 grep -qE 'test.int8 +int8 +-7$' "$tmp/info.txt" && pass "gguf-info prints an int8" || fail "int8: $(grep test.int8 "$tmp/info.txt")"

@@ -6,7 +6,9 @@ writes, for each tensor, what ggml's dequantize_row_* (or ggml_fp16/bf16_to_fp32
 raw little-endian fp32 (NAME.f32). tests/cli/gguf_llamacpp.sh compares them with
 `steady gguf-info FILE --tensor NAME --out ...` byte for byte. It also reads the file back with
 ggml's own GGUF reader (gguf_init_from_file) and prints each tensor's type and offset as ggml sees
-them (ggml_tensors.txt), so that the test can hold Steady's tensor table against ggml's.
+them (ggml_tensors.txt), so that the test can hold Steady's tensor table against ggml's. For the
+types in REQUANTIZED the file also holds fp32 rows and ggml's quantization of them, which the test
+passes through Steady's own quantizer (`steady gguf-info --requantize`).
 
   ggml_reference.py --lib BINS_DIR --out DIR
 """
@@ -34,6 +36,9 @@ TYPES = {  # name: (ggml_type, values per block, bytes per block, ggml's dequant
     "Q5_K": (13, 256, 176, "dequantize_row_q5_K"),
     "Q6_K": (14, 256, 210, "dequantize_row_q6_K"),
 }
+
+# Types whose quantizer Steady has too (its --cpu-weights name): ggml's and Steady's must agree.
+REQUANTIZED = {"Q4_0": "q4", "Q4_K": "q4k"}
 
 
 def load(lib_dir):
@@ -100,12 +105,22 @@ def main():
     w.add_bool("test.bool", True)
     w.add_array("test.strings", gguf_writer.STRING, ["a", "b\"c", ""])
     w.add_array("test.floats", gguf_writer.FLOAT32, [0.5, -1.0])
-    values = {}
+    values = {}  # tensor name -> the fp32 rows it was made from
     for kind in TYPES:
         n_rows, n_cols = (6, 512) if TYPES[kind][1] == 256 else (5, 96)
         x = rows(rng, n_rows, n_cols, kind)
-        values[kind] = x
+        values[f"t.{kind}"] = x
         w.add_tensor(f"t.{kind}", x.shape, TYPES[kind][0], lambda x=x: x)
+    # For `steady gguf-info --requantize`: fp32 rows (src.KIND) beside ggml's own quantization of
+    # them (q.KIND), for the types Steady's --cpu-weights quantizers claim to reproduce.
+    for kind in REQUANTIZED:
+        x = rows(rng, 64, 1024, kind)
+        x[3] = np.float32(0.75)  # every value equal: a sub-block whose max is its min
+        x[4] *= np.float32(1e-6)  # scales in fp16's subnormal range
+        x[5, ::3] = 0.0
+        for name, t in ((f"src.{kind}", TYPES["F32"][0]), (f"q.{kind}", TYPES[kind][0])):
+            values[name] = x
+            w.add_tensor(name, x.shape, t, lambda x=x: x)
     w.write()
 
     # ggml's dequantization of the bytes in the file (read back from it, so the test compares what
@@ -138,7 +153,7 @@ def main():
             listing.write(f"{name} {names[t]} {offset}\n")
             kind = names[t]
             _, per_block, block_bytes, fn = TYPES[kind]
-            n = values[kind].size
+            n = values[name].size
             start = data_offset + offset
             src = np.frombuffer(blob, dtype=np.uint8, count=n // per_block * block_bytes, offset=start).copy()
             out = np.zeros(n, dtype=np.float32)
