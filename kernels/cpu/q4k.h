@@ -49,7 +49,18 @@ inline int64_t Q4KBytes(int64_t out, int64_t in) {
 // |w| + the sub-block's rms), then the 8 scales and 8 minimums quantized to 6 bits against their
 // largest (d = max scale / 63, dmin = max minimum / 63, in fp16), then every q rounded against the
 // quantized scale and minimum. q (Q4KNibbleBytes) and scales ([rows, blocks]).
+// Its bytes equal ggml's for the same rows (tests/cli/gguf_llamacpp.sh). Sub-blocks are fitted a
+// vector of them at a time, on the compute threads (kernels/cpu/q4k_quantize.cc);
+// QuantizeQ4KReference is the plain copy, one sub-block at a time, on the calling thread, which
+// QuantizeQ4K equals byte for byte.
 void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales);
+void QuantizeQ4KReference(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales);
+// The step before the 6-bit rounding, for `subs` sub-blocks of 32 values at x: each one's
+// least-squares scale, minimum (as -min >= 0) and q in 0..15 (q[subs * 32]). Every rounding of the
+// fit shows in these, where the 6-bit scales hide most of them: the test of the lanes against the
+// plain copy compares them too.
+void FitQ4KSubBlocks(const float* x, int64_t subs, float* scales, float* mins, uint8_t* q);
+void FitQ4KSubBlocksReference(const float* x, int64_t subs, float* scales, float* mins, uint8_t* q);
 
 // Weight (j, k) of a q4k matrix with `in` inputs, and its two parts (scale * q and the minimum,
 // each exact in fp32): the value is their difference, rounded to fp32.

@@ -17,10 +17,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/q4k.h"
 #include "tests/random.h"
 
 namespace steady {
@@ -397,6 +399,90 @@ TEST(CpuDotTest, Q4KQuantizesAsQ4_K) {
   std::printf("rms error on N(0, 1) weights: q4k %.4f, q4_0 %.4f\n", err_k, err_0);
   EXPECT_LT(err_k, err_0);
   EXPECT_GT(err_k, 0.0);
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// QuantizeQ4K (a vector of sub-blocks at a time, one per lane, on the compute threads) gives the
+// bytes of QuantizeQ4KReference (the plain copy of ggml's quantize_row_q4_K_ref, which
+// tests/cli/gguf_llamacpp.sh holds against ggml itself), on rows of every kind that steers the fit
+// differently, with every Highway target this binary has for this CPU (AVX-512, AVX2, SSE4, NEON,
+// the emulated 128-bit one) and on 1 and 2 threads.
+TEST(CpuDotTest, Q4KQuantizerEqualsItsPlainCopy) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  ThreadsGuard guard;
+  constexpr int kKinds = 11, kPerKind = 8, kRows = kKinds * kPerKind;  // row r is of kind r % kKinds
+  for (const int in : {1, 32, 100, 256, 300, 512, 1000}) {
+    std::vector<float> w = testing::RandomNormal<float>(size_t(kRows) * in, rng);
+    std::uniform_real_distribution<double> exponent(-8, 8);
+    std::uniform_int_distribution<int> grid(-8, 7), where(0, in - 1);
+    for (int r = 0; r < kRows; ++r) {
+      float* row = w.data() + int64_t(r) * in;
+      for (int k = 0; k < in; ++k) {
+        switch (r % kKinds) {
+          case 1: row[k] *= 1e-3f; break;
+          case 2: row[k] = std::fabs(row[k]); break;  // all positive: the minimum clamps at 0
+          case 3: row[k] = 0.75f; break;              // all equal: max == min
+          case 4: row[k] = 0.0f; break;
+          case 5: row[k] *= 1e-40f; break;  // subnormal values: an infinite trial scale
+          case 6: row[k] *= 1e30f; break;
+          case 7: if (where(rng) < 3) row[k] = row[k] > 0 ? 100.0f : -100.0f; break;  // outliers
+          case 8: row[k] *= float(std::pow(10.0, exponent(rng))); break;  // every scale at once
+          case 9: row[k] = float(grid(rng)); break;  // on a grid: exact fits and ties
+          case 10: row[k] = 0.5f * float(grid(rng)) + 0.25f; break;
+          default: break;  // N(0, 1)
+        }
+      }
+    }
+    const int64_t nibbles = cpu::Q4KNibbleBytes(kRows, in), blocks = kRows * cpu::Q4KBlocksPerRow(in);
+    std::vector<uint8_t> want_q(size_t(nibbles), 0xff);
+    std::vector<cpu::Q4KScales> want_s{size_t(blocks)};
+    cpu::QuantizeQ4KReference(w.data(), kRows, in, want_q.data(), want_s.data());
+    // The fits before their 6-bit rounding (where every rounding shows), over the rows' values
+    // cut into sub-blocks (the last ones of a row run into the next row's: values all the same).
+    const int64_t subs = int64_t(kRows) * in / cpu::kQ4KSub;
+    std::vector<float> want_scales(static_cast<size_t>(subs)), want_mins(static_cast<size_t>(subs));
+    std::vector<uint8_t> want_l(size_t(subs * cpu::kQ4KSub));
+    cpu::FitQ4KSubBlocksReference(w.data(), subs, want_scales.data(), want_mins.data(), want_l.data());
+    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      std::vector<float> scales(size_t(subs), NAN), mins(size_t(subs), NAN);
+      std::vector<uint8_t> l(size_t(subs * cpu::kQ4KSub), 0xee);
+      cpu::FitQ4KSubBlocks(w.data(), subs, scales.data(), mins.data(), l.data());
+      for (int64_t j = 0; j < subs; ++j) {
+        ASSERT_EQ(Bits(scales[size_t(j)]), Bits(want_scales[size_t(j)])) << "scale of sub-block " << j << ", in " << in
+                                                                          << ", " << hwy::TargetName(target);
+        ASSERT_EQ(Bits(mins[size_t(j)]), Bits(want_mins[size_t(j)])) << "min of sub-block " << j << ", in " << in << ", "
+                                                                      << hwy::TargetName(target);
+      }
+      EXPECT_EQ(l, want_l) << "q of the fits, in " << in << ", " << hwy::TargetName(target);
+      for (const int threads : {1, 2}) {
+        cpu::SetComputeThreads(threads);
+        std::vector<uint8_t> q(size_t(nibbles), 0xee);
+        std::vector<cpu::Q4KScales> s{size_t(blocks)};
+        std::memset(s.data(), 0xee, s.size() * sizeof(cpu::Q4KScales));
+        cpu::QuantizeQ4K(w.data(), kRows, in, q.data(), s.data());
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t b0 = r * cpu::Q4KBlocksPerRow(in), b1 = b0 + cpu::Q4KBlocksPerRow(in);
+          EXPECT_EQ(0, std::memcmp(q.data() + b0 * 128, want_q.data() + b0 * 128, size_t((b1 - b0) * 128)))
+              << "nibbles of row " << r << " (kind " << r % kKinds << "), in " << in << ", " << hwy::TargetName(target) << ", " << threads
+              << " threads";
+          EXPECT_EQ(0, std::memcmp(s.data() + b0, want_s.data() + b0, size_t(b1 - b0) * sizeof(cpu::Q4KScales)))
+              << "scales of row " << r << " (kind " << r % kKinds << "), in " << in << ", " << hwy::TargetName(target) << ", " << threads
+              << " threads";
+        }
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+  std::printf("targets:");
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) std::printf(" %s", hwy::TargetName(target));
+  std::printf("\n");
 }
 
 // The widening kernel (any CPU) against x times the dequantized weights in double: only the fp32
