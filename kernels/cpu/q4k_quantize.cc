@@ -2,7 +2,8 @@
 // in the same arithmetic. QuantizeQ4KReference is the plain copy, one sub-block after another;
 // QuantizeQ4K fits a vector's worth of sub-blocks at once, one per lane (Highway, run-time
 // dispatch), each lane doing the plain copy's operations in its order, so the two give the same
-// bytes (tested). The fit is nearly all of the work: 22 passes over each sub-block's 32 values.
+// bytes (tested). The fit is nearly all of the work: a first rounding, then 21 trial scales of two
+// passes each over the sub-block's 32 values.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/q4k_quantize.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
