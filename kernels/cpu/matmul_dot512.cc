@@ -99,27 +99,26 @@ STEADY_DOT_TARGET void StoreSums(const __m512 (&a)[R][C], float* acc) {
     for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (rr * C + c) * 16, a[rr][c]);
   }
 }
+// sum + s * (ws * xscale) in fp32: a block's int32 sums into the running fp32 sums.
+STEADY_DOT_TARGET inline __m512 ScaleOne(__m512i s, __m512 ws, float xscale, __m512 sum) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(xscale)), sum);
+}
 // a[rr][c] += s[rr][c] * (ws[c] * scale_x(row r + rr, block b)), in fp32.
 template <int R, int C>
 STEADY_DOT_TARGET void Scale(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C],
                              __m512 (&a)[R][C]) {
   for (int c = 0; c < C; ++c) {
-    for (int rr = 0; rr < R; ++rr) {
-      const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(x.xscale[(r + rr) * x.blocks + b]));
-      a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, a[rr][c]);
-    }
+    for (int rr = 0; rr < R; ++rr) a[rr][c] = ScaleOne(s[rr][c], ws[c], x.xscale[(r + rr) * x.blocks + b], a[rr][c]);
   }
 }
-
 // As Scale, the fp32 sums in acc (L1): the 4-bit kernels, whose unpacking needs the registers that
-// would hold them (in registers, q4 ran 1.05-1.1x slower and q4k no faster).
+// would hold them (in registers, q4 ran 1.02-1.12x slower and q4k no faster).
 template <int R, int C>
 STEADY_DOT_TARGET void ScaleInL1(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) {
   for (int c = 0; c < C; ++c) {
     for (int rr = 0; rr < R; ++rr) {
       float* a = acc + (rr * C + c) * 16;
-      const __m512 scale = _mm512_mul_ps(ws[c], _mm512_set1_ps(x.xscale[(r + rr) * x.blocks + b]));
-      _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[rr][c]), scale, _mm512_load_ps(a)));
+      _mm512_store_ps(a, ScaleOne(s[rr][c], ws[c], x.xscale[(r + rr) * x.blocks + b], _mm512_load_ps(a)));
     }
   }
 }
@@ -129,14 +128,14 @@ STEADY_DOT_TARGET void ScaleInL1(const Q8Rows& x, int r, int64_t b, const __m512
 // they end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by
 // scale_x scale_w. The tiles are 4 rows x 3 groups, so that the 12 int32 and 12 fp32 sums stay in
 // registers over a chunk (with 4 x 4 and the fp32 sums in L1, loaded and stored every block, the
-// kernel ran 1.2-1.35x slower), and the u loop is unrolled (g++ otherwise copies every sum register
+// kernel ran 1.2-1.36x slower), and the u loop is unrolled (g++ otherwise copies every sum register
 // on each of its iterations: 1.05-1.2x).
 template <int kGroups>
 struct Q8Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
-  static constexpr int64_t kChunk = 8;  // 8 blocks x 3 groups x 576 bytes: 14 KB in L1
+  static constexpr int64_t kChunk = 8;  // 8 blocks x 3 (or 4) groups x 576 bytes: 14 (18) KB in L1
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }

@@ -89,18 +89,25 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
   return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}};
 }
 
+std::optional<WeightType> ConvertedType(CpuWeights precision) {
+  switch (precision) {
+    case CpuWeights::kAuto: return std::nullopt;
+    case CpuWeights::kF32: return WeightType::kF32;
+    case CpuWeights::kBf16: return WeightType::kBf16;
+    case CpuWeights::kQ8: return WeightType::kQ8;
+    case CpuWeights::kQ4: return WeightType::kQ4;
+    case CpuWeights::kQ4K: return WeightType::kQ4K;
+  }
+  return std::nullopt;
+}
+
 CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
   STEADY_CHECK(!amx || cpu::AmxAvailable());
   CpuMatrices m;
   m.precision = precision;
   m.amx = amx;
   const auto convert = [&](const WeightMatrix& w) {
-    WeightType to = w.type();
-    if (precision == CpuWeights::kF32) to = WeightType::kF32;
-    if (precision == CpuWeights::kBf16) to = WeightType::kBf16;
-    if (precision == CpuWeights::kQ8) to = WeightType::kQ8;
-    if (precision == CpuWeights::kQ4) to = WeightType::kQ4;
-    if (precision == CpuWeights::kQ4K) to = WeightType::kQ4K;
+    WeightType to = ConvertedType(precision).value_or(w.type());
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;

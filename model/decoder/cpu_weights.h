@@ -7,6 +7,7 @@
 #define STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,9 @@ enum class CpuWeights { kAuto, kF32, kBf16, kQ8, kQ4, kQ4K };
 // "auto", "f32", "bf16", "q8", "q4" or "q4k"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name);
 std::string CpuWeightsName(CpuWeights w);
+// The row-major type `precision` converts every matrix to (before any packing for a kernel), or
+// none for kAuto (each matrix stays as stored).
+std::optional<WeightType> ConvertedType(CpuWeights precision);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,

@@ -444,7 +444,8 @@ TEST(CpuDotTest, Q4KQuantizerEqualsItsPlainCopy) {
     std::vector<cpu::Q4KScales> want_s{size_t(blocks)};
     cpu::QuantizeQ4KReference(w.data(), kRows, in, want_q.data(), want_s.data());
     // The fits before their 6-bit rounding (where every rounding shows), over the rows' values
-    // cut into sub-blocks (the last ones of a row run into the next row's: values all the same).
+    // cut into sub-blocks of 32 as they lie in memory (where `in` is not a multiple of 32, a
+    // sub-block spans two rows: the fit only sees 32 values).
     const int64_t subs = int64_t(kRows) * in / cpu::kQ4KSub;
     std::vector<float> want_scales(static_cast<size_t>(subs)), want_mins(static_cast<size_t>(subs));
     std::vector<uint8_t> want_l(size_t(subs * cpu::kQ4KSub));

@@ -21,12 +21,7 @@ namespace {
 absl::StatusOr<std::vector<float>> Requantize(const GgufFile& file, const std::string& name, std::string_view format,
                                               std::vector<float> values) {
   const absl::StatusOr<CpuWeights> precision = ParseCpuWeights(format);
-  const WeightType type = !precision.ok()                 ? WeightType::kF32
-                          : *precision == CpuWeights::kQ8  ? WeightType::kQ8
-                          : *precision == CpuWeights::kQ4  ? WeightType::kQ4
-                          : *precision == CpuWeights::kQ4K ? WeightType::kQ4K
-                                                           : WeightType::kF32;
-  if (type == WeightType::kF32) {
+  if (!precision.ok() || (*precision != CpuWeights::kQ8 && *precision != CpuWeights::kQ4 && *precision != CpuWeights::kQ4K)) {
     return absl::InvalidArgumentError(absl::StrCat("--requantize: expected q8, q4 or q4k, got \"", std::string(format), "\""));
   }
   const std::vector<int64_t> shape = file.FindTensor(name)->Shape();  // ReadFloat found it
@@ -34,7 +29,7 @@ absl::StatusOr<std::vector<float>> Requantize(const GgufFile& file, const std::s
     return absl::InvalidArgumentError(absl::StrCat("--requantize: tensor \"", name, "\" has ", shape.size(),
                                                    " dimensions; only a matrix is quantized"));
   }
-  const WeightMatrix quantized = WeightMatrix::FromFloats(std::move(values), shape[0], shape[1]).ConvertTo(type);
+  const WeightMatrix quantized = WeightMatrix::FromFloats(std::move(values), shape[0], shape[1]).ConvertTo(*ConvertedType(*precision));
   return quantized.ToFloat();
 }
 
