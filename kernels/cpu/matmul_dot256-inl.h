@@ -56,12 +56,13 @@ struct Q8Op256 {
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
   template <int R, int C>
-  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     constexpr int H = 2 * C;
     for (int64_t b = b0; b < b1; ++b) {
       __m256i s[R][H];
       Start(x, r, b, flavour::kQ8Offset, s);
       const uint8_t* wb = w + b * kQ8Record;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ8Record, steps * kQ8Record, 0, kQ8Record);
       for (int u = 0; u < 8; ++u) {
         flavour::Q8Weights8 wv[H];
         for (int h = 0; h < H; ++h) wv[h] = flavour::LoadQ8(wb + (h / 2) * steps * kQ8Record + u * 64 + (h % 2) * 32);
@@ -123,12 +124,13 @@ struct Q4Op256 {
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
   template <int R, int C>
-  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     constexpr int H = 2 * C;
     for (int64_t b = b0; b < b1; ++b) {
       __m256i s[R][H];
       Start(x, r, b, 8, s);
       const uint8_t* wb = w + b * kQ4Record;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ4Record, steps * kQ4Record, 0, kQ4Record);
       AddNibbleBlock(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
       __m256 ws[H];
       for (int h = 0; h < H; ++h) {
@@ -151,7 +153,7 @@ struct Q4KOp256 {
   static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
 
   template <int R, int C>
-  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     constexpr int H = 2 * C;
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* wb = w + b * kQ4KRecord;
@@ -159,6 +161,9 @@ struct Q4KOp256 {
       const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
       for (int64_t sub = 0; sub < subs; ++sub) {
         const int64_t xb = 8 * b + sub;
+        if (ahead && b + kChunk < steps) {
+          PrefetchGroups<C>(wb + kChunk * kQ4KRecord, steps * kQ4KRecord, sub * kQ4KRecord / 8, (sub + 1) * kQ4KRecord / 8);
+        }
         __m256i sums[R][H];
         Start(x, r, xb, 0, sums);
         AddNibbleBlock(x, r, xb, [&](int v, int h) {

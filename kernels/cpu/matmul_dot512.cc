@@ -49,12 +49,13 @@ struct Bf16Op {
   Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc) const {
+  STEADY_DOT_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc, bool ahead) const {
     __m512 a[R][C];
     for (int rr = 0; rr < R; ++rr) {
       for (int c = 0; c < C; ++c) a[rr][c] = _mm512_load_ps(acc + (rr * C + c) * 16);
     }
     for (int64_t p = p0; p < p1; ++p) {
+      if (ahead && p + kChunk < steps) PrefetchGroups<C>(reinterpret_cast<const uint8_t*>(w + (p + kChunk) * 32), steps * 64, 0, 64);
       __m512bh wv[C];
       for (int c = 0; c < C; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + (c * steps + p) * 32);
       for (int rr = 0; rr < R; ++rr) {
@@ -141,13 +142,14 @@ struct Q8Op {
   Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     __m512 a[R][C];
     LoadSums(acc, a);
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
       Start(x, r, b, 128, s);
       const uint8_t* wb = w + b * kQ8Record;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ8Record, steps * kQ8Record, 0, kQ8Record);
 #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
         __m512i wv[C];
@@ -174,12 +176,13 @@ struct Q4Op {
   Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
       Start(x, r, b, 8, s);
       const uint8_t* wb = w + b * kQ4Record;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ4Record, steps * kQ4Record, 0, kQ4Record);
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
         __m512i raw[C], wv[C];
@@ -213,7 +216,7 @@ struct Q4KOp {
   Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
 
   template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     const __m512i low = _mm512_set1_epi8(0x0f);
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* wb = w + b * kQ4KRecord;
@@ -221,6 +224,9 @@ struct Q4KOp {
       const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
       for (int64_t s = 0; s < subs; ++s) {
         const int64_t xb = 8 * b + s;
+        if (ahead && b + kChunk < steps) {  // an eighth of the record a sub-block
+          PrefetchGroups<C>(wb + kChunk * kQ4KRecord, steps * kQ4KRecord, s * kQ4KRecord / 8, (s + 1) * kQ4KRecord / 8);
+        }
         __m512i sums[R][C];
         Start(x, r, xb, 0, sums);
 #pragma GCC unroll 4

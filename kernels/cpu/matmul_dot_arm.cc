@@ -34,6 +34,8 @@ namespace steady::cpu::dot {
 namespace {
 
 constexpr int kArmTileRows = 2, kArmTileGroups = 2;
+// The tiles ignore the driver's `ahead` (the next chunk's weights prefetched): it was measured on x86
+// only (docs/cpu.md), and without an Arm machine its effect on Neoverse's prefetchers is unknown.
 
 // The 4 values of quarter q (columns 4 (q % 4)..) of the 16-column record at p.
 inline const uint8_t* Quarter(const uint8_t* p, int q) { return p + (q % 4) * 16; }
@@ -91,7 +93,7 @@ struct Q8Op {
   Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
 
   template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     const uint8x16_t top = vdupq_n_u8(0x80);
     for (int64_t b = b0; b < b1; ++b) {
@@ -140,7 +142,7 @@ struct Q4Op {
   Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
 
   template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     for (int64_t b = b0; b < b1; ++b) {
       int32x4_t s[R][Q];
@@ -168,7 +170,7 @@ struct Q4KOp {
   Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
 
   template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc) const {
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* wb = w + b * kQ4KRecord;
@@ -238,7 +240,7 @@ struct Bf16Op {
   Bf16Op Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
 
   template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc) const {
+  STEADY_ARM_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     float32x4_t a[R][Q];
     for (int rr = 0; rr < R; ++rr) {

@@ -7,9 +7,21 @@
 // An Op (Bf16Op, Q8Op, ...) has steps (of the input), kChunk (steps whose weights stay in L1 while
 // every row of a pass uses them), kTileRows and kTileGroups (its register tile), Shift(groups), and
 // Tile<R, C>(r, s0, s1, acc), which adds rows r..r+R-1 of x times C groups of 16 columns over steps
-// [s0, s1) into fp32 sums acc[R][C][16], one lane per output, in the order of the steps. Whatever
+// [s0, s1) into fp32 sums acc[R][C][16], one lane per output, in the order of the steps; with `ahead`
+// it also prefetches (PrefetchGroups) the weights of the same steps one chunk later. Whatever
 // the tile shape, the pass or the thread, every output is then the same arithmetic, so a 256-bit Op
 // with the AVX-512 one's per-lane arithmetic gives the same bits.
+//
+// Why `ahead`: where a pass has more rows than one tile, the first tile of a chunk reads its weights
+// from memory and the others re-read them from L1, so the weight streams go quiet for most of the
+// chunk and the hardware prefetchers stop running ahead of them: at 16 rows the AVX-512 q8 kernel took
+// one row's memory time plus its arithmetic, one after the other (12.5 ms for a 2048 x 128256 matrix,
+// against 6.1 ms at one row; 8.4 ms with `ahead`). So the first kAheadTiles tiles of a pass ask for
+// the next chunk's weights as they go: a request for a line already on its way costs little, while one
+// tile asking for all of them came out slower, as did a share of the lines per tile or two chunks
+// ahead; with every tile of a 32-row pass asking, the 4-bit kernels lost 4-7% at 64 rows. At one tile
+// per chunk the reads stream and the hardware keeps up, so no tile asks (asking there cost up to 5%).
+// kAheadTiles is in matmul_dot_tiles.h.
 
 // y[r, c * 16 + l] (row stride `out`; only the first `valid` columns) for every row of x and the C
 // groups at op. Each output is one lane's running sum over the steps in order, whatever the tile.
@@ -19,16 +31,17 @@ STEADY_DRIVER_TARGET void Columns(const Op& op, int rows, float* y, int64_t out,
   alignas(64) float acc[kPassRows * C * kGroup];
   for (int r0 = 0; r0 < rows; r0 += kPassRows) {
     const int n = std::min(kPassRows, rows - r0);
+    const bool ahead = n > kRows;  // and only for the first kAheadTiles tiles
     std::memset(acc, 0, sizeof(float) * n * C * kGroup);
     for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
       const int64_t s1 = std::min(op.steps, s0 + Op::kChunk);
       int r = 0;
-      for (; r + kRows <= n; r += kRows) op.template Tile<kRows, C>(r0 + r, s0, s1, acc + r * C * kGroup);
+      for (; r + kRows <= n; r += kRows) op.template Tile<kRows, C>(r0 + r, s0, s1, acc + r * C * kGroup, ahead && r < kAheadTiles * kRows);
       float* a = acc + r * C * kGroup;
       switch (n - r) {
-        case 3: if constexpr (kRows > 3) op.template Tile<3, C>(r0 + r, s0, s1, a); break;
-        case 2: if constexpr (kRows > 2) op.template Tile<2, C>(r0 + r, s0, s1, a); break;
-        case 1: if constexpr (kRows > 1) op.template Tile<1, C>(r0 + r, s0, s1, a); break;
+        case 3: if constexpr (kRows > 3) op.template Tile<3, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
+        case 2: if constexpr (kRows > 2) op.template Tile<2, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
+        case 1: if constexpr (kRows > 1) op.template Tile<1, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
         default: break;
       }
     }

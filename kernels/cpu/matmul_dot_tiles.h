@@ -16,6 +16,7 @@ namespace steady::cpu::dot {
 
 inline constexpr int kGroup = 16;     // output columns per packed group: one AVX-512 vector of fp32 sums
 inline constexpr int kPassRows = 32;  // rows of x whose sums are kept (in L1) during a pass over the weights
+inline constexpr int kAheadTiles = 4;  // tiles of a pass that prefetch the next chunk (matmul_dot_driver-inl.h)
 inline constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
 inline constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
 // Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
@@ -24,6 +25,15 @@ inline constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
 inline constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
 
 inline int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
+
+// Asks for bytes [lo, hi) past p in each of C column groups' weight streams (`stride` bytes apart) to
+// be brought into L2: the weights a tile will read one chunk later (matmul_dot_driver-inl.h says when).
+template <int C>
+inline void PrefetchGroups(const uint8_t* p, int64_t stride, int64_t lo, int64_t hi) {
+  for (int c = 0; c < C; ++c) {
+    for (int64_t o = lo; o < hi; o += 64) __builtin_prefetch(p + c * stride + o, 0, 2);
+  }
+}
 
 // The activations of the int8 kernels: each row quantized per q8_0 block (QuantizeQ8's arithmetic).
 // Every q is in -127..127 and xsum is the sum of the stored bytes, so any exact int32 dot product
