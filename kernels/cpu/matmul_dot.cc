@@ -187,6 +187,9 @@ void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, i
 
 namespace dot {
 
+// Inputs of x a piece of QuantizeRows or RoundRows gets at least (ParallelRange).
+constexpr int64_t kQuantizeGrain = 8192;
+
 Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize) {
   thread_local std::vector<int8_t> scratch_q;
   thread_local std::vector<float> scratch_scales;
@@ -195,7 +198,10 @@ Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize) {
   int8_t* q = Scratch(scratch_q, size_t(rows * xs));
   float* scales = Scratch(scratch_scales, size_t(rows * blocks));
   int32_t* sums = Scratch(scratch_sums, size_t(rows * blocks));
-  for (int r = 0; r < rows; ++r) quantize(x + int64_t(r) * in, in, q + r * xs, scales + r * blocks, sums + r * blocks);
+  // Rows side by side on the compute threads, into this thread's scratch.
+  ParallelRange(rows, std::max<int64_t>(1, kQuantizeGrain / xs), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) quantize(x + r * in, in, q + r * xs, scales + r * blocks, sums + r * blocks);
+  });
   return {q, scales, sums, blocks};
 }
 
@@ -214,11 +220,13 @@ Bf16Rows RoundRows(const float* x, int rows, int in, RoundRowFn round) {
   thread_local std::vector<uint32_t> scratch;
   const int64_t pairs = (in + 1) / 2;
   uint32_t* xb = Scratch(scratch, size_t(rows * pairs));
-  for (int r = 0; r < rows; ++r) {
-    uint16_t* row = reinterpret_cast<uint16_t*>(xb + r * pairs);
-    round(x + int64_t(r) * in, in, row);
-    if (in % 2 != 0) row[in] = 0;
-  }
+  ParallelRange(rows, std::max<int64_t>(1, kQuantizeGrain / in), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      uint16_t* row = reinterpret_cast<uint16_t*>(xb + r * pairs);
+      round(x + r * in, in, row);
+      if (in % 2 != 0) row[in] = 0;
+    }
+  });
   return {xb, pairs};
 }
 

@@ -2,10 +2,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
 
 namespace steady::cpu {
 
@@ -23,15 +25,21 @@ void MatMulNT(const float* x, int rows, int in, const float* w, int out, float* 
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 }
 
+// Items a piece of ParallelRange gets at least (elements; a row counts its length): some
+// microseconds of these loops, against a few for handing a piece to the pool.
+constexpr int64_t kElementGrain = 4096;
+
 void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out) {
-  for (int r = 0; r < rows; ++r) {
-    const float* xr = x + int64_t(r) * dim;
-    float* o = out + int64_t(r) * dim;
-    double ss = 0;
-    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
-    const float inv = float(1.0 / std::sqrt(ss / dim + eps));
-    for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * weight[i];
-  }
+  ParallelRange(rows, std::max<int64_t>(1, kElementGrain / std::max(dim, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* o = out + r * dim;
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+      const float inv = float(1.0 / std::sqrt(ss / dim + eps));
+      for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * weight[i];
+    }
+  });
 }
 
 void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, const float* inv_freq) {
@@ -52,7 +60,9 @@ void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, cons
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  ParallelRange(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
 }
 
 void AddInPlace(float* x, const float* y, int64_t n) {

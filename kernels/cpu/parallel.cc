@@ -141,4 +141,13 @@ void ParallelFor(int tasks, const std::function<void(int)>& fn) {
   });
 }
 
+void ParallelRange(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  // Two pieces a thread, so that a thread that wakes late leaves its share to the others.
+  const int64_t pieces = std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, 2 * ComputeThreads());
+  if (pieces == 1) return fn(0, n);
+  const int64_t size = (n + pieces - 1) / pieces;
+  ParallelFor(int((n + size - 1) / size), [&](int t) { fn(t * size, std::min(n, (t + 1) * size)); });
+}
+
 }  // namespace steady::cpu

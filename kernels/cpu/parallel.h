@@ -24,6 +24,12 @@ inline constexpr int64_t kMinParallelWork = int64_t(1) << 16;
 // or a call from inside a task) runs its tasks on the calling thread alone.
 void ParallelFor(int tasks, const std::function<void(int)>& fn);
 
+// fn(begin, end) over [0, n) in pieces of at least `grain` items, through ParallelFor where there are
+// two pieces or more: for work whose every item (an element, a row) is computed on its own, so that
+// every split gives the same results. A decode step's elementwise and per-row work (norms, SwiGLU,
+// the activations' quantization) otherwise runs on the calling thread while the others wait.
+void ParallelRange(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace steady::cpu
 
 #endif  // STEADY_KERNELS_CPU_PARALLEL_H_

@@ -247,6 +247,58 @@ TEST(ParallelForTest, EveryTaskRunsOnceAlsoNestedAndFromSeveralThreads) {
   }
 }
 
+TEST(ParallelForTest, ParallelRangeCoversEveryItemOnceInPiecesOfAtLeastTheGrain) {
+  ThreadsGuard restore;
+  for (int threads : {1, 2, 3, 8}) {
+    cpu::SetComputeThreads(threads);
+    for (int64_t n : {0, 1, 7, 100, 4095, 4096, 100000}) {
+      for (int64_t grain : {1, 10, 4096, 1 << 20}) {
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+        std::atomic<int> pieces{0}, short_pieces{0};
+        cpu::ParallelRange(n, grain, [&](int64_t b, int64_t e) {
+          pieces.fetch_add(1);
+          if (e - b < std::min(grain, n)) short_pieces.fetch_add(1);
+          for (int64_t i = b; i < e; ++i) runs[size_t(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(runs[size_t(i)].load(), 1) << "item " << i << " of " << n;
+        // At most one piece (the last) is shorter than the grain, and no more than 2 per thread.
+        EXPECT_LE(short_pieces.load(), 1) << n << " items, grain " << grain;
+        EXPECT_LE(pieces.load(), std::max(1, 2 * threads)) << n << " items, grain " << grain;
+      }
+    }
+  }
+}
+
+// The decode step's per-row and elementwise ops split over the threads (ParallelRange): the same
+// bits as their plain loops, at every thread count.
+TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  const int rows = 37, dim = 2048;
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(rows) * dim, rng);
+  const std::vector<float> up = testing::RandomNormal<float>(size_t(rows) * dim, rng);
+  const std::vector<float> weight = testing::RandomNormal<float>(size_t(dim), rng);
+  std::vector<float> norm_want(x.size()), glu_want(x.size());
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + size_t(r) * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    const float inv = float(1.0 / std::sqrt(ss / dim + 1e-5f));
+    for (int i = 0; i < dim; ++i) norm_want[size_t(r) * dim + i] = xr[i] * inv * weight[size_t(i)];
+  }
+  for (size_t i = 0; i < x.size(); ++i) glu_want[i] = x[i] / (1.0f + std::exp(-x[i])) * up[i];
+  for (int threads : {1, 2, 3, 8}) {
+    cpu::SetComputeThreads(threads);
+    for (int n : {1, 2, 5, rows}) {
+      std::vector<float> norm(size_t(n) * dim, NAN), glu(size_t(n) * dim, NAN);
+      cpu::RmsNorm(x.data(), weight.data(), n, dim, 1e-5f, norm.data());
+      cpu::SwiGlu(x.data(), up.data(), int64_t(n) * dim, glu.data());
+      ASSERT_EQ(std::memcmp(norm.data(), norm_want.data(), sizeof(float) * norm.size()), 0) << n << " rows, " << threads << " threads";
+      ASSERT_EQ(std::memcmp(glu.data(), glu_want.data(), sizeof(float) * glu.size()), 0) << n << " rows, " << threads << " threads";
+    }
+  }
+}
+
 // The SIMD state updates equal the scalar reference bit for bit, sums and compensations, over many
 // updates of rows whose magnitudes straddle the products' (both branches of the compensated add),
 // at lengths that end inside a vector.
