@@ -71,6 +71,63 @@ void ReadRowLanes(float w, const float* HWY_RESTRICT row, const float* HWY_RESTR
 // Up to kMaxGroup queries' weights in registers; larger groups go in passes.
 constexpr int kMaxGroup = 8;
 
+// ReadRows for queries [i0, i0 + G) and the kVecs vectors of columns from d0: their sums stay in
+// registers over every row; each lane does ReadRow's operations (r = row + comp, out + w * r) row by
+// row in order, so the bits are ReadRow's.
+template <int G, int kVecs>
+HWY_INLINE void ReadRowsTile(int m, int dv, int i0, int d0, const float* HWY_RESTRICT w, int64_t w_stride, float factor,
+                             const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comp, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  hn::Vec<decltype(d)> acc[G][kVecs];
+  for (int i = 0; i < G; ++i) {
+    for (int v = 0; v < kVecs; ++v) acc[i][v] = hn::LoadU(d, out + (i0 + i) * dv + d0 + v * lanes);
+  }
+  for (int f = 0; f < m; ++f) {
+    const float* row = sums + int64_t(f) * dv + d0;
+    hn::Vec<decltype(d)> r[kVecs];
+    for (int v = 0; v < kVecs; ++v) r[v] = hn::LoadU(d, row + v * lanes);
+    if (comp != nullptr) {
+      for (int v = 0; v < kVecs; ++v) r[v] = hn::Add(r[v], hn::LoadU(d, comp + int64_t(f) * dv + d0 + v * lanes));
+    }
+    for (int i = 0; i < G; ++i) {
+      const auto wv = hn::Set(d, w[(i0 + i) * w_stride + f] * factor);
+      for (int v = 0; v < kVecs; ++v) acc[i][v] = hn::Add(acc[i][v], hn::Mul(wv, r[v]));
+    }
+  }
+  for (int i = 0; i < G; ++i) {
+    for (int v = 0; v < kVecs; ++v) hn::StoreU(acc[i][v], d, out + (i0 + i) * dv + d0 + v * lanes);
+  }
+}
+
+void ReadRowsLanes(int m, int dv, int group, const float* HWY_RESTRICT w, int64_t w_stride, float factor,
+                   const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comp, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  // 4 queries x 2 vectors of sums in registers (8, with 2 of the rows and a weight: 11 of the 16
+  // registers AVX2 has).
+  constexpr int kG = 4, kVecs = 2;
+  int d0 = 0;
+  for (; d0 + kVecs * lanes <= dv; d0 += kVecs * lanes) {
+    int i0 = 0;
+    for (; i0 + kG <= group; i0 += kG) ReadRowsTile<kG, kVecs>(m, dv, i0, d0, w, w_stride, factor, sums, comp, out);
+    for (; i0 < group; ++i0) ReadRowsTile<1, kVecs>(m, dv, i0, d0, w, w_stride, factor, sums, comp, out);
+  }
+  for (; d0 + lanes <= dv; d0 += lanes) {
+    for (int i0 = 0; i0 < group; ++i0) ReadRowsTile<1, 1>(m, dv, i0, d0, w, w_stride, factor, sums, comp, out);
+  }
+  if (d0 == dv) return;
+  for (int f = 0; f < m; ++f) {  // the columns past the last whole vector, as ReadRow's scalar tail
+    for (int i = 0; i < group; ++i) {
+      const float wi = w[i * w_stride + f] * factor;
+      for (int k = d0; k < dv; ++k) {
+        const float r = comp != nullptr ? sums[int64_t(f) * dv + k] + comp[int64_t(f) * dv + k] : sums[int64_t(f) * dv + k];
+        out[i * dv + k] += wi * r;
+      }
+    }
+  }
+}
+
 void ReadRowGroupLanes(const float* HWY_RESTRICT w, int64_t w_stride, int group, const float* HWY_RESTRICT row,
                        const float* HWY_RESTRICT comp, double* HWY_RESTRICT out, int n) {
   const hn::ScalableTag<double> d;
@@ -166,6 +223,7 @@ HWY_EXPORT(KahanAxpyLanes);
 HWY_EXPORT(AxpyLanes);
 HWY_EXPORT(ReadRowLanes);
 HWY_EXPORT(ReadRowGroupLanes);
+HWY_EXPORT(ReadRowsLanes);
 HWY_EXPORT(WidenSumsLanes);
 HWY_EXPORT(ExpFeaturesLanes);
 HWY_EXPORT(AddRowToSumsLanes);
@@ -178,6 +236,11 @@ void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(Axp
 
 void ReadRow(float w, const float* row, const float* comp, float* out, int n) {
   HWY_DYNAMIC_DISPATCH(ReadRowLanes)(w, row, comp, out, n);
+}
+
+void ReadRows(int m, int dv, int group, const float* w, int64_t w_stride, float factor, const float* sums,
+              const float* comp, float* out) {
+  HWY_DYNAMIC_DISPATCH(ReadRowsLanes)(m, dv, group, w, w_stride, factor, sums, comp, out);
 }
 
 void ExpFeatures(float* x, int n, float shift, float scale) {

@@ -49,6 +49,28 @@ inline void ReadRow(double w, const double* row, const double* comp, double* out
   ReadRowReference(w, row, comp, out, n);
 }
 
+// ReadRow of rows [0, m) of a state (sums [m, n], comp the same or null) for `group` queries at
+// once, row by row in order (slay, dark): out[i * n + d] += (w[i * w_stride + f] * factor) *
+// (sums[f * n + d] + comp[f * n + d]) for each row f, query i < group and d < n, each term rounded as
+// ReadRow rounds it. The SIMD kernel keeps the queries' sums in registers over the rows: one call a
+// state instead of one per row and query, and the same bits.
+template <typename T>
+void ReadRowsReference(int m, int n, int group, const T* w, int64_t w_stride, T factor, const T* sums, const T* comp,
+                       T* out) {
+  for (int f = 0; f < m; ++f) {
+    for (int i = 0; i < group; ++i) {
+      ReadRowReference<T>(w[i * w_stride + f] * factor, sums + int64_t(f) * n,
+                          comp != nullptr ? comp + int64_t(f) * n : nullptr, out + int64_t(i) * n, n);
+    }
+  }
+}
+void ReadRows(int m, int n, int group, const float* w, int64_t w_stride, float factor, const float* sums,
+              const float* comp, float* out);
+inline void ReadRows(int m, int n, int group, const double* w, int64_t w_stride, double factor, const double* sums,
+                     const double* comp, double* out) {
+  ReadRowsReference(m, n, group, w, w_stride, factor, sums, comp, out);
+}
+
 // The same read in double for `group` queries at once (taylor): with r[d] = double(row[d]) +
 // double(comp[d]) (comp may be null), out[i * n + d] += double(w[i * w_stride]) * r[d] for each
 // query i < group and d in [0, n).

@@ -58,30 +58,35 @@ void AddKey(int m, int dv, const T* phi_k, T w, const T* v, FeatureState<T> h) {
   for (int f = 0; f < m; ++f) AddToRow(f, dv, w * phi_k[f], v, h);
 }
 
-// Row f's part of a read by `group` queries phi_q [group, m] (each weight times `factor`):
-// num [group, dv] += their weights times S[f], den[i] += their weights times z[f] (compensations
-// included).
+// den[i] += the weights of `group` queries phi_q [group, m] (each times `factor`) times z[f] for rows
+// f in [f0, f1), in order (compensations included).
 template <typename T>
-void ReadRowForGroup(int f, int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
-  const T* row = h.S + size_t(f) * dv;
-  const T* comp = h.S_comp ? h.S_comp + size_t(f) * dv : nullptr;
-  const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
-  for (int i = 0; i < group; ++i) {
-    const T w = phi_q[size_t(i) * m + f] * factor;
-    // SIMD for fp32, bit for bit its scalar reference (kernels/cpu/state_update.h)
-    cpu::ReadRow(w, row, comp, num + size_t(i) * dv, dv);
-    den[i] += w * z;
+void ReadNormalizers(int f0, int f1, int m, int group, const T* phi_q, T factor, FeatureState<T> h, T* den) {
+  for (int f = f0; f < f1; ++f) {
+    const T z = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
+    for (int i = 0; i < group; ++i) den[i] += phi_q[size_t(i) * m + f] * factor * z;
   }
 }
 
+// Row f's part of a read by `group` queries phi_q [group, m] (each weight times `factor`):
+// num [group, dv] += their weights times S[f], den[i] += their weights times z[f] (compensations
+// included). SIMD for fp32 (cpu::ReadRows: ReadRow's bits, kernels/cpu/state_update.h).
+template <typename T>
+void ReadRowForGroup(int f, int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
+  cpu::ReadRows(1, dv, group, phi_q + f, m, factor, h.S + size_t(f) * dv,
+                h.S_comp ? h.S_comp + size_t(f) * dv : static_cast<const T*>(nullptr), num);
+  ReadNormalizers(f, f + 1, m, group, phi_q, factor, h, den);
+}
+
 // For `group` queries phi_q [group, m] (each weight times `factor`): num [group, dv] += their
-// weights times S, and den[i] = their weights . z (compensations included). Each state row is read
-// from memory once for the whole group (then from L1); each query's sums are the same operations in
-// the same order as a read of its own.
+// weights times S, and den[i] = their weights . z (compensations included). One call reads every
+// row for the whole group, the group's sums in registers (cpu::ReadRows); each query's sums are the
+// same operations in the same order as a read of its own.
 template <typename T>
 void ReadStateGroup(int m, int dv, int group, const T* phi_q, T factor, FeatureState<T> h, T* num, T* den) {
   std::fill(den, den + group, T(0));
-  for (int f = 0; f < m; ++f) ReadRowForGroup(f, m, dv, group, phi_q, factor, h, num, den);
+  cpu::ReadRows(m, dv, group, phi_q, m, factor, h.S, h.S_comp, num);
+  ReadNormalizers(0, m, m, group, phi_q, factor, h, den);
 }
 
 // One query: num [dv] += factor * phi_q^T S; returns factor * phi_q . z.

@@ -349,7 +349,13 @@ TEST(CpuStateUpdateTest, SimdReadsEqualTheScalarReferenceBitForBit) {
           cpu::ReadRowGroup(w.data() + r, rows, group, row, crow, group_out.data(), n);
           cpu::ReadRowGroupReference<float>(w.data() + r, rows, group, row, crow, group_ref.data(), n);
         }
+        // Every row for the whole group in one call, with a factor on the weights.
+        std::vector<float> rows_out = testing::RandomNormal<float>(size_t(group) * n, rng), rows_ref = rows_out;
+        cpu::ReadRows(rows, n, group, w.data(), rows, 0.75f, sums.data(), c, rows_out.data());
+        cpu::ReadRowsReference<float>(rows, n, group, w.data(), rows, 0.75f, sums.data(), c, rows_ref.data());
         const char* kind = c != nullptr ? "compensated" : "plain";
+        EXPECT_EQ(0, std::memcmp(rows_out.data(), rows_ref.data(), rows_out.size() * sizeof(float)))
+            << kind << " rows for a group of " << group << ", n " << n;
         EXPECT_EQ(0, std::memcmp(out.data(), out_ref.data(), n * sizeof(float))) << kind << " row, n " << n;
         EXPECT_EQ(0, std::memcmp(group_out.data(), group_ref.data(), group_out.size() * sizeof(double)))
             << kind << " group of " << group << ", n " << n;
