@@ -48,32 +48,12 @@ void AxpyLanes(float x, const float* HWY_RESTRICT v, float* HWY_RESTRICT row, in
   for (; i < n; ++i) row[i] += x * v[i];
 }
 
-void ReadRowLanes(float w, const float* HWY_RESTRICT row, const float* HWY_RESTRICT comp, float* HWY_RESTRICT out,
-                  int n) {
-  const hn::ScalableTag<float> d;
-  const int lanes = int(hn::Lanes(d));
-  const auto wv = hn::Set(d, w);
-  int i = 0;
-  if (comp != nullptr) {
-    for (; i + lanes <= n; i += lanes) {
-      const auto r = hn::Add(hn::LoadU(d, row + i), hn::LoadU(d, comp + i));
-      hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(wv, r)), d, out + i);
-    }
-    for (; i < n; ++i) out[i] += w * (row[i] + comp[i]);
-  } else {
-    for (; i + lanes <= n; i += lanes) {
-      hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(wv, hn::LoadU(d, row + i))), d, out + i);
-    }
-    for (; i < n; ++i) out[i] += w * row[i];
-  }
-}
-
 // Up to kMaxGroup queries' weights in registers; larger groups go in passes.
 constexpr int kMaxGroup = 8;
 
 // ReadRows for queries [i0, i0 + G) and the kVecs vectors of columns from d0: their sums stay in
-// registers over every row; each lane does ReadRow's operations (r = row + comp, out + w * r) row by
-// row in order, so the bits are ReadRow's.
+// registers over every row; each lane does ReadRowReference's operations (r = row + comp, out + w * r)
+// row by row in order, so the bits are its.
 template <int G, int kVecs>
 HWY_INLINE void ReadRowsTile(int m, int dv, int i0, int d0, const float* HWY_RESTRICT w, int64_t w_stride, float factor,
                              const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comp, float* HWY_RESTRICT out) {
@@ -117,7 +97,7 @@ void ReadRowsLanes(int m, int dv, int group, const float* HWY_RESTRICT w, int64_
     for (int i0 = 0; i0 < group; ++i0) ReadRowsTile<1, 1>(m, dv, i0, d0, w, w_stride, factor, sums, comp, out);
   }
   if (d0 == dv) return;
-  for (int f = 0; f < m; ++f) {  // the columns past the last whole vector, as ReadRow's scalar tail
+  for (int f = 0; f < m; ++f) {  // the columns past the last whole vector, as ReadRowReference does them
     for (int i = 0; i < group; ++i) {
       const float wi = w[i * w_stride + f] * factor;
       for (int k = d0; k < dv; ++k) {
@@ -221,7 +201,6 @@ namespace steady::cpu {
 
 HWY_EXPORT(KahanAxpyLanes);
 HWY_EXPORT(AxpyLanes);
-HWY_EXPORT(ReadRowLanes);
 HWY_EXPORT(ReadRowGroupLanes);
 HWY_EXPORT(ReadRowsLanes);
 HWY_EXPORT(WidenSumsLanes);
@@ -233,10 +212,6 @@ void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
 }
 
 void Axpy(float x, const float* v, float* row, int n) { HWY_DYNAMIC_DISPATCH(AxpyLanes)(x, v, row, n); }
-
-void ReadRow(float w, const float* row, const float* comp, float* out, int n) {
-  HWY_DYNAMIC_DISPATCH(ReadRowLanes)(w, row, comp, out, n);
-}
 
 void ReadRows(int m, int dv, int group, const float* w, int64_t w_stride, float factor, const float* sums,
               const float* comp, float* out) {

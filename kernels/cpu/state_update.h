@@ -35,7 +35,7 @@ void Axpy(float x, const float* v, float* row, int n);
 inline void Axpy(double x, const double* v, double* row, int n) { AxpyReference(x, v, row, n); }
 
 // The read of one state row: out[d] += w * (row[d] + comp[d]) for d in [0, n), or out[d] += w * row[d]
-// where comp is null (slay, dark).
+// where comp is null (slay, dark: ReadRows below reads a state's rows this way).
 template <typename T>
 void ReadRowReference(T w, const T* row, const T* comp, T* out, int n) {
   if (comp != nullptr) {
@@ -44,16 +44,12 @@ void ReadRowReference(T w, const T* row, const T* comp, T* out, int n) {
     for (int i = 0; i < n; ++i) out[i] += w * row[i];
   }
 }
-void ReadRow(float w, const float* row, const float* comp, float* out, int n);
-inline void ReadRow(double w, const double* row, const double* comp, double* out, int n) {
-  ReadRowReference(w, row, comp, out, n);
-}
 
-// ReadRow of rows [0, m) of a state (sums [m, n], comp the same or null) for `group` queries at
-// once, row by row in order (slay, dark): out[i * n + d] += (w[i * w_stride + f] * factor) *
-// (sums[f * n + d] + comp[f * n + d]) for each row f, query i < group and d < n, each term rounded as
-// ReadRow rounds it. The SIMD kernel keeps the queries' sums in registers over the rows: one call a
-// state instead of one per row and query, and the same bits.
+// ReadRowReference of rows [0, m) of a state (sums [m, n], comp the same or null) for `group`
+// queries at once, row by row in order (slay, dark): out[i * n + d] += (w[i * w_stride + f] *
+// factor) * (sums[f * n + d] + comp[f * n + d]) for each row f, query i < group and d < n, each term
+// rounded as ReadRowReference rounds it. The SIMD kernel keeps the queries' sums in registers over
+// the rows: one call a state instead of one per row and query, and the same bits.
 template <typename T>
 void ReadRowsReference(int m, int n, int group, const T* w, int64_t w_stride, T factor, const T* sums, const T* comp,
                        T* out) {
