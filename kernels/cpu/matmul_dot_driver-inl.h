@@ -31,17 +31,18 @@ STEADY_DRIVER_TARGET void Columns(const Op& op, int rows, float* y, int64_t out,
   alignas(64) float acc[kPassRows * C * kGroup];
   for (int r0 = 0; r0 < rows; r0 += kPassRows) {
     const int n = std::min(kPassRows, rows - r0);
-    const bool ahead = n > kRows;  // and only for the first kAheadTiles tiles
+    const bool ahead = n > kRows;
+    auto asks = [&](int r) { return ahead && r < kAheadTiles * kRows; };  // the first kAheadTiles tiles
     std::memset(acc, 0, sizeof(float) * n * C * kGroup);
     for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
       const int64_t s1 = std::min(op.steps, s0 + Op::kChunk);
       int r = 0;
-      for (; r + kRows <= n; r += kRows) op.template Tile<kRows, C>(r0 + r, s0, s1, acc + r * C * kGroup, ahead && r < kAheadTiles * kRows);
+      for (; r + kRows <= n; r += kRows) op.template Tile<kRows, C>(r0 + r, s0, s1, acc + r * C * kGroup, asks(r));
       float* a = acc + r * C * kGroup;
       switch (n - r) {
-        case 3: if constexpr (kRows > 3) op.template Tile<3, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
-        case 2: if constexpr (kRows > 2) op.template Tile<2, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
-        case 1: if constexpr (kRows > 1) op.template Tile<1, C>(r0 + r, s0, s1, a, ahead && r < kAheadTiles * kRows); break;
+        case 3: if constexpr (kRows > 3) op.template Tile<3, C>(r0 + r, s0, s1, a, asks(r)); break;
+        case 2: if constexpr (kRows > 2) op.template Tile<2, C>(r0 + r, s0, s1, a, asks(r)); break;
+        case 1: if constexpr (kRows > 1) op.template Tile<1, C>(r0 + r, s0, s1, a, asks(r)); break;
         default: break;
       }
     }

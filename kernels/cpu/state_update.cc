@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/state_update.h"  // the scalar references the lanes equal
 #include "kernels/host_device.h"
 #include "kernels/sliced_bins_math.h"
 
@@ -97,13 +98,10 @@ void ReadRowsLanes(int m, int dv, int group, const float* HWY_RESTRICT w, int64_
     for (int i0 = 0; i0 < group; ++i0) ReadRowsTile<1, 1>(m, dv, i0, d0, w, w_stride, factor, sums, comp, out);
   }
   if (d0 == dv) return;
-  for (int f = 0; f < m; ++f) {  // the columns past the last whole vector, as ReadRowReference does them
+  for (int f = 0; f < m; ++f) {  // the columns past the last whole vector
     for (int i = 0; i < group; ++i) {
-      const float wi = w[i * w_stride + f] * factor;
-      for (int k = d0; k < dv; ++k) {
-        const float r = comp != nullptr ? sums[int64_t(f) * dv + k] + comp[int64_t(f) * dv + k] : sums[int64_t(f) * dv + k];
-        out[i * dv + k] += wi * r;
-      }
+      ReadRowReference<float>(w[i * w_stride + f] * factor, sums + int64_t(f) * dv + d0,
+                              comp != nullptr ? comp + int64_t(f) * dv + d0 : nullptr, out + i * dv + d0, dv - d0);
     }
   }
 }
