@@ -240,6 +240,71 @@ void MatMulNTQ4KColumns(const float* x, int rows, int64_t in, Q4KWeights w, int6
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+// y[r, j0 : j0 + C vectors] = x[r, :] w[:, j0 : ...] for R rows of x and w [in, out] (input-major):
+// each output lane starts at zero and takes one fused multiply-add per k, in order of k. The last
+// vector of the block holds `tail` lanes when tail > 0 (copied through a zeroed buffer: the memory
+// past it is never read or written), so every y[r, j] is the same arithmetic wherever its column
+// falls and however many rows come with it.
+template <int R, int C>
+HWY_INLINE void NNBlock(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t out,
+                        int64_t j0, size_t tail, float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  HWY_ALIGN float part[HWY_MAX_BYTES / sizeof(float)] = {};
+  const auto load = [&](const float* p, int c) {
+    if (tail == 0 || c < C - 1) return hn::LoadU(d, p + c * lanes);
+    std::copy(p + c * lanes, p + c * lanes + tail, part);
+    return hn::Load(d, part);
+  };
+  V a[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) a[r][c] = hn::Zero(d);
+  }
+  for (int64_t k = 0; k < in; ++k) {
+    const float* wk = w + k * out + j0;
+    V wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = load(wk, c);
+    for (int r = 0; r < R; ++r) {
+      const V xv = hn::Set(d, x[r * in + k]);
+      for (int c = 0; c < C; ++c) a[r][c] = hn::MulAdd(xv, wv[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + r * out + j0;
+    for (int c = 0; c < C; ++c) {
+      if (tail > 0 && c == C - 1) {
+        hn::Store(a[r][c], d, part);
+        std::copy(part, part + tail, yr + c * lanes);
+      } else {
+        hn::StoreU(a[r][c], d, yr + c * lanes);
+      }
+    }
+  }
+}
+
+// Every column of y for R rows: blocks of kTileCols vectors, then single vectors, then the partial one.
+template <int R>
+HWY_INLINE void NNRows(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t out,
+                       float* HWY_RESTRICT y) {
+  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<float>()));
+  int64_t j = 0;
+  for (; j + kTileCols * lanes <= out; j += kTileCols * lanes) NNBlock<R, kTileCols>(x, in, w, out, j, 0, y);
+  for (; j + lanes <= out; j += lanes) NNBlock<R, 1>(x, in, w, out, j, 0, y);
+  if (j < out) NNBlock<R, 1>(x, in, w, out, j, size_t(out - j), y);
+}
+
+void MatMulNNRows(const float* x, int rows, int64_t in, const float* w, int64_t out, float* y) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) NNRows<4>(x + r * in, in, w, out, y + r * out);
+  switch (rows - r) {
+    case 3: NNRows<3>(x + r * in, in, w, out, y + r * out); break;
+    case 2: NNRows<2>(x + r * in, in, w, out, y + r * out); break;
+    case 1: NNRows<1>(x + r * in, in, w, out, y + r * out); break;
+    default: break;
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -269,6 +334,7 @@ HWY_EXPORT(MatMulNTQ4Columns);
 HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
+HWY_EXPORT(MatMulNNRows);
 
 namespace {
 
@@ -411,6 +477,14 @@ void MatVecF64Reference(const float* w, int rows, int in, const double* x, const
 
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y) {
   ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return w[j * in + k]; });
+}
+
+void MatMulNN(const float* x, int rows, int in, const float* w, int out, float* y) {
+  HWY_DYNAMIC_DISPATCH(MatMulNNRows)(x, rows, in, w, out, y);
+}
+
+void MatMulNNReference(const float* x, int rows, int in, const float* w, int out, float* y) {
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return w[k * out + j]; });
 }
 
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }

@@ -110,6 +110,14 @@ void MatVecsF64(const float* w, int rows, int in, int n, const double* x, const 
 // The plain reference the kernels are tested against: a double-precision dot product per element.
 void MatMulNTReference(const float* x, int rows, int in, const float* w, int out, float* y);
 
+// y = x w for w [in, out] stored input-major (the mechanisms' small feature projections: dark's W^T
+// and M^T, slay's omega), any number of rows, on the calling thread. The columns run along the
+// vector lanes: each y[r, j] is one multiply-add per k (fused where the CPU has FMA) in order of k
+// from zero, the same bits whatever the number of rows and wherever its column falls (Highway, the
+// widest instruction set the CPU has). The matrix is read once per 4 rows of x.
+void MatMulNN(const float* x, int rows, int in, const float* w, int out, float* y);
+void MatMulNNReference(const float* x, int rows, int in, const float* w, int out, float* y);
+
 // The instruction set the SIMD kernels run with on this CPU (e.g. "AVX3", "AVX2").
 const char* SimdTargetName();
 

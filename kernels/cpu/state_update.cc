@@ -141,6 +141,20 @@ void ExpFeaturesLanes(float* HWY_RESTRICT x, int n, float shift, float scale) {
   for (; i < n; ++i) x[i] = std::exp(x[i] - shift) * scale;
 }
 
+float MaxOfLanes(const float* HWY_RESTRICT x, int n) {
+  const hn::ScalableTag<float> d;
+  const int lanes = int(hn::Lanes(d));
+  float top = x[0];
+  int i = 0;
+  if (n >= lanes) {
+    auto a = hn::LoadU(d, x);
+    for (i = lanes; i + lanes <= n; i += lanes) a = hn::Max(a, hn::LoadU(d, x + i));
+    top = hn::GetLane(hn::MaxOfLanes(d, a));
+  }
+  for (; i < n; ++i) top = std::max(top, x[i]);
+  return top;
+}
+
 void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
                     int n) {
   const hn::ScalableTag<double> d;
@@ -203,6 +217,7 @@ HWY_EXPORT(ReadRowGroupLanes);
 HWY_EXPORT(ReadRowsLanes);
 HWY_EXPORT(WidenSumsLanes);
 HWY_EXPORT(ExpFeaturesLanes);
+HWY_EXPORT(MaxOfLanes);
 HWY_EXPORT(AddRowToSumsLanes);
 
 void KahanAxpy(float x, const float* v, float* row, float* comp, int n) {
@@ -219,6 +234,8 @@ void ReadRows(int m, int dv, int group, const float* w, int64_t w_stride, float 
 void ExpFeatures(float* x, int n, float shift, float scale) {
   HWY_DYNAMIC_DISPATCH(ExpFeaturesLanes)(x, n, shift, scale);
 }
+
+float MaxOf(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(MaxOfLanes)(x, n); }
 
 void WidenSums(const float* sums, const float* comps, double* out, int n) {
   HWY_DYNAMIC_DISPATCH(WidenSumsLanes)(sums, comps, out, n);

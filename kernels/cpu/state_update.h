@@ -7,6 +7,7 @@
 #ifndef STEADY_KERNELS_CPU_STATE_UPDATE_H_
 #define STEADY_KERNELS_CPU_STATE_UPDATE_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -90,6 +91,11 @@ void ExpFeatures(float* x, int n, float shift, float scale);
 inline void ExpFeatures(double* x, int n, double shift, double scale) {
   for (int i = 0; i < n; ++i) x[i] = std::exp(x[i] - shift) * scale;
 }
+
+// The largest of x[0], ..., x[n - 1] (n >= 1; x without NaN): exact, so the SIMD lanes' order gives
+// std::max_element's value (the features' shifts).
+float MaxOf(const float* x, int n);
+inline double MaxOf(const double* x, int n) { return *std::max_element(x, x + n); }
 
 // sliced_relu's bucketed state (model/mechanisms/sliced_bins.cc) keeps running sums as an fp32 pair
 // (sum, compensation) read and updated in double (kernels/sliced_bins_math.h ReadSum, AddToSum).

@@ -96,53 +96,87 @@ void DeriveDarkW(const AttnShape& s, DarkParams* p) {
       }
     }
   }
+  const auto transpose = [&](const std::vector<float>& a, int rows, std::vector<float>* t) {
+    t->assign(a.size(), 0.0f);
+    for (int g = 0; g < s.kv_heads; ++g) {
+      for (int i = 0; i < rows; ++i) {
+        for (int d = 0; d < dk; ++d) (*t)[(size_t(g) * dk + d) * rows + i] = a[(size_t(g) * rows + i) * dk + d];
+      }
+    }
+  };
+  transpose(p->W, m, &p->Wt);
+  transpose(p->M, r, &p->Mt);
 }
 
 namespace {
 
-// out[i] = w_i . x for the rows of w [rows, dk]: fp32 through the SIMD GEMM kernel (kernels/cpu/
-// matmul.h, lanes summed in its own order), fp64 in a plain loop (the reference).
-void RowDots(const float* w, int rows, int dk, const float* x, float* out) {
-  cpu::MatMulNTSmallRows(x, 1, dk, w, rows, out);
+// out[t, i] = w_i . x_t for n rows x [n, dk] and the rows of w [rows, dk]: fp32 through the SIMD
+// kernel on w's transpose wt [dk, rows] (kernels/cpu/matmul.h: one multiply-add per d in order, a
+// row's sums the same whatever rows come with it), fp64 in a plain loop (the reference).
+void Project(const float*, const float* wt, int rows, int dk, int n, const float* x, float* out) {
+  cpu::MatMulNN(x, n, dk, wt, rows, out);
 }
-void RowDots(const float* w, int rows, int dk, const double* x, double* out) {
-  for (int i = 0; i < rows; ++i) {
-    double dot = 0;
-    for (int d = 0; d < dk; ++d) dot += double(w[size_t(i) * dk + d]) * x[d];
-    out[i] = dot;
+void Project(const float* w, const float*, int rows, int dk, int n, const double* x, double* out) {
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < rows; ++i) {
+      double dot = 0;
+      for (int d = 0; d < dk; ++d) dot += double(w[size_t(i) * dk + d]) * x[size_t(t) * dk + d];
+      out[size_t(t) * rows + i] = dot;
+    }
   }
+}
+
+// The features of DarkQueryFeatures and DarkKeyFeatures from their logits, in place.
+template <typename T>
+T QueryFeaturesOfLogits(const DarkParams& p, T* phi) {
+  const T top = cpu::MaxOf(phi, p.features);
+  cpu::ExpFeatures(phi, p.features, top, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
+  return top;
+}
+template <typename T>
+void KeyFeaturesOfLogits(const DarkParams& p, T* c, T* phi) {
+  *c = std::max(*c, cpu::MaxOf(phi, p.features));
+  cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
+}
+
+// n pieces of `len` values gathered from x, piece t at x + t * stride, into `rows` [n, len].
+template <typename T>
+const T* Gather(int n, int len, const T* x, int64_t stride, std::vector<T>* rows) {
+  rows->resize(size_t(n) * len);
+  for (int t = 0; t < n; ++t) std::copy(x + t * stride, x + t * stride + len, rows->data() + size_t(t) * len);
+  return rows->data();
 }
 
 }  // namespace
 
 template <typename T>
-void DarkLogits(const DarkParams& p, const AttnShape& s, int g, const T* x, T* logits) {
+void DarkLogits(const DarkParams& p, const AttnShape& s, int g, int n, const T* x, T* logits) {
   const int m = p.features, r = p.rank, dk = s.head_dim;
   // |M x'|^2 = scale |M x|^2 and w.x' = sqrt(scale) w.x.
   thread_local std::vector<T> mx;
-  mx.resize(size_t(r));
-  RowDots(p.M.data() + size_t(g) * r * dk, r, dk, x, mx.data());
-  T mx2 = 0;
-  for (int i = 0; i < r; ++i) mx2 += mx[i] * mx[i];
-  const T half_norm = T(p.scale) * mx2 / 2;
+  mx.resize(size_t(n) * r);
+  Project(p.M.data() + size_t(g) * r * dk, p.Mt.data() + size_t(g) * dk * r, r, dk, n, x, mx.data());
+  Project(p.W.data() + size_t(g) * m * dk, p.Wt.data() + size_t(g) * dk * m, m, dk, n, x, logits);
   const T root_scale = std::sqrt(T(p.scale));
-  RowDots(p.W.data() + size_t(g) * m * dk, m, dk, x, logits);
-  for (int f = 0; f < m; ++f) logits[f] = root_scale * logits[f] - half_norm;
+  for (int t = 0; t < n; ++t) {
+    T mx2 = 0;
+    for (int i = 0; i < r; ++i) mx2 += mx[size_t(t) * r + i] * mx[size_t(t) * r + i];
+    const T half_norm = T(p.scale) * mx2 / 2;
+    T* l = logits + size_t(t) * m;
+    for (int f = 0; f < m; ++f) l[f] = root_scale * l[f] - half_norm;
+  }
 }
 
 template <typename T>
 T DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, T* phi) {
-  DarkLogits(p, s, g, q, phi);
-  const T top = *std::max_element(phi, phi + p.features);
-  cpu::ExpFeatures(phi, p.features, top, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
-  return top;
+  DarkLogits(p, s, g, 1, q, phi);
+  return QueryFeaturesOfLogits(p, phi);
 }
 
 template <typename T>
 void DarkKeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
-  DarkLogits(p, s, g, k, phi);
-  *c = std::max(*c, *std::max_element(phi, phi + p.features));
-  cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
+  DarkLogits(p, s, g, 1, k, phi);
+  KeyFeaturesOfLogits(p, c, phi);
 }
 
 absl::Status ParseParams(const nlohmann::json& j, const AttnShape& s, DarkParams* p) {
@@ -237,12 +271,13 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
   for (int g = 0; g < s.kv_heads; ++g) {
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
     const T c_old = *h.c;
-    DarkKeyFeatures(p, s, g, k + g * s.head_dim, h.c, phi_k.data());
+    DarkLogits(p, s, g, 1, k + g * s.head_dim, phi_k.data());
+    KeyFeaturesOfLogits(p, h.c, phi_k.data());
     if (*h.c > c_old) ScaleState(m, dv, DarkShiftFactor(c_old, *h.c), h.sums);
     AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h.sums);
-    for (int i = 0; i < group; ++i) {
-      cq[i] = DarkQueryFeatures(p, s, g, q + (g * group + i) * s.head_dim, phi_q.data() + size_t(i) * m);
-    }
+    // The group's queries are adjacent in q: their logits in one pass over W and M.
+    DarkLogits(p, s, g, group, q + g * group * s.head_dim, phi_q.data());
+    for (int i = 0; i < group; ++i) cq[i] = QueryFeaturesOfLogits(p, phi_q.data() + size_t(i) * m);
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
     ReadStateGroup(m, dv, group, phi_q.data(), T(1), h.sums, yg, den.data());  // the state read once per group
@@ -256,26 +291,32 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
   const AttnShape& s = a.shape;
   const int m = p.features, dv = s.value_dim, L = a.chunk_size;
   // Key j of the chunk: features relative to c_j, the running max after it (c_j is non-decreasing).
-  std::vector<T> phi_q(m), phi_k(size_t(L) * m), c_run(L);
+  const int group = s.group(), dk = s.head_dim;
+  std::vector<T> phi_q(size_t(group) * m), phi_k(size_t(L) * m), c_run(L), rows;
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
     for (int g = 0; g < s.kv_heads; ++g) {
       const HeadState<T> h = HeadAt(a, p, st.fixed, g);
       const T c_carried = *h.c;
       T c = c_carried;
+      DarkLogits(p, s, g, len, Gather(len, dk, k + (size_t(c0) * s.kv_heads + g) * dk, s.kv_heads * dk, &rows),
+                 phi_k.data());
       for (int j = 0; j < len; ++j) {
-        DarkKeyFeatures(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+        KeyFeaturesOfLogits(p, &c, phi_k.data() + size_t(j) * m);
         c_run[j] = c;
       }
       // Query t sees the carried state and keys j <= t, all brought to its reference c_run[t].
       for (int t = 0; t < len; ++t) {
-        for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-          const T cq = DarkQueryFeatures(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, phi_q.data());
+        DarkLogits(p, s, g, group, q + (size_t(c0 + t) * s.heads + g * group) * dk, phi_q.data());
+        for (int i = 0; i < group; ++i) {
+          const int hq = g * group + i;
+          T* phi = phi_q.data() + size_t(i) * m;
+          const T cq = QueryFeaturesOfLogits(p, phi);
           T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
           std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, phi_q.data(), DarkShiftFactor(c_carried, c_run[t]), h.sums, yh);
+          T den = ReadState(m, dv, phi, DarkShiftFactor(c_carried, c_run[t]), h.sums, yh);
           for (int j = 0; j <= t; ++j) {
-            const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi_q.data(), phi_k.data() + size_t(j) * m);
+            const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi, phi_k.data() + size_t(j) * m);
             const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
             for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
             den += w;
@@ -305,11 +346,12 @@ void Parallel(const LayerAttention& a, const DarkParams& p, int n, const T* q, c
   // flush early keys to zero for early queries.
   const AttnShape& s = a.shape;
   const int m = p.features, dv = s.value_dim;
-  std::vector<T> phi_q(m), phi_k(size_t(n) * m), c_run(n);
+  std::vector<T> phi_q(m), phi_k(size_t(n) * m), c_run(n), rows;
   for (int g = 0; g < s.kv_heads; ++g) {
     T c = -T(INFINITY);
+    DarkLogits(p, s, g, n, Gather(n, s.head_dim, k + g * s.head_dim, s.kv_heads * s.head_dim, &rows), phi_k.data());
     for (int j = 0; j < n; ++j) {
-      DarkKeyFeatures(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, &c, phi_k.data() + size_t(j) * m);
+      KeyFeaturesOfLogits(p, &c, phi_k.data() + size_t(j) * m);
       c_run[j] = c;
     }
     for (int t = 0; t < n; ++t) {
@@ -330,8 +372,8 @@ void Parallel(const LayerAttention& a, const DarkParams& p, int n, const T* q, c
   }
 }
 
-template void DarkLogits<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
-template void DarkLogits<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
+template void DarkLogits<float>(const DarkParams&, const AttnShape&, int, int, const float*, float*);
+template void DarkLogits<double>(const DarkParams&, const AttnShape&, int, int, const double*, double*);
 template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
 template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
 template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
@@ -359,15 +401,18 @@ void Steps(const LayerAttention& a, const DarkParams& p, int n, const T* q, cons
     den.resize(size_t(n) * group);
     c_after.resize(n);
     rescale.resize(n);
+    thread_local std::vector<T> rows;
     const HeadState<T> h = HeadAt(a, p, st.fixed, g);
+    // Every key's logits, then every query's, in one pass each over W and M (c does not enter them).
+    DarkLogits(p, s, g, n, Gather(n, s.head_dim, k + g * s.head_dim, k_row, &rows), phi_k.data());
+    DarkLogits(p, s, g, n * group, Gather(n, group * s.head_dim, q + g * group * s.head_dim, q_row, &rows), phi_q.data());
     for (int t = 0; t < n; ++t) {
       const T c_old = *h.c;
-      DarkKeyFeatures(p, s, g, k + t * k_row + g * s.head_dim, h.c, phi_k.data() + size_t(t) * m);
+      KeyFeaturesOfLogits(p, h.c, phi_k.data() + size_t(t) * m);
       rescale[t] = *h.c > c_old ? DarkShiftFactor(c_old, *h.c) : T(1);
       c_after[t] = *h.c;
       for (int i = 0; i < group; ++i) {
-        cq[size_t(t) * group + i] = DarkQueryFeatures(p, s, g, q + t * q_row + (g * group + i) * s.head_dim,
-                                                      phi_q.data() + (size_t(t) * group + i) * m);
+        cq[size_t(t) * group + i] = QueryFeaturesOfLogits(p, phi_q.data() + (size_t(t) * group + i) * m);
       }
       std::fill(y + t * y_row + g * group * dv, y + t * y_row + (g + 1) * group * dv, T(0));
     }

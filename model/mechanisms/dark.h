@@ -24,17 +24,24 @@ struct DarkParams {
   std::vector<float> M;  // [kv_heads, r, head_dim]  (self_attn.dark.M), identity for performer
   std::vector<float> G;  // [kv_heads, m, r]         (self_attn.dark.G), fixed Gaussian draws
   std::vector<float> W;  // [kv_heads, m, head_dim] = G M, derived at load
+  // W and M transposed, [kv_heads, head_dim, m] and [kv_heads, head_dim, r], derived with W: the
+  // CPU's fp32 projections read them along the vector lanes (cpu::MatMulNN).
+  std::vector<float> Wt, Mt;
 };
 
 STEADY_DECLARE_MECHANISM(DarkParams)
 
-// W = G M per kv head (computed in double, stored float). LoadTensors and RandomInitTensors call it.
+// W = G M per kv head (computed in double, stored float), and Wt, Mt. LoadTensors and
+// RandomInitTensors call it.
 void DeriveDarkW(const AttnShape& s, DarkParams* p);
 
-// Feature logits of one kv head's key or query x [head_dim]: l_f = w_f.x' - |M x'|^2 / 2 with
-// x' = sqrt(scale) x, f < m. The features are phi_f(x) = exp(l_f) / sqrt(m).
+// Feature logits of `rows` keys or queries of one kv head, x [rows, head_dim] -> logits [rows, m]:
+// l_f = w_f.x' - |M x'|^2 / 2 with x' = sqrt(scale) x, f < m. The features are
+// phi_f(x) = exp(l_f) / sqrt(m). In fp32 the projections of all the rows take one cpu::MatMulNN
+// each (W and M read once per 4 rows, not once per row), and a row's logits are the same bits
+// whatever rows come with it; in fp64 they are plain loops (the reference).
 template <typename T>
-void DarkLogits(const DarkParams& p, const AttnShape& s, int kv_head, const T* x, T* logits);
+void DarkLogits(const DarkParams& p, const AttnShape& s, int kv_head, int rows, const T* x, T* logits);
 
 // Query features shifted by their own max over features: phi_f = exp(l_f - max_l) / sqrt(m).
 // Returns max_l, the log of the factor taken out (it cancels in num / den).

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/matmul.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/feature_state.h"
 #include "model/mechanisms/params_util.h"
@@ -43,6 +44,16 @@ absl::Status NormalizeAnchors(int rows, int dim, const std::string& name, std::v
   return absl::OkStatus();
 }
 
+// prf [M] = u [dk] . om [dk, M]: fp32 through the SIMD kernel (kernels/cpu/matmul.h: one
+// multiply-add per d in order for each feature), fp64 in a plain loop (the reference).
+void Project(const float* u, int dk, const float* om, int M, float* prf) { cpu::MatMulNN(u, 1, dk, om, M, prf); }
+void Project(const double* u, int dk, const float* om, int M, double* prf) {
+  std::fill(prf, prf + M, 0.0);
+  for (int d = 0; d < dk; ++d) {
+    for (int i = 0; i < M; ++i) prf[i] += double(om[size_t(d) * M + i]) * u[d];
+  }
+}
+
 // psi(u) into `psi` [R, P, M]; `poly` is scratch of P values.
 template <typename T>
 void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* poly, T* psi) {
@@ -63,12 +74,7 @@ void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T*
     // prf values go to the p = 0 row of this node's block first and are spread over the P rows
     // from the last row back, so the p = 0 row is overwritten last.
     T* prf = psi + size_t(r) * P * M;
-    std::fill(prf, prf + M, T(0));
-    const float* om = p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M;  // [head_dim, M]
-    for (int d = 0; d < dk; ++d) {
-      const T ud = u[d];
-      for (int i = 0; i < M; ++i) prf[i] += T(om[size_t(d) * M + i]) * ud;
-    }
+    Project(u, dk, p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M, M, prf);  // omega: [head_dim, M]
     const T sr = T(p.node_s[r]);
     const T gain = std::sqrt(T(2) * sr) * inv_norm;
     const T amp = std::sqrt(T(p.node_w[r])) * inv_sqrt_m;

@@ -107,6 +107,41 @@ TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
   }
 }
 
+// y = x w with w input-major (the mechanisms' feature projections): against the double reference
+// at shapes around every tile edge (rows 1-9 around the 4-row tile; columns around the vector and
+// block widths, with partial vectors), and each row's result the same bits alone as in any batch.
+TEST(CpuMatMulTest, MatMulNNMatchesTheReferenceAndARowsResultDoesNotDependOnTheBatch) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 2, 3, 4, 5, 8, 9}) {
+    for (int in : {1, 7, 64}) {
+      for (int out : {1, 5, 15, 16, 17, 48, 63, 64, 65, 100, 256}) {
+        // Problem's w is [out, in] for MatMulNT; here the same values stored input-major.
+        const Problem p = MakeProblem(rows, in, out, rng);
+        std::vector<float> wt(p.w.size());
+        for (int j = 0; j < out; ++j) {
+          for (int k = 0; k < in; ++k) wt[size_t(k) * out + j] = p.w[size_t(j) * in + k];
+        }
+        std::vector<float> got(size_t(rows) * out, NAN), want(got.size(), NAN);
+        cpu::MatMulNN(p.x.data(), rows, in, wt.data(), out, got.data());
+        cpu::MatMulNNReference(p.x.data(), rows, in, wt.data(), out, want.data());
+        ExpectClose(p, got, want);
+        for (int r = 0; r < rows; ++r) {
+          std::vector<float> alone(out, NAN);
+          cpu::MatMulNN(p.x.data() + size_t(r) * in, 1, in, wt.data(), out, alone.data());
+          for (int j = 0; j < out; ++j) {
+            ASSERT_EQ(alone[j], got[size_t(r) * out + j])
+                << "row " << r << " of " << rows << " in " << in << " out " << out << " column " << j;
+          }
+        }
+      }
+    }
+  }
+  // Nothing past the last row and column is written.
+  std::vector<float> x(3 * 5, 1.0f), w(5 * 17, 1.0f), y(3 * 17 + 8, -7.0f);
+  cpu::MatMulNN(x.data(), 3, 5, w.data(), 17, y.data());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], i < 3 * 17 ? 5.0f : -7.0f) << i;
+}
+
 // sliced_relu's fp64 projections: the SIMD matrix-vector product against the plain loop (within
 // fp64 rounding of a sum in another order), and the same bits with one thread or two.
 TEST(CpuMatMulTest, Fp64MatVecMatchesTheReference) {
@@ -395,6 +430,22 @@ TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
 }
 
 // dark's feature exps in SIMD against std::exp: within a few ulps, down to underflow.
+// The features' shift: the SIMD max is exactly std::max_element's value wherever the largest
+// element sits (first, last, in the tail past the whole vectors) and for every length.
+TEST(CpuStateUpdateTest, MaxOfIsTheLargestElement) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int n = 1; n <= 70; ++n) {
+    for (int at : {0, n / 2, n - 1}) {
+      std::vector<float> x = testing::RandomNormal<float>(n, rng);
+      for (float& v : x) v = -std::abs(v) - 1.0f;  // all negative: a zero start would be wrong
+      x[at] = -0.5f;
+      EXPECT_EQ(cpu::MaxOf(x.data(), n), -0.5f) << "n " << n << " at " << at;
+      x[at] = -INFINITY;
+      EXPECT_EQ(cpu::MaxOf(x.data(), n), *std::max_element(x.begin(), x.end())) << "n " << n << " at " << at;
+    }
+  }
+}
+
 TEST(CpuStateUpdateTest, ExpFeaturesMatchStdExp) {
   std::mt19937_64 rng(testing::TestSeed());
   for (int n : {1, 15, 16, 17, 256}) {

@@ -118,6 +118,52 @@ TEST(DarkTensorsTest, WEqualsGMAndInitHasIdentityMAndOrthogonalBlocks) {
   }
 }
 
+// The fp32 logits of several rows in one call (W and M through the SIMD kernel on their transposes)
+// against the fp64 plain loops, and each row's the same bits alone as with the others; Wt and Mt
+// are W and M transposed.
+TEST(DarkTensorsTest, LogitsOfSeveralRowsAreEachRowsOwn) {
+  for (int rank : {8, 3}) {
+    const AttnShape shape{4, 2, 8, 6};
+    auto a = MakeDark({{"features", 37}, {"rank", rank}}, shape);  // 37: a partial vector of features
+    ASSERT_TRUE(a.ok());
+    const DarkParams& p = std::get<DarkParams>(a->params);
+    const int m = 37, dk = 8;
+    for (int g = 0; g < 2; ++g) {
+      for (int f = 0; f < m; ++f) {
+        for (int d = 0; d < dk; ++d) {
+          ASSERT_EQ(p.Wt[(size_t(g) * dk + d) * m + f], p.W[(size_t(g) * m + f) * dk + d]);
+        }
+      }
+      for (int i = 0; i < rank; ++i) {
+        for (int d = 0; d < dk; ++d) {
+          ASSERT_EQ(p.Mt[(size_t(g) * dk + d) * rank + i], p.M[(size_t(g) * rank + i) * dk + d]);
+        }
+      }
+      for (int n : {1, 4, 7}) {
+        const Inputs in = RandomInputs(shape, n, 1.0, 10 + n);  // k [n, 2, 8]: use head 0's rows of q
+        std::vector<double> xd(size_t(n) * dk);
+        for (int t = 0; t < n; ++t) {
+          std::copy(in.q.begin() + size_t(t) * shape.heads * dk, in.q.begin() + (size_t(t) * shape.heads + 1) * dk,
+                    xd.begin() + size_t(t) * dk);
+        }
+        const std::vector<float> xf(xd.begin(), xd.end());
+        std::vector<double> want(size_t(n) * m);
+        std::vector<float> got(size_t(n) * m, NAN), alone(m, NAN);
+        DarkLogits<double>(p, shape, g, n, xd.data(), want.data());
+        DarkLogits<float>(p, shape, g, n, xf.data(), got.data());
+        for (int t = 0; t < n; ++t) {
+          DarkLogits<float>(p, shape, g, 1, xf.data() + size_t(t) * dk, alone.data());
+          for (int f = 0; f < m; ++f) {
+            const size_t i = size_t(t) * m + f;
+            ASSERT_EQ(got[i], alone[f]) << "rank " << rank << " head " << g << " row " << t << " of " << n;
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "row " << t << " feature " << f;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DarkStateTest, InitStateWritesEveryElementAndMarksEmpty) {
   auto a = MakeDark({{"features", 16}});
   ASSERT_TRUE(a.ok());
@@ -226,9 +272,9 @@ double LogCanonicalDen(const LayerAttention& a, const Inputs& in, int t, int h) 
   const DarkParams& p = std::get<DarkParams>(a.params);
   const int g = h / s.group(), m = p.features;
   std::vector<double> lq(m), lk(m), terms;
-  DarkLogits<double>(p, s, g, in.q.data() + (size_t(t) * s.heads + h) * s.head_dim, lq.data());
+  DarkLogits<double>(p, s, g, 1, in.q.data() + (size_t(t) * s.heads + h) * s.head_dim, lq.data());
   for (int j = 0; j <= t; ++j) {
-    DarkLogits<double>(p, s, g, in.k.data() + (size_t(j) * s.kv_heads + g) * s.head_dim, lk.data());
+    DarkLogits<double>(p, s, g, 1, in.k.data() + (size_t(j) * s.kv_heads + g) * s.head_dim, lk.data());
     for (int f = 0; f < m; ++f) terms.push_back(lq[f] + lk[f]);
   }
   const double top = *std::max_element(terms.begin(), terms.end());

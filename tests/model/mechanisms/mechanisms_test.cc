@@ -203,7 +203,7 @@ std::vector<double> DarkRunningMax(const LayerAttention& a, const std::vector<do
   std::vector<double> logits(p.features), c_after;
   double c = -INFINITY;
   for (size_t t = 0; t * s.kv_heads * s.head_dim < k.size(); ++t) {
-    DarkLogits<double>(p, s, g, k.data() + (t * s.kv_heads + g) * s.head_dim, logits.data());
+    DarkLogits<double>(p, s, g, 1, k.data() + (t * s.kv_heads + g) * s.head_dim, logits.data());
     c = std::max(c, *std::max_element(logits.begin(), logits.end()));
     c_after.push_back(c);
   }
@@ -223,7 +223,7 @@ void RaiseDarkMaxAt(const LayerAttention& a, const std::vector<int>& rows, std::
     for (int f = 0; f < p.features; ++f) {
       for (double lambda = 0.05; lambda < 4; lambda *= 1.05) {
         for (int d = 0; d < s.head_dim; ++d) x[d] = lambda * p.W[(size_t(g) * p.features + f) * s.head_dim + d];
-        DarkLogits<double>(p, s, g, x.data(), logits.data());
+        DarkLogits<double>(p, s, g, 1, x.data(), logits.data());
         if (logits[f] > best) best = logits[f], best_x = x;
       }
     }
