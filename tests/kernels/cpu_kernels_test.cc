@@ -107,6 +107,35 @@ TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
   }
 }
 
+// sliced_relu's projections of several tokens (a batch's rows scored at once): each vector's result
+// is the same bits as MatVecF64 of that vector alone, at every count around the 4-vector tile, with
+// one thread or two.
+TEST(CpuMatMulTest, Fp64MatVecsGiveEachVectorMatVecF64sBits) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 7, 300}) {
+    for (int in : {1, 5, 16, 33, 517}) {
+      const std::vector<float> w = testing::RandomNormal<float>(size_t(rows) * in, rng);
+      const std::vector<float> bias = testing::RandomNormal<float>(rows, rng);
+      for (int n : {1, 3, 4, 5, 8, 11, 21, 37}) {
+        const std::vector<double> x = testing::RandomNormal<double>(size_t(n) * in, rng);
+        for (int threads : {1, 2}) {
+          cpu::SetComputeThreads(threads);
+          std::vector<double> all(size_t(n) * rows, NAN), one(rows, NAN);
+          cpu::MatVecsF64(w.data(), rows, in, n, x.data(), bias.data(), all.data());
+          for (int r = 0; r < n; ++r) {
+            cpu::MatVecF64(w.data(), rows, in, x.data() + size_t(r) * in, bias.data(), one.data());
+            for (int i = 0; i < rows; ++i) {
+              ASSERT_EQ(all[size_t(r) * rows + i], one[i])
+                  << "rows " << rows << " in " << in << " vector " << r << " of " << n << " row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // y = x w with w input-major (the mechanisms' feature projections): against the double reference
 // at shapes around every tile edge (rows 1-9 around the 4-row tile; columns around the vector and
 // block widths, with partial vectors), and each row's result the same bits alone as in any batch.

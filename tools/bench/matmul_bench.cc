@@ -5,7 +5,8 @@
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
 // BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
 // q4k pair (kernels/cpu/q4k.h). The int8 kernels run on each path the CPU has (the "path" argument:
-// 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2; cpu::Int8Path), skipped where it lacks one.
+// 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2; cpu::Int8Path), skipped where it lacks one. BM_MatVecsF64 is
+// sliced_relu's fp64 score projections.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -266,6 +267,25 @@ BENCHMARK(BM_Q4Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"
 BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// sliced_relu's score projections (cpu::MatVecsF64: fp32 weights, fp64 vectors and sums) at
+// llama1b's query side, the MLP's 2048 x 2048: one vector (a lone session) to a batch's 64.
+// Args: vectors, in (= rows of w).
+void BM_MatVecsF64(benchmark::State& state) {
+  const int n = int(state.range(0)), in = int(state.range(1)), rows = in;
+  const Buffers b = Make(1, in, rows);
+  std::vector<double> x(size_t(n) * in), y(size_t(n) * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = b.w[i % b.w.size()];
+  const std::vector<float> bias(rows, 0.5f);
+  for (auto _ : state) {
+    cpu::MatVecsF64(b.w.data(), rows, in, n, x.data(), bias.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  Report(state, n, in, rows);
+  state.SetLabel(cpu::SimdTargetName());
+}
+BENCHMARK(BM_MatVecsF64)->ArgsProduct({{1, 4, 16, 64}, {512, 2048}})->ArgNames({"vectors", "in"})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK(BM_SmallRowsKernel)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_SmallRowsBf16)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
