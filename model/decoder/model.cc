@@ -412,6 +412,13 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
     }
     ApplyRope(rows, ws);
+    // Values the mechanism takes from q and k alone (sliced_relu's scores): every row's in one call,
+    // its projection weights read once for the step instead of once a session.
+    const int values = AttentionTokenValueCount(w.attention);
+    if (values > 0) {
+      ws.token_values.resize(size_t(rows) * values);
+      AttentionTokenValues<float>(w.attention, rows, ws.q.data(), ws.k.data(), ws.token_values.data());
+    }
     auto attend = [&](size_t i) {
       const Segment& s = segments[i];
       const size_t row = size_t(ws.first_row[i]);
@@ -422,8 +429,10 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
       // lone session's decode row, whose kv heads Steps spreads over the compute threads (Step's
       // bits; beside other sessions the segments already share the threads, and Step costs less).
       const bool steps = s.verify || (n == 1 && segments.size() == 1);
-      if (steps) return AttentionSteps<float>(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
-      AttentionForward<float>(w.attention, n, q, k, v, pool.View(s.slot, l), ws.att.data() + row * q_dim);
+      const double* tv = values > 0 ? ws.token_values.data() + row * values : nullptr;
+      float* y = ws.att.data() + row * q_dim;
+      if (steps) return AttentionSteps<float>(w.attention, n, q, k, v, pool.View(s.slot, l), y, tv);
+      AttentionForward<float>(w.attention, n, q, k, v, pool.View(s.slot, l), y, tv);
     };
     if (distinct_slots) {
       cpu::ParallelFor(int(segments.size()), [&](int i) { attend(size_t(i)); });

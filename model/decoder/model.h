@@ -83,6 +83,7 @@ struct ForwardWorkspace {
   std::vector<int> first_row, slots;  // per segment: its first row; the segments' slots (sorted)
   std::vector<VerifyLog> verify;      // per marked slot (verify segments), until RollBack / KeepVerified
   std::vector<float> replay_y;        // KeepVerified's discarded attention outputs
+  std::vector<double> token_values;   // a layer's AttentionTokenValues for every row (sliced_relu's scores)
 };
 
 // One session's rows in a forward step: `tokens` appended to the state in `slot`.

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/check.h"
 #include "base/status.h"
 #include "model/mechanisms/params_util.h"
 
@@ -119,8 +120,29 @@ void AttentionRecurrent(const LayerAttention& a, int n, const T* q, const T* k, 
       a.params);
 }
 
+int AttentionTokenValueCount(const LayerAttention& a) {
+  return std::holds_alternative<SlicedParams>(a.params) ? SlicedScoresPerToken(a.shape) : 0;
+}
+
 template <typename T>
-void AttentionSteps(const LayerAttention& a, int n, const T* q, const T* k, const T* v, StateView<T> st, T* y) {
+void AttentionTokenValues(const LayerAttention& a, int n, const T* q, const T* k, double* values) {
+  STEADY_CHECK(AttentionTokenValueCount(a) > 0);
+  SlicedTokenScores<T>(a, std::get<SlicedParams>(a.params), n, q, k, values);
+}
+
+// Whether the mechanism goes on from token values given by the caller (those that have them).
+template <typename T>
+bool FromTokenValues(const LayerAttention& a, int n, const double* token_values, const T* v, StateView<T> st,
+                     T* y) {
+  if (token_values == nullptr) return false;
+  SlicedStepsGiven<T>(a, std::get<SlicedParams>(a.params), n, token_values, v, st, y);
+  return true;
+}
+
+template <typename T>
+void AttentionSteps(const LayerAttention& a, int n, const T* q, const T* k, const T* v, StateView<T> st, T* y,
+                    const double* token_values) {
+  if (FromTokenValues(a, n, token_values, v, st, y)) return;
   std::visit([&](const auto& p) { Steps<T>(a, p, n, q, k, v, st, y); }, a.params);
 }
 
@@ -132,7 +154,9 @@ void AttentionChunked(const LayerAttention& a, int n, const T* q, const T* k, co
 
 template <typename T>
 void AttentionForward(const LayerAttention& a, int n, const T* q, const T* k, const T* v,
-                      StateView<T> st, T* y) {
+                      StateView<T> st, T* y, const double* token_values) {
+  // sliced_relu's Chunked is Steps a chunk at a time (the same bits as Steps of all n).
+  if (FromTokenValues(a, n, token_values, v, st, y)) return;
   if (n == 1) {
     AttentionRecurrent(a, n, q, k, v, st, y);
   } else {
@@ -147,12 +171,13 @@ void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k, c
 
 #define STEADY_INSTANTIATE(T)                                                                     \
   template void InitState<T>(const LayerAttention&, StateView<T>);                               \
+  template void AttentionTokenValues<T>(const LayerAttention&, int, const T*, const T*, double*); \
   template void AttentionForward<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
-                                    StateView<T>, T*);                                           \
+                                    StateView<T>, T*, const double*);                            \
   template void AttentionRecurrent<T>(const LayerAttention&, int, const T*, const T*, const T*,  \
                                       StateView<T>, T*);                                         \
   template void AttentionSteps<T>(const LayerAttention&, int, const T*, const T*, const T*,      \
-                                  StateView<T>, T*);                                             \
+                                  StateView<T>, T*, const double*);                              \
   template void AttentionChunked<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
                                     StateView<T>, T*);                                           \
   template void AttentionParallel<T>(const LayerAttention&, int, const T*, const T*, const T*, T*);

@@ -77,15 +77,27 @@ nlohmann::json DescribeAttention(const LayerAttention& a);  // {"mechanism": ...
 
 size_t StateFloats(const LayerAttention& a);  // fixed part, all kv heads of the layer
 template <typename T> void InitState(const LayerAttention& a, StateView<T> st);
-// n == 1: the recurrent step; n > 1: chunked prefill. Continues from `st`.
+// Values a layer computes from a token's q and k alone, before it touches any state: sliced_relu's
+// scores (SlicedTokenScores), AttentionTokenValueCount(a) doubles a token; 0 for every other
+// mechanism. AttentionTokenValues computes them for n tokens at once, q [n, heads, head_dim] and
+// k [n, kv_heads, head_dim] -> values [n, count], reading the projection weights once for the n: a
+// decode step over several sessions does so for all its rows and hands each segment its rows'
+// values (`token_values` below), the same bits as the segment computing them itself.
+int AttentionTokenValueCount(const LayerAttention& a);
+template <typename T> void AttentionTokenValues(const LayerAttention& a, int n, const T* q, const T* k,
+                                                double* values);
+// n == 1: the recurrent step; n > 1: chunked prefill. Continues from `st`. `token_values`: the n
+// tokens' AttentionTokenValues when the caller has them (nullptr: computed here).
 template <typename T> void AttentionForward(const LayerAttention& a, int n, const T* q, const T* k,
-                                            const T* v, StateView<T> st, T* y);
+                                            const T* v, StateView<T> st, T* y,
+                                            const double* token_values = nullptr);
 // Token by token through Step (the decode path), for tests and `steady attn --form recurrent`.
 template <typename T> void AttentionRecurrent(const LayerAttention& a, int n, const T* q, const T* k,
                                               const T* v, StateView<T> st, T* y);
 // n tokens through the mechanism's Steps: bit for bit AttentionRecurrent, the state read once.
 template <typename T> void AttentionSteps(const LayerAttention& a, int n, const T* q, const T* k,
-                                          const T* v, StateView<T> st, T* y);
+                                          const T* v, StateView<T> st, T* y,
+                                          const double* token_values = nullptr);
 template <typename T> void AttentionChunked(const LayerAttention& a, int n, const T* q, const T* k,
                                             const T* v, StateView<T> st, T* y);
 template <typename T> void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k,

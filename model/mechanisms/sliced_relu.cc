@@ -262,18 +262,32 @@ void InitState(const LayerAttention& a, const SlicedParams& p, StateView<T> st) 
 }
 
 template <typename T>
+void SlicedTokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k,
+                       double* scores) {
+  const AttnShape& s = a.shape;
+  std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
+  TokenScores(a, p, n, q, k, zq.data(), zk.data());
+  for (int t = 0; t < n; ++t) {
+    double* out = scores + int64_t(t) * SlicedScoresPerToken(s);
+    std::copy_n(zq.data() + int64_t(t) * s.heads, s.heads, out);
+    std::copy_n(zk.data() + int64_t(t) * s.kv_heads, s.kv_heads, out + s.heads);
+  }
+}
+
+template <typename T>
 void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k, const T* v,
           StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  std::vector<double> zq(s.heads), zk(s.kv_heads);
-  TokenScores(a, p, 1, q, k, zq.data(), zk.data());
+  std::vector<double> scores(SlicedScoresPerToken(s));
+  SlicedTokenScores(a, p, 1, q, k, scores.data());
+  const double *zq = scores.data(), *zk = scores.data() + s.heads;
   SlicedTotals totals;
   if (p.decoder == SlicedDecoder::kExact) {
     const SlicedTreeLayout layout = TreeLayout(a);
-    TreeAppendToken(layout, zk.data(), v, st.fixed, st.growing);
+    TreeAppendToken(layout, zk, v, st.fixed, st.growing);
     for (int g = 0; g < s.kv_heads; ++g) {
       TreeTotals(layout, g, st.fixed, *st.growing, &totals);
-      ReadKvHead(a, p, g, totals, zq.data(), [&](double x, SlicedReluMoments* m) {
+      ReadKvHead(a, p, g, totals, zq, [&](double x, SlicedReluMoments* m) {
         TreeReluMoments(layout, g, x, st.fixed, *st.growing, m);
       }, y);
     }
@@ -286,7 +300,7 @@ void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k
     BinsInsert(layout, zk[g], v + g * s.value_dim, head);
     BinsSnapshot(layout, head, &snap);
     BinsTotals(layout, snap, &totals);
-    ReadKvHead(a, p, g, totals, zq.data(), [&](double x, SlicedReluMoments* m) {
+    ReadKvHead(a, p, g, totals, zq, [&](double x, SlicedReluMoments* m) {
       BinsReluMoments(layout, snap, x, m);
     }, y);
   }
@@ -361,12 +375,19 @@ void Parallel(const LayerAttention& a, const SlicedParams& p, int n, const T* q,
 template <typename T>
 void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
+  std::vector<double> scores(size_t(n) * SlicedScoresPerToken(a.shape));
+  SlicedTokenScores(a, p, n, q, k, scores.data());
+  SlicedStepsGiven(a, p, n, scores.data(), v, st, y);
+}
+
+template <typename T>
+void SlicedStepsGiven(const LayerAttention& a, const SlicedParams& p, int n, const double* token_scores,
+                      const T* v, StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int dv = s.value_dim;
-  std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
-  TokenScores(a, p, n, q, k, zq.data(), zk.data());
+  const int dv = s.value_dim, per_token = SlicedScoresPerToken(s);
   const auto value = [&](int t, int g) { return v + (int64_t(t) * s.kv_heads + g) * dv; };
-  const auto scores = [&](int t) { return zq.data() + int64_t(t) * s.heads; };
+  const auto scores = [&](int t) { return token_scores + int64_t(t) * per_token; };
+  const auto key_score = [&](int t, int g) { return token_scores[int64_t(t) * per_token + s.heads + g]; };
   const auto out = [&](int t) { return y + int64_t(t) * s.heads * dv; };
   if (p.decoder == SlicedDecoder::kExact) {
     const SlicedTreeLayout layout = TreeLayout(a);
@@ -377,7 +398,7 @@ void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, co
     ForEachKvHead(s.kv_heads, int64_t(n) * (s.heads + s.kv_heads) * depth * dv * 3, [&](int g) {
       SlicedTotals totals;
       for (int t = 0; t < n; ++t) {
-        TreeInsertKey(layout, g, before + t, zk[size_t(t) * s.kv_heads + g], value(t, g), st.fixed, st.growing);
+        TreeInsertKey(layout, g, before + t, key_score(t, g), value(t, g), st.fixed, st.growing);
         TreeTotals(layout, g, st.fixed, *st.growing, &totals);
         ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
           TreeReluMoments(layout, g, x, st.fixed, *st.growing, m);
@@ -392,7 +413,7 @@ void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, co
     SlicedBinsSnapshot snap;
     SlicedTotals totals;
     for (int t = 0; t < n; ++t) {
-      BinsInsert(layout, zk[size_t(t) * s.kv_heads + g], value(t, g), head);
+      BinsInsert(layout, key_score(t, g), value(t, g), head);
       BinsSnapshot(layout, head, &snap);
       BinsTotals(layout, snap, &totals);
       ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
@@ -403,5 +424,13 @@ void Steps(const LayerAttention& a, const SlicedParams& p, int n, const T* q, co
 }
 
 STEADY_INSTANTIATE_MECHANISM(SlicedParams)
+template void SlicedTokenScores<float>(const LayerAttention&, const SlicedParams&, int, const float*, const float*,
+                                       double*);
+template void SlicedTokenScores<double>(const LayerAttention&, const SlicedParams&, int, const double*,
+                                        const double*, double*);
+template void SlicedStepsGiven<float>(const LayerAttention&, const SlicedParams&, int, const double*, const float*,
+                                      StateView<float>, float*);
+template void SlicedStepsGiven<double>(const LayerAttention&, const SlicedParams&, int, const double*,
+                                       const double*, StateView<double>, double*);
 
 }  // namespace steady

@@ -56,6 +56,20 @@ struct SlicedParams {
 
 STEADY_DECLARE_MECHANISM(SlicedParams)
 
+// A token's scores, which depend on its q and k alone (no state): zq [heads] then zk [kv_heads], the
+// keys' rounded to T as the state holds them. SlicedTokenScores of n tokens, q [n, heads, head_dim]
+// and k [n, kv_heads, head_dim] -> scores [n, SlicedScoresPerToken], reads each projection weight
+// once for the n; SlicedStepsGiven goes on from them with Steps' arithmetic. A decode step over
+// several sessions scores all its rows in one call (attention.h, AttentionTokenValues) instead of
+// each session reading the weights again: each token's scores are the same bits either way.
+inline int SlicedScoresPerToken(const AttnShape& s) { return s.heads + s.kv_heads; }
+template <typename T>
+void SlicedTokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k,
+                       double* scores);
+template <typename T>
+void SlicedStepsGiven(const LayerAttention& a, const SlicedParams& p, int n, const double* scores, const T* v,
+                      StateView<T> st, T* y);
+
 }  // namespace steady
 
 #endif  // STEADY_MODEL_MECHANISMS_SLICED_RELU_H_

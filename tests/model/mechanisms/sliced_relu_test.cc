@@ -260,6 +260,67 @@ TEST(SlicedExactDecoderTest, PerTokenCostGrowsLogarithmically) {
   }
 }
 
+// A decode step scores every row of the batch in one call (AttentionTokenValues) and hands each
+// session its rows' scores: outputs and states are the same bits as each session scoring its own
+// rows, through AttentionForward (Step at one row, Chunked at several) and AttentionSteps, for both
+// projections, both decoders and the bump; the other mechanisms have no token values.
+TEST(SlicedTokenValuesTest, ABatchsScoresGiveEachSegmentItsOwnBits) {
+  const AttnShape shape{4, 2, 8, 6};
+  const std::vector<int> lengths = {1, 3, 1, 2};  // the segments' rows, one session each
+  const int rows = 7;
+  for (const char* mechanism : {"sliced_relu", "sliced_relu_bump"}) {
+    for (const char* projection : {"mlp", "linear"}) {
+      for (const char* decoder : {"bucketed", "exact"}) {
+        auto a = ParseLayerAttention({mechanism, {{"projection", projection}, {"decoder", decoder}}}, shape);
+        ASSERT_TRUE(a.ok()) << a.status();
+        RandomInitAttentionTensors(testing::TestSeed() ^ 0x5c0e, &*a);
+        const int per_token = AttentionTokenValueCount(*a);
+        ASSERT_EQ(per_token, shape.heads + shape.kv_heads);
+        std::mt19937_64 rng(testing::TestSeed() + 77);
+        const std::vector<float> q = testing::RandomNormal<float>(size_t(rows) * shape.heads * shape.head_dim, rng);
+        const std::vector<float> k = testing::RandomNormal<float>(size_t(rows) * shape.kv_heads * shape.head_dim, rng);
+        const std::vector<float> v = testing::RandomNormal<float>(size_t(rows) * shape.kv_heads * shape.value_dim, rng);
+        std::vector<double> values(size_t(rows) * per_token, NAN);
+        AttentionTokenValues<float>(*a, rows, q.data(), k.data(), values.data());
+        for (bool steps : {false, true}) {
+          int row = 0;
+          for (int n : lengths) {
+            // Two sessions with a few tokens of history each, one given the batch's scores.
+            std::vector<float> fixed[2], growing[2], y[2];
+            for (int i = 0; i < 2; ++i) {
+              fixed[i].assign(StateFloats(*a), NAN);
+              StateView<float> st{fixed[i].data(), &growing[i]};
+              InitState<float>(*a, st);
+              std::vector<float> hy(size_t(rows) * shape.heads * shape.value_dim);
+              AttentionForward<float>(*a, rows, q.data(), k.data(), v.data(), st, hy.data());  // the history
+              y[i].assign(size_t(n) * shape.heads * shape.value_dim, NAN);
+              const float* qr = q.data() + size_t(row) * shape.heads * shape.head_dim;
+              const float* kr = k.data() + size_t(row) * shape.kv_heads * shape.head_dim;
+              const float* vr = v.data() + size_t(row) * shape.kv_heads * shape.value_dim;
+              const double* given = i == 1 ? values.data() + size_t(row) * per_token : nullptr;
+              if (steps) {
+                AttentionSteps<float>(*a, n, qr, kr, vr, st, y[i].data(), given);
+              } else {
+                AttentionForward<float>(*a, n, qr, kr, vr, st, y[i].data(), given);
+              }
+            }
+            const std::string where = std::string(mechanism) + " " + projection + " " + decoder +
+                                      (steps ? " steps" : " forward") + " at row " + std::to_string(row);
+            EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float))) << where;
+            EXPECT_EQ(0, std::memcmp(fixed[0].data(), fixed[1].data(), fixed[0].size() * sizeof(float))) << where;
+            EXPECT_EQ(growing[0], growing[1]) << where;
+            EXPECT_FALSE(std::isnan(y[1][0])) << where;
+            row += n;
+          }
+        }
+      }
+    }
+  }
+  auto taylor = ParseLayerAttention({"taylor", nlohmann::json::object()}, shape);
+  ASSERT_TRUE(taylor.ok());
+  EXPECT_EQ(AttentionTokenValueCount(*taylor), 0);
+}
+
 TEST(SlicedParamsTest, ProjectionNoneNeedsHeadDimOne) {
   auto bad = ParseLayerAttention({"sliced_relu", {{"projection", "none"}}}, AttnShape{2, 1, 4, 4});
   ASSERT_FALSE(bad.ok());
