@@ -3,6 +3,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -118,6 +119,27 @@ HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.
 HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
 
+// Asks for weights [k0, k1) of row c of w to come into the caches (row c as Shift() finds it): the
+// bytes that hold them for the formats read in place, nothing for the 4-bit ones (their blocks'
+// layout differs; left to the hardware).
+HWY_INLINE void PrefetchBytes(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) hwy::Prefetch(static_cast<const char*>(p) + o);
+}
+HWY_INLINE void PrefetchRow(const float* w, int64_t in, int c, int64_t k0, int64_t k1) {
+  PrefetchBytes(w + c * in + k0, (k1 - k0) * 4);
+}
+HWY_INLINE void PrefetchRow(const uint16_t* w, int64_t in, int c, int64_t k0, int64_t k1) {
+  PrefetchBytes(w + c * in + k0, (k1 - k0) * 2);
+}
+HWY_INLINE void PrefetchRow(F16Weights w, int64_t in, int c, int64_t k0, int64_t k1) {
+  PrefetchBytes(w.h + c * in + k0, (k1 - k0) * 2);
+}
+HWY_INLINE void PrefetchRow(Q8Weights w, int64_t in, int c, int64_t k0, int64_t k1) {
+  PrefetchBytes(w.q + c * in + k0, k1 - k0);
+}
+HWY_INLINE void PrefetchRow(Q4Weights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q4KWeights, int64_t, int, int64_t, int64_t) {}
+
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
 template <int R, int C, typename W>
@@ -161,6 +183,11 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, i
     for (int64_t i = 0; i < n * C * lanes; i += lanes) hn::Store(hn::Zero(d), d, acc + i);
     for (int64_t k0 = 0; k0 < vec_end; k0 += kChunk) {
       const int64_t k1 = std::min(vec_end, k0 + kChunk);
+      // With more than one tile of rows, the tiles after the first read the chunk from L1 and the
+      // weights' stream goes quiet: ask for the next chunk now, as the dot kernels do (matmul_dot.h).
+      if (n > 4 && k1 < vec_end) {
+        for (int c = 0; c < C; ++c) PrefetchRow(w, in, c, k1, std::min(vec_end, k1 + kChunk));
+      }
       int r = 0;
       for (; r + 4 <= n; r += 4) TileChunk<4, C>(xp + r * in, in, w, k0, k1, acc + r * C * lanes);
       float* a = acc + r * C * lanes;
