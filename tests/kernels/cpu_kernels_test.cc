@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include "kernels/cpu/kv_attention.h"
 #include "kernels/cpu/matmul.h"
@@ -28,6 +29,18 @@ namespace {
 struct ThreadsGuard {
   ~ThreadsGuard() { cpu::SetComputeThreads(0); }
 };
+
+// Runs fn once on every SIMD target this CPU has and the binary was built for (the kernels' AVX2 or
+// SSE4 code as well as the widest), then restores the default choice.
+template <typename Fn>
+void ForEachTarget(const Fn& fn) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
 
 struct Problem {
   int rows, in, out;
@@ -109,66 +122,71 @@ TEST(CpuMatMulTest, ARowsResultDoesNotDependOnTheBatch) {
 
 // sliced_relu's projections of several tokens (a batch's rows scored at once): each vector's result
 // is the same bits as MatVecF64 of that vector alone, at every count around the 4-vector tile, with
-// one thread or two.
+// one thread or two, on every SIMD target.
 TEST(CpuMatMulTest, Fp64MatVecsGiveEachVectorMatVecF64sBits) {
-  ThreadsGuard restore;
-  std::mt19937_64 rng(testing::TestSeed());
-  for (int rows : {1, 7, 300}) {
-    for (int in : {1, 5, 16, 33, 517}) {
-      const std::vector<float> w = testing::RandomNormal<float>(size_t(rows) * in, rng);
-      const std::vector<float> bias = testing::RandomNormal<float>(rows, rng);
-      for (int n : {1, 3, 4, 5, 8, 11, 21, 37}) {
-        const std::vector<double> x = testing::RandomNormal<double>(size_t(n) * in, rng);
-        for (int threads : {1, 2}) {
-          cpu::SetComputeThreads(threads);
-          std::vector<double> all(size_t(n) * rows, NAN), one(rows, NAN);
-          cpu::MatVecsF64(w.data(), rows, in, n, x.data(), bias.data(), all.data());
-          for (int r = 0; r < n; ++r) {
-            cpu::MatVecF64(w.data(), rows, in, x.data() + size_t(r) * in, bias.data(), one.data());
-            for (int i = 0; i < rows; ++i) {
-              ASSERT_EQ(all[size_t(r) * rows + i], one[i])
-                  << "rows " << rows << " in " << in << " vector " << r << " of " << n << " row " << i;
+  ForEachTarget([&] {
+    ThreadsGuard restore;
+    std::mt19937_64 rng(testing::TestSeed());
+    for (int rows : {1, 7, 300}) {
+      for (int in : {1, 5, 16, 33, 517}) {
+        const std::vector<float> w = testing::RandomNormal<float>(size_t(rows) * in, rng);
+        const std::vector<float> bias = testing::RandomNormal<float>(rows, rng);
+        for (int n : {1, 3, 4, 5, 8, 11, 21, 37}) {
+          const std::vector<double> x = testing::RandomNormal<double>(size_t(n) * in, rng);
+          for (int threads : {1, 2}) {
+            cpu::SetComputeThreads(threads);
+            std::vector<double> all(size_t(n) * rows, NAN), one(rows, NAN);
+            cpu::MatVecsF64(w.data(), rows, in, n, x.data(), bias.data(), all.data());
+            for (int r = 0; r < n; ++r) {
+              cpu::MatVecF64(w.data(), rows, in, x.data() + size_t(r) * in, bias.data(), one.data());
+              for (int i = 0; i < rows; ++i) {
+                ASSERT_EQ(all[size_t(r) * rows + i], one[i])
+                    << "rows " << rows << " in " << in << " vector " << r << " of " << n << " row " << i;
+              }
             }
           }
         }
       }
     }
-  }
+  });
 }
 
 // y = x w with w input-major (the mechanisms' feature projections): against the double reference
 // at shapes around every tile edge (rows 1-9 around the 4-row tile; columns around the vector and
-// block widths, with partial vectors), and each row's result the same bits alone as in any batch.
+// block widths, with partial vectors), and each row's result the same bits alone as in any batch, on
+// every SIMD target.
 TEST(CpuMatMulTest, MatMulNNMatchesTheReferenceAndARowsResultDoesNotDependOnTheBatch) {
-  std::mt19937_64 rng(testing::TestSeed());
-  for (int rows : {1, 2, 3, 4, 5, 8, 9}) {
-    for (int in : {1, 7, 64}) {
-      for (int out : {1, 5, 15, 16, 17, 48, 63, 64, 65, 100, 256}) {
-        // Problem's w is [out, in] for MatMulNT; here the same values stored input-major.
-        const Problem p = MakeProblem(rows, in, out, rng);
-        std::vector<float> wt(p.w.size());
-        for (int j = 0; j < out; ++j) {
-          for (int k = 0; k < in; ++k) wt[size_t(k) * out + j] = p.w[size_t(j) * in + k];
-        }
-        std::vector<float> got(size_t(rows) * out, NAN), want(got.size(), NAN);
-        cpu::MatMulNN(p.x.data(), rows, in, wt.data(), out, got.data());
-        cpu::MatMulNNReference(p.x.data(), rows, in, wt.data(), out, want.data());
-        ExpectClose(p, got, want);
-        for (int r = 0; r < rows; ++r) {
-          std::vector<float> alone(out, NAN);
-          cpu::MatMulNN(p.x.data() + size_t(r) * in, 1, in, wt.data(), out, alone.data());
+  ForEachTarget([&] {
+    std::mt19937_64 rng(testing::TestSeed());
+    for (int rows : {1, 2, 3, 4, 5, 8, 9}) {
+      for (int in : {1, 7, 64}) {
+        for (int out : {1, 5, 15, 16, 17, 48, 63, 64, 65, 100, 256}) {
+          // Problem's w is [out, in] for MatMulNT; here the same values stored input-major.
+          const Problem p = MakeProblem(rows, in, out, rng);
+          std::vector<float> wt(p.w.size());
           for (int j = 0; j < out; ++j) {
-            ASSERT_EQ(alone[j], got[size_t(r) * out + j])
-                << "row " << r << " of " << rows << " in " << in << " out " << out << " column " << j;
+            for (int k = 0; k < in; ++k) wt[size_t(k) * out + j] = p.w[size_t(j) * in + k];
+          }
+          std::vector<float> got(size_t(rows) * out, NAN), want(got.size(), NAN);
+          cpu::MatMulNN(p.x.data(), rows, in, wt.data(), out, got.data());
+          cpu::MatMulNNReference(p.x.data(), rows, in, wt.data(), out, want.data());
+          ExpectClose(p, got, want);
+          for (int r = 0; r < rows; ++r) {
+            std::vector<float> alone(out, NAN);
+            cpu::MatMulNN(p.x.data() + size_t(r) * in, 1, in, wt.data(), out, alone.data());
+            for (int j = 0; j < out; ++j) {
+              ASSERT_EQ(alone[j], got[size_t(r) * out + j])
+                  << "row " << r << " of " << rows << " in " << in << " out " << out << " column " << j;
+            }
           }
         }
       }
     }
-  }
-  // Nothing past the last row and column is written.
-  std::vector<float> x(3 * 5, 1.0f), w(5 * 17, 1.0f), y(3 * 17 + 8, -7.0f);
-  cpu::MatMulNN(x.data(), 3, 5, w.data(), 17, y.data());
-  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], i < 3 * 17 ? 5.0f : -7.0f) << i;
+    // Nothing past the last row and column is written.
+    std::vector<float> x(3 * 5, 1.0f), w(5 * 17, 1.0f), y(3 * 17 + 8, -7.0f);
+    cpu::MatMulNN(x.data(), 3, 5, w.data(), 17, y.data());
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], i < 3 * 17 ? 5.0f : -7.0f) << i;
+  });
 }
 
 // sliced_relu's fp64 projections: the SIMD matrix-vector product against the plain loop (within
@@ -460,19 +478,21 @@ TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
 
 // dark's feature exps in SIMD against std::exp: within a few ulps, down to underflow.
 // The features' shift: the SIMD max is exactly std::max_element's value wherever the largest
-// element sits (first, last, in the tail past the whole vectors) and for every length.
+// element sits (first, last, in the tail past the whole vectors), for every length, on every target.
 TEST(CpuStateUpdateTest, MaxOfIsTheLargestElement) {
-  std::mt19937_64 rng(testing::TestSeed());
-  for (int n = 1; n <= 70; ++n) {
-    for (int at : {0, n / 2, n - 1}) {
-      std::vector<float> x = testing::RandomNormal<float>(n, rng);
-      for (float& v : x) v = -std::abs(v) - 1.0f;  // all negative: a zero start would be wrong
-      x[at] = -0.5f;
-      EXPECT_EQ(cpu::MaxOf(x.data(), n), -0.5f) << "n " << n << " at " << at;
-      x[at] = -INFINITY;
-      EXPECT_EQ(cpu::MaxOf(x.data(), n), *std::max_element(x.begin(), x.end())) << "n " << n << " at " << at;
+  ForEachTarget([&] {
+    std::mt19937_64 rng(testing::TestSeed());
+    for (int n = 1; n <= 70; ++n) {
+      for (int at : {0, n / 2, n - 1}) {
+        std::vector<float> x = testing::RandomNormal<float>(n, rng);
+        for (float& v : x) v = -std::abs(v) - 1.0f;  // all negative: a zero start would be wrong
+        x[at] = -0.5f;
+        EXPECT_EQ(cpu::MaxOf(x.data(), n), -0.5f) << "n " << n << " at " << at;
+        x[at] = -INFINITY;
+        EXPECT_EQ(cpu::MaxOf(x.data(), n), *std::max_element(x.begin(), x.end())) << "n " << n << " at " << at;
+      }
     }
-  }
+  });
 }
 
 TEST(CpuStateUpdateTest, ExpFeaturesMatchStdExp) {
