@@ -267,7 +267,7 @@ HWY_INLINE void F64Tile(const float* HWY_RESTRICT w, int64_t w_stride, const dou
 // one through RowDotF64) against 4 rows of w at a time (16 accumulators, where there are 32 vector
 // registers; 2 rows with 16), up to 16 vectors over each chunk of k while the rows' chunk stays in
 // L1: each row of w is read from memory once per 16 vectors. At 2048 x 2048 (matmul_bench
-// BM_MatVecsF64), 4 to 64 vectors take 0.5-0.64x the time of RowDotF64 alone.
+// BM_MatVecsF64), 4 to 64 vectors take 0.49-0.66x the time of RowDotF64 alone.
 constexpr int kF64TileRows = HWY_MAX_BYTES >= 64 ? 4 : 2;
 constexpr int kF64TileVectors = 2;
 constexpr int kF64BlockVectors = 16;

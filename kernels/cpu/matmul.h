@@ -117,6 +117,18 @@ void MatMulNTReference(const float* x, int rows, int in, const float* w, int out
 // widest instruction set the CPU has). The matrix is read once per 4 rows of x.
 void MatMulNN(const float* x, int rows, int in, const float* w, int out, float* y);
 void MatMulNNReference(const float* x, int rows, int in, const float* w, int out, float* y);
+// The same product in fp64 (the mechanisms' fp64 references): each y[r, j] summed in order of k.
+inline void MatMulNN(const double* x, int rows, int in, const float* w, int out, double* y) {
+  for (int r = 0; r < rows; ++r) {
+    double* yr = y + int64_t(r) * out;
+    for (int j = 0; j < out; ++j) yr[j] = 0.0;
+    for (int k = 0; k < in; ++k) {
+      const double xk = x[int64_t(r) * in + k];
+      const float* wk = w + int64_t(k) * out;
+      for (int j = 0; j < out; ++j) yr[j] += double(wk[j]) * xk;
+    }
+  }
+}
 
 // The instruction set the SIMD kernels run with on this CPU (e.g. "AVX3", "AVX2").
 const char* SimdTargetName();

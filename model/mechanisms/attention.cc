@@ -135,7 +135,9 @@ template <typename T>
 bool FromTokenValues(const LayerAttention& a, int n, const double* token_values, const T* v, StateView<T> st,
                      T* y) {
   if (token_values == nullptr) return false;
-  SlicedStepsGiven<T>(a, std::get<SlicedParams>(a.params), n, token_values, v, st, y);
+  const auto* sliced = std::get_if<SlicedParams>(&a.params);
+  STEADY_CHECK(sliced != nullptr);  // only a mechanism with AttentionTokenValueCount > 0 is given any
+  SlicedStepsGiven<T>(a, *sliced, n, token_values, v, st, y);
   return true;
 }
 

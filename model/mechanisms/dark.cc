@@ -110,22 +110,6 @@ void DeriveDarkW(const AttnShape& s, DarkParams* p) {
 
 namespace {
 
-// out[t, i] = w_i . x_t for n rows x [n, dk] and the rows of w [rows, dk]: fp32 through the SIMD
-// kernel on w's transpose wt [dk, rows] (kernels/cpu/matmul.h: one multiply-add per d in order, a
-// row's sums the same whatever rows come with it), fp64 in a plain loop (the reference).
-void Project(const float*, const float* wt, int rows, int dk, int n, const float* x, float* out) {
-  cpu::MatMulNN(x, n, dk, wt, rows, out);
-}
-void Project(const float* w, const float*, int rows, int dk, int n, const double* x, double* out) {
-  for (int t = 0; t < n; ++t) {
-    for (int i = 0; i < rows; ++i) {
-      double dot = 0;
-      for (int d = 0; d < dk; ++d) dot += double(w[size_t(i) * dk + d]) * x[size_t(t) * dk + d];
-      out[size_t(t) * rows + i] = dot;
-    }
-  }
-}
-
 // The features of DarkQueryFeatures and DarkKeyFeatures from their logits, in place.
 template <typename T>
 T QueryFeaturesOfLogits(const DarkParams& p, T* phi) {
@@ -155,8 +139,9 @@ void DarkLogits(const DarkParams& p, const AttnShape& s, int g, int n, const T* 
   // |M x'|^2 = scale |M x|^2 and w.x' = sqrt(scale) w.x.
   thread_local std::vector<T> mx;
   mx.resize(size_t(n) * r);
-  Project(p.M.data() + size_t(g) * r * dk, p.Mt.data() + size_t(g) * dk * r, r, dk, n, x, mx.data());
-  Project(p.W.data() + size_t(g) * m * dk, p.Wt.data() + size_t(g) * dk * m, m, dk, n, x, logits);
+  // M x and W x through their transposes (cpu::MatMulNN: SIMD in fp32, a plain loop in fp64).
+  cpu::MatMulNN(x, n, dk, p.Mt.data() + size_t(g) * dk * r, r, mx.data());
+  cpu::MatMulNN(x, n, dk, p.Wt.data() + size_t(g) * dk * m, m, logits);
   const T root_scale = std::sqrt(T(p.scale));
   for (int t = 0; t < n; ++t) {
     T mx2 = 0;

@@ -25,7 +25,8 @@ struct DarkParams {
   std::vector<float> G;  // [kv_heads, m, r]         (self_attn.dark.G), fixed Gaussian draws
   std::vector<float> W;  // [kv_heads, m, head_dim] = G M, derived at load
   // W and M transposed, [kv_heads, head_dim, m] and [kv_heads, head_dim, r], derived with W: the
-  // CPU's fp32 projections read them along the vector lanes (cpu::MatMulNN).
+  // CPU's projections read them (cpu::MatMulNN: fp32 along the vector lanes, fp64 in a plain loop);
+  // W itself is the CUDA kernels' layout.
   std::vector<float> Wt, Mt;
 };
 

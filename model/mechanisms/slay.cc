@@ -44,16 +44,6 @@ absl::Status NormalizeAnchors(int rows, int dim, const std::string& name, std::v
   return absl::OkStatus();
 }
 
-// prf [M] = u [dk] . om [dk, M]: fp32 through the SIMD kernel (kernels/cpu/matmul.h: one
-// multiply-add per d in order for each feature), fp64 in a plain loop (the reference).
-void Project(const float* u, int dk, const float* om, int M, float* prf) { cpu::MatMulNN(u, 1, dk, om, M, prf); }
-void Project(const double* u, int dk, const float* om, int M, double* prf) {
-  std::fill(prf, prf + M, 0.0);
-  for (int d = 0; d < dk; ++d) {
-    for (int i = 0; i < M; ++i) prf[i] += double(om[size_t(d) * M + i]) * u[d];
-  }
-}
-
 // psi(u) into `psi` [R, P, M]; `poly` is scratch of P values.
 template <typename T>
 void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* poly, T* psi) {
@@ -74,7 +64,8 @@ void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T*
     // prf values go to the p = 0 row of this node's block first and are spread over the P rows
     // from the last row back, so the p = 0 row is overwritten last.
     T* prf = psi + size_t(r) * P * M;
-    Project(u, dk, p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M, M, prf);  // omega: [head_dim, M]
+    // u . omega [head_dim, M]: SIMD in fp32, a plain loop in fp64 (cpu::MatMulNN).
+    cpu::MatMulNN(u, 1, dk, p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M, M, prf);
     const T sr = T(p.node_s[r]);
     const T gain = std::sqrt(T(2) * sr) * inv_norm;
     const T amp = std::sqrt(T(p.node_w[r])) * inv_sqrt_m;

@@ -311,7 +311,7 @@ def scenario_failover(t, reference):
 # Calls of the rolling restart a resuming client may have to resend. A draining replica stops listening,
 # so nginx sends new calls elsewhere; but a call that reaches it just as gRPC's Shutdown closes the
 # listener and sends GOAWAY can be refused or reset, and nginx cannot resend a call it has sent
-# (docs/deployment.md: seen in about 3 of 20 full-suite runs on 2 loaded CPUs, never in a run alone:
+# (docs/deployment.md: seen in 3 of about 10 full-suite runs on 2 loaded CPUs, never in a run alone:
 # once nginx's 502 for 3 calls, once 6 CANCELLED calls of one restart). Each is resent once with
 # expected_position, so never applied twice; a drain that cut calls by the dozen still fails.
 MAX_ROLLING_RESENDS = 24
