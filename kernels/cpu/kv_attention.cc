@@ -358,7 +358,7 @@ void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, in
 }
 
 void AttendKvRowsWindowed(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
-                          const KvSpans& rows, int64_t window, float* y) {
+                          const KvSpans& rows, int64_t window, float* y, float* top_out, float* den_out) {
   const int64_t len = rows.len[0] + rows.len[1] + rows.len[2];
   const int heads = kv_heads * group;
   // Query t's rows: [begin_of(t), end_of(t)), chunked from its own first row as a call for it alone
@@ -424,6 +424,8 @@ void AttendKvRowsWindowed(int kv_heads, int group, int dk, int dv, float scale, 
         for (int e = 0; e < dv; ++e) yh[e] += f * a[e];
       }
       for (int e = 0; e < dv; ++e) yh[e] /= sum;
+      if (top_out != nullptr) top_out[int64_t(t) * heads + h] = m;
+      if (den_out != nullptr) den_out[int64_t(t) * heads + h] = sum;
     }
   }
 }

@@ -42,9 +42,13 @@ void AttendKvRowsCausal(int kv_heads, int group, int dk, int dv, float scale, in
 // rows (all of them while there are fewer; len = the spans' rows). Sliding-window verification:
 // query t's y is the same bits as AttendKvRows over its window's rows alone (chunked from the
 // window's first row), whatever n and the thread count; each cached row is read once for all the
-// queries of a block whose windows hold it. AttendKvRowsCausal is this with window = len.
+// queries of a block whose windows hold it. AttendKvRowsCausal is this with window = len. With
+// `top` and `den` ([n, heads] each, or null) it also gives each query head's largest logit and its
+// sum of exp(logit - top), what y was divided by: window_dark weighs its window against its dark
+// part with them.
 void AttendKvRowsWindowed(int kv_heads, int group, int dk, int dv, float scale, int n, const float* q,
-                          const KvSpans& rows, int64_t window, float* y);
+                          const KvSpans& rows, int64_t window, float* y, float* top = nullptr,
+                          float* den = nullptr);
 
 }  // namespace steady::cpu
 

@@ -159,6 +159,12 @@ T DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int g, const T* q, 
 }
 
 template <typename T>
+void DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int g, int n, const T* q, T* phi, T* top) {
+  DarkLogits(p, s, g, n, q, phi);
+  for (int i = 0; i < n; ++i) top[i] = QueryFeaturesOfLogits(p, phi + size_t(i) * p.features);
+}
+
+template <typename T>
 void DarkKeyFeatures(const DarkParams& p, const AttnShape& s, int g, const T* k, T* c, T* phi) {
   DarkLogits(p, s, g, 1, k, phi);
   KeyFeaturesOfLogits(p, c, phi);
@@ -261,8 +267,7 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
     if (*h.c > c_old) ScaleState(m, dv, DarkShiftFactor(c_old, *h.c), h.sums);
     AddKey(m, dv, phi_k.data(), T(1), v + g * dv, h.sums);
     // The group's queries are adjacent in q: their logits in one pass over W and M.
-    DarkLogits(p, s, g, group, q + g * group * s.head_dim, phi_q.data());
-    for (int i = 0; i < group; ++i) cq[i] = QueryFeaturesOfLogits(p, phi_q.data() + size_t(i) * m);
+    DarkQueryFeatures(p, s, g, group, q + g * group * s.head_dim, phi_q.data(), cq.data());
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
     ReadStateGroup(m, dv, group, phi_q.data(), T(1), h.sums, yg, den.data());  // the state read once per group
@@ -361,6 +366,9 @@ template void DarkLogits<float>(const DarkParams&, const AttnShape&, int, int, c
 template void DarkLogits<double>(const DarkParams&, const AttnShape&, int, int, const double*, double*);
 template float DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*);
 template double DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*);
+template void DarkQueryFeatures<float>(const DarkParams&, const AttnShape&, int, int, const float*, float*, float*);
+template void DarkQueryFeatures<double>(const DarkParams&, const AttnShape&, int, int, const double*, double*,
+                                        double*);
 template void DarkKeyFeatures<float>(const DarkParams&, const AttnShape&, int, const float*, float*, float*);
 template void DarkKeyFeatures<double>(const DarkParams&, const AttnShape&, int, const double*, double*, double*);
 

@@ -48,6 +48,10 @@ void DarkLogits(const DarkParams& p, const AttnShape& s, int kv_head, int rows, 
 // Returns max_l, the log of the factor taken out (it cancels in num / den).
 template <typename T>
 T DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int kv_head, const T* q, T* phi);
+// The same for n queries q [n, head_dim] (a GQA group's heads, adjacent in a row of q): features phi
+// [n, m], maxima top [n], each query's the same bits as its own call; W and M are read once for the n.
+template <typename T>
+void DarkQueryFeatures(const DarkParams& p, const AttnShape& s, int kv_head, int n, const T* q, T* phi, T* top);
 
 // Key features relative to the running max: logits into `phi`, the running max c updated to
 // c' = max(c, max_f l_f), then phi_f = exp(l_f - c') / sqrt(m) <= 1 / sqrt(m).

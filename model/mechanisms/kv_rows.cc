@@ -19,7 +19,8 @@ void WriteKvRow(const AttnShape& s, const T* k, const T* v, T* row) {
 
 // The query heads of a GQA group are handled together, so each cached row is read once per group.
 template <typename T>
-void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const KvRows<T>& rows, T* y) {
+void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const KvRows<T>& rows, T* y, T* top,
+                           T* den_out) {
   const int64_t row = KvRowFloats(s);
   const int64_t len = rows.size();
   const int group = s.group();
@@ -53,6 +54,8 @@ void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const K
       }
       T* yh = y + size_t(g * group + h) * s.value_dim;
       for (int d = 0; d < s.value_dim; ++d) yh[d] = ah[d] / den;
+      if (top != nullptr) top[g * group + h] = max_logit[h];
+      if (den_out != nullptr) den_out[g * group + h] = den;
     }
   }
 }
@@ -79,12 +82,13 @@ void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q
 }
 
 void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& cached,
-                          const float* fresh, int64_t window, float* y) {
+                          const float* fresh, int64_t window, float* y, float* top, float* den) {
   const cpu::KvSpans rows{{cached.first, cached.second, fresh}, {cached.first_len, cached.second_len, n}};
-  cpu::AttendKvRowsWindowed(s.kv_heads, s.group(), s.head_dim, s.value_dim, float(scale), n, q, rows, window, y);
+  cpu::AttendKvRowsWindowed(s.kv_heads, s.group(), s.head_dim, s.value_dim, float(scale), n, q, rows, window, y,
+                            top, den);
 }
 void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& cached,
-                          const double* fresh, int64_t window, double* y) {
+                          const double* fresh, int64_t window, double* y, double* top, double* den) {
   const int64_t row = KvRowFloats(s);
   const int64_t kept = std::min<int64_t>(cached.size(), std::max<int64_t>(0, window - 1));  // cached rows any query reads
   std::vector<double> rows(size_t(kept + n) * row);
@@ -96,13 +100,17 @@ void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const double*
   for (int t = 0; t < n; ++t) {
     const int64_t end = kept + t + 1, begin = std::max<int64_t>(0, end - window);
     AttendKvRowsReference(s, scale, q + int64_t(t) * s.heads * s.head_dim,
-                          KvRows<double>{rows.data() + begin * row, end - begin}, y + int64_t(t) * s.heads * s.value_dim);
+                          KvRows<double>{rows.data() + begin * row, end - begin}, y + int64_t(t) * s.heads * s.value_dim,
+                          top != nullptr ? top + int64_t(t) * s.heads : nullptr,
+                          den != nullptr ? den + int64_t(t) * s.heads : nullptr);
   }
 }
 
 template void WriteKvRow<float>(const AttnShape&, const float*, const float*, float*);
 template void WriteKvRow<double>(const AttnShape&, const double*, const double*, double*);
-template void AttendKvRowsReference<float>(const AttnShape&, double, const float*, const KvRows<float>&, float*);
-template void AttendKvRowsReference<double>(const AttnShape&, double, const double*, const KvRows<double>&, double*);
+template void AttendKvRowsReference<float>(const AttnShape&, double, const float*, const KvRows<float>&, float*,
+                                           float*, float*);
+template void AttendKvRowsReference<double>(const AttnShape&, double, const double*, const KvRows<double>&, double*,
+                                            double*, double*);
 
 }  // namespace steady

@@ -38,9 +38,11 @@ void WriteKvRow(const AttnShape& s, const T* k, const T* v, T* row);
 
 // y [heads, value_dim] = softmax(scale q.k_j) weighted v_j over the rows, max-shifted, each query
 // head of a GQA group against its kv head. The plain loop: the reference of the SIMD kernel and the
-// fp64 path. Logits and sums in T, over the rows in sequence order.
+// fp64 path. Logits and sums in T, over the rows in sequence order. With `top` and `den` ([heads]
+// each, or null) also each head's largest logit and its sum of exp(logit - top), what y was divided by.
 template <typename T>
-void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const KvRows<T>& rows, T* y);
+void AttendKvRowsReference(const AttnShape& s, double scale, const T* q, const KvRows<T>& rows, T* y,
+                           T* top = nullptr, T* den = nullptr);
 
 // The decode read: fp32 through kernels/cpu/kv_attention.h (SIMD, each row read once for a GQA
 // group, thread-count invariant), fp64 through the loop above.
@@ -61,11 +63,12 @@ void AttendKvRowsCausal(const AttnShape& s, double scale, int n, const double* q
 // them while there are fewer), y [n, heads, value_dim]. Each y row is the same bits as AttendKvRows
 // over its window's rows alone: fp32 reads each row once for the n queries, the cached rows where they
 // lie (kernels/cpu/kv_attention.h); fp64 copies the rows any query reads into one span and calls the
-// loop above per query.
+// loop above per query. `top` and `den` ([n, heads] each, or null) as AttendKvRowsReference's.
 void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const float* q, const KvRows<float>& cached,
-                          const float* fresh, int64_t window, float* y);
+                          const float* fresh, int64_t window, float* y, float* top = nullptr, float* den = nullptr);
 void AttendKvRowsWindowed(const AttnShape& s, double scale, int n, const double* q, const KvRows<double>& cached,
-                          const double* fresh, int64_t window, double* y);
+                          const double* fresh, int64_t window, double* y, double* top = nullptr,
+                          double* den = nullptr);
 
 }  // namespace steady
 

@@ -32,8 +32,9 @@ HeadState<T> HeadAt(const LayerAttention& a, const WindowDarkParams& p, T* fixed
   return {FeatureStateAt(base, p.dark.features, a.shape.value_dim, a.accumulation), base + HeadFloats(a, p) - 1};
 }
 
-// The exact part for one query head: over `len` keys (key(j), value(j) in sequence order) returns the
-// max logit a and sets den = sum_j e^{s q.k_j - a} and num = sum_j e^{s q.k_j - a} v_j.
+// The exact part for one query head, from the definition (Parallel, the reference; the other forms
+// read their windows through kv_rows.h): over `len` keys (key(j), value(j) in sequence order) returns
+// the max logit a and sets den = sum_j e^{s q.k_j - a} and num = sum_j e^{s q.k_j - a} v_j.
 template <typename T, typename Key, typename Value>
 T WindowSums(const AttnShape& s, double scale, const T* q, int64_t len, Key key, Value value, T* num, T* den) {
   thread_local std::vector<T> logits;
@@ -57,18 +58,20 @@ T WindowSums(const AttnShape& s, double scale, const T* q, int64_t len, Key key,
   return top;
 }
 
-// y = (e^a num_w + e^b num_l) / (e^a den_w + e^b den_l), the exponents' common part taken out in
-// double; b = -inf when there is no dark part (then num_l and den_l are not read).
+// y = (e^a den_w y_w + e^b num_l) / (e^a den_w + e^b den_l): the window's output y_w (its sums over
+// den_w), its max logit a and sum den_w, and the dark part's sums relative to e^b, the exponents'
+// common part taken out in double. b = -inf when there is no dark part (then y = y_w, and num_l and
+// den_l are not read). y may be y_w.
 template <typename T>
-void Combine(int dv, T a, const T* num_w, T den_w, double b, const T* num_l, T den_l, T* y) {
+void Combine(int dv, T a, T den_w, const T* y_w, double b, const T* num_l, T den_l, T* y) {
   if (std::isinf(b) && b < 0) {
-    for (int d = 0; d < dv; ++d) y[d] = num_w[d] / den_w;
+    if (y != y_w) std::copy(y_w, y_w + dv, y);
     return;
   }
   const double r = std::max(double(a), b);
-  const T fw = T(std::exp(double(a) - r)), fl = T(std::exp(b - r));
-  const T den = fw * den_w + fl * den_l;
-  for (int d = 0; d < dv; ++d) y[d] = (fw * num_w[d] + fl * num_l[d]) / den;
+  const T fw = T(std::exp(double(a) - r)) * den_w, fl = T(std::exp(b - r));
+  const T den = fw + fl * den_l;
+  for (int d = 0; d < dv; ++d) y[d] = (fw * y_w[d] + fl * num_l[d]) / den;
 }
 
 // log(gate) + the query's and the keys' references: the dark part's canonical log-scale; -inf when it
@@ -92,36 +95,34 @@ void EvictHead(const LayerAttention& a, const WindowDarkParams& p, int g, const 
   AddKey(m, dv, phi, T(1), key + s.head_dim, h.sums);
 }
 
-// Scratch of one query head's read.
+// A GQA group's dark read: its query heads' features phi_q [group, m] and their maxima cq [group], then
+// num [group, dv] = factor phi_q^T S and den [group] = factor phi_q . z.
 template <typename T>
-struct ReadBuffers {
-  std::vector<T> phi_q, num_w, num_l;
-  ReadBuffers(int m, int dv) : phi_q(m), num_w(dv), num_l(dv) {}
+struct GroupRead {
+  std::vector<T> phi_q, cq, num, den;
+  GroupRead(int group, int m, int dv) : phi_q(size_t(group) * m), cq(group), num(size_t(group) * dv), den(group) {}
+
+  // For kv head g's query heads q [group, head_dim] (adjacent in a row of q) over the head's sums:
+  // W and M read once for the group, the sums once (dark.h, feature_state.h); each head's values are
+  // the same bits as a read of its own.
+  void Read(const WindowDarkParams& p, const AttnShape& s, int g, const T* q, T factor, const FeatureState<T>& sums) {
+    DarkQueryFeatures(p.dark, s, g, s.group(), q, phi_q.data(), cq.data());
+    std::fill(num.begin(), num.end(), T(0));
+    ReadStateGroup(p.dark.features, s.value_dim, s.group(), phi_q.data(), factor, sums, num.data(), den.data());
+  }
 };
 
-// y [dv] of query head hq (q [head_dim]) after its token entered the ring: exactly over the `len`
-// rows the window holds (row(j), j in sequence order) and through its features over kv head g's dark
-// sums.
-template <typename T, typename RowAt>
-void ReadQueryHead(const LayerAttention& a, const WindowDarkParams& p, int hq, const T* q, int64_t len,
-                   const RowAt& row, T* fixed, ReadBuffers<T>* b, T* y) {
-  const AttnShape& s = a.shape;
-  const int m = p.dark.features, dv = s.value_dim, g = hq / s.group();
-  const int64_t at = int64_t(g) * (s.head_dim + dv);
-  T den_w = 0;
-  const T top = WindowSums(
-      s, p.scale, q, len, [&](int64_t j) { return row(j) + at; }, [&](int64_t j) { return row(j) + at + s.head_dim; },
-      b->num_w.data(), &den_w);
-  const HeadState<T> h = HeadAt(a, p, fixed, g);
-  double log_scale = DarkLogScale(0, *h.c, p.gate[hq]);
-  T den_l = 0;
-  if (!std::isinf(log_scale)) {
-    const T cq = DarkQueryFeatures(p.dark, s, g, q, b->phi_q.data());
-    std::fill(b->num_l.begin(), b->num_l.end(), T(0));
-    den_l = ReadState(m, dv, b->phi_q.data(), T(1), h.sums, b->num_l.data());
-    log_scale += double(cq);
-  }
-  Combine(dv, top, b->num_w.data(), den_w, log_scale, b->num_l.data(), den_l, y);
+// Query head hq = g * group + i of a token whose window part y (its heads' outputs) top and den hold
+// (kv_rows.h's, [heads] each), read against kv head g's sums at reference c: the group's dark read
+// `r` when c is finite (else not read), weighed by the head's gate, into y's head hq.
+template <typename T>
+void CombineHead(const AttnShape& s, const WindowDarkParams& p, int g, int i, T c, const GroupRead<T>& r,
+                 const T* top, const T* den, T* y) {
+  const int hq = g * s.group() + i, dv = s.value_dim;
+  double log_scale = DarkLogScale(0, c, p.gate[hq]);
+  if (!std::isinf(log_scale)) log_scale += double(r.cq[i]);
+  T* yh = y + int64_t(hq) * dv;
+  Combine(dv, top[hq], den[hq], yh, log_scale, r.num.data() + int64_t(i) * dv, r.den[i], yh);
 }
 
 }  // namespace
@@ -181,48 +182,32 @@ void InitState(const LayerAttention& a, const WindowDarkParams& p, StateView<T> 
   for (int g = 0; g < a.shape.kv_heads; ++g) *HeadAt(a, p, st.fixed, g).c = -T(INFINITY);
 }
 
-// One token: the oldest row leaves the full ring for the dark sums, the token enters the ring, then
-// each query head reads the ring exactly and the sums through its features.
+// One token: n = 1 of Steps (below), so the same bits as Steps by construction.
 template <typename T>
 void Step(const LayerAttention& a, const WindowDarkParams& p, const T* q, const T* k, const T* v,
           StateView<T> st, T* y) {
-  const AttnShape& s = a.shape;
-  Ring<T> ring = RingAt(s, p.window, st.fixed);
-  thread_local std::vector<T> row, phi;
-  row.resize(size_t(ring.row_floats));
-  phi.resize(size_t(p.dark.features));
-  if (ring.Full()) {
-    for (int g = 0; g < s.kv_heads; ++g) EvictHead(a, p, g, ring.Oldest(), st.fixed, phi.data());
-  }
-  WriteKvRow(s, k, v, row.data());
-  ring.Append(row.data(), 1);
-  const KvRows<T> window = ring.Window();
-  ReadBuffers<T> buffers(p.dark.features, s.value_dim);
-  for (int hq = 0; hq < s.heads; ++hq) {
-    ReadQueryHead(
-        a, p, hq, q + hq * s.head_dim, window.size(), [&](int64_t j) { return window.Row(j, ring.row_floats); },
-        st.fixed, &buffers, y + hq * s.value_dim);
-  }
+  Steps(a, p, 1, q, k, v, st, y);
 }
 
 // Per chunk of a.chunk_size tokens: the ring's rows (oldest first) then the chunk's, in one buffer.
 // Buffer row b evicts row b - W (the ring holds W rows once full, and until then row 0 is the session's
-// first token), so the chunk evicts rows [0, carried + len - W). Those keys get their features once,
-// with the running max of their logits c_run; the token at row b attends exactly to rows
-// (b - W, b] and reads the carried sums plus the keys evicted up to row b - W, brought to its
-// reference c_run (as dark's Chunked does). After the chunk the sums take the evicted keys and the
-// ring the chunk's rows.
+// first token), so the chunk evicts rows [0, carried + len - W). Each token's window part is read over
+// its W rows of the buffer as Steps reads them (kv_rows.h). The evicted keys get their features once,
+// with the running max of their logits c_run; the token at row b reads the carried sums plus the keys
+// evicted up to row b - W, brought to its reference c_run (as dark's Chunked does). After the chunk
+// the sums take the evicted keys and the ring the chunk's rows.
 template <typename T>
 void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int m = p.dark.features, dv = s.value_dim;
+  const int m = p.dark.features, dv = s.value_dim, group = s.group();
   const int64_t qrow = int64_t(s.heads) * s.head_dim, krow = int64_t(s.kv_heads) * s.head_dim,
                 vrow = int64_t(s.kv_heads) * dv, yrow = int64_t(s.heads) * dv;
   Ring<T> ring = RingAt(s, p.window, st.fixed);
   const int64_t row = ring.row_floats;
   thread_local std::vector<T> buffer;  // [carried + len, row]
-  std::vector<T> phi_q(m), phi_k, c_run, num_w(dv), num_l(dv);
+  std::vector<T> phi_k, c_run, top, den;
+  GroupRead<T> r(group, m, dv);
   for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
     const int len = std::min(a.chunk_size, n - c0);
     const KvRows<T> window = ring.Window();
@@ -232,6 +217,10 @@ void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T*
     for (int t = 0; t < len; ++t) {
       WriteKvRow(s, k + (c0 + t) * krow, v + (c0 + t) * vrow, buffer.data() + (carried + t) * row);
     }
+    top.resize(size_t(len) * s.heads);
+    den.resize(size_t(len) * s.heads);
+    AttendKvRowsWindowed(s, p.scale, len, q + c0 * qrow, KvRows<T>{buffer.data(), carried}, buffer.data() + carried * row,
+                         p.window, y + c0 * yrow, top.data(), den.data());
     const int64_t evicted = std::max<int64_t>(0, carried + len - p.window);  // rows [0, evicted)
     const auto at = [&](int64_t b) { return buffer.data() + b * row; };
     phi_k.resize(size_t(evicted) * m);
@@ -246,30 +235,24 @@ void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T*
         c_run[e] = c;
       }
       for (int t = 0; t < len; ++t) {
-        const int64_t b = carried + t, first = std::max<int64_t>(0, b - p.window + 1);
+        const int64_t b = carried + t;
         const int64_t seen = std::clamp<int64_t>(b - p.window + 1, 0, evicted);  // evicted rows <= b - W
         const T c_t = seen > 0 ? c_run[seen - 1] : c_carried;
-        for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-          const T* qh = q + (c0 + t) * qrow + hq * s.head_dim;
-          T den_w = 0;
-          const T top = WindowSums(
-              s, p.scale, qh, b - first + 1, [&](int64_t j) { return at(first + j) + off; },
-              [&](int64_t j) { return at(first + j) + off + s.head_dim; }, num_w.data(), &den_w);
-          double log_scale = DarkLogScale(0, c_t, p.gate[hq]);
-          T den_l = 0;
-          if (!std::isinf(log_scale)) {
-            const T cq = DarkQueryFeatures(p.dark, s, g, qh, phi_q.data());
-            std::fill(num_l.begin(), num_l.end(), T(0));
-            den_l = ReadState(m, dv, phi_q.data(), DarkShiftFactor(c_carried, c_t), h.sums, num_l.data());
+        if (!std::isinf(c_t)) {
+          r.Read(p, s, g, q + (c0 + t) * qrow + int64_t(g) * group * s.head_dim, DarkShiftFactor(c_carried, c_t), h.sums);
+          for (int i = 0; i < group; ++i) {
+            const T* phi_q = r.phi_q.data() + int64_t(i) * m;
+            T* num = r.num.data() + int64_t(i) * dv;
             for (int64_t e = 0; e < seen; ++e) {
-              const T w = std::exp(c_run[e] - c_t) * Dot(m, phi_q.data(), phi_k.data() + e * m);
+              const T w = std::exp(c_run[e] - c_t) * Dot(m, phi_q, phi_k.data() + e * m);
               const T* ve = at(e) + off + s.head_dim;
-              for (int d = 0; d < dv; ++d) num_l[d] += w * ve[d];
-              den_l += w;
+              for (int d = 0; d < dv; ++d) num[d] += w * ve[d];
+              r.den[i] += w;
             }
-            log_scale += double(cq);
           }
-          Combine(dv, top, num_w.data(), den_w, log_scale, num_l.data(), den_l, y + (c0 + t) * yrow + hq * dv);
+        }
+        for (int i = 0; i < group; ++i) {
+          CombineHead(s, p, g, i, c_t, r, top.data() + t * s.heads, den.data() + t * s.heads, y + (c0 + t) * yrow);
         }
       }
       if (evicted > 0) {
@@ -321,47 +304,55 @@ void Parallel(const LayerAttention& a, const WindowDarkParams& p, int n, const T
           }
           b += double(cq);
         }
-        Combine(dv, top, num_w.data(), den_w, b, num_l.data(), den_l, y + (int64_t(t) * s.heads + hq) * dv);
+        // Both parts' sums over their common exponent, written out here rather than through Combine,
+        // so that the reference does not share the other forms' arithmetic.
+        T* yt = y + (int64_t(t) * s.heads + hq) * dv;
+        const double r = std::max(double(top), b);
+        const T fw = T(std::exp(double(top) - r)), fl = std::isinf(b) ? T(0) : T(std::exp(b - r));
+        for (int d = 0; d < dv; ++d) yt[d] = (fw * num_w[d] + fl * num_l[d]) / (fw * den_w + fl * den_l);
       }
     }
   }
 }
 
-// Step for each token in turn, per kv head: a kv head's dark sums and outputs are its own, and its part
-// of every row too, so each kv head runs the n tokens' evictions and reads in turn on its own (on the
-// compute threads, ForEachKvHead), over the ring's rows then the n new ones, written aside; the ring
-// takes them after. The same operations in the same order per kv head as n Steps, so the same bits.
+// n tokens: token t's row (held + t in the sequence: the ring's rows oldest first, then the new ones)
+// enters, and once the ring was full before it, row held + t - W leaves for the dark sums. The rows are
+// written aside first and every token's window part read over its W rows through its own (kv_rows.h:
+// SIMD in fp32, each row read once for all the queries that see it, on the compute threads). Then each
+// kv head (ForEachKvHead: its sums, and its part of every row, are its own) runs the n tokens'
+// evictions and group reads in turn, and each query head weighs its window against its dark part.
+// The ring takes the new rows last. Per kv head the same operations in the same order whatever n, so
+// n tokens are the same bits as n Steps.
 template <typename T>
 void Steps(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q, const T* k, const T* v,
            StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int m = p.dark.features, dv = s.value_dim;
+  const int m = p.dark.features, dv = s.value_dim, group = s.group();
   Ring<T> ring = RingAt(s, p.window, st.fixed);
   const KvRows<T> cached = ring.Window();
   const int64_t row = ring.row_floats, held = cached.size();
-  thread_local std::vector<T> fresh;  // [n, row]
+  thread_local std::vector<T> fresh, top, den;  // [n, row], [n, heads], [n, heads]
   fresh.resize(size_t(n) * row);
+  top.resize(size_t(n) * s.heads);
+  den.resize(size_t(n) * s.heads);
   for (int t = 0; t < n; ++t) {
     WriteKvRow(s, k + int64_t(t) * s.kv_heads * s.head_dim, v + int64_t(t) * s.kv_heads * dv, fresh.data() + t * row);
   }
-  // Sequence row j: the ring's rows oldest first, then the new ones. Token t is row held + t; the ring
-  // is full before it enters once held + t >= W, and then row held + t - W leaves.
-  const T* added = fresh.data();  // the tasks name this thread's buffer, not their own thread's
+  AttendKvRowsWindowed(s, p.scale, n, q, cached, fresh.data(), p.window, y, top.data(), den.data());
+  // The tasks name this thread's buffers, not their own thread's.
+  const T *added = fresh.data(), *tops = top.data(), *dens = den.data();
   const auto row_at = [&](int64_t j) { return j < held ? cached.Row(j, row) : added + (j - held) * row; };
-  const int64_t window_rows = std::min<int64_t>(p.window, held + n);
-  const int64_t work = int64_t(n) * s.heads * (window_rows * (s.head_dim + dv) + 2 * int64_t(m) * dv);
+  const int64_t work = int64_t(n) * s.heads * 2 * int64_t(m) * (s.head_dim + dv);
   T* fixed = st.fixed;
   ForEachKvHead(s.kv_heads, work, [&](int g) {
     std::vector<T> phi(m);
-    ReadBuffers<T> buffers(m, dv);
+    GroupRead<T> r(group, m, dv);
+    const HeadState<T> h = HeadAt(a, p, fixed, g);
     for (int t = 0; t < n; ++t) {
-      const int64_t at = held + t;
-      if (at >= p.window) EvictHead(a, p, g, row_at(at - p.window), fixed, phi.data());
-      const int64_t first = std::max<int64_t>(0, at - p.window + 1);
-      for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-        ReadQueryHead(
-            a, p, hq, q + (int64_t(t) * s.heads + hq) * s.head_dim, at - first + 1,
-            [&](int64_t j) { return row_at(first + j); }, fixed, &buffers, y + (int64_t(t) * s.heads + hq) * dv);
+      if (held + t >= p.window) EvictHead(a, p, g, row_at(held + t - p.window), fixed, phi.data());
+      if (!std::isinf(*h.c)) r.Read(p, s, g, q + (int64_t(t) * s.heads + g * group) * s.head_dim, T(1), h.sums);
+      for (int i = 0; i < group; ++i) {
+        CombineHead(s, p, g, i, *h.c, r, tops + t * s.heads, dens + t * s.heads, y + int64_t(t) * s.heads * dv);
       }
     }
   });

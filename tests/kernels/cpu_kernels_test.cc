@@ -623,6 +623,8 @@ TEST(CpuKvAttentionTest, CausalRowsEqualEachRowOverItsPrefix) {
 // of the first len - n + 1 + t rows, the rows given as three spans (a ring's older and newer parts,
 // then the new rows). The same bits as AttendKvCache over that window's rows alone, with any
 // thread count; windows smaller than n, of one row, past a 128- or 512-row chunk, and the whole cache.
+// Each head's largest logit and sum of exps (window_dark's weights) agree with fp64 sums over the
+// same window, and asking for them leaves y's bits as they were.
 TEST(CpuKvAttentionTest, WindowedRowsEqualEachRowOverItsWindow) {
   ThreadsGuard restore;
   std::mt19937_64 rng(testing::TestSeed());
@@ -651,6 +653,29 @@ TEST(CpuKvAttentionTest, WindowedRowsEqualEachRowOverItsWindow) {
           cpu::AttendKvRowsWindowed(kv_heads, group, dk, dv, 0.4f, n, q.data(), spans, window, got.data());
           EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
               << "len " << len << " n " << n << " window " << window << " threads " << threads;
+          std::vector<float> with_sums(want.size(), NAN), top(size_t(n) * heads, NAN), den(top.size(), NAN);
+          cpu::AttendKvRowsWindowed(kv_heads, group, dk, dv, 0.4f, n, q.data(), spans, window, with_sums.data(),
+                                    top.data(), den.data());
+          EXPECT_EQ(0, std::memcmp(want.data(), with_sums.data(), want.size() * sizeof(float)));
+          for (int t = 0; t < n; ++t) {
+            const int64_t end = len - n + 1 + t, begin = std::max<int64_t>(0, end - window);
+            for (int h = 0; h < heads; ++h) {
+              const float* qh = q.data() + (size_t(t) * heads + h) * dk;
+              std::vector<double> logits;
+              for (int64_t j = begin; j < end; ++j) {
+                const float* kj = rows.data() + j * row + (h / group) * (dk + dv);
+                double dot = 0;
+                for (int d = 0; d < dk; ++d) dot += double(qh[d]) * kj[d];
+                logits.push_back(0.4 * dot);
+              }
+              const double best = *std::max_element(logits.begin(), logits.end());
+              double sum = 0;
+              for (double l : logits) sum += std::exp(l - best);
+              const size_t i = size_t(t) * heads + h;
+              EXPECT_NEAR(top[i], best, 1e-5 * std::max(1.0, std::abs(best))) << "t " << t << " head " << h;
+              EXPECT_NEAR(den[i], sum, 1e-4 * sum) << "t " << t << " head " << h;
+            }
+          }
         }
       }
     }
