@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/listen.h"
 
 namespace steady {
 
@@ -169,35 +170,9 @@ std::string Metrics::Render(const Engine::Stats& engine, const SessionStore* sto
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                             std::function<std::string()> render) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* addrs = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &addrs); rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics host \"", host, "\": ", gai_strerror(rc)));
-  }
-  int fd = -1;
-  std::string error = "no address";
-  for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) break;
-    error = std::strerror(errno);
-    close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(addrs);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", error));
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(fd, bound_port, std::move(render)));
+  auto socket = ListenOn("metrics", host, port, 16);
+  if (!socket.ok()) return socket.status();
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(socket->fd, socket->port, std::move(render)));
 }
 
 MetricsHttpServer::MetricsHttpServer(int listen_fd, int port, std::function<std::string()> render)

@@ -1,6 +1,7 @@
 // build/bin/steady-server: the gRPC server (proto/steady/v1/inference.proto), health checking,
-// reflection and Prometheus metrics. SIGTERM / SIGINT drain gracefully: new calls are refused,
-// running streams end at the next engine step, the engine persists every session to --session-dir.
+// reflection and Prometheus metrics. SIGTERM / SIGINT drain gracefully: new connections are refused,
+// calls already sent are served, running streams end at the next engine step, the engine persists
+// every session to --session-dir.
 // With --durability turn (the default with --session-dir) every acknowledged change is already
 // there, so a kill -9 loses nothing acknowledged either (docs/durability.md). SIGHUP reloads
 // --api-keys (docs/security.md).
@@ -34,6 +35,7 @@
 #include "server/auth/api_keys.h"
 #include "server/engine/engine.h"
 #include "server/metrics/metrics.h"
+#include "server/rpc/listener.h"
 #include "server/rpc/service.h"
 #include "server/store/directory_store.h"
 #include "server/store/redis_store.h"
@@ -42,6 +44,10 @@
 
 namespace steady {
 namespace {
+
+// How long a drain waits, after it stops listening, for the calls on the connections it took last to
+// arrive before gRPC's Shutdown refuses new ones (at most a quarter of --drain-timeout).
+constexpr std::chrono::milliseconds kCallsArriveMs(500);
 
 constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port N] [--host ADDR] [--state-memory BYTES]
                     [--session-dir DIR | --session-store redis://HOST:PORT [--lease-ms MS]
@@ -56,7 +62,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
   --port N            gRPC port (default 50051; 0 picks a free one, printed on stderr)
-  --host ADDR         listen address (default 127.0.0.1)
+  --host ADDR         listen address (default 127.0.0.1; a name listens on its first address)
   --state-memory B    memory for resident session states: bytes, or with a K/M/G suffix (default 1G)
   --session-dir DIR   where sessions are offloaded and persisted across restarts and crashes
                       (default: none; docs/durability.md)
@@ -346,10 +352,13 @@ absl::Status Run(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int bound_port = 0;
-  const std::string address = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", *port)
-                                                                   : absl::StrCat(host, ":", *port);
-  builder.AddListeningPort(address, *credentials, &bound_port);
+  // The port is listened on by ConnectionListener (server/rpc/listener.h), which hands gRPC each
+  // connection, so that a drain stops taking connections before gRPC's Shutdown (below).
+  auto listener = ConnectionListener::Open(host, int(*port));
+  if (!listener.ok()) return listener.status();
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, *credentials);
   // One deliberate message limit instead of gRPC's default 4 MiB (docs/api.md, "Limits"): room for
   // the gateway's 16 MiB bodies; a longer input goes to a session in parts.
   constexpr int kMaxMessageBytes = 32 << 20;  // as clients/common/channel.h's, and the gateway's
@@ -357,7 +366,9 @@ absl::Status Run(int argc, char** argv) {
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  if (server == nullptr) return absl::UnavailableError("cannot start the gRPC server");
+  (*listener)->Start(acceptor.get());
+  const int bound_port = (*listener)->port();
   std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d%s\n", service_options.model_name.c_str(),
                model->DescribeAttention()[0].value("mechanism", "").c_str(), (*engine)->device().c_str(), host.c_str(),
                bound_port, flags->Has("tls-cert") ? " (TLS)" : "");
@@ -388,15 +399,19 @@ absl::Status Run(int argc, char** argv) {
   // Sessions are let go as soon as they are idle, so replicas that take over their next calls need
   // not wait for the leases to lapse.
   (*engine)->Drain();
-  // Shutdown stops listening at once (a balancer's next connection is refused, so it sends the call
-  // to another replica) and waits for running calls: a Generate stream runs to its end, so a rolling
-  // restart cuts no turn short. Calls that were already on their way are served, not refused: a
-  // refusal would reach the client. In the drain's last second (or half, if shorter) the rest are
-  // asked to stop and end at the next step boundary with finish_reason "cancelled". After the
-  // deadline gRPC cancels what is left; a call still waiting on the engine then ends when the engine
-  // is destroyed (queued jobs fail with UNAVAILABLE).
+  // Stop listening at once (a balancer's next connection is refused, so it sends the call to another
+  // replica), taking every connection the kernel had already accepted. Their calls are on their way:
+  // they get a moment to arrive before Shutdown sends GOAWAY, which would refuse a call the client
+  // has sent (a balancer cannot send it on: the client would see the error). Shutdown then waits for
+  // running calls: a Generate stream runs to its end, so a rolling restart cuts no turn short. In
+  // the drain's last second (or half, if shorter) the rest are asked to stop and end at the next
+  // step boundary with finish_reason "cancelled". After the deadline gRPC cancels what is left; a
+  // call still waiting on the engine then ends when the engine is destroyed (queued jobs fail with
+  // UNAVAILABLE).
   const auto drain = std::chrono::milliseconds(int64_t(*drain_timeout * 1000));
   const auto deadline = std::chrono::system_clock::now() + drain;
+  (*listener)->Close();
+  std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(kCallsArriveMs, drain / 4));
   std::future<void> shut = std::async(std::launch::async, [&] { server->Shutdown(deadline); });
   if (shut.wait_until(deadline - std::min<std::chrono::milliseconds>(std::chrono::seconds(1), drain / 2)) !=
       std::future_status::ready) {
@@ -410,6 +425,7 @@ absl::Status Run(int argc, char** argv) {
   engine->reset();         // persists sessions to --session-dir
   shut.wait();
   server.reset();
+  acceptor.reset();
   std::fprintf(stderr, "steady-server: stopped\n");
   return absl::OkStatus();
 }
