@@ -39,7 +39,13 @@ void ConnectionListener::Start(grpc::experimental::ExternalConnectionAcceptor* a
 bool ConnectionListener::AcceptOne(grpc::experimental::ExternalConnectionAcceptor* acceptor) {
   // gRPC takes the descriptor as its own accept4 would give it: non-blocking, close-on-exec.
   const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0) return errno == EINTR || errno == ECONNABORTED;  // EAGAIN: none waiting
+  if (fd < 0) {
+    if (errno == EINTR || errno == ECONNABORTED) return true;
+    // Out of descriptors or memory: the connection stays queued, and poll would report it at once;
+    // wait a little rather than spin (EAGAIN: none waiting).
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) usleep(10000);
+    return false;
+  }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // as gRPC sets on its own listeners
   grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
