@@ -35,7 +35,8 @@
 # CHECK_THREADS (llama.cpp threads in the check, 1); serve: SESSIONS (16), TURNS (30), PROMPT (32 new
 # prompt tokens a turn), OUTPUT (16 tokens a turn), SERVE_WEIGHTS (bf16: Steady's --cpu-weights and the
 # GGUF type; q8 serves llama.cpp q8_0, q4 q4_0, q4k Q4_K_M), SERVE_MECHANISMS (Steady's, "taylor softmax";
-# slay, dark and sliced_relu serve a checkpoint of their own: the same seed's decoder with their tensors),
+# slay, dark, sliced_relu and window_dark (SERVE_WINDOW, 64) serve a checkpoint of their own: the same
+# seed's decoder with their tensors),
 # SERVE_LLAMACPP (1; 0 skips llama.cpp's run, e.g. when its figure for the same weights is at hand),
 # SERVE_GGUF (a GGUF file both engines serve, Steady's weights as it holds them); gguf-bench: GGUF_TYPES
 # ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4), GGUF_CPU_WEIGHTS (Steady's
@@ -288,12 +289,15 @@ serve() {
   for m in ${SERVE_MECHANISMS:-taylor softmax}; do
     local mech=(--mechanism "$m") model=$ckpt
     [[ $m == taylor ]] && mech+=(--order 2)
-    if [[ -z ${SERVE_GGUF:-} && $m =~ ^(slay|dark|sliced_relu)$ ]]; then
-      # Their tensors (omega, M and G, the score projections) are not in the softmax checkpoint: the
-      # same seed writes the same decoder weights, then the mechanism's own.
-      model=$WORK/llama1b-random-$m mech=()
+    if [[ -z ${SERVE_GGUF:-} && $m =~ ^(slay|dark|sliced_relu|window_dark)$ ]]; then
+      # Their tensors (omega, M and G, the score projections, the gates) are not in the softmax
+      # checkpoint: the same seed writes the same decoder weights, then the mechanism's own.
+      # window_dark (steady convert's hybrid) keeps a window of SERVE_WINDOW positions (64).
+      local params=()
+      [[ $m == window_dark ]] && params=(--param "window=${SERVE_WINDOW:-64}")
+      model=$WORK/llama1b-random-$m${params[*]:+-w${SERVE_WINDOW:-64}} mech=()
       [[ -f $model/model.safetensors ]] || "$STEADY" init --out "$model" --preset llama1b --dtype f16 --seed 1 \
-        --tokenizer "$REPO/models/tiny-softmax/tokenizer.model" --mechanism "$m"
+        --tokenizer "$REPO/models/tiny-softmax/tokenizer.model" --mechanism "$m" "${params[@]}"
     fi
     log "steady-server, $m, $weights weights: $sessions sessions x $turns turns of $prompt + $output tokens"
     "$bin/steady-server" --model "$model" "${mech[@]}" --port 0 --state-memory 8G --prefix-cache-memory 0 \
