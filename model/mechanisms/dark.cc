@@ -275,16 +275,24 @@ void Step(const LayerAttention& a, const DarkParams& p, const T* q, const T* k, 
   }
 }
 
+// Per chunk of L tokens and kv head: every key's features (relative to c_j, the running max after
+// key j: c_j is non-decreasing) and every query's, each in one pass over W and M; then the chunk's
+// reads as matrix products (ChunkReads, feature_state.h): query t sees the carried state and keys
+// j <= t, all brought to its reference c_run[t]. Then the state takes the chunk's keys.
 template <typename T>
 void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.features, dv = s.value_dim, L = a.chunk_size;
-  // Key j of the chunk: features relative to c_j, the running max after it (c_j is non-decreasing).
   const int group = s.group(), dk = s.head_dim;
-  std::vector<T> phi_q(size_t(group) * m), phi_k(size_t(L) * m), c_run(L), rows;
+  std::vector<T> phi_q, phi_k(size_t(L) * m), c_run(L), cq, carried(L), decay, num, den, rows;
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
+    phi_q.resize(size_t(len) * group * m);
+    cq.resize(size_t(len) * group);
+    decay.resize(size_t(len) * len);
+    num.resize(size_t(len) * group * dv);
+    den.resize(size_t(len) * group);
     for (int g = 0; g < s.kv_heads; ++g) {
       const HeadState<T> h = HeadAt(a, p, st.fixed, g);
       const T c_carried = *h.c;
@@ -295,23 +303,23 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
         KeyFeaturesOfLogits(p, &c, phi_k.data() + size_t(j) * m);
         c_run[j] = c;
       }
-      // Query t sees the carried state and keys j <= t, all brought to its reference c_run[t].
+      // The group's queries of every token (row t * group + i), then each row's features.
+      DarkLogits(p, s, g, len * group,
+                 Gather(len, group * dk, q + (size_t(c0) * s.heads + g * group) * dk, s.heads * dk, &rows),
+                 phi_q.data());
+      for (int r = 0; r < len * group; ++r) cq[r] = QueryFeaturesOfLogits(p, phi_q.data() + size_t(r) * m);
       for (int t = 0; t < len; ++t) {
-        DarkLogits(p, s, g, group, q + (size_t(c0 + t) * s.heads + g * group) * dk, phi_q.data());
+        carried[t] = DarkShiftFactor(c_carried, c_run[t]);
+        for (int j = 0; j <= t; ++j) decay[size_t(t) * len + j] = std::exp(c_run[j] - c_run[t]);
+      }
+      ChunkReads(m, dv, len, group, phi_q.data(), phi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
+                 int64_t(s.kv_heads) * dv, carried.data(), decay.data(), h.sums, num.data(), den.data());
+      for (int t = 0; t < len; ++t) {
         for (int i = 0; i < group; ++i) {
-          const int hq = g * group + i;
-          T* phi = phi_q.data() + size_t(i) * m;
-          const T cq = QueryFeaturesOfLogits(p, phi);
-          T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
-          std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, phi, DarkShiftFactor(c_carried, c_run[t]), h.sums, yh);
-          for (int j = 0; j <= t; ++j) {
-            const T w = std::exp(c_run[j] - c_run[t]) * Dot(m, phi, phi_k.data() + size_t(j) * m);
-            const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
-            for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
-            den += w;
-          }
-          GuardedRatio(dv, den, double(cq) + double(c_run[t]), p.delta, yh);
+          const int r = t * group + i;
+          T* yh = y + (size_t(c0 + t) * s.heads + g * group + i) * dv;
+          std::copy(num.data() + size_t(r) * dv, num.data() + size_t(r + 1) * dv, yh);
+          GuardedRatio(dv, den[r], double(cq[r]) + double(c_run[t]), p.delta, yh);
         }
       }
       // State update: rescale the carried sums once to the chunk's final max, then add the chunk's

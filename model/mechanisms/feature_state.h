@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/state_update.h"
 
 #include "model/mechanisms/common.h"
@@ -148,6 +150,78 @@ void AddKeysAndReadInTurn(int m, int dv, int n, const T* phi_k, const T* v, int6
       ReadRowForGroup(f, m, dv, group, phi_q + size_t(t) * group * m, T(1), h, num + t * num_stride,
                       den + size_t(t) * group);
     }
+  }
+}
+
+// y [rows, out] = x [rows, in] w [in, out] with w stored input-major: fp32 through cpu::MatMulNN
+// (SIMD, the same bits whatever the rows), fp64 a plain loop in order of k (the reference).
+inline void ProductNN(const float* x, int rows, int in, const float* w, int out, float* y) {
+  cpu::MatMulNN(x, rows, in, w, out, y);
+}
+inline void ProductNN(const double* x, int rows, int in, const double* w, int out, double* y) {
+  for (int r = 0; r < rows; ++r) {
+    double* yr = y + int64_t(r) * out;
+    std::fill(yr, yr + out, 0.0);
+    for (int k = 0; k < in; ++k) {
+      const double xk = x[int64_t(r) * in + k];
+      for (int j = 0; j < out; ++j) yr[j] += w[int64_t(k) * out + j] * xk;
+    }
+  }
+}
+
+// The chunked forms' reads of one kv head over a chunk of `len` tokens (dark and slay's Chunked):
+// query row r = t * group + i (token t, the group's head i) with features phi_q [len * group, m],
+// against the sums carried into the chunk, weighed by carried[t], plus the chunk's keys j <= t
+// (features phi_k [len, m], value j at v + j * v_stride), key j's weight for token t times
+// decay[t * len + j] (null: 1). Writes num [len * group, dv] and den [len * group]. As matrix
+// products (SIMD in fp32): the kernel values phi_q phi_k^T, causally masked, times the values; the
+// carried sums (compensations added) read by phi_q in one product, their normalizer as its last
+// column.
+template <typename T>
+void ChunkReads(int m, int dv, int len, int group, const T* phi_q, const T* phi_k, const T* v, int64_t v_stride,
+                const T* carried, const T* decay, FeatureState<T> h, T* num, T* den) {
+  const int rows = len * group;
+  // phi_k^T [m, len], the values [len, dv], the kernel values [rows, len], the carried sums [m, dv + 1]
+  // and their read [rows, dv + 1].
+  thread_local std::vector<T> kt, vc, w, sums, read;
+  kt.resize(size_t(m) * len);
+  for (int j = 0; j < len; ++j) {
+    for (int f = 0; f < m; ++f) kt[size_t(f) * len + j] = phi_k[size_t(j) * m + f];
+  }
+  vc.resize(size_t(len) * dv);
+  for (int j = 0; j < len; ++j) std::copy(v + j * v_stride, v + j * v_stride + dv, vc.data() + size_t(j) * dv);
+  w.resize(size_t(rows) * len);
+  ProductNN(phi_q, rows, m, kt.data(), len, w.data());
+  for (int r = 0; r < rows; ++r) {
+    const int t = r / group;
+    T* wr = w.data() + size_t(r) * len;
+    T sum = 0;
+    for (int j = 0; j < len; ++j) {
+      if (j > t) {
+        wr[j] = 0;
+      } else {
+        if (decay != nullptr) wr[j] *= decay[size_t(t) * len + j];
+        sum += wr[j];
+      }
+    }
+    den[r] = sum;
+  }
+  ProductNN(w.data(), rows, len, vc.data(), dv, num);
+  sums.resize(size_t(m) * (dv + 1));
+  for (int f = 0; f < m; ++f) {
+    T* out = sums.data() + size_t(f) * (dv + 1);
+    const T* s = h.S + size_t(f) * dv;
+    for (int d = 0; d < dv; ++d) out[d] = h.S_comp ? s[d] + h.S_comp[size_t(f) * dv + d] : s[d];
+    out[dv] = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
+  }
+  read.resize(size_t(rows) * (dv + 1));
+  ProductNN(phi_q, rows, m, sums.data(), dv + 1, read.data());
+  for (int r = 0; r < rows; ++r) {
+    const T c = carried[r / group];
+    const T* rr = read.data() + size_t(r) * (dv + 1);
+    T* nr = num + size_t(r) * dv;
+    for (int d = 0; d < dv; ++d) nr[d] += c * rr[d];
+    den[r] += c * rr[dv];
   }
 }
 

@@ -206,35 +206,40 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
   }
 }
 
+// Per chunk of L tokens and kv head: every key's and query's features, then the chunk's reads as
+// matrix products (ChunkReads, feature_state.h): query t sees the carried state and keys j <= t.
 template <typename T>
 void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size;
-  std::vector<T> poly(p.anchors), psi_q(m), psi_k(size_t(L) * m);
+  const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size, group = s.group();
+  std::vector<T> poly(p.anchors), psi_q, psi_k(size_t(L) * m), carried(L, T(1)), num, den;
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
+    psi_q.resize(size_t(len) * group * m);
+    num.resize(size_t(len) * group * dv);
+    den.resize(size_t(len) * group);
     for (int g = 0; g < s.kv_heads; ++g) {
       const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
       for (int j = 0; j < len; ++j) {
         FeaturesInto(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, poly.data(),
                      psi_k.data() + size_t(j) * m);
       }
+      for (int t = 0; t < len; ++t) {  // row t * group + i: token t, the group's head i
+        for (int i = 0; i < group; ++i) {
+          FeaturesInto(p, s, g, q + (size_t(c0 + t) * s.heads + g * group + i) * s.head_dim, poly.data(),
+                       psi_q.data() + (size_t(t) * group + i) * m);
+        }
+      }
       // Outputs: carried state (keys before the chunk) plus the causal intra-chunk part.
+      ChunkReads(m, dv, len, group, psi_q.data(), psi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
+                 int64_t(s.kv_heads) * dv, carried.data(), static_cast<const T*>(nullptr), h, num.data(), den.data());
       for (int t = 0; t < len; ++t) {
-        for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-          FeaturesInto(p, s, g, q + (size_t(c0 + t) * s.heads + hq) * s.head_dim, poly.data(), psi_q.data());
-          T* yh = y + (size_t(c0 + t) * s.heads + hq) * dv;
-          std::fill(yh, yh + dv, T(0));
-          T den = ReadState(m, dv, psi_q.data(), T(1), h, yh);
-          for (int j = 0; j <= t; ++j) {
-            const T w = Dot(m, psi_q.data(), psi_k.data() + size_t(j) * m);
-            const T* vj = v + (size_t(c0 + j) * s.kv_heads + g) * dv;
-            for (int d = 0; d < dv; ++d) yh[d] += w * vj[d];
-            den += w;
-          }
-          den += T(p.delta);
-          for (int d = 0; d < dv; ++d) yh[d] /= den;
+        for (int i = 0; i < group; ++i) {
+          const int r = t * group + i;
+          T* yh = y + (size_t(c0 + t) * s.heads + g * group + i) * dv;
+          const T d = den[r] + T(p.delta);
+          for (int e = 0; e < dv; ++e) yh[e] = num[size_t(r) * dv + e] / d;
         }
       }
       // State update, key by key in token order: the state after a chunk is the one Step leaves.
