@@ -354,14 +354,14 @@ void MatMulNTQ4KColumns(const float* x, int rows, int64_t in, Q4KWeights w, int6
 // vector of the block holds `tail` lanes when tail > 0 (copied through a zeroed buffer: the memory
 // past it is never read or written), so every y[r, j] is the same arithmetic wherever its column
 // falls and however many rows come with it.
-template <int R, int C>
-HWY_INLINE void NNBlock(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t out,
-                        int64_t j0, size_t tail, float* HWY_RESTRICT y) {
-  const hn::ScalableTag<float> d;
+template <int R, int C, typename T>
+HWY_INLINE void NNBlock(const T* HWY_RESTRICT x, int64_t in, const T* HWY_RESTRICT w, int64_t out,
+                        int64_t j0, size_t tail, T* HWY_RESTRICT y) {
+  const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = int64_t(hn::Lanes(d));
-  HWY_ALIGN float part[HWY_MAX_BYTES / sizeof(float)] = {};
-  const auto load = [&](const float* p, int c) {
+  HWY_ALIGN T part[HWY_MAX_BYTES / sizeof(T)] = {};
+  const auto load = [&](const T* p, int c) {
     if (tail == 0 || c < C - 1) return hn::LoadU(d, p + c * lanes);
     std::copy(p + c * lanes, p + c * lanes + tail, part);
     return hn::Load(d, part);
@@ -371,7 +371,7 @@ HWY_INLINE void NNBlock(const float* HWY_RESTRICT x, int64_t in, const float* HW
     for (int c = 0; c < C; ++c) a[r][c] = hn::Zero(d);
   }
   for (int64_t k = 0; k < in; ++k) {
-    const float* wk = w + k * out + j0;
+    const T* wk = w + k * out + j0;
     V wv[C];
     for (int c = 0; c < C; ++c) wv[c] = load(wk, c);
     for (int r = 0; r < R; ++r) {
@@ -380,7 +380,7 @@ HWY_INLINE void NNBlock(const float* HWY_RESTRICT x, int64_t in, const float* HW
     }
   }
   for (int r = 0; r < R; ++r) {
-    float* yr = y + r * out + j0;
+    T* yr = y + r * out + j0;
     for (int c = 0; c < C; ++c) {
       if (tail > 0 && c == C - 1) {
         hn::Store(a[r][c], d, part);
@@ -393,17 +393,18 @@ HWY_INLINE void NNBlock(const float* HWY_RESTRICT x, int64_t in, const float* HW
 }
 
 // Every column of y for R rows: blocks of kTileCols vectors, then single vectors, then the partial one.
-template <int R>
-HWY_INLINE void NNRows(const float* HWY_RESTRICT x, int64_t in, const float* HWY_RESTRICT w, int64_t out,
-                       float* HWY_RESTRICT y) {
-  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<float>()));
+template <int R, typename T>
+HWY_INLINE void NNRows(const T* HWY_RESTRICT x, int64_t in, const T* HWY_RESTRICT w, int64_t out,
+                       T* HWY_RESTRICT y) {
+  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<T>()));
   int64_t j = 0;
   for (; j + kTileCols * lanes <= out; j += kTileCols * lanes) NNBlock<R, kTileCols>(x, in, w, out, j, 0, y);
   for (; j + lanes <= out; j += lanes) NNBlock<R, 1>(x, in, w, out, j, 0, y);
   if (j < out) NNBlock<R, 1>(x, in, w, out, j, size_t(out - j), y);
 }
 
-void MatMulNNRows(const float* x, int rows, int64_t in, const float* w, int64_t out, float* y) {
+template <typename T>
+void NNAllRows(const T* x, int rows, int64_t in, const T* w, int64_t out, T* y) {
   int r = 0;
   for (; r + 4 <= rows; r += 4) NNRows<4>(x + r * in, in, w, out, y + r * out);
   switch (rows - r) {
@@ -412,6 +413,12 @@ void MatMulNNRows(const float* x, int rows, int64_t in, const float* w, int64_t 
     case 1: NNRows<1>(x + r * in, in, w, out, y + r * out); break;
     default: break;
   }
+}
+void MatMulNNRows(const float* x, int rows, int64_t in, const float* w, int64_t out, float* y) {
+  NNAllRows(x, rows, in, w, out, y);
+}
+void MatMulNNRowsF64(const double* x, int rows, int64_t in, const double* w, int64_t out, double* y) {
+  NNAllRows(x, rows, in, w, out, y);
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
@@ -444,6 +451,7 @@ HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
 HWY_EXPORT(MatMulNNRows);
+HWY_EXPORT(MatMulNNRowsF64);
 
 namespace {
 
@@ -590,6 +598,10 @@ void MatMulNTReference(const float* x, int rows, int in, const float* w, int out
 
 void MatMulNN(const float* x, int rows, int in, const float* w, int out, float* y) {
   HWY_DYNAMIC_DISPATCH(MatMulNNRows)(x, rows, in, w, out, y);
+}
+
+void MatMulNNF64(const double* x, int rows, int in, const double* w, int out, double* y) {
+  HWY_DYNAMIC_DISPATCH(MatMulNNRowsF64)(x, rows, in, w, out, y);
 }
 
 void MatMulNNReference(const float* x, int rows, int in, const float* w, int out, float* y) {

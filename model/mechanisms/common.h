@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/host_device.h"
 
@@ -77,6 +78,25 @@ inline void ForEachKvHead(int kv_heads, int64_t work, const std::function<void(i
     for (int g = 0; g < kv_heads; ++g) fn(g);
   } else {
     cpu::ParallelFor(kv_heads, fn);
+  }
+}
+
+// y [rows, out] = x [rows, in] w [in, out] with w stored input-major, the chunked forms' small
+// products: fp32 through cpu::MatMulNN (SIMD, the same bits whatever the rows); fp64 a plain loop in
+// order of k (the references), or with `simd` cpu::MatMulNNF64 (taylor's fp32 path, which sums in
+// fp64).
+inline void ProductNN(const float* x, int rows, int in, const float* w, int out, float* y) {
+  cpu::MatMulNN(x, rows, in, w, out, y);
+}
+inline void ProductNN(const double* x, int rows, int in, const double* w, int out, double* y, bool simd = false) {
+  if (simd) return cpu::MatMulNNF64(x, rows, in, w, out, y);
+  for (int r = 0; r < rows; ++r) {
+    double* yr = y + int64_t(r) * out;
+    for (int j = 0; j < out; ++j) yr[j] = 0.0;
+    for (int k = 0; k < in; ++k) {
+      const double xk = x[int64_t(r) * in + k];
+      for (int j = 0; j < out; ++j) yr[j] += w[int64_t(k) * out + j] * xk;
+    }
   }
 }
 

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/state_update.h"
 
 #include "model/mechanisms/common.h"
@@ -149,22 +148,6 @@ void AddKeysAndReadInTurn(int m, int dv, int n, const T* phi_k, const T* v, int6
       AddToRow(f, dv, T(1) * phi_k[size_t(t) * m + f], v + t * v_stride, h);
       ReadRowForGroup(f, m, dv, group, phi_q + size_t(t) * group * m, T(1), h, num + t * num_stride,
                       den + size_t(t) * group);
-    }
-  }
-}
-
-// y [rows, out] = x [rows, in] w [in, out] with w stored input-major: fp32 through cpu::MatMulNN
-// (SIMD, the same bits whatever the rows), fp64 a plain loop in order of k (the reference).
-inline void ProductNN(const float* x, int rows, int in, const float* w, int out, float* y) {
-  cpu::MatMulNN(x, rows, in, w, out, y);
-}
-inline void ProductNN(const double* x, int rows, int in, const double* w, int out, double* y) {
-  for (int r = 0; r < rows; ++r) {
-    double* yr = y + int64_t(r) * out;
-    std::fill(yr, yr + out, 0.0);
-    for (int k = 0; k < in; ++k) {
-      const double xk = x[int64_t(r) * in + k];
-      for (int j = 0; j < out; ++j) yr[j] += w[int64_t(k) * out + j] * xk;
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
@@ -243,6 +244,11 @@ void Step(const LayerAttention& a, const TaylorParams& p, const T* q, const T* k
   }
 }
 
+// Per chunk and kv head: each token's group reads the carried state (every token before the chunk),
+// then the exact kernel values inside the chunk, causal, in fp64 as matrix products: the logits
+// Q K^T of the group's queries (row t * group + i) and the chunk's keys, their kernel values masked,
+// times the values with a column of ones (the normalizer). SIMD in fp64 on the fp32 path
+// (cpu::MatMulNNF64), plain loops on the fp64 one. Then the state takes the chunk's keys.
 template <typename T>
 void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
@@ -250,39 +256,49 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
   const AttnShape& s = a.shape;
   const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
   const int qrow = s.heads * dk, krow = s.kv_heads * dk, vrow = s.kv_heads * dv, yrow = s.heads * dv;
+  constexpr bool kSimd = std::is_same_v<T, float>;
   std::vector<T> fk(p.features), gq(size_t(group) * p.features);
   const int width = dv + 1;
-  std::vector<double> acc(size_t(group) * width);  // [group, numerator | denominator]
+  // The chunk's queries [rows, dk], keys transposed [dk, len], values and ones [len, width], kernel
+  // values [rows, len] and their sums [rows, width], in fp64.
+  std::vector<double> qd, kt, vd, w, intra, acc(size_t(group) * width);
   for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
-    const int c1 = std::min(n, c0 + a.chunk_size);
+    const int len = std::min(n, c0 + a.chunk_size) - c0, rows = len * group;
+    qd.resize(size_t(rows) * dk);
+    kt.resize(size_t(dk) * len);
+    vd.resize(size_t(len) * width);
+    w.resize(size_t(rows) * len);
+    intra.resize(size_t(rows) * width);
     for (int g = 0; g < s.kv_heads; ++g) {
       const HeadState<T> hs = StateOfHead(a, p, st, g);
-      for (int t = c0; t < c1; ++t) {
-        // Carried state: every token before the chunk.
+      for (int t = 0; t < len; ++t) {
+        const T* qt = q + int64_t(c0 + t) * qrow + g * group * dk;
+        for (int e = 0; e < group * dk; ++e) qd[size_t(t) * group * dk + e] = double(qt[e]);
+        const T* kj = k + int64_t(c0 + t) * krow + g * dk;
+        for (int d = 0; d < dk; ++d) kt[size_t(d) * len + t] = double(kj[d]);
+        const T* vj = v + int64_t(c0 + t) * vrow + g * dv;
+        for (int e = 0; e < dv; ++e) vd[size_t(t) * width + e] = double(vj[e]);
+        vd[size_t(t) * width + dv] = 1.0;
+      }
+      ProductNN(qd.data(), rows, dk, kt.data(), len, w.data(), kSimd);
+      for (int r = 0; r < rows; ++r) {
+        double* wr = w.data() + size_t(r) * len;
+        for (int j = 0; j < len; ++j) wr[j] = j <= r / group ? Kernel<double>(p.order, p.scale * wr[j]) : 0.0;
+      }
+      ProductNN(w.data(), rows, len, vd.data(), width, intra.data(), kSimd);
+      for (int t = 0; t < len; ++t) {
+        // Carried state: every token before the chunk; then the chunk's own part.
         for (int i = 0; i < group; ++i) {
-          QueryFeatures(p, q + int64_t(t) * qrow + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
+          QueryFeatures(p, q + int64_t(c0 + t) * qrow + (g * group + i) * dk, gq.data() + size_t(i) * p.features);
         }
         ReadState(p, dv, group, gq.data(), hs, acc.data());
-        // Inside the chunk: exact kernel values, causal.
-        for (int i = 0; i < group; ++i) {
-          double* num = acc.data() + size_t(i) * width;
-          const T* qt = q + int64_t(t) * qrow + (g * group + i) * dk;
-          for (int j = c0; j <= t; ++j) {
-            const T* kj = k + int64_t(j) * krow + g * dk;
-            const T* vj = v + int64_t(j) * vrow + g * dv;
-            double dot = 0;
-            for (int d = 0; d < dk; ++d) dot += double(qt[d]) * double(kj[d]);
-            const double w = Kernel<double>(p.order, p.scale * dot);
-            for (int e = 0; e < dv; ++e) num[e] += w * double(vj[e]);
-            num[dv] += w;
-          }
-          const double d = GuardDenominator(num[dv]);
-          for (int e = 0; e < dv; ++e) y[int64_t(t) * yrow + (g * group + i) * dv + e] = T(num[e] / d);
-        }
+        const double* own = intra.data() + size_t(t) * group * width;
+        for (size_t e = 0; e < acc.size(); ++e) acc[e] += own[e];
+        Finish(dv, group, acc.data(), y + int64_t(c0 + t) * yrow + g * group * dv);
       }
-      for (int j = c0; j < c1; ++j) {
-        KeyFeatures(p, k + int64_t(j) * krow + g * dk, fk.data());
-        AddKey(p, dv, fk.data(), v + int64_t(j) * vrow + g * dv, hs);
+      for (int j = 0; j < len; ++j) {
+        KeyFeatures(p, k + int64_t(c0 + j) * krow + g * dk, fk.data());
+        AddKey(p, dv, fk.data(), v + int64_t(c0 + j) * vrow + g * dv, hs);
       }
     }
   }

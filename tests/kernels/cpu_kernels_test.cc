@@ -189,6 +189,46 @@ TEST(CpuMatMulTest, MatMulNNMatchesTheReferenceAndARowsResultDoesNotDependOnTheB
   });
 }
 
+// The fp64 MatMulNN (taylor's chunked prefill): every y[r, j] is one multiply-add per k in order
+// from zero, fused where the target has FMA (AVX2, AVX3) and a multiply then an add where it has not
+// (SSE4, SSSE3, scalar), so it equals that loop bit for bit, at shapes around the tile and vector
+// edges (partial vectors) and with nothing written past the end, on every SIMD target.
+TEST(CpuMatMulTest, Fp64MatMulNNIsMultiplyAddsInOrder) {
+  ForEachTarget([&] {
+    std::mt19937_64 rng(testing::TestSeed());
+    std::normal_distribution<double> normal;
+    int64_t fused_misses = 0, plain_misses = 0, values = 0;
+    for (int rows : {1, 3, 4, 5, 9}) {
+      for (int in : {1, 7, 64}) {
+        for (int out : {1, 3, 7, 8, 9, 24, 25, 64, 65}) {
+          std::vector<double> x(size_t(rows) * in), w(size_t(in) * out);
+          for (double& e : x) e = normal(rng);
+          for (double& e : w) e = normal(rng);
+          std::vector<double> got(size_t(rows) * out + 5, -7.0);
+          cpu::MatMulNNF64(x.data(), rows, in, w.data(), out, got.data());
+          for (int r = 0; r < rows; ++r) {
+            for (int j = 0; j < out; ++j) {
+              double fused = 0, plain = 0;
+              for (int k = 0; k < in; ++k) {
+                const double a = x[size_t(r) * in + k], b = w[size_t(k) * out + j];
+                fused = std::fma(a, b, fused);
+                volatile double product = a * b;  // not contracted into an FMA by the compiler
+                plain = plain + product;
+              }
+              fused_misses += got[size_t(r) * out + j] != fused;
+              plain_misses += got[size_t(r) * out + j] != plain;
+              ++values;
+            }
+          }
+          for (size_t i = size_t(rows) * out; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0);
+        }
+      }
+    }
+    EXPECT_TRUE(fused_misses == 0 || plain_misses == 0)
+        << fused_misses << " of " << values << " differ from the fused loop, " << plain_misses << " from the plain one";
+  });
+}
+
 // sliced_relu's fp64 projections: the SIMD matrix-vector product against the plain loop (within
 // fp64 rounding of a sum in another order), and the same bits with one thread or two.
 TEST(CpuMatMulTest, Fp64MatVecMatchesTheReference) {
