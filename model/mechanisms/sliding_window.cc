@@ -63,8 +63,9 @@ void Step(const LayerAttention& a, const SlidingWindowParams& p, const T* q, con
 
 // Per chunk of a.chunk_size tokens: the ring's last W - 1 rows (all the chunk's first token can see
 // besides itself), oldest first, then the chunk's rows, in one buffer; token t attends to the W rows
-// ending at its own, one contiguous span of it. The same rows in the same order as Step reads, so
-// the same bits. The ring takes the chunk's rows only after the chunk is read.
+// ending at its own, all the chunk's tokens in one call (kv_rows.h: each row read once for the
+// queries that see it; each query's y the same bits as a read of its window alone, so the same bits
+// as Step). The ring takes the chunk's rows only after the chunk is read.
 template <typename T>
 void Chunked(const LayerAttention& a, const SlidingWindowParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
@@ -86,11 +87,8 @@ void Chunked(const LayerAttention& a, const SlidingWindowParams& p, int n, const
     for (int t = c0; t < c1; ++t) {
       WriteKvRow(s, k + t * krow, v + t * vrow, buffer.data() + (carried + t - c0) * row);
     }
-    for (int t = c0; t < c1; ++t) {
-      const int64_t end = carried + t - c0 + 1;
-      const int64_t start = std::max<int64_t>(0, end - p.window);
-      AttendKvRows(s, p.scale, q + t * qrow, KvRows<T>{buffer.data() + start * row, end - start}, y + t * yrow);
-    }
+    AttendKvRowsWindowed(s, p.scale, c1 - c0, q + c0 * qrow, KvRows<T>{buffer.data(), carried},
+                         buffer.data() + carried * row, p.window, y + c0 * yrow);
     ring.Append(buffer.data() + carried * row, c1 - c0);
   }
 }
