@@ -312,8 +312,8 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
         carried[t] = DarkShiftFactor(c_carried, c_run[t]);
         for (int j = 0; j <= t; ++j) decay[size_t(t) * len + j] = std::exp(c_run[j] - c_run[t]);
       }
-      ChunkReads(m, dv, len, group, phi_q.data(), phi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
-                 int64_t(s.kv_heads) * dv, carried.data(), decay.data(), h.sums, num.data(), den.data());
+      ChunkReads(m, dv, len, group, phi_q.data(), len, phi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
+                 int64_t(s.kv_heads) * dv, nullptr, carried.data(), decay.data(), h.sums, num.data(), den.data());
       for (int t = 0; t < len; ++t) {
         for (int i = 0; i < group; ++i) {
           const int r = t * group + i;

@@ -152,44 +152,49 @@ void AddKeysAndReadInTurn(int m, int dv, int n, const T* phi_k, const T* v, int6
   }
 }
 
-// The chunked forms' reads of one kv head over a chunk of `len` tokens (dark and slay's Chunked):
-// query row r = t * group + i (token t, the group's head i) with features phi_q [len * group, m],
-// against the sums carried into the chunk, weighed by carried[t], plus the chunk's keys j <= t
-// (features phi_k [len, m], value j at v + j * v_stride), key j's weight for token t times
-// decay[t * len + j] (null: 1). Writes num [len * group, dv] and den [len * group]. As matrix
-// products (SIMD in fp32): the kernel values phi_q phi_k^T, causally masked, times the values; the
-// carried sums (compensations added) read by phi_q in one product, their normalizer as its last
-// column.
+// The chunked forms' reads of one kv head over a chunk of `len` tokens (dark's, slay's and
+// window_dark's Chunked): query row r = t * group + i (token t, the group's head i) with features
+// phi_q [len * group, m], against the sums carried into the chunk, weighed by carried[t], plus the
+// first visible[t] of `keys` keys (visible null: keys == len and token t sees keys j <= t), key j with
+// features phi_k [keys, m] and value at v + j * v_stride, its weight for token t times
+// decay[t * keys + j] (null: 1). Writes num [len * group, dv] and den [len * group]. As matrix
+// products (SIMD in fp32): the kernel values phi_q phi_k^T, masked, times the values; the carried sums
+// (compensations added) read by phi_q in one product, their normalizer as its last column.
 template <typename T>
-void ChunkReads(int m, int dv, int len, int group, const T* phi_q, const T* phi_k, const T* v, int64_t v_stride,
-                const T* carried, const T* decay, FeatureState<T> h, T* num, T* den) {
+void ChunkReads(int m, int dv, int len, int group, const T* phi_q, int keys, const T* phi_k, const T* v,
+                int64_t v_stride, const int* visible, const T* carried, const T* decay, FeatureState<T> h, T* num,
+                T* den) {
   const int rows = len * group;
-  // phi_k^T [m, len], the values [len, dv], the kernel values [rows, len], the carried sums [m, dv + 1]
-  // and their read [rows, dv + 1].
+  // phi_k^T [m, keys], the values [keys, dv], the kernel values [rows, keys], the carried sums
+  // [m, dv + 1] and their read [rows, dv + 1].
   thread_local std::vector<T> kt, vc, w, sums, read;
-  kt.resize(size_t(m) * len);
-  for (int j = 0; j < len; ++j) {
-    for (int f = 0; f < m; ++f) kt[size_t(f) * len + j] = phi_k[size_t(j) * m + f];
+  kt.resize(size_t(m) * keys);
+  for (int j = 0; j < keys; ++j) {
+    for (int f = 0; f < m; ++f) kt[size_t(f) * keys + j] = phi_k[size_t(j) * m + f];
   }
-  vc.resize(size_t(len) * dv);
-  for (int j = 0; j < len; ++j) std::copy(v + j * v_stride, v + j * v_stride + dv, vc.data() + size_t(j) * dv);
-  w.resize(size_t(rows) * len);
-  ProductNN(phi_q, rows, m, kt.data(), len, w.data());
+  vc.resize(size_t(keys) * dv);
+  for (int j = 0; j < keys; ++j) std::copy(v + j * v_stride, v + j * v_stride + dv, vc.data() + size_t(j) * dv);
+  w.resize(size_t(rows) * keys);
+  if (keys > 0) ProductNN(phi_q, rows, m, kt.data(), keys, w.data());
   for (int r = 0; r < rows; ++r) {
-    const int t = r / group;
-    T* wr = w.data() + size_t(r) * len;
+    const int t = r / group, seen = visible != nullptr ? visible[t] : t + 1;
+    T* wr = w.data() + size_t(r) * keys;
     T sum = 0;
-    for (int j = 0; j < len; ++j) {
-      if (j > t) {
+    for (int j = 0; j < keys; ++j) {
+      if (j >= seen) {
         wr[j] = 0;
       } else {
-        if (decay != nullptr) wr[j] *= decay[size_t(t) * len + j];
+        if (decay != nullptr) wr[j] *= decay[size_t(t) * keys + j];
         sum += wr[j];
       }
     }
     den[r] = sum;
   }
-  ProductNN(w.data(), rows, len, vc.data(), dv, num);
+  if (keys > 0) {
+    ProductNN(w.data(), rows, keys, vc.data(), dv, num);
+  } else {
+    std::fill(num, num + size_t(rows) * dv, T(0));
+  }
   sums.resize(size_t(m) * (dv + 1));
   for (int f = 0; f < m; ++f) {
     T* out = sums.data() + size_t(f) * (dv + 1);

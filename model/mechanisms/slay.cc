@@ -232,8 +232,9 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
         }
       }
       // Outputs: carried state (keys before the chunk) plus the causal intra-chunk part.
-      ChunkReads(m, dv, len, group, psi_q.data(), psi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
-                 int64_t(s.kv_heads) * dv, carried.data(), static_cast<const T*>(nullptr), h, num.data(), den.data());
+      ChunkReads(m, dv, len, group, psi_q.data(), len, psi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
+                 int64_t(s.kv_heads) * dv, nullptr, carried.data(), static_cast<const T*>(nullptr), h, num.data(),
+                 den.data());
       for (int t = 0; t < len; ++t) {
         for (int i = 0; i < group; ++i) {
           const int r = t * group + i;

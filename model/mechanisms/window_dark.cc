@@ -113,16 +113,17 @@ struct GroupRead {
 };
 
 // Query head hq = g * group + i of a token whose window part y (its heads' outputs) top and den hold
-// (kv_rows.h's, [heads] each), read against kv head g's sums at reference c: the group's dark read
-// `r` when c is finite (else not read), weighed by the head's gate, into y's head hq.
+// (kv_rows.h's, [heads] each), read against kv head g's sums at reference c: the head's dark read
+// (its features' max cq, num_l [dv], den_l) when c is finite (else not read), weighed by the head's
+// gate, into y's head hq.
 template <typename T>
-void CombineHead(const AttnShape& s, const WindowDarkParams& p, int g, int i, T c, const GroupRead<T>& r,
+void CombineHead(const AttnShape& s, const WindowDarkParams& p, int g, int i, T c, T cq, const T* num_l, T den_l,
                  const T* top, const T* den, T* y) {
   const int hq = g * s.group() + i, dv = s.value_dim;
   double log_scale = DarkLogScale(0, c, p.gate[hq]);
-  if (!std::isinf(log_scale)) log_scale += double(r.cq[i]);
+  if (!std::isinf(log_scale)) log_scale += double(cq);
   T* yh = y + int64_t(hq) * dv;
-  Combine(dv, top[hq], den[hq], yh, log_scale, r.num.data() + int64_t(i) * dv, r.den[i], yh);
+  Combine(dv, top[hq], den[hq], yh, log_scale, num_l, den_l, yh);
 }
 
 }  // namespace
@@ -194,22 +195,23 @@ void Step(const LayerAttention& a, const WindowDarkParams& p, const T* q, const 
 // first token), so the chunk evicts rows [0, carried + len - W). Each token's window part is read over
 // its W rows of the buffer as Steps reads them (kv_rows.h). The evicted keys get their features once,
 // with the running max of their logits c_run; the token at row b reads the carried sums plus the keys
-// evicted up to row b - W, brought to its reference c_run (as dark's Chunked does). After the chunk
-// the sums take the evicted keys and the ring the chunk's rows.
+// evicted up to row b - W, brought to its reference c_run (as dark's Chunked does), all of a kv head's
+// reads of the chunk as matrix products (ChunkReads, feature_state.h). After the chunk the sums take
+// the evicted keys and the ring the chunk's rows.
 template <typename T>
 void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int m = p.dark.features, dv = s.value_dim, group = s.group();
-  const int64_t qrow = int64_t(s.heads) * s.head_dim, krow = int64_t(s.kv_heads) * s.head_dim,
-                vrow = int64_t(s.kv_heads) * dv, yrow = int64_t(s.heads) * dv;
+  const int m = p.dark.features, dv = s.value_dim, group = s.group(), dk = s.head_dim;
+  const int64_t qrow = int64_t(s.heads) * dk, krow = int64_t(s.kv_heads) * dk, vrow = int64_t(s.kv_heads) * dv,
+                yrow = int64_t(s.heads) * dv;
   Ring<T> ring = RingAt(s, p.window, st.fixed);
   const int64_t row = ring.row_floats;
   thread_local std::vector<T> buffer;  // [carried + len, row]
-  std::vector<T> phi_k, c_run, top, den;
-  GroupRead<T> r(group, m, dv);
+  std::vector<T> phi_k, c_run, top, den, queries, phi_q, cq, c_t, carried_factor, decay, num_l, den_l;
+  std::vector<int> seen;
   for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
-    const int len = std::min(a.chunk_size, n - c0);
+    const int len = std::min(a.chunk_size, n - c0), rows = len * group;
     const KvRows<T> window = ring.Window();
     const int64_t carried = window.size();
     buffer.resize(size_t(carried + len) * row);
@@ -221,45 +223,56 @@ void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T*
     den.resize(size_t(len) * s.heads);
     AttendKvRowsWindowed(s, p.scale, len, q + c0 * qrow, KvRows<T>{buffer.data(), carried}, buffer.data() + carried * row,
                          p.window, y + c0 * yrow, top.data(), den.data());
-    const int64_t evicted = std::max<int64_t>(0, carried + len - p.window);  // rows [0, evicted)
+    const int evicted = int(std::max<int64_t>(0, carried + len - p.window));  // rows [0, evicted)
     const auto at = [&](int64_t b) { return buffer.data() + b * row; };
     phi_k.resize(size_t(evicted) * m);
     c_run.resize(size_t(evicted));
+    queries.resize(size_t(rows) * dk);
+    phi_q.resize(size_t(rows) * m);
+    cq.resize(size_t(rows));
+    seen.resize(size_t(len));
+    c_t.resize(size_t(len));
+    carried_factor.resize(size_t(len));
+    decay.resize(size_t(len) * evicted);
+    num_l.resize(size_t(rows) * dv);
+    den_l.resize(size_t(rows));
     for (int g = 0; g < s.kv_heads; ++g) {
-      const int64_t off = int64_t(g) * (s.head_dim + dv);
+      const int64_t off = int64_t(g) * (dk + dv);
       const HeadState<T> h = HeadAt(a, p, st.fixed, g);
       const T c_carried = *h.c;
       T c = c_carried;
-      for (int64_t e = 0; e < evicted; ++e) {
-        DarkKeyFeatures(p.dark, s, g, at(e) + off, &c, phi_k.data() + e * m);
+      for (int e = 0; e < evicted; ++e) {
+        DarkKeyFeatures(p.dark, s, g, at(e) + off, &c, phi_k.data() + size_t(e) * m);
         c_run[e] = c;
       }
+      // Token t (buffer row carried + t) sees the evicted rows <= its row - W, at their reference then.
       for (int t = 0; t < len; ++t) {
-        const int64_t b = carried + t;
-        const int64_t seen = std::clamp<int64_t>(b - p.window + 1, 0, evicted);  // evicted rows <= b - W
-        const T c_t = seen > 0 ? c_run[seen - 1] : c_carried;
-        if (!std::isinf(c_t)) {
-          r.Read(p, s, g, q + (c0 + t) * qrow + int64_t(g) * group * s.head_dim, DarkShiftFactor(c_carried, c_t), h.sums);
-          for (int i = 0; i < group; ++i) {
-            const T* phi_q = r.phi_q.data() + int64_t(i) * m;
-            T* num = r.num.data() + int64_t(i) * dv;
-            for (int64_t e = 0; e < seen; ++e) {
-              const T w = std::exp(c_run[e] - c_t) * Dot(m, phi_q, phi_k.data() + e * m);
-              const T* ve = at(e) + off + s.head_dim;
-              for (int d = 0; d < dv; ++d) num[d] += w * ve[d];
-              r.den[i] += w;
-            }
-          }
+        seen[t] = int(std::clamp<int64_t>(carried + t - p.window + 1, 0, evicted));
+        c_t[t] = seen[t] > 0 ? c_run[seen[t] - 1] : c_carried;
+        carried_factor[t] = DarkShiftFactor(c_carried, c_t[t]);
+        for (int e = 0; e < seen[t]; ++e) decay[size_t(t) * evicted + e] = std::exp(c_run[e] - c_t[t]);
+      }
+      if (c_t[len - 1] > -T(INFINITY)) {  // a dark part for some token (c_t is non-decreasing in t)
+        for (int t = 0; t < len; ++t) {  // the group's queries, row t * group + i
+          const T* qt = q + (c0 + t) * qrow + int64_t(g) * group * dk;
+          std::copy(qt, qt + group * dk, queries.data() + size_t(t) * group * dk);
         }
+        DarkQueryFeatures(p.dark, s, g, rows, queries.data(), phi_q.data(), cq.data());
+        ChunkReads(m, dv, len, group, phi_q.data(), evicted, phi_k.data(), at(0) + off + dk, row, seen.data(),
+                   carried_factor.data(), decay.data(), h.sums, num_l.data(), den_l.data());
+      }
+      for (int t = 0; t < len; ++t) {
         for (int i = 0; i < group; ++i) {
-          CombineHead(s, p, g, i, c_t, r, top.data() + t * s.heads, den.data() + t * s.heads, y + (c0 + t) * yrow);
+          const int r = t * group + i;
+          CombineHead(s, p, g, i, c_t[t], cq[r], num_l.data() + size_t(r) * dv, den_l[r], top.data() + t * s.heads,
+                      den.data() + t * s.heads, y + (c0 + t) * yrow);
         }
       }
       if (evicted > 0) {
         const T c_end = c_run[evicted - 1];
         if (c_end > c_carried) ScaleState(m, dv, DarkShiftFactor(c_carried, c_end), h.sums);
-        for (int64_t e = 0; e < evicted; ++e) {
-          AddKey(m, dv, phi_k.data() + e * m, std::exp(c_run[e] - c_end), at(e) + off + s.head_dim, h.sums);
+        for (int e = 0; e < evicted; ++e) {
+          AddKey(m, dv, phi_k.data() + size_t(e) * m, std::exp(c_run[e] - c_end), at(e) + off + dk, h.sums);
         }
         *h.c = c_end;
       }
@@ -352,7 +365,8 @@ void Steps(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q
       if (held + t >= p.window) EvictHead(a, p, g, row_at(held + t - p.window), fixed, phi.data());
       if (!std::isinf(*h.c)) r.Read(p, s, g, q + (int64_t(t) * s.heads + g * group) * s.head_dim, T(1), h.sums);
       for (int i = 0; i < group; ++i) {
-        CombineHead(s, p, g, i, *h.c, r, tops + t * s.heads, dens + t * s.heads, y + int64_t(t) * s.heads * dv);
+        CombineHead(s, p, g, i, *h.c, r.cq[i], r.num.data() + int64_t(i) * dv, r.den[i], tops + t * s.heads,
+                    dens + t * s.heads, y + int64_t(t) * s.heads * dv);
       }
     }
   });
