@@ -117,17 +117,19 @@ void MatMulNTReference(const float* x, int rows, int in, const float* w, int out
 // widest instruction set the CPU has). The matrix is read once per 4 rows of x.
 void MatMulNN(const float* x, int rows, int in, const float* w, int out, float* y);
 void MatMulNNReference(const float* x, int rows, int in, const float* w, int out, float* y);
-// MatMulNN in fp64 SIMD, x and w both fp64: the same operations per y[r, j] (one fused multiply-add
-// per k, in order; taylor's chunked prefill sums in fp64 on its fp32 path).
+// MatMulNN in fp64 SIMD, x and w both fp64: the same operations per y[r, j] (one multiply-add per k
+// in order, fused where the CPU has FMA; taylor's chunked prefill sums in fp64 on its fp32 path).
 void MatMulNNF64(const double* x, int rows, int in, const double* w, int out, double* y);
-// The same product in fp64 (the mechanisms' fp64 references): each y[r, j] summed in order of k.
-inline void MatMulNN(const double* x, int rows, int in, const float* w, int out, double* y) {
+// The same product in fp64 with fp32 or fp64 weights (the mechanisms' fp64 references): each y[r, j]
+// summed in order of k in a plain loop.
+template <typename W>
+inline void MatMulNN(const double* x, int rows, int in, const W* w, int out, double* y) {
   for (int r = 0; r < rows; ++r) {
     double* yr = y + int64_t(r) * out;
     for (int j = 0; j < out; ++j) yr[j] = 0.0;
     for (int k = 0; k < in; ++k) {
       const double xk = x[int64_t(r) * in + k];
-      const float* wk = w + int64_t(k) * out;
+      const W* wk = w + int64_t(k) * out;
       for (int j = 0; j < out; ++j) yr[j] += double(wk[j]) * xk;
     }
   }

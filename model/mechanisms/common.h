@@ -3,12 +3,12 @@
 #ifndef STEADY_MODEL_MECHANISMS_COMMON_H_
 #define STEADY_MODEL_MECHANISMS_COMMON_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/host_device.h"
 
@@ -81,23 +81,13 @@ inline void ForEachKvHead(int kv_heads, int64_t work, const std::function<void(i
   }
 }
 
-// y [rows, out] = x [rows, in] w [in, out] with w stored input-major, the chunked forms' small
-// products: fp32 through cpu::MatMulNN (SIMD, the same bits whatever the rows); fp64 a plain loop in
-// order of k (the references), or with `simd` cpu::MatMulNNF64 (taylor's fp32 path, which sums in
-// fp64).
-inline void ProductNN(const float* x, int rows, int in, const float* w, int out, float* y) {
-  cpu::MatMulNN(x, rows, in, w, out, y);
-}
-inline void ProductNN(const double* x, int rows, int in, const double* w, int out, double* y, bool simd = false) {
-  if (simd) return cpu::MatMulNNF64(x, rows, in, w, out, y);
-  for (int r = 0; r < rows; ++r) {
-    double* yr = y + int64_t(r) * out;
-    for (int j = 0; j < out; ++j) yr[j] = 0.0;
-    for (int k = 0; k < in; ++k) {
-      const double xk = x[int64_t(r) * in + k];
-      for (int j = 0; j < out; ++j) yr[j] += w[int64_t(k) * out + j] * xk;
-    }
-  }
+// n pieces of `len` values gathered from x, piece t at x + t * stride, into `rows` [n, len] (e.g. a
+// kv head's keys, or its GQA group's queries, of n tokens); returns rows->data().
+template <typename T>
+const T* Gather(int n, int len, const T* x, int64_t stride, std::vector<T>* rows) {
+  rows->resize(size_t(n) * len);
+  for (int t = 0; t < n; ++t) std::copy(x + t * stride, x + t * stride + len, rows->data() + size_t(t) * len);
+  return rows->data();
 }
 
 // Explicit instantiations of a mechanism's templates for float and double (in its .cc).

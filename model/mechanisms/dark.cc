@@ -123,14 +123,6 @@ void KeyFeaturesOfLogits(const DarkParams& p, T* c, T* phi) {
   cpu::ExpFeatures(phi, p.features, *c, T(1) / std::sqrt(T(p.features)));  // SIMD exps for fp32
 }
 
-// n pieces of `len` values gathered from x, piece t at x + t * stride, into `rows` [n, len].
-template <typename T>
-const T* Gather(int n, int len, const T* x, int64_t stride, std::vector<T>* rows) {
-  rows->resize(size_t(n) * len);
-  for (int t = 0; t < n; ++t) std::copy(x + t * stride, x + t * stride + len, rows->data() + size_t(t) * len);
-  return rows->data();
-}
-
 }  // namespace
 
 template <typename T>
@@ -303,11 +295,10 @@ void Chunked(const LayerAttention& a, const DarkParams& p, int n, const T* q, co
         KeyFeaturesOfLogits(p, &c, phi_k.data() + size_t(j) * m);
         c_run[j] = c;
       }
-      // The group's queries of every token (row t * group + i), then each row's features.
-      DarkLogits(p, s, g, len * group,
-                 Gather(len, group * dk, q + (size_t(c0) * s.heads + g * group) * dk, s.heads * dk, &rows),
-                 phi_q.data());
-      for (int r = 0; r < len * group; ++r) cq[r] = QueryFeaturesOfLogits(p, phi_q.data() + size_t(r) * m);
+      // The group's queries of every token (row t * group + i) and their features.
+      DarkQueryFeatures(p, s, g, len * group,
+                        Gather(len, group * dk, q + (size_t(c0) * s.heads + g * group) * dk, s.heads * dk, &rows),
+                        phi_q.data(), cq.data());
       for (int t = 0; t < len; ++t) {
         carried[t] = DarkShiftFactor(c_carried, c_run[t]);
         for (int j = 0; j <= t; ++j) decay[size_t(t) * len + j] = std::exp(c_run[j] - c_run[t]);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/state_update.h"
 
 #include "model/mechanisms/common.h"
@@ -158,7 +159,7 @@ void AddKeysAndReadInTurn(int m, int dv, int n, const T* phi_k, const T* v, int6
 // first visible[t] of `keys` keys (visible null: keys == len and token t sees keys j <= t), key j with
 // features phi_k [keys, m] and value at v + j * v_stride, its weight for token t times
 // decay[t * keys + j] (null: 1). Writes num [len * group, dv] and den [len * group]. As matrix
-// products (SIMD in fp32): the kernel values phi_q phi_k^T, masked, times the values; the carried sums
+// products (cpu::MatMulNN: SIMD in fp32, plain loops in fp64): the kernel values phi_q phi_k^T, masked, times the values; the carried sums
 // (compensations added) read by phi_q in one product, their normalizer as its last column.
 template <typename T>
 void ChunkReads(int m, int dv, int len, int group, const T* phi_q, int keys, const T* phi_k, const T* v,
@@ -175,7 +176,7 @@ void ChunkReads(int m, int dv, int len, int group, const T* phi_q, int keys, con
   vc.resize(size_t(keys) * dv);
   for (int j = 0; j < keys; ++j) std::copy(v + j * v_stride, v + j * v_stride + dv, vc.data() + size_t(j) * dv);
   w.resize(size_t(rows) * keys);
-  if (keys > 0) ProductNN(phi_q, rows, m, kt.data(), keys, w.data());
+  if (keys > 0) cpu::MatMulNN(phi_q, rows, m, kt.data(), keys, w.data());
   for (int r = 0; r < rows; ++r) {
     const int t = r / group, seen = visible != nullptr ? visible[t] : t + 1;
     T* wr = w.data() + size_t(r) * keys;
@@ -191,7 +192,7 @@ void ChunkReads(int m, int dv, int len, int group, const T* phi_q, int keys, con
     den[r] = sum;
   }
   if (keys > 0) {
-    ProductNN(w.data(), rows, keys, vc.data(), dv, num);
+    cpu::MatMulNN(w.data(), rows, keys, vc.data(), dv, num);
   } else {
     std::fill(num, num + size_t(rows) * dv, T(0));
   }
@@ -203,7 +204,7 @@ void ChunkReads(int m, int dv, int len, int group, const T* phi_q, int keys, con
     out[dv] = h.S_comp ? h.z[f] + h.z_comp[f] : h.z[f];
   }
   read.resize(size_t(rows) * (dv + 1));
-  ProductNN(phi_q, rows, m, sums.data(), dv + 1, read.data());
+  cpu::MatMulNN(phi_q, rows, m, sums.data(), dv + 1, read.data());
   for (int r = 0; r < rows; ++r) {
     const T c = carried[r / group];
     const T* rr = read.data() + size_t(r) * (dv + 1);

@@ -61,35 +61,18 @@ void Step(const LayerAttention& a, const SlidingWindowParams& p, const T* q, con
   AttendKvRows(a.shape, p.scale, q, ring.Window(), y);
 }
 
-// Per chunk of a.chunk_size tokens: the ring's last W - 1 rows (all the chunk's first token can see
-// besides itself), oldest first, then the chunk's rows, in one buffer; token t attends to the W rows
-// ending at its own, all the chunk's tokens in one call (kv_rows.h: each row read once for the
-// queries that see it; each query's y the same bits as a read of its window alone, so the same bits
-// as Step). The ring takes the chunk's rows only after the chunk is read.
+// Steps a chunk of a.chunk_size tokens at a time (only a chunk's rows are written aside): each token
+// reads its W rows, the ring's then the chunk's, through the windowed kernel (kv_rows.h: each row read
+// once for the queries that see it, each query's y the same bits as a read of its window alone, so
+// the same bits as Step), and the ring takes the chunk's rows after.
 template <typename T>
 void Chunked(const LayerAttention& a, const SlidingWindowParams& p, int n, const T* q, const T* k, const T* v,
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
-  const int64_t qrow = int64_t(s.heads) * s.head_dim, krow = int64_t(s.kv_heads) * s.head_dim,
-                vrow = int64_t(s.kv_heads) * s.value_dim, yrow = int64_t(s.heads) * s.value_dim;
-  Ring<T> ring = RingOf(a, p, st);
-  const int64_t row = ring.row_floats;
-  thread_local std::vector<T> buffer;  // [carried + chunk, row]
   for (int c0 = 0; c0 < n; c0 += a.chunk_size) {
-    const int c1 = std::min(n, c0 + a.chunk_size);
-    const KvRows<T> window = ring.Window();
-    const int64_t carried = std::min<int64_t>(window.size(), p.window - 1);
-    buffer.resize(size_t(carried + c1 - c0) * row);
-    for (int64_t j = 0; j < carried; ++j) {
-      const T* src = window.Row(window.size() - carried + j, row);
-      std::copy(src, src + row, buffer.data() + j * row);
-    }
-    for (int t = c0; t < c1; ++t) {
-      WriteKvRow(s, k + t * krow, v + t * vrow, buffer.data() + (carried + t - c0) * row);
-    }
-    AttendKvRowsWindowed(s, p.scale, c1 - c0, q + c0 * qrow, KvRows<T>{buffer.data(), carried},
-                         buffer.data() + carried * row, p.window, y + c0 * yrow);
-    ring.Append(buffer.data() + carried * row, c1 - c0);
+    Steps(a, p, std::min(a.chunk_size, n - c0), q + int64_t(c0) * s.heads * s.head_dim,
+          k + int64_t(c0) * s.kv_heads * s.head_dim, v + int64_t(c0) * s.kv_heads * s.value_dim, st,
+          y + int64_t(c0) * s.heads * s.value_dim);
   }
 }
 

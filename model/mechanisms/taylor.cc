@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/state_update.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
@@ -256,7 +257,15 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
   const AttnShape& s = a.shape;
   const int group = s.group(), dk = s.head_dim, dv = s.value_dim;
   const int qrow = s.heads * dk, krow = s.kv_heads * dk, vrow = s.kv_heads * dv, yrow = s.heads * dv;
-  constexpr bool kSimd = std::is_same_v<T, float>;
+  // y [rows, out] = x [rows, in] w [in, out] (w input-major) in fp64: SIMD on the fp32 path, the plain
+  // loop on the fp64 one (the reference).
+  const auto product = [](const double* x, int rows, int in, const double* w, int out, double* y) {
+    if constexpr (std::is_same_v<T, float>) {
+      cpu::MatMulNNF64(x, rows, in, w, out, y);
+    } else {
+      cpu::MatMulNN(x, rows, in, w, out, y);
+    }
+  };
   std::vector<T> fk(p.features), gq(size_t(group) * p.features);
   const int width = dv + 1;
   // The chunk's queries [rows, dk], keys transposed [dk, len], values and ones [len, width], kernel
@@ -280,12 +289,12 @@ void Chunked(const LayerAttention& a, const TaylorParams& p, int n, const T* q, 
         for (int e = 0; e < dv; ++e) vd[size_t(t) * width + e] = double(vj[e]);
         vd[size_t(t) * width + dv] = 1.0;
       }
-      ProductNN(qd.data(), rows, dk, kt.data(), len, w.data(), kSimd);
+      product(qd.data(), rows, dk, kt.data(), len, w.data());
       for (int r = 0; r < rows; ++r) {
         double* wr = w.data() + size_t(r) * len;
         for (int j = 0; j < len; ++j) wr[j] = j <= r / group ? Kernel<double>(p.order, p.scale * wr[j]) : 0.0;
       }
-      ProductNN(w.data(), rows, len, vd.data(), width, intra.data(), kSimd);
+      product(w.data(), rows, len, vd.data(), width, intra.data());
       for (int t = 0; t < len; ++t) {
         // Carried state: every token before the chunk; then the chunk's own part.
         for (int i = 0; i < group; ++i) {

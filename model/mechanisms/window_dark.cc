@@ -100,7 +100,12 @@ void EvictHead(const LayerAttention& a, const WindowDarkParams& p, int g, const 
 template <typename T>
 struct GroupRead {
   std::vector<T> phi_q, cq, num, den;
-  GroupRead(int group, int m, int dv) : phi_q(size_t(group) * m), cq(group), num(size_t(group) * dv), den(group) {}
+  void Resize(int group, int m, int dv) {
+    phi_q.resize(size_t(group) * m);
+    cq.resize(group);
+    num.resize(size_t(group) * dv);
+    den.resize(group);
+  }
 
   // For kv head g's query heads q [group, head_dim] (adjacent in a row of q) over the head's sums:
   // W and M read once for the group, the sums once (dark.h, feature_state.h); each head's values are
@@ -227,7 +232,6 @@ void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T*
     const auto at = [&](int64_t b) { return buffer.data() + b * row; };
     phi_k.resize(size_t(evicted) * m);
     c_run.resize(size_t(evicted));
-    queries.resize(size_t(rows) * dk);
     phi_q.resize(size_t(rows) * m);
     cq.resize(size_t(rows));
     seen.resize(size_t(len));
@@ -253,11 +257,9 @@ void Chunked(const LayerAttention& a, const WindowDarkParams& p, int n, const T*
         for (int e = 0; e < seen[t]; ++e) decay[size_t(t) * evicted + e] = std::exp(c_run[e] - c_t[t]);
       }
       if (c_t[len - 1] > -T(INFINITY)) {  // a dark part for some token (c_t is non-decreasing in t)
-        for (int t = 0; t < len; ++t) {  // the group's queries, row t * group + i
-          const T* qt = q + (c0 + t) * qrow + int64_t(g) * group * dk;
-          std::copy(qt, qt + group * dk, queries.data() + size_t(t) * group * dk);
-        }
-        DarkQueryFeatures(p.dark, s, g, rows, queries.data(), phi_q.data(), cq.data());
+        // The group's queries of every token (row t * group + i) and their features.
+        const T* queries_g = Gather(len, group * dk, q + c0 * qrow + int64_t(g) * group * dk, qrow, &queries);
+        DarkQueryFeatures(p.dark, s, g, rows, queries_g, phi_q.data(), cq.data());
         ChunkReads(m, dv, len, group, phi_q.data(), evicted, phi_k.data(), at(0) + off + dk, row, seen.data(),
                    carried_factor.data(), decay.data(), h.sums, num_l.data(), den_l.data());
       }
@@ -358,8 +360,10 @@ void Steps(const LayerAttention& a, const WindowDarkParams& p, int n, const T* q
   const int64_t work = int64_t(n) * s.heads * 2 * int64_t(m) * (s.head_dim + dv);
   T* fixed = st.fixed;
   ForEachKvHead(s.kv_heads, work, [&](int g) {
-    std::vector<T> phi(m);
-    GroupRead<T> r(group, m, dv);
+    thread_local std::vector<T> phi;  // a decode step's scratch: no allocation once grown
+    thread_local GroupRead<T> r;
+    phi.resize(m);
+    r.Resize(group, m, dv);
     const HeadState<T> h = HeadAt(a, p, fixed, g);
     for (int t = 0; t < n; ++t) {
       if (held + t >= p.window) EvictHead(a, p, g, row_at(held + t - p.window), fixed, phi.data());
