@@ -7,10 +7,12 @@ package main
 // so the next replica runs it from the same state and gives the same tokens, and the gateway passes
 // on only the tokens and text past those it already sent, checking that the repeated ones match.
 //
-// A session's turn is resent only when that cannot apply it twice: it was cut before any message
-// (no replica answered, as nginx's own retry assumes), or the gateway knows the session's position
-// before the turn (the request's expected_position, else the position the gateway last relayed for
-// the session), which it sends as expected_position. A turn the dead replica had committed is then
+// A session's turn is resent only when that cannot apply it twice: the gateway knows the session's
+// position before the turn, which it sends as expected_position: the request's expected_position,
+// else the one the replica sent as initial metadata x-steady-start-position when it took the turn
+// up (before its prefill, so a stream cut after any message has it), else the position the gateway
+// last relayed for the session; or the turn was cut before any message (no replica answered, as
+// nginx's own retry assumes). A turn the dead replica had committed is then
 // answered with its stored outcome (usage.replayed), which the gateway takes like any resumed
 // attempt. Session turns go out all_or_nothing: a turn whose stream broke while its replica lived on
 // (nginx died) is rolled back rather than kept in part, so its resend runs it whole. (So is a turn
@@ -19,6 +21,7 @@ package main
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -31,6 +34,9 @@ import (
 
 	steadyv1 "steady/v1"
 )
+
+// The initial metadata in which a replica gives a session turn's start position (server/rpc/service.h).
+const startPositionHeader = "x-steady-start-position"
 
 const (
 	generateMethod = "/steady.v1.Inference/Generate"
@@ -72,6 +78,21 @@ func (p *sessionPositions) set(key string, v int64) {
 		p.m = map[string]int64{}
 	}
 	p.m[key] = v
+}
+
+// startPosition: the session's position before the turn, from the attempt's initial metadata (none
+// when the attempt was cut before the replica took the turn up).
+func startPosition(attempt grpc.ClientStream) (int64, bool) {
+	md, err := attempt.Header()
+	if err != nil {
+		return 0, false
+	}
+	v := md.Get(startPositionHeader)
+	if len(v) != 1 {
+		return 0, false
+	}
+	p, err := strconv.ParseInt(v[0], 10, 64)
+	return p, err == nil && p >= 0
 }
 
 // resumeInterceptor makes every Generate stream on the connection resumable.
@@ -230,6 +251,9 @@ func (s *resumingStream) resume(err error) bool {
 	}
 	req := s.req
 	if req.SessionId != "" && req.ExpectedPosition == nil {
+		if p, ok := startPosition(s.ClientStream); ok {
+			s.before = &p // the replica's word, over a relayed position another client may have outdated
+		}
 		if s.before != nil {
 			req = proto.Clone(req).(*steadyv1.GenerateRequest)
 			req.ExpectedPosition = &wrappers.Int64Value{Value: *s.before}

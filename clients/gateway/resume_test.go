@@ -73,13 +73,20 @@ type fakeAttempt struct {
 	sent     []*steadyv1.GenerateRequest
 	messages []*steadyv1.GenerateResponse
 	err      error
+	header   metadata.MD // nil: cut before the replica took the turn up (no initial metadata)
 }
 
 func (f *fakeAttempt) SendMsg(m interface{}) error {
 	f.sent = append(f.sent, proto.Clone(m.(*steadyv1.GenerateRequest)).(*steadyv1.GenerateRequest))
 	return nil
 }
-func (f *fakeAttempt) CloseSend() error        { return nil }
+func (f *fakeAttempt) Header() (metadata.MD, error) {
+	if f.header == nil {
+		return nil, f.err
+	}
+	return f.header, nil
+}
+func (f *fakeAttempt) CloseSend() error         { return nil }
 func (f *fakeAttempt) Trailer() metadata.MD     { return metadata.MD{} }
 func (f *fakeAttempt) Context() context.Context { return context.Background() }
 func (f *fakeAttempt) RecvMsg(m interface{}) error {
@@ -132,5 +139,72 @@ func TestAReplayCompletesACutTurn(t *testing.T) {
 	if !first.sent[0].AllOrNothing || len(replay.sent) != 1 || replay.sent[0].ExpectedPosition.GetValue() != 10 ||
 		!replay.sent[0].AllOrNothing || replay.sent[0].Prompt != "x" {
 		t.Fatalf("sent %v, then %v: want all_or_nothing, and the resend at position 10", first.sent, replay.sent)
+	}
+}
+
+// readAll: what the client receives from s, and the error that ended it (nil: the end).
+func readAll(s *resumingStream) (ids []int32, text string, err error) {
+	for {
+		m := &steadyv1.GenerateResponse{}
+		if err := s.RecvMsg(m); err == io.EOF {
+			return ids, text, nil
+		} else if err != nil {
+			return ids, text, err
+		}
+		ids = append(ids, m.TokenIds...)
+		text += m.Text
+	}
+}
+
+// A session this gateway has relayed no turn of (created and used over gRPC, or through another
+// gateway), its turn cut after a message: the resend goes out at the start position the replica
+// gave in its initial metadata, which also wins over a relayed position another client outdated.
+// Without that metadata the turn cannot be resent safely, and the client hears of the cut.
+func TestTheStartPositionMakesAnyCutTurnResendable(t *testing.T) {
+	cut := status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR")
+	for _, c := range []struct {
+		name     string
+		header   metadata.MD
+		relayed  int64 // -1: none
+		resentAt int64 // -1: not resent
+	}{
+		{"unknown session", metadata.Pairs(startPositionHeader, "7"), -1, 7},
+		{"outdated relayed position", metadata.Pairs(startPositionHeader, "7"), 3, 7},
+		{"no metadata", nil, -1, -1},
+		{"no metadata, relayed position", nil, 3, 3},
+		{"malformed metadata", metadata.Pairs(startPositionHeader, "x"), -1, -1},
+	} {
+		first := &fakeAttempt{header: c.header, err: cut,
+			messages: []*steadyv1.GenerateResponse{{TokenIds: []int32{1}, Text: "a"}}}
+		second := &fakeAttempt{err: io.EOF, messages: []*steadyv1.GenerateResponse{{TokenIds: []int32{1, 2}, Text: "ab",
+			FinishReason: "length", Usage: &steadyv1.Usage{SessionPosition: 12}}}}
+		positions := &sessionPositions{}
+		if c.relayed >= 0 {
+			positions.set("\x00s", c.relayed)
+		}
+		s := &resumingStream{ClientStream: first, ctx: context.Background(), positions: positions,
+			streamer: func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+				return second, nil
+			}}
+		if err := s.SendMsg(&steadyv1.GenerateRequest{SessionId: "s", Prompt: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		ids, text, err := readAll(s)
+		if c.resentAt < 0 {
+			if err == nil || len(second.sent) != 0 || text != "a" {
+				t.Errorf("%s: the turn was resent (%v) or the cut hidden (%v, %q)", c.name, second.sent, err, text)
+			}
+			continue
+		}
+		if err != nil || text != "ab" || len(ids) != 2 {
+			t.Errorf("%s: the client got %v %q, %v; want the whole turn once", c.name, ids, text, err)
+			continue
+		}
+		if len(second.sent) != 1 || second.sent[0].ExpectedPosition.GetValue() != c.resentAt {
+			t.Errorf("%s: resent %v, want expected_position %d", c.name, second.sent, c.resentAt)
+		}
+		if v, _ := positions.get("\x00s"); v != 12 {
+			t.Errorf("%s: relayed position %d after the turn, want 12", c.name, v)
+		}
 	}
 }

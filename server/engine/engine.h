@@ -179,6 +179,10 @@ struct GenerateJob {
   std::function<void(const std::string& text, const std::vector<int32_t>& token_ids,
                      const std::vector<TokenLogprobs>& logprobs)>
       on_output;
+  // A session turn (session_id set), once, before its first output, when the engine takes it up:
+  // the session's position before the turn (a replay: where the replayed turn started). A client
+  // that loses the stream after this knows the expected_position that makes a resend exact.
+  std::function<void(int64_t start_position)> on_start;
   // Exactly once, last: OK with finish_reason "stop" | "length" | "cancelled", or an error status.
   // With n > 1, after every choice has ended: usage sums their completion tokens (the prompt counted
   // once) and finish_reason is the last choice's.

@@ -233,6 +233,7 @@ absl::Status Engine::Impl::TryAccept(GenerateJob& request, const std::vector<int
   sessions.SetJob(*s, job->id);
   sessions.Touch(*s, NowUnixMs());
   if (job->phase == JobPhase::kPrefill) StartFromPrefixCache(*job, *s);
+  if (job->request.on_start && !job->request.session_id.empty()) job->request.on_start(position);
   jobs.emplace(job->id, std::move(job));
   return absl::OkStatus();
 }
@@ -414,6 +415,7 @@ std::optional<TurnRecord> Engine::Impl::ResentTurn(Session& s, const GenerateJob
 }
 
 void Engine::Impl::Replay(GenerateJob& request, const TurnRecord& turn) {
+  if (request.on_start) request.on_start(turn.start_position);
   request.on_output(turn.text, turn.token_ids, {});
   Usage usage;
   usage.prompt_tokens = turn.prompt_tokens;

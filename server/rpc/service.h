@@ -16,6 +16,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 
 #include <grpcpp/grpcpp.h>
 
@@ -46,6 +47,10 @@ struct ServiceOptions {
   std::shared_ptr<const ChatFormat> chat;
 };
 constexpr int64_t kMaxSessionIdBytes = 128;
+// Generate's initial metadata for a session turn, sent when the engine takes the turn up: the
+// session's position before it (decimal), the expected_position that makes a resend of the turn
+// exact (docs/api.md, "Resending a turn").
+inline constexpr std::string_view kStartPositionHeader = "x-steady-start-position";
 
 // absl and gRPC share the canonical status codes: the mapping is one to one and keeps the message.
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -51,6 +51,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     job.on_choice_output = [this](int index, const std::string& text, const std::vector<int32_t>& ids,
                                   const std::vector<TokenLogprobs>& logprobs) { OnOutput(index, text, ids, logprobs); };
     job.on_choice_done = [this](int index, const std::string& finish_reason) { OnChoiceDone(index, finish_reason); };
+    job.on_start = [this](int64_t start_position) { OnStart(start_position); };
     job.on_done = [this](const absl::Status& status, const std::string& finish_reason, const Usage& usage) {
       OnEngineDone(status, finish_reason, usage);
     };
@@ -82,6 +83,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       queue_.back().set_index(index);
     }
     return queue_.back();
+  }
+
+  // A session turn taken up: its start position goes out at once as initial metadata, before the
+  // prefill, so that a client (the gateway) whose stream is cut later can resend the turn with
+  // expected_position even when it did not know the session's position (resume.go).
+  void OnStart(int64_t start_position) {
+    std::lock_guard lock(mu_);
+    if (finished_ || sent_start_) return;
+    sent_start_ = true;
+    context_->AddInitialMetadata(std::string(kStartPositionHeader), std::to_string(start_position));
+    StartSendInitialMetadata();
   }
 
   void OnChoiceDone(int index, const std::string& finish_reason) {
@@ -188,6 +200,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool engine_done_ = false;      // guarded by mu_: on_done ran (or the request was refused)
   bool finished_ = false;         // guarded by mu_
   absl::Status final_status_;     // guarded by mu_
+  bool sent_start_ = false;       // guarded by mu_: the initial metadata went out (OnStart)
   bool saw_token_ = false;        // guarded by mu_
   Clock::time_point last_token_;  // guarded by mu_
 };

@@ -19,7 +19,9 @@
   gateway     HTTP through steady-gateway -> nginx reaches each session's replica (no lease misses);
               ListSessions through nginx lists every replica's sessions; then kill -9 of a replica
               under HTTP load (/v1/generate and /v1/completions): no failed request (the gateway
-              resumes a cut stream), texts equal a single server's.
+              resumes a cut stream), texts equal a single server's; among them a turn of a session
+              whose earlier turn went over gRPC, cut after its first message (the gateway knows its
+              start position only from the replica's x-steady-start-position).
   loadtest    steady-loadtest --retries 0 through nginx while a replica is killed (32 sessions x 20
               turns): no failed turn (a stream the killed replica had begun, or a call nginx's 502
               ended, is resumed: clients/loadtest/resume.h); nothing acknowledged lost; every turn's
@@ -521,6 +523,64 @@ def cut_generates(t):
                ("prematurely closed" in l or "reset by peer" in l))
 
 
+LONG_TURN_TOKENS = 1500
+
+
+def long_http_turn(t, sid, first_line, out):
+    """A greedy turn of LONG_TURN_TOKENS tokens over /v1/generate: sets `first_line` when its
+    first NDJSON line arrives; out gets "error" (or None), "text" and "position" (its usage's)."""
+    body = {"session_id": sid, "prompt": prompt(0, 1), "max_tokens": LONG_TURN_TOKENS, "temperature": 0, "seed": 5}
+    req = urllib.request.Request(t.gateway_url + "/v1/generate", data=json.dumps(body).encode(), method="POST")
+    out.update(error=None, text="", position=None)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for raw in r:
+                first_line.set()
+                if not raw.strip():
+                    continue
+                line = json.loads(raw)
+                if "error" in line:
+                    out["error"] = line["error"]
+                result = line.get("result", {})
+                out["text"] += result.get("text", "")
+                if "usage" in result:
+                    out["position"] = int(result["usage"].get("session_position", 0))
+    except Exception as e:  # an HTTP error status or a broken connection
+        out["error"] = str(e)
+    first_line.set()
+
+
+def fresh_session_cut(t, c, sid, kill):
+    """A turn over HTTP of a session this gateway has relayed nothing of (its one turn so far went
+    over gRPC: the gateway knows no position for it), its stream cut by `kill` after its first
+    message: the gateway resends it at the start position the replica gave in its initial metadata,
+    so the client gets the whole turn, once: the same text and position as the same two turns on a
+    session of their own."""
+    first_line, cut = threading.Event(), {}
+    th = threading.Thread(target=long_http_turn, args=(t, sid, first_line, cut))
+    th.start()
+    first_line.wait(60)
+    kill()
+    th.join(180)
+    problems = []
+    if cut["error"]:
+        return ["%s: its turn over HTTP, cut after its first message: %s" % (sid, cut["error"])]
+    c.create(sid + "-ref")
+    c.turn(sid + "-ref", prompt(0, 2))
+    ref = {}
+    long_http_turn(t, sid + "-ref", threading.Event(), ref)
+    if ref["error"] or ref["text"] != cut["text"]:
+        problems.append("%s: the resumed turn's text differs from the same turn on a session of its own "
+                        "(%d and %d characters; %s)" % (sid, len(cut["text"]), len(ref["text"]), ref["error"]))
+    position = c.get(sid).position
+    if cut["position"] != ref["position"] or position != ref["position"]:
+        problems.append("%s: at position %d after its resumed turn (the stream said %s), the same turns on a "
+                        "session of their own give %s" % (sid, position, cut["position"], ref["position"]))
+    print("gateway: a turn of a session the gateway had relayed nothing of, cut after its first message: %s"
+          % ("resumed whole, once" if not problems else "FAILED"), flush=True)
+    return problems
+
+
 def gateway_kill(t, reference):
     """16 sessions x 10 turns over HTTP through the gateway (/v1/generate and /v1/completions), the
     replica holding the most killed after a third: no request may fail (the gateway resumes a stream
@@ -531,8 +591,12 @@ def gateway_kill(t, reference):
     sessions, turns = 16, 10
     c = Client(t.nginx_addr)
     sids = ["h%d" % s for s in range(sessions)]
-    for sid in sids:
+    fresh = ["f%d" % s for s in range(12)]  # one turn over gRPC each: one on the victim for fresh_session_cut
+    for sid in sids + fresh:
         c.create(sid)
+    for sid in fresh:
+        c.turn(sid, prompt(0, 2))
+    home = replicas.lease_holders(t)  # where nginx routes each session (by x-steady-session)
     model_name(t)
     results = {sid: [] for sid in sids}  # (turn, error, sent, ended at)
     texts = {sid: {} for sid in sids}    # turn -> text, turns that succeeded
@@ -556,12 +620,23 @@ def gateway_kill(t, reference):
     counts = {}
     for sid in sids:
         counts[leases.get(sid)] = counts.get(leases.get(sid), 0) + 1
-    victim = max((h for h in counts if h), key=counts.get)
-    t.kill(victim)
-    killed = time.time()
+    holding_fresh = {home.get(f) for f in fresh}
+    victim = max((h for h in counts if h), key=lambda h: (h in holding_fresh, counts[h]))
+    killed = [None]
+
+    def kill():
+        t.kill(victim)
+        killed[0] = time.time()
+
+    first = next((f for f in fresh if home.get(f) == victim), None)
+    problems = fresh_session_cut(t, c, first, kill) if first else []
+    if not first:
+        kill()
+        print("gateway: no session of fresh_session_cut's on %s (%s)" % (victim, home), flush=True)
+    killed = killed[0]
     for th in threads:
         th.join(300)
-    problems, failed, applied = [], 0, 0
+    failed, applied = 0, 0
     for sid in sids:
         for turn, error, sent, _ in results[sid]:
             if error is None:

@@ -83,5 +83,39 @@ TEST_F(ServiceTest, AnAllOrNothingTurnItsClientCancelsIsRolledBack) {
   EXPECT_EQ(WaitIdle("a").position(), before) << "the cut turn is not kept";
 }
 
+// A session turn's initial metadata gives the session's position before it (what a gateway whose
+// stream was cut resends at: clients/gateway/resume.go), ahead of the turn's first message; a
+// replay gives where the replayed turn started; an ephemeral call gives none.
+TEST_F(ServiceTest, ASessionTurnSendsItsStartPositionFirst) {
+  CreateSession("p");
+  auto start_of = [&](const v1::GenerateRequest& r, int64_t* position, std::vector<int64_t>* ends = nullptr) {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, r);
+    reader->WaitForInitialMetadata();
+    const auto& md = context.GetServerInitialMetadata();
+    auto it = md.find(std::string(kStartPositionHeader));
+    const bool found = it != md.end() && md.count(std::string(kStartPositionHeader)) == 1;
+    if (found) *position = std::stoll(std::string(it->second.data(), it->second.size()));
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      if (ends && m.has_usage()) ends->push_back(m.usage().session_position());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return found;
+  };
+  int64_t first = -1, second = -1, replayed = -1, ephemeral = -1;
+  std::vector<int64_t> ends;
+  ASSERT_TRUE(start_of(Request("p", "Once", 3), &first, &ends));
+  EXPECT_EQ(first, 0);
+  v1::GenerateRequest turn = Request("p", " upon a time", 4);
+  turn.mutable_expected_position()->set_value(ends.at(0));
+  ASSERT_TRUE(start_of(turn, &second, &ends));
+  EXPECT_EQ(second, ends.at(0)) << "the second turn starts where the first ended";
+  ASSERT_TRUE(start_of(turn, &replayed, &ends)) << "a replay";
+  EXPECT_EQ(replayed, ends.at(0));
+  EXPECT_EQ(ends.at(2), ends.at(1)) << "the resend was replayed, not run again";
+  EXPECT_FALSE(start_of(Request("", "Once", 2), &ephemeral)) << "an ephemeral call has no position";
+}
+
 }  // namespace
 }  // namespace steady
