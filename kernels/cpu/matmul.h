@@ -99,7 +99,7 @@ void UseSmallRowKernel(bool on);
 bool SmallRowKernelInUse();
 
 // y[i] = bias[i] + sum over k of double(w[i, k]) * x[k] for the rows of w [rows, in]: fp32 weights,
-// fp64 input and sums (sliced_relu's score projections), SIMD lanes summed in their own order, rows
+// fp64 input and sums (sliced_relu's score projections on its fp64 path), SIMD lanes summed in their own order, rows
 // split over the compute threads (each row's sum the same whatever the thread count).
 void MatVecF64(const float* w, int rows, int in, const double* x, const float* bias, double* y);
 void MatVecF64Reference(const float* w, int rows, int in, const double* x, const float* bias, double* y);

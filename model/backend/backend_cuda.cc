@@ -349,8 +349,8 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
   return absl::OkStatus();
 }
 
-// The score projections in fp64 (fp32 mode: the precision of the CPU's scores) or fp32 (bf16
-// mode), the bandwidths, and the histograms' place in the pool.
+// The score projections in fp64 (fp32 mode: the CPU's fp64 reference path; its fp32 path projects
+// in fp32, within whose rounding these are) or fp32 (bf16 mode), the bandwidths, and the histograms' place in the pool.
 absl::Status CudaBackend::InitSliced(const LayerAttention& a, const SlicedParams& p, DeviceLayer* d) {
   const AttnShape& s = a.shape;
   const bool fp64 = !options_.cuda_bf16;

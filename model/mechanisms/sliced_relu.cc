@@ -177,10 +177,10 @@ double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
 // One score per group for each of n tokens from their concatenated heads x [n, groups * head_dim]:
 // z [n, groups]. Each weight row is read once for the n tokens; each token's scores are the same bits
-// whatever n (kernels/cpu/matmul.h).
-template <typename T>
+// whatever n (kernels/cpu/matmul.h). The fp64 path: fp32 weights times fp64 activations, summed in
+// fp64 SIMD lanes.
 void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim, int n,
-                   const T* x, double* z) {
+                   const double* x, double* z) {
   const int width = groups * head_dim;
   // Broken invariant, not bad input: the layer's tensors were neither loaded nor initialized.
   STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
@@ -189,7 +189,6 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
     return;
   }
   std::vector<double> in(x, x + int64_t(n) * width);
-  // fp32 weights times fp64 activations, summed in fp64 SIMD lanes (kernels/cpu/matmul.h).
   if (kind == SlicedProjection::kMlp) {
     std::vector<double> hidden(size_t(n) * width);
     cpu::MatVecsF64(w.fc1_weight.data(), width, width, n, in.data(), w.fc1_bias.data(), hidden.data());
@@ -197,6 +196,38 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
     in = std::move(hidden);
   }
   cpu::MatVecsF64(w.out_weight.data(), groups, width, n, in.data(), w.out_bias.data(), z);
+}
+
+// The fp32 path: fp32 products (the small-row kernel, kSmallRowsMax rows at a time, so that a
+// token's scores are the same bits whatever n); the biases added in double, the hidden layer's GELU
+// taken in double and rounded to fp32.
+void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim, int n,
+                   const float* x, double* z) {
+  const int width = groups * head_dim;
+  STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
+  if (kind == SlicedProjection::kNone) {
+    for (int64_t i = 0; i < int64_t(n) * groups; ++i) z[i] = double(x[i]);
+    return;
+  }
+  auto product = [&](const float* in, const std::vector<float>& weight, int out, float* y) {
+    for (int r = 0; r < n; r += cpu::kSmallRowsMax) {
+      const int rows = std::min(cpu::kSmallRowsMax, n - r);
+      cpu::MatMulNTSmallRows(in + int64_t(r) * width, rows, width, weight.data(), out, y + int64_t(r) * out);
+    }
+  };
+  std::vector<float> hidden;
+  const float* in = x;
+  if (kind == SlicedProjection::kMlp) {
+    hidden.resize(size_t(n) * width);
+    product(x, w.fc1_weight, width, hidden.data());
+    for (int64_t i = 0; i < int64_t(hidden.size()); ++i) {
+      hidden[i] = float(Gelu(double(hidden[i]) + double(w.fc1_bias[i % width])));
+    }
+    in = hidden.data();
+  }
+  std::vector<float> out(size_t(n) * groups);
+  product(in, w.out_weight, groups, out.data());
+  for (int64_t i = 0; i < int64_t(out.size()); ++i) z[i] = double(out[i]) + double(w.out_bias[i % groups]);
 }
 
 // Scores of n tokens (q [n, heads, head_dim], k [n, kv_heads, head_dim]): zq [n, heads], zk
