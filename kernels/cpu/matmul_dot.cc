@@ -79,8 +79,10 @@ bool Int8PathAvailable(Int8Path path) {
     default: break;
   }
 #elif defined(__aarch64__)
-  if (path == Int8Path::kArmDot) {
-    static const bool ok = HasHwcap(AT_HWCAP, HWCAP_ASIMDDP);
+  static const bool dot = HasHwcap(AT_HWCAP, HWCAP_ASIMDDP);
+  if (path == Int8Path::kArmDot) return dot;
+  if (path == Int8Path::kArmI8mm) {
+    static const bool ok = dot && HasHwcap(AT_HWCAP2, HWCAP2_I8MM);
     return ok;
   }
 #endif
@@ -88,7 +90,7 @@ bool Int8PathAvailable(Int8Path path) {
 }
 
 Int8Path WidestInt8Path() {
-  for (Int8Path p : {Int8Path::kAvx512Vnni, Int8Path::kAvxVnni, Int8Path::kAvx2, Int8Path::kArmDot}) {
+  for (Int8Path p : {Int8Path::kAvx512Vnni, Int8Path::kAvxVnni, Int8Path::kAvx2, Int8Path::kArmI8mm, Int8Path::kArmDot}) {
     if (Int8PathAvailable(p)) return p;
   }
   return Int8Path::kNone;
@@ -115,6 +117,7 @@ const char* Int8PathName(Int8Path path) {
     case Int8Path::kAvx512Vnni: return "avx512_vnni (VPDPBUSD)";
     case Int8Path::kAvxVnni: return "avx_vnni (VPDPBUSD ymm)";
     case Int8Path::kAvx2: return "avx2 (VPMADDUBSW)";
+    case Int8Path::kArmI8mm: return "arm_i8mm (SMMLA)";
     case Int8Path::kArmDot: return "arm_dotprod (SDOT)";
     case Int8Path::kNone: return widening.c_str();
   }
@@ -126,6 +129,7 @@ const char* Int8PathExtension(Int8Path path) {
     case Int8Path::kAvx512Vnni: return "AVX512_VNNI";
     case Int8Path::kAvxVnni: return "AVX_VNNI";
     case Int8Path::kAvx2: return "AVX2";
+    case Int8Path::kArmI8mm: return "I8MM";
     case Int8Path::kArmDot: return "DOTPROD";
     case Int8Path::kNone: return "";
   }
@@ -246,6 +250,7 @@ const dot::Int8Kernels& CurrentInt8Kernels() {
     case Int8Path::kAvxVnni: return dot::kAvxVnniKernels;
     case Int8Path::kAvx2: return dot::kAvx2Kernels;
 #elif defined(__aarch64__)
+    case Int8Path::kArmI8mm: return dot::kArmI8mmKernels;
     case Int8Path::kArmDot: return dot::kArmDotKernels;
 #endif
     default: break;

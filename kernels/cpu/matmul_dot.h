@@ -35,7 +35,7 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // "arm_bf16 (BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k weights) come in three x86 instruction paths and one Arm path over
+// The int8 kernels (q8, q4, q4k weights) come in three x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
@@ -44,10 +44,13 @@ const char* Bf16DotPath();
 //  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
 //               E-cores (Sierra Forest), Zen 5), with AVX2, FMA and F16C;
 //  kAvx2:       VPMADDUBSW + VPMADDWD (AVX2, FMA, F16C: every x86 server CPU since Haswell and Zen 1);
+//  kArmI8mm:    q8 on SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4,
+//               Neoverse V1/V2/N2; 2 x 2 tiles of 8-input dot products, twice SDOT's multiply-adds
+//               per instruction), one row and q4/q4k as kArmDot;
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
 //  kNone:       no int8 kernel: q8, q4 and q4k take the widening kernels.
-enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmDot, kNone };
+enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
 // The path the int8 kernels take: by default the widest this CPU has. SetInt8Path (a path the CPU
@@ -55,9 +58,9 @@ Int8Path WidestInt8Path();              // the first of the list this CPU has
 // --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
 void SetInt8Path(Int8Path path);
 Int8Path CurrentInt8Path();
-// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_dotprod (SDOT)"
-// or "widening fp32 (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI", "AVX2", "DOTPROD";
-// "" for kNone).
+// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_i8mm (SMMLA)",
+// "arm_dotprod (SDOT)" or "widening fp32 (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI",
+// "AVX2", "I8MM", "DOTPROD"; "" for kNone).
 const char* Int8PathName(Int8Path path);
 const char* Int8PathExtension(Int8Path path);
 // Whether the current path is an int8 kernel (the int8 kernels below may only be called then),

@@ -226,6 +226,87 @@ void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, fl
 
 }  // namespace sdot
 
+namespace i8mm {
+#define STEADY_ARM_TARGET __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+
+// q8 on SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4, Neoverse V1/V2/N2):
+// each instruction multiplies 2 rows x 8 inputs of x by 2 columns x 8 inputs of the weights into a
+// 2 x 2 tile of int32 sums, 32 multiply-adds to SDOT's 16. The weights stay in the packed layout the
+// other paths read: a quarter of vector 2v (4 columns x inputs 8v..8v+3) zipped with the same quarter
+// of vector 2v + 1 (8v+4..8v+7) by 32-bit lanes gives columns 0 and 1 with their 8 inputs each, and
+// the upper halves columns 2 and 3. A tile is 4 rows (two row pairs, each column operand used twice)
+// x 1 group (4 quarters, 8 column pairs): 16 accumulators. The int32 sums are exact, so after
+// un-zipping the 2 x 2 tiles into rows the fp32 steps (sdot's Scale) give every other path's bits.
+struct Q8Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 8;
+  static constexpr int kTileRows = 4, kTileGroups = 1;
+
+  Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
+    constexpr int Q = 4 * C, P = (R + 1) / 2;  // quarters, row pairs (an odd last row paired with itself)
+    const uint8x16_t top = vdupq_n_u8(0x80);
+    for (int64_t b = b0; b < b1; ++b) {
+      int32x4_t s[P][Q][2];  // [pair][quarter][columns 0-1 | 2-3]: rows (2p, 2p + 1) x 2 columns
+      for (int p = 0; p < P; ++p) {
+        for (int q = 0; q < Q; ++q) s[p][q][0] = s[p][q][1] = vdupq_n_s32(0);
+      }
+      const uint8_t* wb = w + b * kQ8Record;
+      for (int v = 0; v < 4; ++v) {  // inputs 8v..8v+7 of the block
+        int8x16_t xv[P];
+        for (int p = 0; p < P; ++p) {
+          const int r0 = r + 2 * p, r1 = std::min(r0 + 1, r + R - 1);
+          xv[p] = vcombine_s8(vld1_s8(x.x + (r0 * x.blocks + b) * 32 + 8 * v),
+                              vld1_s8(x.x + (r1 * x.blocks + b) * 32 + 8 * v));
+        }
+        for (int q = 0; q < Q; ++q) {
+          const uint8_t* g = wb + (q / 4) * steps * kQ8Record;
+          const int32x4_t lo = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + 2 * v * 64, q)), top));
+          const int32x4_t hi = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + (2 * v + 1) * 64, q)), top));
+          const int8x16_t w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi)), w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+          for (int p = 0; p < P; ++p) {
+            s[p][q][0] = vmmlaq_s32(s[p][q][0], xv[p], w01);
+            s[p][q][1] = vmmlaq_s32(s[p][q][1], xv[p], w23);
+          }
+        }
+      }
+      // Each quarter's row sums, as sdot's Add leaves them: row 2p from the tiles' low halves, 2p + 1
+      // from their high halves.
+      int32x4_t rows[R][Q];
+      for (int p = 0; p < P; ++p) {
+        for (int q = 0; q < Q; ++q) {
+          const int64x2_t a = vreinterpretq_s64_s32(s[p][q][0]), c = vreinterpretq_s64_s32(s[p][q][1]);
+          rows[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(a, c));
+          if (2 * p + 1 < R) rows[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(a, c));
+        }
+      }
+      float32x4_t ws[Q];
+      for (int q = 0; q < Q; ++q) {
+        ws[q] = vld1q_f32(reinterpret_cast<const float*>(Quarter(wb + (q / 4) * steps * kQ8Record + 512, q)));
+      }
+      sdot::Scale(x, r, b, rows, ws, acc);
+    }
+  }
+};
+
+#define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
+#include "kernels/cpu/matmul_dot_driver-inl.h"
+#undef STEADY_DRIVER_TARGET
+#undef STEADY_ARM_TARGET
+
+// One row gives SMMLA half its work: the SDOT kernel takes it (the same bits).
+void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  if (rows < 2) return sdot::Q8Dot(x, rows, in, packed, out, y);
+  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  Run(Q8Op{xq, packed, Q8BlocksPerRow(in)}, rows, in, out, y);
+}
+
+}  // namespace i8mm
+
 namespace bfdot {
 #define STEADY_ARM_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
 
@@ -272,6 +353,7 @@ struct Bf16Op {
 }  // namespace
 
 const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
+const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
 
 void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundRowScalar);

@@ -30,8 +30,9 @@ absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
   if (name == "openblas") return CpuGemm::kOpenBlas;
   if (name == "avxvnni") return CpuGemm::kAvxVnni;
   if (name == "avx2") return CpuGemm::kAvx2;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--cpu-gemm: expected auto, simd, openblas, avxvnni or avx2, got \"", std::string(name), "\""));
+  if (name == "armdot") return CpuGemm::kArmDot;
+  return absl::InvalidArgumentError(absl::StrCat("--cpu-gemm: expected auto, simd, openblas, avxvnni, avx2 or armdot, got \"",
+                                                 std::string(name), "\""));
 }
 
 bool UsesDotKernels(CpuGemm gemm) { return gemm != CpuGemm::kSimd && gemm != CpuGemm::kOpenBlas; }
@@ -39,6 +40,7 @@ bool UsesDotKernels(CpuGemm gemm) { return gemm != CpuGemm::kSimd && gemm != Cpu
 cpu::Int8Path Int8PathFor(CpuGemm gemm) {
   if (gemm == CpuGemm::kAvxVnni) return cpu::Int8Path::kAvxVnni;
   if (gemm == CpuGemm::kAvx2) return cpu::Int8Path::kAvx2;
+  if (gemm == CpuGemm::kArmDot) return cpu::Int8Path::kArmDot;
   return cpu::WidestInt8Path();
 }
 
@@ -55,6 +57,7 @@ std::string CpuGemmName(CpuGemm g) {
     case CpuGemm::kOpenBlas: return "openblas";
     case CpuGemm::kAvxVnni: return "avxvnni";
     case CpuGemm::kAvx2: return "avx2";
+    case CpuGemm::kArmDot: return "armdot";
   }
   return "?";
 }

@@ -44,12 +44,13 @@ std::optional<WeightType> ConvertedType(CpuWeights precision);
 //         to 32 rows and OpenBLAS above;
 //  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
 //         where the CPU has a wider one (to compare the paths on one CPU; the same results);
+//  kArmDot: as kAuto, q8 on SDOT where the CPU has SMMLA too (the same results);
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
 //         against; bf16 and q8 weights still take the SIMD kernel).
-enum class CpuGemm { kAuto, kSimd, kOpenBlas, kAvxVnni, kAvx2 };
-// "auto", "simd", "openblas", "avxvnni" or "avx2"; anything else is an error naming the flag's values.
+enum class CpuGemm { kAuto, kSimd, kOpenBlas, kAvxVnni, kAvx2, kArmDot };
+// "auto", "simd", "openblas", "avxvnni", "avx2" or "armdot"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
 // Whether `gemm` packs bf16, q8 and q4k matrices for AMX and the dot-product kernels (all but simd

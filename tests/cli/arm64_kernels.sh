@@ -2,7 +2,7 @@
 # The CPU kernels on AArch64 (kernels/cpu, docs/cpu.md "Arm"): kernels/cpu and its two test binaries
 # cross-built with Debian's aarch64 compiler (STEADY_KERNELS_ONLY, cmake/aarch64-linux-gnu.cmake) and
 # run under qemu-user as three CPUs:
-#   max          every extension qemu has (SDOT, BF16, I8MM): the SDOT and BFDOT kernels;
+#   max          every extension qemu has (SDOT, BF16, I8MM): the SMMLA, SDOT and BFDOT kernels;
 #   neoverse-n1  Graviton 2 / Ampere Altra: SDOT, no BF16 (bf16 widens);
 #   cortex-a72   Graviton 1: neither (q8, q4 and q4k widen).
 # Then the int8 kernels' results on this x86-64 machine and on AArch64 must be the same bits
@@ -56,20 +56,21 @@ run_tests() {
   fi
 }
 for cpu in max neoverse-n1 cortex-a72; do run_tests "$cpu" cpu_kernels_test; done
-run_tests max cpu_dot_test "int8 path: arm_dotprod (SDOT)" "bf16 path: arm_bf16 (BFDOT)"
+run_tests max cpu_dot_test "int8 path: arm_i8mm (SMMLA)" "int8 path: arm_dotprod (SDOT)" "bf16 path: arm_bf16 (BFDOT)"
 run_tests neoverse-n1 cpu_dot_test "int8 path: arm_dotprod (SDOT)"
 run_tests cortex-a72 cpu_dot_test "no Arm dot-product extension (SDOT) on this CPU" "no bf16 dot product"
 
-# The same inputs through this machine's widest int8 path and through SDOT: the same bits.
+# The same inputs through this machine's widest int8 path and through SMMLA (q8; SDOT for one row,
+# q4 and q4k), which the test itself compares with SDOT: the same bits.
 filter=--gtest_filter=CpuDotTest.Int8PathsGiveTheSameBits
 if STEADY_INT8_RESULTS_OUT="$tmp/x86.f32" "$bin/cpu_dot_test" "$filter" > "$tmp/native.log" 2>&1 && [ -s "$tmp/x86.f32" ]; then
   native=$(sed -n 's/^int8 results: //p' "$tmp/native.log")
   if STEADY_INT8_RESULTS_IN="$tmp/x86.f32" qemu-aarch64 -cpu max "$build/bin/cpu_dot_test" "$filter" > "$tmp/cross.log" 2>&1 &&
      grep -q "equal .* bit for bit" "$tmp/cross.log"; then
-    pass "AArch64 SDOT gives x86-64's int8 results bit for bit ($native)"
+    pass "AArch64 SMMLA and SDOT give x86-64's int8 results bit for bit ($native)"
   else
     grep -E "Failure|value|Expected" "$tmp/cross.log" | head
-    fail "AArch64 SDOT against x86-64's int8 results ($native)"
+    fail "AArch64 SMMLA and SDOT against x86-64's int8 results ($native)"
   fi
 else
   echo "note: no int8 kernel on this x86-64 CPU (or its test failed: $(tail -3 "$tmp/native.log")): nothing to compare across machines"

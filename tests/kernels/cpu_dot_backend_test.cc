@@ -88,12 +88,14 @@ TEST(CpuDotBackendTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
                                   WeightType::kDotQ8);
 }
 
-// --cpu-gemm avxvnni and avx2 put q8, q4 and q4k on that path (the name says so) and give the
-// logits of auto's path bit for bit; the widest path again afterwards.
+// --cpu-gemm avxvnni, avx2 and armdot put q8, q4 and q4k on that path (the name says so) and give
+// the logits of auto's path bit for bit; the widest path again afterwards. A path this CPU lacks is
+// refused.
 TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
   int compared = 0;
-  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2}}) {
+  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2},
+                                   std::pair{CpuGemm::kArmDot, cpu::Int8Path::kArmDot}}) {
     if (!cpu::Int8PathAvailable(path)) {
       std::printf("skipped --cpu-gemm %s: this CPU lacks %s\n", CpuGemmName(gemm).c_str(), cpu::Int8PathExtension(path));
       EXPECT_FALSE(CpuGemmAvailable(gemm).ok());
@@ -113,7 +115,7 @@ TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
       ++compared;
     }
   }
-  if (compared == 0) GTEST_SKIP() << "no 256-bit int8 path on this CPU";
+  if (compared == 0) GTEST_SKIP() << "no second int8 path on this CPU";
 }
 
 // --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits

@@ -38,12 +38,13 @@ struct ThreadsGuard {
 
 // The int8 paths, widest first, and what a CPU needs for each (the skip messages).
 constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2,
-                                        cpu::Int8Path::kArmDot};
+                                        cpu::Int8Path::kArmI8mm, cpu::Int8Path::kArmDot};
 const char* Missing(cpu::Int8Path path) {
   switch (path) {
     case cpu::Int8Path::kAvx512Vnni: return "no AVX512_VNNI (+ AVX512BW/VL/DQ) on this CPU";
     case cpu::Int8Path::kAvxVnni: return "no AVX-VNNI (+ AVX2, FMA, F16C) on this CPU";
     case cpu::Int8Path::kAvx2: return "no AVX2 (+ FMA, F16C) on this CPU";
+    case cpu::Int8Path::kArmI8mm: return "no Arm int8 matrix-multiply extension (SMMLA) on this CPU";
     case cpu::Int8Path::kArmDot: return "no Arm dot-product extension (SDOT) on this CPU";
     case cpu::Int8Path::kNone: break;
   }

@@ -5,8 +5,8 @@
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
 // BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
 // q4k pair (kernels/cpu/q4k.h). The int8 kernels run on each path the CPU has (the "path" argument:
-// 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2; cpu::Int8Path), skipped where it lacks one. BM_MatVecsF64 is
-// sliced_relu's fp64 score projections.
+// 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2, 3 Arm SMMLA, 4 Arm SDOT; cpu::Int8Path), skipped where it lacks
+// one. BM_MatVecsF64 is sliced_relu's fp64 score projections.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -257,7 +257,8 @@ BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Uni
 void Int8DotShapes(benchmark::internal::Benchmark* b) {
   for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {
     for (int rows : {1, 4, 16, 64}) {
-      for (cpu::Int8Path path : {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2}) {
+      for (cpu::Int8Path path : {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2,
+                                 cpu::Int8Path::kArmI8mm, cpu::Int8Path::kArmDot}) {
         b->Args({rows, in, out, int64_t(path)});
       }
     }
