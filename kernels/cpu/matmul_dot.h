@@ -44,9 +44,9 @@ const char* Bf16DotPath();
 //  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
 //               E-cores (Sierra Forest), Zen 5), with AVX2, FMA and F16C;
 //  kAvx2:       VPMADDUBSW + VPMADDWD (AVX2, FMA, F16C: every x86 server CPU since Haswell and Zen 1);
-//  kArmI8mm:    q8 on SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4,
-//               Neoverse V1/V2/N2; 2 x 2 tiles of 8-input dot products, twice SDOT's multiply-adds
-//               per instruction), one row and q4/q4k as kArmDot;
+//  kArmI8mm:    SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4, Neoverse
+//               V1/V2/N2; 2 x 2 tiles of 8-input dot products, twice SDOT's multiply-adds per
+//               instruction), one row as kArmDot;
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
 //  kNone:       no int8 kernel: q8, q4 and q4k take the widening kernels.

@@ -158,8 +158,30 @@ struct Q4Op {
   }
 };
 
-// Q4KOp of matmul_dot512.cc: per sub-block the nibbles' exact sums, then in fp32
+// q4k's fp32 step for sub-block `sub` (x's block xb) of super-block record wb (the tile's first group;
+// groups `steps` records apart), from the nibbles' exact sums:
 //     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m).
+template <int R, int Q>
+STEADY_ARM_TARGET inline void ScaleQ4K(const Q8Rows& x, int r, int64_t xb, int64_t sub, const uint8_t* wb, int64_t steps,
+                                       const int32x4_t (&sums)[R][Q], float* acc) {
+  for (int q = 0; q < Q; ++q) {
+    const uint8_t* g = wb + (q / 4) * steps * kQ4KRecord;
+    const int lane = (q % 4) * 4;  // the quarter's first column
+    const float32x4_t d = LoadF16(g + 2 * lane), dmin = LoadF16(g + 32 + 2 * lane);
+    const float32x4_t scale = vmulq_f32(d, LoadU8(g + 64 + 16 * sub + lane));
+    const float32x4_t min = vmulq_f32(dmin, LoadU8(g + 192 + 16 * sub + lane));
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + (rr * Q + q) * 4;
+      const int64_t i = (r + rr) * x.blocks + xb;
+      const float dx = x.xscale[i];
+      float32x4_t sum = vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx));
+      sum = vfmsq_f32(sum, min, vdupq_n_f32(dx * float(x.xsum[i])));
+      vst1q_f32(a, sum);
+    }
+  }
+}
+
+// Q4KOp of matmul_dot512.cc: per sub-block the nibbles' exact sums, then ScaleQ4K.
 struct Q4KOp {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
@@ -183,21 +205,7 @@ struct Q4KOp {
         const uint8_t* rec[Q];
         for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
         for (int v = 0; v < 4; ++v) AddNibbles(x, r, xb, v, rec, sums);
-        for (int q = 0; q < Q; ++q) {
-          const uint8_t* g = wb + (q / 4) * steps * kQ4KRecord;
-          const int lane = (q % 4) * 4;  // the quarter's first column
-          const float32x4_t d = LoadF16(g + 2 * lane), dmin = LoadF16(g + 32 + 2 * lane);
-          const float32x4_t scale = vmulq_f32(d, LoadU8(g + 64 + 16 * sub + lane));
-          const float32x4_t min = vmulq_f32(dmin, LoadU8(g + 192 + 16 * sub + lane));
-          for (int rr = 0; rr < R; ++rr) {
-            float* a = acc + (rr * Q + q) * 4;
-            const int64_t i = (r + rr) * x.blocks + xb;
-            const float dx = x.xscale[i];
-            float32x4_t sum = vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx));
-            sum = vfmsq_f32(sum, min, vdupq_n_f32(dx * float(x.xsum[i])));
-            vst1q_f32(a, sum);
-          }
-        }
+        ScaleQ4K(x, r, xb, sub, wb, steps, sums, acc);
       }
     }
   }
@@ -229,61 +237,97 @@ void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, fl
 namespace i8mm {
 #define STEADY_ARM_TARGET __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
 
-// q8 on SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4, Neoverse V1/V2/N2):
-// each instruction multiplies 2 rows x 8 inputs of x by 2 columns x 8 inputs of the weights into a
-// 2 x 2 tile of int32 sums, 32 multiply-adds to SDOT's 16. The weights stay in the packed layout the
-// other paths read: a quarter of vector 2v (4 columns x inputs 8v..8v+3) zipped with the same quarter
-// of vector 2v + 1 (8v+4..8v+7) by 32-bit lanes gives columns 0 and 1 with their 8 inputs each, and
-// the upper halves columns 2 and 3. A tile is 4 rows (two row pairs, each column operand used twice)
-// x 1 group (4 quarters, 8 column pairs): 16 accumulators. The int32 sums are exact, so after
-// un-zipping the 2 x 2 tiles into rows the fp32 steps (sdot's Scale) give every other path's bits.
+// The int8 kernels on SMMLA (the int8 matrix-multiply extension, Armv8.6: Graviton 3 and 4,
+// Neoverse V1/V2/N2): each instruction multiplies 2 rows x 8 inputs of x by 2 columns x 8 inputs of
+// the weights into a 2 x 2 tile of int32 sums, 32 multiply-adds to SDOT's 16. The weights stay in
+// the packed layout the other paths read: the 4 columns of a quarter with inputs 8k..8k+3 (a 32-bit
+// lane each) zipped by lanes with the same columns' inputs 8k+4..8k+7 give columns 0 and 1 with
+// their 8 inputs each, and the upper halves columns 2 and 3. A tile is 4 rows (two row pairs, each
+// column operand used twice) x 1 group (4 quarters, 8 column pairs): 16 accumulators. The int32
+// sums are exact, so once the 2 x 2 tiles are un-zipped into rows, SDOT's fp32 steps give every
+// other path's bits.
+constexpr int kTileRows = 4, kTileGroups = 1;
+
+// rows[rr][q]: the exact sums over x's block xb (32 inputs) of row r + rr times the quarter's 4
+// columns, starting at `start` times the block's sum of q_x. halves(q, k, lo, hi) gives quarter q's
+// weights for inputs 8k..8k+3 (lo) and 8k+4..8k+7 (hi) as signed bytes, a column to a 32-bit lane.
+template <int R, int Q, class Halves>
+STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int32_t start, Halves halves,
+                                        int32x4_t (&rows)[R][Q]) {
+  constexpr int P = (R + 1) / 2;  // row pairs (an odd last row paired with itself)
+  int32x4_t s[P][Q][2];           // [pair][quarter][columns 0-1 | 2-3]: rows (2p, 2p + 1) x 2 columns
+  for (int p = 0; p < P; ++p) {
+    for (int q = 0; q < Q; ++q) s[p][q][0] = s[p][q][1] = vdupq_n_s32(0);
+  }
+  for (int k = 0; k < 4; ++k) {
+    int8x16_t xv[P];
+    for (int p = 0; p < P; ++p) {
+      const int r0 = r + 2 * p, r1 = std::min(r0 + 1, r + R - 1);
+      xv[p] = vcombine_s8(vld1_s8(x.x + (r0 * x.blocks + xb) * 32 + 8 * k), vld1_s8(x.x + (r1 * x.blocks + xb) * 32 + 8 * k));
+    }
+    for (int q = 0; q < Q; ++q) {
+      int32x4_t lo, hi;
+      halves(q, k, lo, hi);
+      const int8x16_t w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi)), w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+      for (int p = 0; p < P; ++p) {
+        s[p][q][0] = vmmlaq_s32(s[p][q][0], xv[p], w01);
+        s[p][q][1] = vmmlaq_s32(s[p][q][1], xv[p], w23);
+      }
+    }
+  }
+  // Row 2p's 4 columns from the tiles' low halves, 2p + 1's from their high halves.
+  for (int p = 0; p < P; ++p) {
+    for (int q = 0; q < Q; ++q) {
+      const int64x2_t a = vreinterpretq_s64_s32(s[p][q][0]), c = vreinterpretq_s64_s32(s[p][q][1]);
+      for (int h = 0; h < 2 && 2 * p + h < R; ++h) {
+        const int rr = 2 * p + h;
+        const int32x4_t sums = vreinterpretq_s32_s64(h == 0 ? vzip1q_s64(a, c) : vzip2q_s64(a, c));
+        rows[rr][q] = vaddq_s32(sums, vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]));
+      }
+    }
+  }
+}
+
+// The nibble halves of a 4-bit record (q4's block, q4k's sub-block: vector v holds inputs 4v..4v+3
+// in its low nibbles and 16 + 4v.. in its high ones): inputs 8k.. are vectors 2k and 2k + 1 for k
+// < 2, the same vectors' high nibbles 16 + 8(k - 2).. after.
+struct NibbleHalves {
+  const uint8_t* rec[4 * kTileGroups];
+  STEADY_ARM_TARGET void operator()(int q, int k, int32x4_t& lo, int32x4_t& hi) const {
+    const uint8x16_t low = vdupq_n_u8(0x0f);
+    const int v = 2 * (k % 2);
+    uint8x16_t a = vld1q_u8(Quarter(rec[q] + v * 64, q)), b = vld1q_u8(Quarter(rec[q] + (v + 1) * 64, q));
+    if (k >= 2) {
+      a = vshrq_n_u8(a, 4);
+      b = vshrq_n_u8(b, 4);
+    }
+    lo = vreinterpretq_s32_u8(vandq_u8(a, low));
+    hi = vreinterpretq_s32_u8(vandq_u8(b, low));
+  }
+};
+
 struct Q8Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;
-  static constexpr int kTileRows = 4, kTileGroups = 1;
+  static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
 
   Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
 
   template <int R, int C>
   STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
-    constexpr int Q = 4 * C, P = (R + 1) / 2;  // quarters, row pairs (an odd last row paired with itself)
-    const uint8x16_t top = vdupq_n_u8(0x80);
+    constexpr int Q = 4 * C;
     for (int64_t b = b0; b < b1; ++b) {
-      int32x4_t s[P][Q][2];  // [pair][quarter][columns 0-1 | 2-3]: rows (2p, 2p + 1) x 2 columns
-      for (int p = 0; p < P; ++p) {
-        for (int q = 0; q < Q; ++q) s[p][q][0] = s[p][q][1] = vdupq_n_s32(0);
-      }
       const uint8_t* wb = w + b * kQ8Record;
-      for (int v = 0; v < 4; ++v) {  // inputs 8v..8v+7 of the block
-        int8x16_t xv[P];
-        for (int p = 0; p < P; ++p) {
-          const int r0 = r + 2 * p, r1 = std::min(r0 + 1, r + R - 1);
-          xv[p] = vcombine_s8(vld1_s8(x.x + (r0 * x.blocks + b) * 32 + 8 * v),
-                              vld1_s8(x.x + (r1 * x.blocks + b) * 32 + 8 * v));
-        }
-        for (int q = 0; q < Q; ++q) {
-          const uint8_t* g = wb + (q / 4) * steps * kQ8Record;
-          const int32x4_t lo = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + 2 * v * 64, q)), top));
-          const int32x4_t hi = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + (2 * v + 1) * 64, q)), top));
-          const int8x16_t w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi)), w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
-          for (int p = 0; p < P; ++p) {
-            s[p][q][0] = vmmlaq_s32(s[p][q][0], xv[p], w01);
-            s[p][q][1] = vmmlaq_s32(s[p][q][1], xv[p], w23);
-          }
-        }
-      }
-      // Each quarter's row sums, as sdot's Add leaves them: row 2p from the tiles' low halves, 2p + 1
-      // from their high halves.
+      const auto halves = [&](int q, int k, int32x4_t& lo, int32x4_t& hi) {  // + 128 stored: the top bit flipped
+        const uint8_t* g = wb + (q / 4) * steps * kQ8Record;
+        const uint8x16_t top = vdupq_n_u8(0x80);
+        lo = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + 2 * k * 64, q)), top));
+        hi = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + (2 * k + 1) * 64, q)), top));
+      };
       int32x4_t rows[R][Q];
-      for (int p = 0; p < P; ++p) {
-        for (int q = 0; q < Q; ++q) {
-          const int64x2_t a = vreinterpretq_s64_s32(s[p][q][0]), c = vreinterpretq_s64_s32(s[p][q][1]);
-          rows[2 * p][q] = vreinterpretq_s32_s64(vzip1q_s64(a, c));
-          if (2 * p + 1 < R) rows[2 * p + 1][q] = vreinterpretq_s32_s64(vzip2q_s64(a, c));
-        }
-      }
+      BlockSums(x, r, b, 0, halves, rows);
       float32x4_t ws[Q];
       for (int q = 0; q < Q; ++q) {
         ws[q] = vld1q_f32(reinterpret_cast<const float*>(Quarter(wb + (q / 4) * steps * kQ8Record + 512, q)));
@@ -293,16 +337,79 @@ struct Q8Op {
   }
 };
 
+// sdot's Q4Op: the sums start at -8 * the block's sum of q_x.
+struct Q4Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kChunk = 16;
+  static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
+
+  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
+    constexpr int Q = 4 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      NibbleHalves halves;
+      for (int q = 0; q < Q; ++q) halves.rec[q] = w + b * kQ4Record + (q / 4) * steps * kQ4Record;
+      int32x4_t rows[R][Q];
+      BlockSums(x, r, b, -8, halves, rows);
+      float32x4_t ws[Q];
+      for (int q = 0; q < Q; ++q) ws[q] = sdot::LoadF16(halves.rec[q] + 256 + (q % 4) * 8);
+      sdot::Scale(x, r, b, rows, ws, acc);
+    }
+  }
+};
+
+// sdot's Q4KOp: each sub-block's sums, then its fp32 step.
+struct Q4KOp {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 2;
+  static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
+
+  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
+    constexpr int Q = 4 * C;
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ4KRecord;
+      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);  // x's padding ends at its last block
+      for (int64_t sub = 0; sub < subs; ++sub) {
+        NibbleHalves halves;
+        for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
+        int32x4_t rows[R][Q];
+        BlockSums(x, r, 8 * b + sub, 0, halves, rows);
+        sdot::ScaleQ4K(x, r, 8 * b + sub, sub, wb, steps, rows, acc);
+      }
+    }
+  }
+};
+
 #define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
 #include "kernels/cpu/matmul_dot_driver-inl.h"
 #undef STEADY_DRIVER_TARGET
 #undef STEADY_ARM_TARGET
 
-// One row gives SMMLA half its work: the SDOT kernel takes it (the same bits).
-void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  if (rows < 2) return sdot::Q8Dot(x, rows, in, packed, out, y);
+// One row gives SMMLA half its work: the SDOT kernels take it (the same bits).
+template <class Op>
+void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y, int64_t steps,
+              void (*one_row)(const float*, int, int, const uint8_t*, int, float*)) {
+  if (rows < 2) return one_row(x, rows, in, packed, out, y);
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
-  Run(Q8Op{xq, packed, Q8BlocksPerRow(in)}, rows, in, out, y);
+  Run(Op{xq, packed, steps}, rows, in, out, y);
+}
+void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q8Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q8Dot);
+}
+void Q4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q4Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q4Dot);
+}
+void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  Multiply<Q4KOp>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in), sdot::Q4KDot);
 }
 
 }  // namespace i8mm
@@ -353,7 +460,7 @@ struct Bf16Op {
 }  // namespace
 
 const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
-const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
+const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot};
 
 void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundRowScalar);

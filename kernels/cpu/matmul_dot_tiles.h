@@ -89,7 +89,7 @@ extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc
 extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
 extern const Int8Kernels kAvx2Kernels;        // matmul_dot256.cc
 extern const Int8Kernels kArmDotKernels;      // matmul_dot_arm.cc
-extern const Int8Kernels kArmI8mmKernels;     // matmul_dot_arm.cc (q8 on SMMLA, the rest kArmDot's)
+extern const Int8Kernels kArmI8mmKernels;     // matmul_dot_arm.cc (SMMLA; one row on SDOT)
 // MatMulNTBf16Dot on each instruction set.
 void MatMulNTBf16Dot512(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
 void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);

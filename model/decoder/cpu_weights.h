@@ -44,7 +44,7 @@ std::optional<WeightType> ConvertedType(CpuWeights precision);
 //         to 32 rows and OpenBLAS above;
 //  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
 //         where the CPU has a wider one (to compare the paths on one CPU; the same results);
-//  kArmDot: as kAuto, q8 on SDOT where the CPU has SMMLA too (the same results);
+//  kArmDot: as kAuto, the int8 formats on SDOT where the CPU has SMMLA too (the same results);
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
