@@ -96,8 +96,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       VDPBF16PS, q8, q4 and q4k on int8 dot products (AVX512_VNNI, else AVX-VNNI,
                       else AVX2), where the CPU has them; activations rounded to bf16 / q8; the
                       startup log names them), avxvnni or avx2 (as auto, the int8 formats on that
-                      256-bit path: the same results), armdot (as auto, q8 on SDOT where the CPU
-                      has SMMLA too: the same results), simd (the widening kernels), openblas (every
+                      256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
+                      where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
                       fp32 GEMM in OpenBLAS: a baseline to measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused

@@ -49,7 +49,7 @@ struct ServiceOptions {
 constexpr int64_t kMaxSessionIdBytes = 128;
 // Generate's initial metadata for a session turn, sent when the engine takes the turn up: the
 // session's position before it (decimal), the expected_position that makes a resend of the turn
-// exact (docs/api.md, "Resending a turn").
+// exact (docs/api.md, Generate and "Retries").
 inline constexpr std::string_view kStartPositionHeader = "x-steady-start-position";
 
 // absl and gRPC share the canonical status codes: the mapping is one to one and keeps the message.

@@ -523,8 +523,8 @@ Synthetic decode and prefill through the --device backend on random weights of t
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8|q4|q4k: the
 CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block scales) (weight bytes count them so; auto, the default: as stored); --cpu-gemm: auto (AMX
 tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8, q4 and q4k on VPDPBUSD with
-AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm q8 on SMMLA, else SDOT), avxvnni or avx2 (as auto,
-the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (q8 on SDOT where SMMLA is there too), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
+AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avxvnni or avx2 (as auto,
+the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
 the small-row kernel), for baselines in the same run (docs/cpu.md); the report names each format's
 path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a

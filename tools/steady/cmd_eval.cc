@@ -101,8 +101,8 @@ sessions restart every --context tokens. --cpu-weights bf16|q8|q4|q4k measures t
 matrices in bf16, 8-bit or 4-bit blocks (q4k: with sub-block scales) (the perplexity delta against f32 is their quality cost;
 docs/cpu.md; the default, auto, reads them as the checkpoint stores them); --cpu-gemm simd keeps bf16
 off AMX tiles and bf16/q8/q4k off the dot-product kernels (which also round the activations to bf16/q8);
-avxvnni and avx2 put the int8 formats on that 256-bit path, armdot q8 on SDOT where SMMLA is
-there too (the same results as auto's). On the GPU,
+avxvnni and avx2 put the int8 formats on that 256-bit path, armdot the int8 formats on SDOT where
+SMMLA is there too (the same results as auto's). On the GPU,
 --cuda-weights f32 runs the fp32 reference path, --cuda-kv f32 keeps softmax's KV cache in fp32.
 )",
           {.with_value = FlagUnion({{"model", "data", "max-tokens", "context"}, kMechanismFlags, kDeviceFlags, kCudaFlags}), .switches = {"json"}}, RunEval};
