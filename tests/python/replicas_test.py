@@ -547,6 +547,7 @@ def long_http_turn(t, sid, first_line, out):
                     out["position"] = int(result["usage"].get("session_position", 0))
     except Exception as e:  # an HTTP error status or a broken connection
         out["error"] = str(e)
+    out["ended"] = time.time()
     first_line.set()
 
 
@@ -561,8 +562,12 @@ def fresh_session_cut(t, c, sid, kill):
     th.start()
     first_line.wait(60)
     kill()
+    killed = time.time()
     th.join(180)
     problems = []
+    if cut.get("ended", killed) < killed:
+        return ["%s: its turn of %d tokens ended before the kill: nothing was cut (make it longer)"
+                % (sid, LONG_TURN_TOKENS)]
     if cut["error"]:
         return ["%s: its turn over HTTP, cut after its first message: %s" % (sid, cut["error"])]
     c.create(sid + "-ref")
@@ -576,8 +581,9 @@ def fresh_session_cut(t, c, sid, kill):
     if cut["position"] != ref["position"] or position != ref["position"]:
         problems.append("%s: at position %d after its resumed turn (the stream said %s), the same turns on a "
                         "session of their own give %s" % (sid, position, cut["position"], ref["position"]))
-    print("gateway: a turn of a session the gateway had relayed nothing of, cut after its first message: %s"
-          % ("resumed whole, once" if not problems else "FAILED"), flush=True)
+    print("gateway: a turn of a session the gateway had relayed nothing of, cut after its first message: %s "
+          "(its stream ended %.2f s after the kill)"
+          % ("resumed whole, once" if not problems else "FAILED", cut["ended"] - killed), flush=True)
     return problems
 
 
