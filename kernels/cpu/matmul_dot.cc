@@ -56,7 +56,7 @@ bool Bf16DotAvailable() {
 }
 const char* Bf16DotPath() {
 #if defined(__aarch64__)
-  constexpr const char* kDot = "arm_bf16 (BFDOT)";
+  constexpr const char* kDot = "arm_bf16 (BFMMLA, BFDOT)";
 #else
   constexpr const char* kDot = "avx512_bf16 (VDPBF16PS)";
 #endif

@@ -1,7 +1,7 @@
 // Decode GEMMs y = x w^T that multiply in the weights' own precision where the CPU has the
 // instructions for it: bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and int8 x int8 on AVX512_VNNI
 // (VPDPBUSD) (matmul_dot512.cc), or on 256-bit vectors with AVX-VNNI or AVX2 (matmul_dot256.cc), and
-// on AArch64 with BFDOT and SDOT (matmul_dot_arm.cc), over weights packed once at load into the
+// on AArch64 with BFDOT/BFMMLA and SDOT/SMMLA (matmul_dot_arm.cc), over weights packed once at load into the
 // layout those instructions read (matmul_dot.cc: the dispatch, packing and references).
 // The widening kernels of matmul.h stay the fallback (where the CPU lacks the instructions) and the
 // reference. Only kernels/cpu/ and the code above it include this file.
@@ -30,9 +30,9 @@ namespace steady::cpu {
 
 // Whether this CPU (and OS) runs the bf16 kernels below (checked with cpuid once). They must only
 // be called where the check holds; callers keep the widening kernels otherwise.
-bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16 extension (BFDOT)
+bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16 extension (BFDOT, BFMMLA)
 // The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)",
-// "arm_bf16 (BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
+// "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
 // The int8 kernels (q8, q4, q4k weights) come in three x86 instruction paths and two Arm paths over

@@ -17,9 +17,12 @@
 // pair's sum to odd before the addition (without FEAT_EBF16), so its bits differ from x86's; the
 // tests hold it to the same bound against the double reference.
 //
+// From two rows on, SMMLA (I8MM) and BFMMLA (BF16) take over (namespaces i8mm and bfdot, below):
+// 2 x 2 tiles of dot products, twice the multiply-adds per instruction, the same bits.
+//
 // Register tiles: 2 rows x 2 groups, 16 accumulators of the 32 NEON registers, 8 weight quarters and
-// x. Not measured on Arm hardware (docs/cpu.md): this is the 256-bit kernels' tile, which was the
-// fastest there at 1 and 16 rows.
+// x (SMMLA and BFMMLA: 4 rows x 1 group, also 16). Not measured on Arm hardware (docs/cpu.md): this
+// is the 256-bit kernels' tile, which was the fastest there at 1 and 16 rows.
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
@@ -450,6 +453,75 @@ struct Bf16Op {
   }
 };
 
+// BFMMLA (the same BF16 extension): a 2 x 4 bf16 matrix of two rows' inputs 2p..2p+3 times the
+// transpose of two columns' into a 2 x 2 tile of fp32 sums, twice BFDOT's multiply-adds. Arm
+// defines each of its outputs as two BFDOT steps in order (pair p, then p + 1), so it gives BFDOT's
+// bits (CpuDotTest.Bf16IsBatchAndThreadInvariant compares one row, which takes BFDOT, with a batch).
+// The operands come from the packed layout as i8mm's do: a quarter of pair p zipped by 32-bit lanes
+// with the same quarter of pair p + 1. The tile is 4 rows x 1 group, as i8mm's; the running sums
+// are zipped into 2 x 2 tiles for a chunk and back, and an odd last pair goes through BFDOT.
+struct Bf16MmlaOp {
+  const uint32_t* x;  // [rows, steps]: bf16(x) two by two, the odd tail padded with zero
+  const uint16_t* w;  // packed, at the tile's first group
+  int64_t steps;      // pairs of inputs
+  static constexpr int64_t kChunk = 64;
+  static constexpr int kTileRows = 4, kTileGroups = 1;
+
+  Bf16MmlaOp Shift(int64_t groups) const { return {x, w + groups * steps * 32, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t p0, int64_t p1, float* acc, bool /*ahead*/) const {
+    constexpr int Q = 4 * C, P = (R + 1) / 2;  // quarters, row pairs (an odd last row paired with itself)
+    auto quarter = [&](int q, int64_t p) {
+      return vld1q_u32(reinterpret_cast<const uint32_t*>(w + ((q / 4) * steps + p) * 32 + (q % 4) * 8));
+    };
+    float32x4_t a[R][Q];
+    for (int rr = 0; rr < R; ++rr) {
+      for (int q = 0; q < Q; ++q) a[rr][q] = vld1q_f32(acc + (rr * Q + q) * 4);
+    }
+    float32x4_t s[P][Q][2];  // [pair][quarter][columns 0-1 | 2-3]: rows (2p, 2p + 1) x 2 columns
+    for (int pp = 0; pp < P; ++pp) {
+      for (int q = 0; q < Q; ++q) {
+        const float64x2_t lo = vreinterpretq_f64_f32(a[2 * pp][q]), hi = vreinterpretq_f64_f32(a[std::min(2 * pp + 1, R - 1)][q]);
+        s[pp][q][0] = vreinterpretq_f32_f64(vzip1q_f64(lo, hi));
+        s[pp][q][1] = vreinterpretq_f32_f64(vzip2q_f64(lo, hi));
+      }
+    }
+    int64_t p = p0;
+    for (; p + 1 < p1; p += 2) {
+      bfloat16x8_t xv[P];
+      for (int pp = 0; pp < P; ++pp) {
+        const int r0 = r + 2 * pp, r1 = std::min(r0 + 1, r + R - 1);
+        xv[pp] = vreinterpretq_bf16_u32(vcombine_u32(vld1_u32(x + r0 * steps + p), vld1_u32(x + r1 * steps + p)));
+      }
+      for (int q = 0; q < Q; ++q) {
+        const uint32x4_t lo = quarter(q, p), hi = quarter(q, p + 1);
+        const bfloat16x8_t w01 = vreinterpretq_bf16_u32(vzip1q_u32(lo, hi)), w23 = vreinterpretq_bf16_u32(vzip2q_u32(lo, hi));
+        for (int pp = 0; pp < P; ++pp) {
+          s[pp][q][0] = vbfmmlaq_f32(s[pp][q][0], xv[pp], w01);
+          s[pp][q][1] = vbfmmlaq_f32(s[pp][q][1], xv[pp], w23);
+        }
+      }
+    }
+    for (int pp = 0; pp < P; ++pp) {  // back to rows: row 2p from the tiles' low halves, 2p + 1 from the high
+      for (int q = 0; q < Q; ++q) {
+        const float64x2_t lo = vreinterpretq_f64_f32(s[pp][q][0]), hi = vreinterpretq_f64_f32(s[pp][q][1]);
+        a[2 * pp][q] = vreinterpretq_f32_f64(vzip1q_f64(lo, hi));
+        if (2 * pp + 1 < R) a[2 * pp + 1][q] = vreinterpretq_f32_f64(vzip2q_f64(lo, hi));
+      }
+    }
+    if (p < p1) {  // the chunk's odd last pair, as Bf16Op adds it
+      for (int rr = 0; rr < R; ++rr) {
+        const bfloat16x8_t xv = vreinterpretq_bf16_u32(vdupq_n_u32(x[(r + rr) * steps + p]));
+        for (int q = 0; q < Q; ++q) a[rr][q] = vbfdotq_f32(a[rr][q], vreinterpretq_bf16_u32(quarter(q, p)), xv);
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      for (int q = 0; q < Q; ++q) vst1q_f32(acc + (rr * Q + q) * 4, a[rr][q]);
+    }
+  }
+};
+
 #define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
 #include "kernels/cpu/matmul_dot_driver-inl.h"
 #undef STEADY_DRIVER_TARGET
@@ -462,9 +534,11 @@ struct Bf16Op {
 const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
 const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot};
 
+// BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
 void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundRowScalar);
-  bfdot::Run(bfdot::Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
+  if (rows < 2) return bfdot::Run(bfdot::Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
+  bfdot::Run(bfdot::Bf16MmlaOp{xb.x, packed, xb.pairs}, rows, in, out, y);
 }
 
 }  // namespace steady::cpu::dot

@@ -56,7 +56,7 @@ run_tests() {
   fi
 }
 for cpu in max neoverse-n1 cortex-a72; do run_tests "$cpu" cpu_kernels_test; done
-run_tests max cpu_dot_test "int8 path: arm_i8mm (SMMLA)" "int8 path: arm_dotprod (SDOT)" "bf16 path: arm_bf16 (BFDOT)"
+run_tests max cpu_dot_test "int8 path: arm_i8mm (SMMLA)" "int8 path: arm_dotprod (SDOT)" "bf16 path: arm_bf16 (BFMMLA, BFDOT)"
 run_tests neoverse-n1 cpu_dot_test "int8 path: arm_dotprod (SDOT)"
 run_tests cortex-a72 cpu_dot_test "no Arm dot-product extension (SDOT) on this CPU" "no bf16 dot product"
 
