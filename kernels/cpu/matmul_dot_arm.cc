@@ -309,86 +309,73 @@ struct NibbleHalves {
   }
 };
 
-struct Q8Op {
-  Q8Rows x;
-  const uint8_t* w;  // packed, at the tile's first group
-  int64_t steps;     // blocks
-  static constexpr int64_t kChunk = 8;
-  static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
-
-  Q8Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
-
-  template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
-    constexpr int Q = 4 * C;
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wb = w + b * kQ8Record;
-      const auto halves = [&](int q, int k, int32x4_t& lo, int32x4_t& hi) {  // + 128 stored: the top bit flipped
-        const uint8_t* g = wb + (q / 4) * steps * kQ8Record;
-        const uint8x16_t top = vdupq_n_u8(0x80);
-        lo = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + 2 * k * 64, q)), top));
-        hi = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + (2 * k + 1) * 64, q)), top));
-      };
-      int32x4_t rows[R][Q];
-      BlockSums(x, r, b, 0, halves, rows);
-      float32x4_t ws[Q];
-      for (int q = 0; q < Q; ++q) {
-        ws[q] = vld1q_f32(reinterpret_cast<const float*>(Quarter(wb + (q / 4) * steps * kQ8Record + 512, q)));
-      }
-      sdot::Scale(x, r, b, rows, ws, acc);
+// A step of each format: Step<R, Q>(x, r, b, wb, steps, acc) adds rows r..r+R-1 of x times the Q
+// quarters of record b (at wb; groups `steps` records apart) to acc, as sdot's Op of the format does.
+struct Q8Format {
+  static constexpr int64_t kRecord = kQ8Record, kChunk = 8;
+  template <int R, int Q>
+  STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
+    const auto halves = [&](int q, int k, int32x4_t& lo, int32x4_t& hi) {  // + 128 stored: the top bit flipped
+      const uint8_t* g = wb + (q / 4) * steps * kQ8Record;
+      const uint8x16_t top = vdupq_n_u8(0x80);
+      lo = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + 2 * k * 64, q)), top));
+      hi = vreinterpretq_s32_u8(veorq_u8(vld1q_u8(Quarter(g + (2 * k + 1) * 64, q)), top));
+    };
+    int32x4_t rows[R][Q];
+    BlockSums(x, r, b, 0, halves, rows);
+    float32x4_t ws[Q];
+    for (int q = 0; q < Q; ++q) {
+      ws[q] = vld1q_f32(reinterpret_cast<const float*>(Quarter(wb + (q / 4) * steps * kQ8Record + 512, q)));
     }
+    sdot::Scale(x, r, b, rows, ws, acc);
   }
 };
 
-// sdot's Q4Op: the sums start at -8 * the block's sum of q_x.
-struct Q4Op {
-  Q8Rows x;
-  const uint8_t* w;  // packed, at the tile's first group
-  int64_t steps;     // blocks
-  static constexpr int64_t kChunk = 16;
-  static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
+// q4: the sums start at -8 * the block's sum of q_x.
+struct Q4Format {
+  static constexpr int64_t kRecord = kQ4Record, kChunk = 16;
+  template <int R, int Q>
+  STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
+    NibbleHalves halves;
+    for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4Record;
+    int32x4_t rows[R][Q];
+    BlockSums(x, r, b, -8, halves, rows);
+    float32x4_t ws[Q];
+    for (int q = 0; q < Q; ++q) ws[q] = sdot::LoadF16(halves.rec[q] + 256 + (q % 4) * 8);
+    sdot::Scale(x, r, b, rows, ws, acc);
+  }
+};
 
-  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
-
-  template <int R, int C>
-  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
-    constexpr int Q = 4 * C;
-    for (int64_t b = b0; b < b1; ++b) {
+// q4k: each sub-block's sums, then its fp32 step.
+struct Q4KFormat {
+  static constexpr int64_t kRecord = kQ4KRecord, kChunk = 2;
+  template <int R, int Q>
+  STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
+    const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);  // x's padding ends at its last block
+    for (int64_t sub = 0; sub < subs; ++sub) {
       NibbleHalves halves;
-      for (int q = 0; q < Q; ++q) halves.rec[q] = w + b * kQ4Record + (q / 4) * steps * kQ4Record;
+      for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
       int32x4_t rows[R][Q];
-      BlockSums(x, r, b, -8, halves, rows);
-      float32x4_t ws[Q];
-      for (int q = 0; q < Q; ++q) ws[q] = sdot::LoadF16(halves.rec[q] + 256 + (q % 4) * 8);
-      sdot::Scale(x, r, b, rows, ws, acc);
+      BlockSums(x, r, 8 * b + sub, 0, halves, rows);
+      sdot::ScaleQ4K(x, r, 8 * b + sub, sub, wb, steps, rows, acc);
     }
   }
 };
 
-// sdot's Q4KOp: each sub-block's sums, then its fp32 step.
-struct Q4KOp {
+// The driver's Op over a format's records.
+template <class Format>
+struct Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
-  int64_t steps;     // super-blocks
-  static constexpr int64_t kChunk = 2;
+  int64_t steps;     // records (blocks; q4k: super-blocks)
+  static constexpr int64_t kChunk = Format::kChunk;
   static constexpr int kTileRows = i8mm::kTileRows, kTileGroups = i8mm::kTileGroups;
 
-  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+  Op Shift(int64_t groups) const { return {x, w + groups * steps * Format::kRecord, steps}; }
 
   template <int R, int C>
   STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
-    constexpr int Q = 4 * C;
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wb = w + b * kQ4KRecord;
-      const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);  // x's padding ends at its last block
-      for (int64_t sub = 0; sub < subs; ++sub) {
-        NibbleHalves halves;
-        for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
-        int32x4_t rows[R][Q];
-        BlockSums(x, r, 8 * b + sub, 0, halves, rows);
-        sdot::ScaleQ4K(x, r, 8 * b + sub, sub, wb, steps, rows, acc);
-      }
-    }
+    for (int64_t b = b0; b < b1; ++b) Format::template Step<R, 4 * C>(x, r, b, w + b * Format::kRecord, steps, acc);
   }
 };
 
@@ -406,13 +393,13 @@ void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, 
   Run(Op{xq, packed, steps}, rows, in, out, y);
 }
 void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q8Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q8Dot);
+  Multiply<Op<Q8Format>>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q8Dot);
 }
 void Q4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q4Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q4Dot);
+  Multiply<Op<Q4Format>>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q4Dot);
 }
 void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q4KOp>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in), sdot::Q4KDot);
+  Multiply<Op<Q4KFormat>>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in), sdot::Q4KDot);
 }
 
 }  // namespace i8mm
