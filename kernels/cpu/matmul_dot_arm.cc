@@ -285,7 +285,7 @@ STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int3
       for (int h = 0; h < 2 && 2 * p + h < R; ++h) {
         const int rr = 2 * p + h;
         const int32x4_t sums = vreinterpretq_s32_s64(h == 0 ? vzip1q_s64(a, c) : vzip2q_s64(a, c));
-        rows[rr][q] = vaddq_s32(sums, vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]));
+        rows[rr][q] = start == 0 ? sums : vaddq_s32(sums, vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]));
       }
     }
   }

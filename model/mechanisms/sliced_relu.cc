@@ -188,14 +188,15 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
     for (int64_t i = 0; i < int64_t(n) * groups; ++i) z[i] = double(x[i]);
     return;
   }
-  std::vector<double> in(x, x + int64_t(n) * width);
+  std::vector<double> hidden;
+  const double* in = x;
   if (kind == SlicedProjection::kMlp) {
-    std::vector<double> hidden(size_t(n) * width);
-    cpu::MatVecsF64(w.fc1_weight.data(), width, width, n, in.data(), w.fc1_bias.data(), hidden.data());
+    hidden.resize(size_t(n) * width);
+    cpu::MatVecsF64(w.fc1_weight.data(), width, width, n, x, w.fc1_bias.data(), hidden.data());
     for (double& h : hidden) h = Gelu(h);
-    in = std::move(hidden);
+    in = hidden.data();
   }
-  cpu::MatVecsF64(w.out_weight.data(), groups, width, n, in.data(), w.out_bias.data(), z);
+  cpu::MatVecsF64(w.out_weight.data(), groups, width, n, in, w.out_bias.data(), z);
 }
 
 // The fp32 path: fp32 products (the small-row kernel, kSmallRowsMax rows at a time, so that a
