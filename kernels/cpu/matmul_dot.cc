@@ -179,14 +179,19 @@ void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed) {
   }
 }
 
-void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
 #if defined(__x86_64__)
-  dot::MatMulNTBf16Dot512(x, rows, in, packed, out, y);
+  dot::MatMulNTBf16Dots512(x, rows, in, products, count);
 #elif defined(__aarch64__)
-  dot::MatMulNTBf16DotArm(x, rows, in, packed, out, y);
+  dot::MatMulNTBf16DotsArm(x, rows, in, products, count);
 #else
   STEADY_CHECK(false && "no bf16 dot-product kernel on this architecture");
 #endif
+}
+
+void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+  const DotProduct product{packed, out, y};
+  MatMulNTBf16Dots(x, rows, in, &product, 1);
 }
 
 namespace dot {
@@ -261,16 +266,27 @@ const dot::Int8Kernels& CurrentInt8Kernels() {
 
 }  // namespace
 
+void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q8(x, rows, in, products, count);
+}
+void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q4(x, rows, in, products, count);
+}
+void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q4k(x, rows, in, products, count);
+}
+
 void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  CurrentInt8Kernels().q8(x, rows, in, packed, out, y);
+  const DotProduct product{packed, out, y};
+  MatMulNTQ8Dots(x, rows, in, &product, 1);
 }
-
 void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  CurrentInt8Kernels().q4(x, rows, in, packed, out, y);
+  const DotProduct product{packed, out, y};
+  MatMulNTQ4Dots(x, rows, in, &product, 1);
 }
-
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  CurrentInt8Kernels().q4k(x, rows, in, packed, out, y);
+  const DotProduct product{packed, out, y};
+  MatMulNTQ4KDots(x, rows, in, &product, 1);
 }
 
 int64_t Q4KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q4KBlocksPerRow(in) * kQ4KRecord; }

@@ -138,6 +138,21 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed);
 // each exceed the weight); against x times them, also by q8(x)'s error as for MatMulNTQ8Dot.
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
 
+// Several products of the same activations, y_i = x w_i^T, for matrices packed for one kernel with
+// the same `in`: each y_i bit for bit what the one-matrix call above gives it, with x rounded or
+// quantized once and the column groups of all of them shared out over the compute threads in one
+// call (a decode step's q, k and v, or gate and up: one wait at the pool's barrier instead of three
+// or two, and one quantization). At most 8 products a call.
+struct DotProduct {
+  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k
+  int out;             // its columns
+  float* y;            // [rows, out]
+};
+void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count);
+
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the
 // dequantized weights, DequantizeQ4Dot).
 void MatMulNTQ8ActivationsReference(const float* x, int rows, int in, const float* w, int out, float* y);

@@ -233,7 +233,8 @@ STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, flo
 // y = q8(x) w^T for an Op of this file: x quantized by this path's own code (no AVX-512 on an AVX2
 // CPU), then every group of columns.
 template <class Op>
-void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+void Multiply(const float* x, int rows, int in, const DotProduct* products, int count) {
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
-  Run(Op{xq, packed, Op::StepsPerRow(in)}, rows, in, out, y);
+  auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), Op::StepsPerRow(in)}; };
+  Run(make, rows, in, products, count);
 }

@@ -306,29 +306,39 @@ STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float*
 
 }  // namespace
 
-void MatMulNTBf16Dot512(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundToBf16);
-  Run(Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
+  auto make = [&](const void* packed) { return Bf16Op{xb.x, static_cast<const uint16_t*>(packed), xb.pairs}; };
+  Run(make, rows, in, products, count);
 }
 
 namespace {
 
-void Q8Dot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+// x quantized once, then every product's groups through the Op that make(packed) gives.
+template <class MakeOp>
+void Quantized(const float* x, int rows, int in, const DotProduct* products, int count, const MakeOp& make) {
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Run([&](const void* packed) { return make(xq, static_cast<const uint8_t*>(packed)); }, rows, in, products, count);
+}
+
+void Q8Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
   // A few rows read the weights at memory speed, where 4 groups' streams at once beat 3 (1.06-1.15x
   // at one row); their sums fit in registers either way. Every lane's arithmetic is the same.
-  if (rows < kQ8TileRows) return Run(Q8Op<4>{xq, packed, xq.blocks}, rows, in, out, y);
-  Run(Q8Op<kQ8TileGroups>{xq, packed, xq.blocks}, rows, in, out, y);
+  if (rows < kQ8TileRows) {
+    return Quantized(x, rows, in, products, count,
+                     [](const Q8Rows& xq, const uint8_t* w) { return Q8Op<4>{xq, w, xq.blocks}; });
+  }
+  Quantized(x, rows, in, products, count,
+            [](const Q8Rows& xq, const uint8_t* w) { return Q8Op<kQ8TileGroups>{xq, w, xq.blocks}; });
 }
 
-void Q4Dot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
-  Run(Q4Op{xq, packed, xq.blocks}, rows, in, out, y);
+void Q4Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Quantized(x, rows, in, products, count, [](const Q8Rows& xq, const uint8_t* w) { return Q4Op{xq, w, xq.blocks}; });
 }
 
-void Q4KDot512(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
-  Run(Q4KOp{xq, packed, Q4KBlocksPerRow(in)}, rows, in, out, y);
+void Q4KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Quantized(x, rows, in, products, count,
+            [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp{xq, w, Q4KBlocksPerRow(in)}; });
 }
 
 }  // namespace

@@ -220,19 +220,20 @@ struct Q4KOp {
 #undef STEADY_ARM_TARGET
 
 template <class Op>
-void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y, int64_t steps) {
+void Multiply(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps) {
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
-  Run(Op{xq, packed, steps}, rows, in, out, y);
+  auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), steps}; };
+  Run(make, rows, in, products, count);
 }
 
-void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q8Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in));
+void Q8Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Q8Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
 }
-void Q4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q4Op>(x, rows, in, packed, out, y, Q8BlocksPerRow(in));
+void Q4Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Q4Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
 }
-void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Q4KOp>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in));
+void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
 }
 
 }  // namespace sdot
@@ -386,20 +387,21 @@ struct Op {
 
 // One row gives SMMLA half its work: the SDOT kernels take it (the same bits).
 template <class Op>
-void Multiply(const float* x, int rows, int in, const uint8_t* packed, int out, float* y, int64_t steps,
-              void (*one_row)(const float*, int, int, const uint8_t*, int, float*)) {
-  if (rows < 2) return one_row(x, rows, in, packed, out, y);
+void Multiply(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps,
+              Int8Kernel one_row) {
+  if (rows < 2) return one_row(x, rows, in, products, count);
   const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
-  Run(Op{xq, packed, steps}, rows, in, out, y);
+  auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), steps}; };
+  Run(make, rows, in, products, count);
 }
-void Q8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Op<Q8Format>>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q8Dot);
+void Q8Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Q8Format>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q8Dot);
 }
-void Q4Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Op<Q4Format>>(x, rows, in, packed, out, y, Q8BlocksPerRow(in), sdot::Q4Dot);
+void Q4Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Q4Format>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q4Dot);
 }
-void Q4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
-  Multiply<Op<Q4KFormat>>(x, rows, in, packed, out, y, Q4KBlocksPerRow(in), sdot::Q4KDot);
+void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Q4KFormat>>(x, rows, in, products, count, Q4KBlocksPerRow(in), sdot::Q4KDot);
 }
 
 }  // namespace i8mm
@@ -522,10 +524,13 @@ const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
 const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot};
 
 // BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
-void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundRowScalar);
-  if (rows < 2) return bfdot::Run(bfdot::Bf16Op{xb.x, packed, xb.pairs}, rows, in, out, y);
-  bfdot::Run(bfdot::Bf16MmlaOp{xb.x, packed, xb.pairs}, rows, in, out, y);
+  auto w = [](const void* packed) { return static_cast<const uint16_t*>(packed); };
+  if (rows < 2) {
+    return bfdot::Run([&](const void* p) { return bfdot::Bf16Op{xb.x, w(p), xb.pairs}; }, rows, in, products, count);
+  }
+  bfdot::Run([&](const void* p) { return bfdot::Bf16MmlaOp{xb.x, w(p), xb.pairs}; }, rows, in, products, count);
 }
 
 }  // namespace steady::cpu::dot

@@ -61,19 +61,36 @@ STEADY_DRIVER_TARGET void GroupRange(const Op& op, int rows, int64_t out, int64_
   for (; g < g1; ++g) Columns<1>(op.Shift(g), rows, y + g * kGroup, out, out - g * kGroup);
 }
 
-// Splits the column groups over the compute threads in runs of whole tiles, about 4 per thread (as
-// matmul.cc does): no output's arithmetic depends on the split.
-template <class Op>
-void Run(const Op& op, int rows, int in, int out, float* y) {
-  const int64_t groups = Groups(out);
-  if (int64_t(rows) * in * out < kMinParallelWork) return GroupRange(op, rows, out, 0, groups, y);
+// Several products of the same rows of x (DotProducts, matmul_dot.h), make(packed) giving each one's
+// Op: their column groups are split over the compute threads in one call, in runs of whole tiles,
+// about 4 per thread (as matmul.cc does), so a decode step's q, k and v wait at the pool's barrier
+// once. No output's arithmetic depends on the split or on the other products.
+template <class MakeOp>
+void Run(const MakeOp& make, int rows, int in, const DotProduct* products, int count) {
+  using Op = std::decay_t<decltype(make(nullptr))>;
   constexpr int64_t kTile = Op::kTileGroups;
+  STEADY_CHECK(count >= 1 && count <= kMaxDotProducts);
+  int64_t groups = 0, outs = 0;
+  for (int i = 0; i < count; ++i) {
+    groups += Groups(products[i].out);
+    outs += products[i].out;
+  }
+  auto range = [&](int i, int64_t g0, int64_t g1) {
+    const DotProduct& p = products[i];
+    GroupRange(make(p.packed), rows, p.out, g0, std::min(g1, Groups(p.out)), p.y);
+  };
+  if (int64_t(rows) * in * outs < kMinParallelWork) {
+    for (int i = 0; i < count; ++i) range(i, 0, Groups(products[i].out));
+    return;
+  }
   const int threads = ComputeThreads();
   const int64_t per_task = std::max<int64_t>(kTile, (groups / (4 * threads) + kTile - 1) / kTile * kTile);
-  const int tasks = int((groups + per_task - 1) / per_task);
-  ParallelFor(tasks, [&](int t) {
-    const int64_t g0 = t * per_task;
-    GroupRange(op, rows, out, g0, std::min<int64_t>(groups, g0 + per_task), y);
+  int first[kMaxDotProducts + 1] = {0};  // product i's tasks are [first[i], first[i + 1])
+  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + int((Groups(products[i].out) + per_task - 1) / per_task);
+  ParallelFor(first[count], [&](int t) {
+    int i = 0;
+    while (t >= first[i + 1]) ++i;
+    const int64_t g0 = (t - first[i]) * per_task;
+    range(i, g0, g0 + per_task);
   });
 }
-

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "base/check.h"
 
 #include "kernels/cpu/matmul_dot.h"
 
@@ -78,9 +81,12 @@ T* Scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// One instruction path's int8 kernels: MatMulNTQ8Dot, MatMulNTQ4Dot, MatMulNTQ4KDot of matmul_dot.h,
-// each quantizing x itself.
-using Int8Kernel = void (*)(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+// The most products one call takes (MatMulNTQ8Dots and the others of matmul_dot.h).
+inline constexpr int kMaxDotProducts = 8;
+
+// One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots of
+// matmul_dot.h, each quantizing x itself, once for all its products.
+using Int8Kernel = void (*)(const float* x, int rows, int in, const DotProduct* products, int count);
 struct Int8Kernels {
   Int8Kernel q8, q4, q4k;
 };
@@ -90,9 +96,9 @@ extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
 extern const Int8Kernels kAvx2Kernels;        // matmul_dot256.cc
 extern const Int8Kernels kArmDotKernels;      // matmul_dot_arm.cc
 extern const Int8Kernels kArmI8mmKernels;     // matmul_dot_arm.cc (SMMLA; one row on SDOT)
-// MatMulNTBf16Dot on each instruction set.
-void MatMulNTBf16Dot512(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
-void MatMulNTBf16DotArm(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
+// MatMulNTBf16Dots on each instruction set.
+void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count);
 
 }  // namespace steady::cpu::dot
 

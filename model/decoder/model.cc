@@ -397,16 +397,21 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     const LayerWeights& w = layers_[l];
     const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
     // y[rows, out] = x[rows, in] W^T (+ bias), W the caller's copy when there is one.
+    auto pick = [&](const WeightMatrix& own, const WeightMatrix* theirs) { return theirs != nullptr ? theirs : &own; };
     auto project = [&](const float* x, const WeightMatrix& own, const WeightMatrix* theirs,
                        const std::vector<float>& bias, float* y) {
-      MatMul(x, rows, theirs != nullptr ? *theirs : own, y);
+      MatMul(x, rows, *pick(own, theirs), y);
       AddBias(y, rows, bias);
     };
-    // Attention block.
+    // Attention block: q, k and v in one call (MatMuls: x quantized once, one wait for the threads).
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), w.wq, wr ? &wr->wq : nullptr, w.q_bias, ws.q.data());
-    project(ws.h.data(), w.wk, wr ? &wr->wk : nullptr, w.k_bias, ws.k.data());
-    project(ws.h.data(), w.wv, wr ? &wr->wv : nullptr, w.v_bias, ws.v.data());
+    const MatrixProduct qkv[] = {{pick(w.wq, wr ? &wr->wq : nullptr), ws.q.data()},
+                                 {pick(w.wk, wr ? &wr->wk : nullptr), ws.k.data()},
+                                 {pick(w.wv, wr ? &wr->wv : nullptr), ws.v.data()}};
+    MatMuls(ws.h.data(), rows, qkv);
+    AddBias(ws.q.data(), rows, w.q_bias);
+    AddBias(ws.k.data(), rows, w.k_bias);
+    AddBias(ws.v.data(), rows, w.v_bias);
     if (c.qk_norm) {
       cpu::RmsNorm(ws.q.data(), w.q_norm.data(), rows * c.num_heads, hd, float(c.rms_norm_eps), ws.q.data());
       cpu::RmsNorm(ws.k.data(), w.k_norm.data(), rows * c.num_kv_heads, hd, float(c.rms_norm_eps), ws.k.data());
@@ -443,8 +448,11 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    project(ws.h.data(), w.w_gate, wr ? &wr->w_gate : nullptr, w.gate_bias, ws.gate.data());
-    project(ws.h.data(), w.w_up, wr ? &wr->w_up : nullptr, w.up_bias, ws.up.data());
+    const MatrixProduct gate_up[] = {{pick(w.w_gate, wr ? &wr->w_gate : nullptr), ws.gate.data()},
+                                     {pick(w.w_up, wr ? &wr->w_up : nullptr), ws.up.data()}};
+    MatMuls(ws.h.data(), rows, gate_up);
+    AddBias(ws.gate.data(), rows, w.gate_bias);
+    AddBias(ws.up.data(), rows, w.up_bias);
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
     project(ws.gate.data(), w.w_down, wr ? &wr->w_down : nullptr, w.down_bias, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);

@@ -313,6 +313,32 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
   }
 }
 
+void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) {
+  using DotsFn = void (*)(const float*, int, int, const cpu::DotProduct*, int);
+  auto dots_of = [](WeightType type) -> DotsFn {
+    switch (type) {
+      case WeightType::kDotBf16: return cpu::MatMulNTBf16Dots;
+      case WeightType::kDotQ8: return cpu::MatMulNTQ8Dots;
+      case WeightType::kDotQ4: return cpu::MatMulNTQ4Dots;
+      case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDots;
+      default: return nullptr;
+    }
+  };
+  const DotsFn dots = products.empty() ? nullptr : dots_of(products[0].w->type());
+  constexpr size_t kMax = 8;  // matmul_dot.h's limit per call
+  bool one_call = dots != nullptr && products.size() <= kMax;
+  for (const MatrixProduct& p : products) {
+    one_call = one_call && p.w->type() == products[0].w->type() && p.w->cols() == products[0].w->cols();
+  }
+  if (!one_call) {
+    for (const MatrixProduct& p : products) MatMul(x, rows, *p.w, p.y);
+    return;
+  }
+  cpu::DotProduct dot[kMax];
+  for (size_t i = 0; i < products.size(); ++i) dot[i] = {products[i].w->data(), int(products[i].w->rows()), products[i].y};
+  dots(x, rows, int(products[0].w->cols()), dot, int(products.size()));
+}
+
 void GatherRows(const WeightMatrix& table, const int32_t* ids, int rows, float* out) {
   if (table.type() == WeightType::kF32) return cpu::GatherRows(table.as<float>(), int(table.cols()), ids, rows, out);
   for (int r = 0; r < rows; ++r) table.RowsToFloat(ids[r], int64_t(ids[r]) + 1, out + int64_t(r) * table.cols());

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,16 @@ class WeightMatrix {
 // kernels/cpu/matmul.h, kernels/cpu/amx.h and kernels/cpu/matmul_dot.h, each weight widened to fp32
 // (AMX and dot-bf16: x rounded to bf16; dot-q8: x quantized to q8_0 blocks).
 void MatMul(const float* x, int rows, const WeightMatrix& w, float* y);
+
+// y_i = x w_i^T for several matrices of the same input size, each y_i bit for bit what MatMul gives
+// it. Where all of them are packed for one dot-product kernel (kDotBf16, kDotQ8, kDotQ4, kDotQ4K), x
+// is rounded or quantized once and their columns go to the compute threads in one call (a decode
+// step's q, k and v: one wait at the threads' barrier instead of three); otherwise MatMul on each.
+struct MatrixProduct {
+  const WeightMatrix* w;
+  float* y;
+};
+void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products);
 
 // out[r, :] = table[ids[r], :] in fp32 (an embedding lookup in the table's type).
 void GatherRows(const WeightMatrix& table, const int32_t* ids, int rows, float* out);

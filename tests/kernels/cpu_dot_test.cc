@@ -631,6 +631,65 @@ TEST_P(Int8PathTest, Q8IsBatchAndThreadInvariant) {
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ8Dot(p, x, rows); });
 }
 
+// Several products of the same x in one call (MatMulNT*Dots: q, k and v of a decode step) give each
+// product the bits of its own call, whatever the rows, the thread count or the products beside it:
+// outputs of 301, 17, 64 and 1 columns (groups split over the threads with the others', and past the
+// last group), and a small call that stays on the calling thread.
+template <typename Problem, typename One, typename Many>
+void ExpectSeveralAreEachOnes(const std::vector<Problem>& problems, const One& one, const Many& many) {
+  ThreadsGuard guard;
+  const Problem& first = problems.front();
+  for (int threads : {1, 2, 3}) {
+    cpu::SetComputeThreads(threads);
+    for (int rows : {1, 3, 16, 37}) {
+      const std::vector<float> x(first.x.begin(), first.x.begin() + size_t(rows) * first.in);
+      std::vector<std::vector<float>> ys;
+      std::vector<cpu::DotProduct> products;
+      for (const Problem& p : problems) ys.emplace_back(size_t(rows) * p.out, NAN);
+      for (size_t i = 0; i < problems.size(); ++i) products.push_back({problems[i].packed.data(), problems[i].out, ys[i].data()});
+      many(x.data(), rows, first.in, products.data(), int(products.size()));
+      for (size_t i = 0; i < problems.size(); ++i) {
+        const std::vector<float> want = one(problems[i], x, rows);
+        ASSERT_EQ(std::memcmp(ys[i].data(), want.data(), sizeof(float) * want.size()), 0)
+            << "product " << i << " of " << problems.size() << ", " << rows << " rows, " << threads << " threads";
+      }
+    }
+  }
+  // Below the pool's threshold: each product on the calling thread, in turn.
+  std::vector<float> y0(size_t(first.out), NAN), y1(size_t(problems.back().out), NAN);
+  const cpu::DotProduct two[] = {{first.packed.data(), first.out, y0.data()},
+                                 {problems.back().packed.data(), problems.back().out, y1.data()}};
+  const std::vector<float> x(first.x.begin(), first.x.begin() + first.in);
+  many(x.data(), 1, first.in, two, 2);
+  EXPECT_EQ(y0, one(first, x, 1));
+  EXPECT_EQ(y1, one(problems.back(), x, 1));
+}
+
+const int kSeveralOuts[] = {301, 17, 64, 1};
+
+TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
+  std::mt19937_64 rng(31);
+  std::vector<Q8Problem> q8;
+  std::vector<Q4Problem> q4;
+  std::vector<Q4KProblem> q4k;
+  for (int out : kSeveralOuts) {
+    q8.push_back(MakeQ8(37, 1001, out, rng));
+    q4.push_back(MakeQ4(37, 1001, out, rng));
+    q4k.push_back(MakeQ4K(37, 1001, out, rng));
+  }
+  ExpectSeveralAreEachOnes(q8, RunQ8Dot, cpu::MatMulNTQ8Dots);
+  ExpectSeveralAreEachOnes(q4, RunQ4Dot, cpu::MatMulNTQ4Dots);
+  ExpectSeveralAreEachOnes(q4k, RunQ4KDot, cpu::MatMulNTQ4KDots);
+}
+
+TEST(CpuDotTest, SeveralBf16ProductsInOneCallGiveEachOnesBits) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
+  std::mt19937_64 rng(32);
+  std::vector<Bf16Problem> problems;
+  for (int out : kSeveralOuts) problems.push_back(MakeBf16(37, 1001, out, rng));
+  ExpectSeveralAreEachOnes(problems, RunBf16Dot, cpu::MatMulNTBf16Dots);
+}
+
 // Blocks at the ends of the ranges, where VPMADDUBSW used naively saturates its int16 pairs: weights
 // of 127, -128 (a GGUF file may hold it) and -127, with activations quantized to +-127 (x of +-1: a
 // block's scale 1/127). On the weights + 128 a pair would reach 2 * 255 * 127; with x's sign moved
