@@ -59,12 +59,6 @@ void Rope(float* x, int rows, int heads, int dim, const int64_t* positions, cons
   }
 }
 
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  ParallelRange(n, kElementGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-  });
-}
-
 void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }

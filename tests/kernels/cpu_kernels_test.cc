@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -408,7 +409,14 @@ TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
     const float inv = float(1.0 / std::sqrt(ss / dim + 1e-5f));
     for (int i = 0; i < dim; ++i) norm_want[size_t(r) * dim + i] = xr[i] * inv * weight[size_t(i)];
   }
-  for (size_t i = 0; i < x.size(); ++i) glu_want[i] = x[i] / (1.0f + std::exp(-x[i])) * up[i];
+  // SwiGLU's lanes (swiglu.cc): on one thread over the whole array, each element within a few ulp of
+  // silu(x) up in double (Highway's Exp is within 1 ulp of e^x, then a division, a product).
+  cpu::SetComputeThreads(1);
+  cpu::SwiGlu(x.data(), up.data(), int64_t(x.size()), glu_want.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double exact = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * double(up[i]);
+    ASSERT_LE(std::abs(glu_want[i] - exact), 4 * std::abs(exact) * std::numeric_limits<float>::epsilon()) << "element " << i;
+  }
   for (int threads : {1, 2, 3, 8}) {
     cpu::SetComputeThreads(threads);
     for (int n : {1, 2, 5, rows}) {
@@ -417,8 +425,37 @@ TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
       cpu::SwiGlu(x.data(), up.data(), int64_t(n) * dim, glu.data());
       ASSERT_EQ(std::memcmp(norm.data(), norm_want.data(), sizeof(float) * norm.size()), 0) << n << " rows, " << threads << " threads";
       ASSERT_EQ(std::memcmp(glu.data(), glu_want.data(), sizeof(float) * glu.size()), 0) << n << " rows, " << threads << " threads";
+      // An element's bits do not depend on where the array starts or ends (a tail shorter than a
+      // vector goes through a padded one).
+      const int64_t len = int64_t(n) * dim - 4;
+      std::vector<float> shifted(size_t(len), NAN);
+      cpu::SwiGlu(x.data() + 3, up.data() + 3, len - 3, shifted.data());
+      ASSERT_EQ(std::memcmp(shifted.data(), glu_want.data() + 3, sizeof(float) * size_t(len - 3)), 0) << n << " rows, " << threads << " threads";
     }
   }
+}
+
+// SwiGLU where e^-x overflows, at zero and at non-finite inputs: the values std::exp's formula gives.
+TEST(CpuOpsTest, SwiGluAtTheEdgesOfExp) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> gate = {-1000.0f, -200.0f, -104.5f, -89.0f, -88.0f, -0.0f, 0.0f, 88.0f, 200.0f, 1e30f, inf, -inf};
+  const std::vector<float> up(gate.size(), 3.0f);
+  std::vector<float> got(gate.size());
+  cpu::SwiGlu(gate.data(), up.data(), int64_t(gate.size()), got.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float want = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << gate[i];
+    } else if (std::isinf(want)) {
+      EXPECT_EQ(got[i], want) << gate[i];
+    } else {
+      EXPECT_NEAR(got[i], want, 4 * std::abs(want) * std::numeric_limits<float>::epsilon() + 1e-37f) << gate[i];
+    }
+  }
+  const float nan_gate = std::nanf("");
+  float out = 0.0f;
+  cpu::SwiGlu(&nan_gate, up.data(), 1, &out);
+  EXPECT_TRUE(std::isnan(out));
 }
 
 // The SIMD state updates equal the scalar reference bit for bit, sums and compensations, over many
