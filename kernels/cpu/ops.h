@@ -12,7 +12,12 @@ namespace steady::cpu {
 // rows run on our own kernel (matmul.h: batch-invariant, threaded), more on OpenBLAS's sgemm.
 void MatMulNT(const float* x, int rows, int in, const float* w, int out, float* y);
 
-// out[r, :] = x[r, :] / rms(x[r, :]) * weight; rms = sqrt(mean(x^2) + eps). out may alias x.
+// The sum of x[i]^2 in double: four running sums (elements i = j mod 4 in sum j) added as
+// (s0 + s1) + (s2 + s3), the same bits on every CPU.
+double SumOfSquares(const float* x, int n);
+
+// out[r, :] = x[r, :] / rms(x[r, :]) * weight; rms = sqrt(mean(x^2) + eps), mean(x^2) from
+// SumOfSquares. out may alias x.
 void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out);
 
 // Rotary embedding in the Hugging Face Llama layout (rotate_half: pairs (i, i + dim/2)), in place.

@@ -404,8 +404,14 @@ TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
   std::vector<float> norm_want(x.size()), glu_want(x.size());
   for (int r = 0; r < rows; ++r) {
     const float* xr = x.data() + size_t(r) * dim;
-    double ss = 0;
-    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    // The four running sums of SumOfSquares (element i in sum i mod 4), written out here.
+    double part[4] = {0, 0, 0, 0};
+    for (int i = 0; i < dim; ++i) part[i % 4] += double(xr[i]) * xr[i];
+    const double ss = (part[0] + part[1]) + (part[2] + part[3]);
+    ASSERT_EQ(cpu::SumOfSquares(xr, dim), ss);
+    long double exact = 0;
+    for (int i = 0; i < dim; ++i) exact += (long double)xr[i] * xr[i];
+    ASSERT_NEAR(double(exact), ss, 1e-13 * ss);
     const float inv = float(1.0 / std::sqrt(ss / dim + 1e-5f));
     for (int i = 0; i < dim; ++i) norm_want[size_t(r) * dim + i] = xr[i] * inv * weight[size_t(i)];
   }
@@ -417,8 +423,19 @@ TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
     const double exact = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * double(up[i]);
     ASSERT_LE(std::abs(glu_want[i] - exact), 4 * std::abs(exact) * std::numeric_limits<float>::epsilon()) << "element " << i;
   }
+  // RoPE over 37 rows of 32 heads of 64 (positions far apart): each row on its own, so the rows'
+  // split over the threads does not change a bit.
+  std::vector<int64_t> positions(rows);
+  for (int r = 0; r < rows; ++r) positions[size_t(r)] = int64_t(r) * 7919 + r * r;
+  std::vector<float> inv_freq(32);
+  for (int i = 0; i < 32; ++i) inv_freq[size_t(i)] = float(std::pow(10000.0, -2.0 * i / 64));
+  std::vector<float> rope_want = x;
+  cpu::Rope(rope_want.data(), rows, 32, 64, positions.data(), inv_freq.data());
   for (int threads : {1, 2, 3, 8}) {
     cpu::SetComputeThreads(threads);
+    std::vector<float> rope = x;
+    cpu::Rope(rope.data(), rows, 32, 64, positions.data(), inv_freq.data());
+    ASSERT_EQ(rope, rope_want) << threads << " threads";
     for (int n : {1, 2, 5, rows}) {
       std::vector<float> norm(size_t(n) * dim, NAN), glu(size_t(n) * dim, NAN);
       cpu::RmsNorm(x.data(), weight.data(), n, dim, 1e-5f, norm.data());
@@ -433,6 +450,21 @@ TEST(CpuOpsTest, NormAndSwiGluAreTheirPlainLoopsAtEveryThreadCount) {
       ASSERT_EQ(std::memcmp(shifted.data(), glu_want.data() + 3, sizeof(float) * size_t(len - 3)), 0) << n << " rows, " << threads << " threads";
     }
   }
+}
+
+// SumOfSquares at lengths that end inside its groups of four (the tail's elements go to their own
+// sums), against the sum in long double.
+TEST(CpuOpsTest, SumOfSquaresAtShortAndOddLengths) {
+  std::mt19937_64 rng(testing::TestSeed());
+  const std::vector<float> x = testing::RandomNormal<float>(67, rng);
+  for (int n = 0; n <= 67; ++n) {
+    long double exact = 0;
+    for (int i = 0; i < n; ++i) exact += (long double)x[size_t(i)] * x[size_t(i)];
+    EXPECT_NEAR(cpu::SumOfSquares(x.data(), n), double(exact), 1e-15 * double(exact)) << n;
+  }
+  const float big[] = {3e38f, 3e38f, 1.0f};
+  const double b = big[0];
+  EXPECT_DOUBLE_EQ(cpu::SumOfSquares(big, 3), 2 * b * b + 1.0);  // no overflow: squares in double
 }
 
 // SwiGLU where e^-x overflows, at zero and at non-finite inputs: the values std::exp's formula gives.
