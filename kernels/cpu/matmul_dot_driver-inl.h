@@ -92,7 +92,12 @@ void Run(const MakeOp& make, int rows, int in, const DotProduct* products, int c
     int product;
     int64_t g0, g1;
   };
+  // This thread's list, read by the pool's threads until ParallelFor returns; the tasks never call
+  // Run, so it is not rewritten meanwhile (checked).
   thread_local std::vector<Task> tasks;
+  thread_local bool listed = false;
+  STEADY_CHECK(!listed);
+  listed = true;
   tasks.clear();
   int64_t left = groups;
   for (int i = 0; i < count; ++i) {
@@ -107,4 +112,5 @@ void Run(const MakeOp& make, int rows, int in, const DotProduct* products, int c
   }
   const Task* list = tasks.data();
   ParallelFor(int(tasks.size()), [&](int t) { range(list[t].product, list[t].g0, list[t].g1); });
+  listed = false;
 }
