@@ -142,7 +142,8 @@ void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int
 // the same `in`: each y_i bit for bit what the one-matrix call above gives it, with x rounded or
 // quantized once and the column groups of all of them shared out over the compute threads in one
 // call (a decode step's q, k and v, or gate and up: one wait at the pool's barrier instead of three
-// or two, and one quantization). At most 8 products a call.
+// or two, and one quantization). At most kMaxDotProducts products a call.
+inline constexpr int kMaxDotProducts = 8;
 struct DotProduct {
   const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k
   int out;             // its columns

@@ -81,9 +81,6 @@ T* Scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// The most products one call takes (MatMulNTQ8Dots and the others of matmul_dot.h).
-inline constexpr int kMaxDotProducts = 8;
-
 // One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots of
 // matmul_dot.h, each quantizing x itself, once for all its products.
 using Int8Kernel = void (*)(const float* x, int rows, int in, const DotProduct* products, int count);

@@ -325,7 +325,7 @@ void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) 
     }
   };
   const DotsFn dots = products.empty() ? nullptr : dots_of(products[0].w->type());
-  constexpr size_t kMax = 8;  // matmul_dot.h's limit per call
+  constexpr size_t kMax = cpu::kMaxDotProducts;
   bool one_call = dots != nullptr && products.size() <= kMax;
   for (const MatrixProduct& p : products) {
     one_call = one_call && p.w->type() == products[0].w->type() && p.w->cols() == products[0].w->cols();
