@@ -77,7 +77,7 @@ void Run(const MakeOp& make, int rows, int in, const DotProduct* products, int c
   }
   auto range = [&](int i, int64_t g0, int64_t g1) {
     const DotProduct& p = products[i];
-    GroupRange(make(p.packed), rows, p.out, g0, std::min(g1, Groups(p.out)), p.y);
+    GroupRange(make(p.packed), rows, p.out, g0, g1, p.y);
   };
   if (int64_t(rows) * in * outs < kMinParallelWork) {
     for (int i = 0; i < count; ++i) range(i, 0, Groups(products[i].out));

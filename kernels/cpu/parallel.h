@@ -29,6 +29,9 @@ void ParallelFor(int tasks, const std::function<void(int)>& fn);
 // every split gives the same results. A decode step's elementwise and per-row work (norms, SwiGLU,
 // the activations' quantization) otherwise runs on the calling thread while the others wait.
 void ParallelRange(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+// The grain of the step's elementwise and per-row loops (elements; a row counts its length): some
+// microseconds of them, against a few for handing a piece to the pool.
+inline constexpr int64_t kElementGrain = 4096;
 
 }  // namespace steady::cpu
 

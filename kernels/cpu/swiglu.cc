@@ -52,8 +52,7 @@ namespace steady::cpu {
 HWY_EXPORT(SwiGluLanes);
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  constexpr int64_t kGrain = 4096;  // elements a piece gets at least, as ops.cc's loops
-  ParallelRange(n, kGrain, [&](int64_t i0, int64_t i1) {
+  ParallelRange(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     HWY_DYNAMIC_DISPATCH(SwiGluLanes)(gate + i0, up + i0, i1 - i0, out + i0);
   });
 }

@@ -397,17 +397,18 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     const LayerWeights& w = layers_[l];
     const CpuMatrices::Layer* wr = reduced != nullptr ? &reduced->layers[l] : nullptr;
     // y[rows, out] = x[rows, in] W^T (+ bias), W the caller's copy when there is one.
-    auto pick = [&](const WeightMatrix& own, const WeightMatrix* theirs) { return theirs != nullptr ? theirs : &own; };
-    auto project = [&](const float* x, const WeightMatrix& own, const WeightMatrix* theirs,
+    using Layer = CpuMatrices::Layer;
+    auto pick = [&](const WeightMatrix& own, const WeightMatrix Layer::*theirs) { return wr != nullptr ? &(wr->*theirs) : &own; };
+    auto project = [&](const float* x, const WeightMatrix& own, const WeightMatrix Layer::*theirs,
                        const std::vector<float>& bias, float* y) {
       MatMul(x, rows, *pick(own, theirs), y);
       AddBias(y, rows, bias);
     };
     // Attention block: q, k and v in one call (MatMuls: x quantized once, one wait for the threads).
     cpu::RmsNorm(ws.x.data(), w.attn_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    const MatrixProduct qkv[] = {{pick(w.wq, wr ? &wr->wq : nullptr), ws.q.data()},
-                                 {pick(w.wk, wr ? &wr->wk : nullptr), ws.k.data()},
-                                 {pick(w.wv, wr ? &wr->wv : nullptr), ws.v.data()}};
+    const MatrixProduct qkv[] = {{pick(w.wq, &Layer::wq), ws.q.data()},
+                                 {pick(w.wk, &Layer::wk), ws.k.data()},
+                                 {pick(w.wv, &Layer::wv), ws.v.data()}};
     MatMuls(ws.h.data(), rows, qkv);
     AddBias(ws.q.data(), rows, w.q_bias);
     AddBias(ws.k.data(), rows, w.k_bias);
@@ -444,17 +445,17 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     } else {
       for (size_t i = 0; i < segments.size(); ++i) attend(i);
     }
-    project(ws.att.data(), w.wo, wr ? &wr->wo : nullptr, w.o_bias, ws.proj.data());
+    project(ws.att.data(), w.wo, &Layer::wo, w.o_bias, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
     // MLP block.
     cpu::RmsNorm(ws.x.data(), w.mlp_norm.data(), rows, hidden, float(c.rms_norm_eps), ws.h.data());
-    const MatrixProduct gate_up[] = {{pick(w.w_gate, wr ? &wr->w_gate : nullptr), ws.gate.data()},
-                                     {pick(w.w_up, wr ? &wr->w_up : nullptr), ws.up.data()}};
+    const MatrixProduct gate_up[] = {{pick(w.w_gate, &Layer::w_gate), ws.gate.data()},
+                                     {pick(w.w_up, &Layer::w_up), ws.up.data()}};
     MatMuls(ws.h.data(), rows, gate_up);
     AddBias(ws.gate.data(), rows, w.gate_bias);
     AddBias(ws.up.data(), rows, w.up_bias);
     cpu::SwiGlu(ws.gate.data(), ws.up.data(), int64_t(rows) * inter, ws.gate.data());
-    project(ws.gate.data(), w.w_down, wr ? &wr->w_down : nullptr, w.down_bias, ws.proj.data());
+    project(ws.gate.data(), w.w_down, &Layer::w_down, w.down_bias, ws.proj.data());
     cpu::AddInPlace(ws.x.data(), ws.proj.data(), int64_t(rows) * hidden);
   }
 
