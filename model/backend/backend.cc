@@ -67,6 +67,15 @@ class CpuBackend : public Backend {
     types_ = read.TypeNames();
     kernels_ = read.Kernels();
     matrix_bytes_ = read.Bytes();
+    // A mechanism's token matrices held in the copy's type are read there, not as fp32.
+    if (reduced_) {
+      for (size_t l = 0; l < reduced_->layers.size(); ++l) {
+        if (reduced_->layers[l].token.empty()) continue;
+        for (const TokenMatrix& t : AttentionTokenMatrices(model.layers()[l].attention)) {
+          replaced_bytes_ += t.out * t.in * int64_t(sizeof(float));
+        }
+      }
+    }
   }
 
   // "cpu", or e.g. "cpu (bf16 weights on AVX512_BF16)": the weights' types and the CPU extensions
@@ -124,7 +133,7 @@ class CpuBackend : public Backend {
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   }
-  int64_t WeightBytes() const override { return matrix_bytes_ + OtherWeightBytes(model_); }
+  int64_t WeightBytes() const override { return matrix_bytes_ + OtherWeightBytes(model_) - replaced_bytes_; }
   void ReleaseCopiedPages() override {
     if (!reduced_) return;
     // A matrix whose copy has another type is not read from the mapping again.
@@ -163,6 +172,7 @@ class CpuBackend : public Backend {
   std::string types_;                     // the types of the matrices read ("f32", "bf16", ...)
   std::string kernels_;                   // CpuMatrices::Kernels(): "AMX", "AVX512_BF16", ... or ""
   int64_t matrix_bytes_ = 0;              // their bytes
+  int64_t replaced_bytes_ = 0;            // fp32 bytes of the mechanisms' token matrices the copy replaces
 };
 
 }  // namespace

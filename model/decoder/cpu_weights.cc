@@ -104,13 +104,25 @@ std::optional<WeightType> ConvertedType(CpuWeights precision) {
   return std::nullopt;
 }
 
+std::optional<WeightType> TokenMatrixType(CpuWeights precision) {
+  switch (precision) {
+    case CpuWeights::kAuto:
+    case CpuWeights::kF32: return std::nullopt;
+    case CpuWeights::kBf16: return WeightType::kBf16;
+    case CpuWeights::kQ8:
+    case CpuWeights::kQ4:
+    case CpuWeights::kQ4K: return WeightType::kQ8;
+  }
+  return std::nullopt;
+}
+
 CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx, bool dot) {
   STEADY_CHECK(!amx || cpu::AmxAvailable());
   CpuMatrices m;
   m.precision = precision;
   m.amx = amx;
-  const auto convert = [&](const WeightMatrix& w) {
-    WeightType to = ConvertedType(precision).value_or(w.type());
+  // `w` in `to`, packed for the kernel this CPU runs it on.
+  const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
@@ -122,9 +134,18 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (to != w.type()) w.ReleasePages();
     return out;
   };
+  const auto convert = [&](const WeightMatrix& w) { return convert_to(w, ConvertedType(precision).value_or(w.type())); };
+  const std::optional<WeightType> token_type = TokenMatrixType(precision);
   for (const LayerWeights& w : model.layers()) {
     m.layers.push_back({convert(w.wq), convert(w.wk), convert(w.wv), convert(w.wo), convert(w.w_gate),
-                        convert(w.w_up), convert(w.w_down)});
+                        convert(w.w_up), convert(w.w_down), {}});
+    if (!token_type) continue;
+    // The mechanism keeps its fp32 vectors (the fp64 path and checkpoint saving read them): a matrix
+    // of its own over them, whose pages are never released.
+    for (const TokenMatrix& t : AttentionTokenMatrices(w.attention)) {
+      const WeightMatrix fp32 = WeightMatrix::Owned(WeightType::kF32, t.out, t.in, t.w, nullptr);
+      m.layers.back().token.push_back(convert_to(fp32, *token_type));
+    }
   }
   m.lm_head = convert(model.lm_head_matrix());
   return m;
@@ -135,6 +156,7 @@ void CpuMatrices::ForEach(const Fn& fn) const {
   fn(lm_head);
   for (const Layer& l : layers) {
     for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) fn(*w);
+    for (const WeightMatrix& w : l.token) fn(w);
   }
 }
 

@@ -34,6 +34,11 @@ std::string CpuWeightsName(CpuWeights w);
 // The row-major type `precision` converts every matrix to (before any packing for a kernel), or
 // none for kAuto (each matrix stays as stored).
 std::optional<WeightType> ConvertedType(CpuWeights precision);
+// The row-major type `precision` converts a mechanism's token matrices to (attention.h,
+// AttentionTokenMatrices: sliced_relu's score layers), or none (auto, f32: the mechanism's own fp32
+// path). bf16 for bf16; q8 for q8 and also for the 4-bit formats, since a score's error goes
+// straight into the kernel's argument (docs/cpu.md has the perplexities).
+std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
@@ -68,6 +73,9 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
 struct CpuMatrices {
   struct Layer {
     WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    // The layer's AttentionTokenMatrices in TokenMatrixType(precision), in their order; empty when
+    // the mechanism has none or the precision keeps them fp32.
+    std::vector<WeightMatrix> token;
   };
   CpuWeights precision = CpuWeights::kAuto;
   bool amx = false;  // the bf16 matrices are packed for AMX tiles

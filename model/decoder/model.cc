@@ -420,10 +420,14 @@ void Model::Forward(const std::vector<Segment>& segments, StatePool& pool, Forwa
     ApplyRope(rows, ws);
     // Values the mechanism takes from q and k alone (sliced_relu's scores): every row's in one call,
     // its projection weights read once for the step instead of once a session.
+    // Their matrices are the caller's copies when it holds them (CpuMatrices::Layer::token).
     const int values = AttentionTokenValueCount(w.attention);
     if (values > 0) {
       ws.token_values.resize(size_t(rows) * values);
-      AttentionTokenValues<float>(w.attention, rows, ws.q.data(), ws.k.data(), ws.token_values.data());
+      const TokenMatrixProduct product = [&](int i, const float* x, int n, float* y) { MatMul(x, n, wr->token[size_t(i)], y); };
+      const bool theirs = wr != nullptr && !wr->token.empty();
+      AttentionTokenValues<float>(w.attention, rows, ws.q.data(), ws.k.data(), ws.token_values.data(),
+                                  theirs ? &product : nullptr);
     }
     auto attend = [&](size_t i) {
       const Segment& s = segments[i];

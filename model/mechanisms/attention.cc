@@ -124,10 +124,16 @@ int AttentionTokenValueCount(const LayerAttention& a) {
   return std::holds_alternative<SlicedParams>(a.params) ? SlicedScoresPerToken(a.shape) : 0;
 }
 
+std::vector<TokenMatrix> AttentionTokenMatrices(const LayerAttention& a) {
+  const auto* sliced = std::get_if<SlicedParams>(&a.params);
+  return sliced != nullptr ? SlicedTokenMatrices(*sliced, a.shape) : std::vector<TokenMatrix>{};
+}
+
 template <typename T>
-void AttentionTokenValues(const LayerAttention& a, int n, const T* q, const T* k, double* values) {
+void AttentionTokenValues(const LayerAttention& a, int n, const T* q, const T* k, double* values,
+                          const TokenMatrixProduct* product) {
   STEADY_CHECK(AttentionTokenValueCount(a) > 0);
-  SlicedTokenScores<T>(a, std::get<SlicedParams>(a.params), n, q, k, values);
+  SlicedTokenScores<T>(a, std::get<SlicedParams>(a.params), n, q, k, values, product);
 }
 
 // Whether the mechanism goes on from token values given by the caller (those that have them).
@@ -173,7 +179,8 @@ void AttentionParallel(const LayerAttention& a, int n, const T* q, const T* k, c
 
 #define STEADY_INSTANTIATE(T)                                                                     \
   template void InitState<T>(const LayerAttention&, StateView<T>);                               \
-  template void AttentionTokenValues<T>(const LayerAttention&, int, const T*, const T*, double*); \
+  template void AttentionTokenValues<T>(const LayerAttention&, int, const T*, const T*, double*,  \
+                                        const TokenMatrixProduct*);                              \
   template void AttentionForward<T>(const LayerAttention&, int, const T*, const T*, const T*,    \
                                     StateView<T>, T*, const double*);                            \
   template void AttentionRecurrent<T>(const LayerAttention&, int, const T*, const T*, const T*,  \

@@ -83,9 +83,15 @@ template <typename T> void InitState(const LayerAttention& a, StateView<T> st);
 // k [n, kv_heads, head_dim] -> values [n, count], reading the projection weights once for the n: a
 // decode step over several sessions does so for all its rows and hands each segment its rows'
 // values (`token_values` below), the same bits as the segment computing them itself.
+//
+// AttentionTokenMatrices: the fixed matrices those values multiply q or k by (sliced_relu's "mlp"
+// hidden layers; none for the others), which a backend may convert as it does the model's
+// projections; given a `product` over its copies (float only), AttentionTokenValues reads them
+// instead of the layer's fp32 weights.
 int AttentionTokenValueCount(const LayerAttention& a);
+std::vector<TokenMatrix> AttentionTokenMatrices(const LayerAttention& a);
 template <typename T> void AttentionTokenValues(const LayerAttention& a, int n, const T* q, const T* k,
-                                                double* values);
+                                                double* values, const TokenMatrixProduct* product = nullptr);
 // n == 1: the recurrent step; n > 1: chunked prefill. Continues from `st`. `token_values`: the n
 // tokens' AttentionTokenValues when the caller has them (nullptr: computed here).
 template <typename T> void AttentionForward(const LayerAttention& a, int n, const T* q, const T* k,

@@ -41,6 +41,17 @@ struct StateView {
   std::vector<T>* growing = nullptr;
 };
 
+// A fixed matrix a mechanism multiplies a token's q or k by before it touches any state
+// (sliced_relu's hidden layers), fp32 [out, in] as PyTorch's Linear stores it, owned by the layer's
+// params. A backend may hold a copy in its own precision, as it does the model's projections.
+struct TokenMatrix {
+  const float* w = nullptr;
+  int64_t out = 0, in = 0;
+};
+// y[rows, out] = x[rows, in] w^T for the mechanism's token matrix i, read from the caller's copy; a
+// row's y must be the same bits whatever `rows` (a session's scores may not depend on its batch).
+using TokenMatrixProduct = std::function<void(int i, const float* x, int rows, float* y)>;
+
 // KahanAdd (compensated running sums) is in kernels/host_device.h, shared with the CUDA kernels.
 
 // Declares the functions every mechanism provides for its params struct P (see attention.h).

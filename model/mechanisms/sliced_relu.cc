@@ -180,7 +180,8 @@ double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 // whatever n (kernels/cpu/matmul.h). The fp64 path: fp32 weights times fp64 activations, summed in
 // fp64 SIMD lanes.
 void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim, int n,
-                   const double* x, double* z) {
+                   const double* x, double* z, const TokenMatrixProduct* product, int /*index*/) {
+  STEADY_CHECK(product == nullptr);  // a caller's copies are for the fp32 path
   const int width = groups * head_dim;
   // Broken invariant, not bad input: the layer's tensors were neither loaded nor initialized.
   STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
@@ -200,17 +201,18 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
 }
 
 // The fp32 path: fp32 products (the small-row kernel, kSmallRowsMax rows at a time, so that a
-// token's scores are the same bits whatever n); the biases added in double, the hidden layer's GELU
+// token's scores are the same bits whatever n), the hidden layer's through `product` (token matrix
+// `index`) when the caller holds its own copy; the biases added in double, the hidden layer's GELU
 // taken in double and rounded to fp32.
 void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int groups, int head_dim, int n,
-                   const float* x, double* z) {
+                   const float* x, double* z, const TokenMatrixProduct* product, int index) {
   const int width = groups * head_dim;
   STEADY_CHECK(kind == SlicedProjection::kNone || int(w.out_bias.size()) == groups);
   if (kind == SlicedProjection::kNone) {
     for (int64_t i = 0; i < int64_t(n) * groups; ++i) z[i] = double(x[i]);
     return;
   }
-  auto product = [&](const float* in, const std::vector<float>& weight, int out, float* y) {
+  auto matmul = [&](const float* in, const std::vector<float>& weight, int out, float* y) {
     for (int r = 0; r < n; r += cpu::kSmallRowsMax) {
       const int rows = std::min(cpu::kSmallRowsMax, n - r);
       cpu::MatMulNTSmallRows(in + int64_t(r) * width, rows, width, weight.data(), out, y + int64_t(r) * out);
@@ -220,14 +222,18 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
   const float* in = x;
   if (kind == SlicedProjection::kMlp) {
     hidden.resize(size_t(n) * width);
-    product(x, w.fc1_weight, width, hidden.data());
+    if (product != nullptr) {
+      (*product)(index, x, n, hidden.data());
+    } else {
+      matmul(x, w.fc1_weight, width, hidden.data());
+    }
     for (int64_t i = 0; i < int64_t(hidden.size()); ++i) {
       hidden[i] = float(Gelu(double(hidden[i]) + double(w.fc1_bias[i % width])));
     }
     in = hidden.data();
   }
   std::vector<float> out(size_t(n) * groups);
-  product(in, w.out_weight, groups, out.data());
+  matmul(in, w.out_weight, groups, out.data());
   for (int64_t i = 0; i < int64_t(out.size()); ++i) z[i] = double(out[i]) + double(w.out_bias[i % groups]);
 }
 
@@ -235,10 +241,10 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
 // [n, kv_heads]. Keys are rounded to T, as the state holds them.
 template <typename T>
 void TokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k, double* zq,
-                 double* zk) {
+                 double* zk, const TokenMatrixProduct* product = nullptr) {
   const AttnShape& s = a.shape;
-  ProjectScores(p.q, p.projection, s.heads, s.head_dim, n, q, zq);
-  ProjectScores(p.k, p.projection, s.kv_heads, s.head_dim, n, k, zk);
+  ProjectScores(p.q, p.projection, s.heads, s.head_dim, n, q, zq, product, 0);
+  ProjectScores(p.k, p.projection, s.kv_heads, s.head_dim, n, k, zk, product, 1);
   for (int64_t i = 0; i < int64_t(n) * s.kv_heads; ++i) zk[i] = double(T(zk[i]));
 }
 
@@ -293,12 +299,19 @@ void InitState(const LayerAttention& a, const SlicedParams& p, StateView<T> st) 
   if (st.growing) st.growing->clear();
 }
 
+std::vector<TokenMatrix> SlicedTokenMatrices(const SlicedParams& p, const AttnShape& s) {
+  if (p.projection != SlicedProjection::kMlp) return {};
+  const int64_t wq = int64_t(s.heads) * s.head_dim, wk = int64_t(s.kv_heads) * s.head_dim;
+  STEADY_CHECK(int64_t(p.q.fc1_weight.size()) == wq * wq && int64_t(p.k.fc1_weight.size()) == wk * wk);
+  return {{p.q.fc1_weight.data(), wq, wq}, {p.k.fc1_weight.data(), wk, wk}};
+}
+
 template <typename T>
 void SlicedTokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k,
-                       double* scores) {
+                       double* scores, const TokenMatrixProduct* product) {
   const AttnShape& s = a.shape;
   std::vector<double> zq(size_t(n) * s.heads), zk(size_t(n) * s.kv_heads);
-  TokenScores(a, p, n, q, k, zq.data(), zk.data());
+  TokenScores(a, p, n, q, k, zq.data(), zk.data(), product);
   for (int t = 0; t < n; ++t) {
     double* out = scores + int64_t(t) * SlicedScoresPerToken(s);
     std::copy_n(zq.data() + int64_t(t) * s.heads, s.heads, out);
@@ -457,9 +470,9 @@ void SlicedStepsGiven(const LayerAttention& a, const SlicedParams& p, int n, con
 
 STEADY_INSTANTIATE_MECHANISM(SlicedParams)
 template void SlicedTokenScores<float>(const LayerAttention&, const SlicedParams&, int, const float*, const float*,
-                                       double*);
+                                       double*, const TokenMatrixProduct*);
 template void SlicedTokenScores<double>(const LayerAttention&, const SlicedParams&, int, const double*,
-                                        const double*, double*);
+                                        const double*, double*, const TokenMatrixProduct*);
 template void SlicedStepsGiven<float>(const LayerAttention&, const SlicedParams&, int, const double*, const float*,
                                       StateView<float>, float*);
 template void SlicedStepsGiven<double>(const LayerAttention&, const SlicedParams&, int, const double*,

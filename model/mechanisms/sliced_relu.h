@@ -63,9 +63,15 @@ STEADY_DECLARE_MECHANISM(SlicedParams)
 // several sessions scores all its rows in one call (attention.h, AttentionTokenValues) instead of
 // each session reading the weights again: each token's scores are the same bits either way.
 inline int SlicedScoresPerToken(const AttnShape& s) { return s.heads + s.kv_heads; }
+//
+// The "mlp" projection's hidden layers (q_fc1 [heads * head_dim]^2, k_fc1 [kv_heads * head_dim]^2:
+// at llama1b's shape 17 MB of fp32 a layer, read at every step) are SlicedTokenMatrices 0 and 1; with
+// `product` (float only) SlicedTokenScores multiplies by them through it, in the caller's precision,
+// instead of by the fp32 weights. The biases, the GELU and the output layer stay as they are.
+std::vector<TokenMatrix> SlicedTokenMatrices(const SlicedParams& p, const AttnShape& s);
 template <typename T>
 void SlicedTokenScores(const LayerAttention& a, const SlicedParams& p, int n, const T* q, const T* k,
-                       double* scores);
+                       double* scores, const TokenMatrixProduct* product = nullptr);
 template <typename T>
 void SlicedStepsGiven(const LayerAttention& a, const SlicedParams& p, int n, const double* scores, const T* v,
                       StateView<T> st, T* y);

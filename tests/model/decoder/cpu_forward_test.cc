@@ -112,5 +112,64 @@ TEST(CpuForwardTest, Bf16MatricesGiveTheFp32ResultOnBf16Weights) {
   }
 }
 
+// sliced_relu's score layers (the "mlp" projection's hidden layers, AttentionTokenMatrices) follow
+// --cpu-weights as the model's projections do: bf16 in bf16, q8 in q8 and the 4-bit formats too
+// (a score's error goes straight into the kernel), fp32 for auto and f32. With q8
+// and bf16 they are read (the logits differ from the same step with fp32 scores), stay close to fp32, and each session's
+// logits are the same bits alone as beside others (its scores do not depend on the batch).
+TEST(CpuForwardTest, SlicedScoreLayersFollowTheWeightsPrecision) {
+  const Model m = testing::TinyModel("sliced_relu", nlohmann::json::object(), 31);
+  const int width = m.config().num_heads * m.config().head_dim, kv_width = m.config().num_kv_heads * m.config().head_dim;
+  for (const CpuWeights w : {CpuWeights::kAuto, CpuWeights::kF32}) {
+    for (const CpuMatrices::Layer& l : CpuMatrices::From(m, w).layers) EXPECT_TRUE(l.token.empty());
+  }
+  for (const auto& [w, type] : std::vector<std::pair<CpuWeights, WeightType>>{
+           {CpuWeights::kBf16, WeightType::kBf16}, {CpuWeights::kQ8, WeightType::kQ8},
+           {CpuWeights::kQ4, WeightType::kQ8}, {CpuWeights::kQ4K, WeightType::kQ8}}) {
+    const CpuMatrices c = CpuMatrices::From(m, w);
+    for (const CpuMatrices::Layer& l : c.layers) {
+      ASSERT_EQ(l.token.size(), 2u);
+      EXPECT_EQ(l.token[0].type(), type) << CpuWeightsName(w);
+      EXPECT_EQ(l.token[0].rows(), width);
+      EXPECT_EQ(l.token[0].cols(), width);
+      EXPECT_EQ(l.token[1].rows(), kv_width);
+      EXPECT_EQ(l.token[1].cols(), kv_width);
+    }
+  }
+  // Sessions 0-2 decode beside each other after prefills of different lengths; session 3 has
+  // session 1's history and steps alone.
+  auto run = [&](const CpuMatrices* matrices) {
+    StatePool pool(m, 4);
+    ForwardWorkspace ws;
+    std::vector<float> logits, together, alone;
+    m.Forward({{0, std::vector<int32_t>(7, 9), false}, {1, {4, 5, 6, 7, 8}, false}, {2, {3}, false}}, pool, ws,
+              &logits, matrices);
+    m.Forward({{3, {4, 5, 6, 7, 8}, false}}, pool, ws, &logits, matrices);
+    for (int step = 0; step < 3; ++step) {
+      m.Forward({{0, {int32_t(10 + step)}, false}, {1, {int32_t(20 + step)}, false}, {2, {int32_t(30 + step)}, false}},
+                pool, ws, &logits, matrices);
+      together.insert(together.end(), logits.begin() + m.config().vocab_size, logits.begin() + 2 * m.config().vocab_size);
+      m.Forward({{3, {int32_t(20 + step)}, false}}, pool, ws, &logits, matrices);
+      alone.insert(alone.end(), logits.begin(), logits.end());
+    }
+    return std::make_pair(together, alone);
+  };
+  const auto [f32, unused_f32] = run(nullptr);
+  for (const CpuWeights w : {CpuWeights::kQ8, CpuWeights::kBf16}) {
+    // Packed for the dot-product kernels where this CPU has them, as the backend does.
+    const CpuMatrices reduced = CpuMatrices::From(m, w, /*amx=*/false, /*dot=*/true);
+    CpuMatrices fp32_scores = reduced;
+    for (CpuMatrices::Layer& l : fp32_scores.layers) l.token.clear();
+    const auto [together, alone] = run(&reduced);
+    ASSERT_EQ(together.size(), alone.size());
+    EXPECT_EQ(0, std::memcmp(together.data(), alone.data(), alone.size() * sizeof(float)))
+        << "a session's " << CpuWeightsName(w) << " scores depend on its batch";
+    const auto [with_fp32_scores, unused] = run(&fp32_scores);
+    EXPECT_NE(together, with_fp32_scores) << "the " << CpuWeightsName(w) << " score layers were not read";
+    const double err = testing::MaxRelError({together.begin(), together.end()}, {f32.begin(), f32.end()});
+    EXPECT_LT(err, 0.05) << CpuWeightsName(w) << " moved the logits by this fraction of their spread";
+  }
+}
+
 }  // namespace
 }  // namespace steady

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/sliced_tree.h"
 #include "tests/testutil.h"
@@ -319,6 +321,76 @@ TEST(SlicedTokenValuesTest, ABatchsScoresGiveEachSegmentItsOwnBits) {
   auto taylor = ParseLayerAttention({"taylor", nlohmann::json::object()}, shape);
   ASSERT_TRUE(taylor.ok());
   EXPECT_EQ(AttentionTokenValueCount(*taylor), 0);
+}
+
+// The "mlp" projection's hidden layers are the layer's token matrices (q_fc1 then k_fc1): a caller
+// holding copies of them in its own precision (the CPU backend's --cpu-weights) multiplies through
+// its product. Given the fp32 kernel's own product, the scores are the same bits as without one;
+// a product that changes matrix 0's result moves the queries' scores only, matrix 1's the keys'
+// only; the other projections and mechanisms have none.
+TEST(SlicedTokenValuesTest, TheHiddenLayersGoThroughTheCallersProduct) {
+  const AttnShape shape{4, 2, 8, 6};
+  const int rows = 37;  // above kSmallRowsMax: the rows go to the product at once
+  auto a = ParseLayerAttention({"sliced_relu", {{"projection", "mlp"}}}, shape);
+  ASSERT_TRUE(a.ok()) << a.status();
+  RandomInitAttentionTensors(testing::TestSeed() ^ 0x70c, &*a);
+  const std::vector<TokenMatrix> matrices = AttentionTokenMatrices(*a);
+  ASSERT_EQ(matrices.size(), 2u);
+  const SlicedParams& p = std::get<SlicedParams>(a->params);
+  EXPECT_EQ(matrices[0].w, p.q.fc1_weight.data());
+  EXPECT_EQ(matrices[0].out, shape.heads * shape.head_dim);
+  EXPECT_EQ(matrices[0].in, shape.heads * shape.head_dim);
+  EXPECT_EQ(matrices[1].w, p.k.fc1_weight.data());
+  EXPECT_EQ(matrices[1].out, shape.kv_heads * shape.head_dim);
+  EXPECT_EQ(matrices[1].in, shape.kv_heads * shape.head_dim);
+
+  std::mt19937_64 rng(testing::TestSeed() + 78);
+  const std::vector<float> q = testing::RandomNormal<float>(size_t(rows) * shape.heads * shape.head_dim, rng);
+  const std::vector<float> k = testing::RandomNormal<float>(size_t(rows) * shape.kv_heads * shape.head_dim, rng);
+  const int per_token = AttentionTokenValueCount(*a);
+  auto scores = [&](const TokenMatrixProduct* product) {
+    std::vector<double> values(size_t(rows) * per_token, NAN);
+    AttentionTokenValues<float>(*a, rows, q.data(), k.data(), values.data(), product);
+    return values;
+  };
+  const std::vector<double> own = scores(nullptr);
+  std::vector<std::pair<int, int>> calls;  // (matrix, rows)
+  float scale[2] = {1.0f, 1.0f};
+  const TokenMatrixProduct product = [&](int i, const float* x, int n, float* y) {
+    calls.emplace_back(i, n);
+    const TokenMatrix& m = matrices[size_t(i)];
+    for (int r = 0; r < n; r += cpu::kSmallRowsMax) {
+      const int chunk = std::min(cpu::kSmallRowsMax, n - r);
+      cpu::MatMulNTSmallRows(x + int64_t(r) * m.in, chunk, int(m.in), m.w, int(m.out), y + int64_t(r) * m.out);
+    }
+    for (int64_t e = 0; e < int64_t(n) * m.out; ++e) y[e] *= scale[i];
+  };
+  const std::vector<double> same = scores(&product);
+  EXPECT_EQ(0, std::memcmp(own.data(), same.data(), own.size() * sizeof(double)));
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int>>{{0, rows}, {1, rows}}));
+  for (int moved : {0, 1}) {
+    scale[0] = scale[1] = 1.0f;
+    scale[moved] = 1.5f;
+    const std::vector<double> got = scores(&product);
+    for (int t = 0; t < rows; ++t) {
+      for (int j = 0; j < per_token; ++j) {
+        const size_t e = size_t(t) * per_token + size_t(j);
+        const bool query = j < shape.heads;
+        if (query == (moved == 0)) {
+          EXPECT_NE(got[e], own[e]) << "matrix " << moved << " token " << t << " score " << j;
+        } else {
+          EXPECT_EQ(got[e], own[e]) << "matrix " << moved << " token " << t << " score " << j;
+        }
+      }
+    }
+  }
+
+  auto linear = ParseLayerAttention({"sliced_relu", {{"projection", "linear"}}}, shape);
+  ASSERT_TRUE(linear.ok());
+  EXPECT_TRUE(AttentionTokenMatrices(*linear).empty());
+  auto taylor = ParseLayerAttention({"taylor", nlohmann::json::object()}, shape);
+  ASSERT_TRUE(taylor.ok());
+  EXPECT_TRUE(AttentionTokenMatrices(*taylor).empty());
 }
 
 TEST(SlicedParamsTest, ProjectionNoneNeedsHeadDimOne) {
