@@ -2,7 +2,7 @@
 // default (auto) it reads the Model's matrices as the checkpoint stores them (fp32, bf16 or f16, a
 // memory-mapped view: no copy); f32, bf16 or q8 convert the seven matrices of every layer and the
 // LM head once, at start, into copies of the backend's own (and the mapped pages they came from
-// leave resident memory).
+// leave resident memory), and a mechanism's token matrices (sliced_relu's score layers) with them.
 #ifndef STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 #define STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 
