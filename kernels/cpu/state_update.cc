@@ -169,6 +169,20 @@ void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT co
   for (; i < n; ++i) out[i] = comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
 }
 
+void AddWidenedSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps,
+                         double* HWY_RESTRICT running, int n) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> df;
+  const int lanes = int(hn::Lanes(d));
+  int i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    auto v = hn::PromoteTo(d, hn::LoadU(df, sums + i));
+    if (comps != nullptr) v = hn::Add(v, hn::PromoteTo(d, hn::LoadU(df, comps + i)));
+    hn::StoreU(hn::Add(hn::LoadU(d, running + i), v), d, running + i);
+  }
+  for (; i < n; ++i) running[i] += comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
+}
+
 // AddToSum lane by lane: KahanAdd in double on the widened pair, then StoreSum's rounding to fp32.
 void AddRowToSumsLanes(const double* HWY_RESTRICT x, float* HWY_RESTRICT sums, float* HWY_RESTRICT comps, int n) {
   const hn::ScalableTag<double> d;
@@ -216,6 +230,7 @@ HWY_EXPORT(AxpyLanes);
 HWY_EXPORT(ReadRowGroupLanes);
 HWY_EXPORT(ReadRowsLanes);
 HWY_EXPORT(WidenSumsLanes);
+HWY_EXPORT(AddWidenedSumsLanes);
 HWY_EXPORT(ExpFeaturesLanes);
 HWY_EXPORT(MaxOfLanes);
 HWY_EXPORT(AddRowToSumsLanes);
@@ -239,6 +254,10 @@ float MaxOf(const float* x, int n) { return HWY_DYNAMIC_DISPATCH(MaxOfLanes)(x, 
 
 void WidenSums(const float* sums, const float* comps, double* out, int n) {
   HWY_DYNAMIC_DISPATCH(WidenSumsLanes)(sums, comps, out, n);
+}
+
+void AddWidenedSums(const float* sums, const float* comps, double* running, int n) {
+  HWY_DYNAMIC_DISPATCH(AddWidenedSumsLanes)(sums, comps, running, n);
 }
 
 void AddRowToSums(const double* x, float* sums, float* comps, int n) {

@@ -109,6 +109,17 @@ void WidenSums(const float* sums, const float* comps, double* out, int n);
 inline void WidenSums(const double* sums, const double* comps, double* out, int n) {
   WidenSumsReference(sums, comps, out, n);
 }
+// AddWidenedSums: running[i] = running[i] + ReadSum(sums + i, comps + i) for i in [0, n) (a
+// histogram's bins summed in z order without keeping each widened row). SIMD for fp32 sums, bit for
+// bit the scalar reference.
+template <typename T>
+void AddWidenedSumsReference(const T* sums, const T* comps, double* running, int n) {
+  for (int i = 0; i < n; ++i) running[i] = running[i] + ReadSum(sums + i, comps ? comps + i : nullptr);
+}
+void AddWidenedSums(const float* sums, const float* comps, double* running, int n);
+inline void AddWidenedSums(const double* sums, const double* comps, double* running, int n) {
+  AddWidenedSumsReference(sums, comps, running, n);
+}
 template <typename T>
 void AddRowToSumsReference(const double* x, T* sums, T* comps, int n) {
   for (int i = 0; i < n; ++i) AddToSum(x[i], sums + i, comps ? comps + i : nullptr);

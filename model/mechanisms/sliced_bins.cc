@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.h"
 #include "kernels/cpu/state_update.h"
 
 namespace steady {
@@ -35,17 +36,28 @@ void BinsInsert(const SlicedBinsLayout& layout, double z, const T* v, T* head) {
 }
 
 template <typename T>
-void BinsSnapshot(const SlicedBinsLayout& layout, const T* head, SlicedBinsSnapshot* out) {
+void BinsSnapshot(const SlicedBinsLayout& layout, const T* head, const double* points, int count,
+                  SlicedBinsSnapshot* out) {
   const int m = SlicedMomentCount(layout.value_dim), row_floats = layout.BinFloats();
   const size_t cells = size_t(layout.bins + 2) * row_floats;
-  out->rows.resize(cells);
-  cpu::WidenSums(head, layout.compensated ? head + cells : nullptr, out->rows.data(), int(cells));  // ReadSum each
-  out->cum.assign(size_t(layout.bins + 3) * m, 0.0);
+  const T* comps = layout.compensated ? head + cells : nullptr;
+  out->at.resize(size_t(count));
+  for (int i = 0; i < count; ++i) out->at[size_t(i)] = BinOf(layout, points[i]);
+  std::sort(out->at.begin(), out->at.end());
+  out->at.erase(std::unique(out->at.begin(), out->at.end()), out->at.end());
+  out->below.resize(out->at.size() * m);
+  out->own.resize(out->at.size() * row_floats);
+  out->total.assign(size_t(m), 0.0);
+  size_t next = 0;  // the next of `at` the pass reaches
   for (int b = 0; b < layout.bins + 2; ++b) {
-    const double* row = out->rows.data() + size_t(b) * row_floats;
-    const double* prev = out->cum.data() + size_t(b) * m;
-    double* next = out->cum.data() + size_t(b + 1) * m;
-    for (int i = 0; i < m; ++i) next[i] = prev[i] + row[i];
+    const T* row = head + size_t(b) * row_floats;
+    const T* comp = comps != nullptr ? comps + size_t(b) * row_floats : nullptr;
+    if (next < out->at.size() && out->at[next] == b) {
+      std::copy(out->total.begin(), out->total.end(), out->below.begin() + std::ptrdiff_t(next * m));
+      cpu::WidenSums(row, comp, out->own.data() + next * row_floats, row_floats);  // ReadSum each
+      ++next;
+    }
+    cpu::AddWidenedSums(row, comp, out->total.data(), m);
   }
   const size_t n = layout.HeadFloats();
   out->lowest = double(head[n - 2]);
@@ -54,8 +66,8 @@ void BinsSnapshot(const SlicedBinsLayout& layout, const T* head, SlicedBinsSnaps
 }
 
 void BinsTotals(const SlicedBinsLayout& layout, const SlicedBinsSnapshot& snap, SlicedTotals* out) {
-  const int dv = layout.value_dim, m = SlicedMomentCount(dv);
-  const double* all = snap.cum.data() + size_t(layout.bins + 2) * m;
+  const int dv = layout.value_dim;
+  const double* all = snap.total.data();
   out->count = all[0];
   out->sum_z = all[1];
   out->sum_v.assign(all + 2, all + 2 + dv);
@@ -65,13 +77,16 @@ void BinsReluMoments(const SlicedBinsLayout& layout, const SlicedBinsSnapshot& s
                      SlicedReluMoments* out) {
   const int dv = layout.value_dim, m = SlicedMomentCount(dv);
   const int b = BinOf(layout, x);
-  const double* below = snap.cum.data() + size_t(b) * m;  // bins 0..b-1: entirely below x
+  const auto at = std::lower_bound(snap.at.begin(), snap.at.end(), b);
+  STEADY_CHECK(at != snap.at.end() && *at == b);  // x was one of the snapshot's points
+  const size_t i = size_t(at - snap.at.begin());
+  const double* below = snap.below.data() + i * m;  // bins 0..b-1: entirely below x
   out->r1 = x * below[0] - below[1];
   out->rv.resize(dv);
   for (int d = 0; d < dv; ++d) out->rv[d] = x * below[2 + d] - below[2 + dv + d];
 
   // The bin holding x: [count, sum z, sum v[dv], sum z v[dv], M2].
-  const double* own = snap.rows.data() + size_t(b) * layout.BinFloats();
+  const double* own = snap.own.data() + i * layout.BinFloats();
   const double c = own[0];
   if (c == 0) return;
   const sliced_bins::OwnBin split =
@@ -84,7 +99,7 @@ void BinsReluMoments(const SlicedBinsLayout& layout, const SlicedBinsSnapshot& s
 #define STEADY_INSTANTIATE_BINS(T)                                                      \
   template void BinsInit<T>(const SlicedBinsLayout&, T*);                              \
   template void BinsInsert<T>(const SlicedBinsLayout&, double, const T*, T*);          \
-  template void BinsSnapshot<T>(const SlicedBinsLayout&, const T*, SlicedBinsSnapshot*);
+  template void BinsSnapshot<T>(const SlicedBinsLayout&, const T*, const double*, int, SlicedBinsSnapshot*);
 STEADY_INSTANTIATE_BINS(float)
 STEADY_INSTANTIATE_BINS(double)
 #undef STEADY_INSTANTIATE_BINS

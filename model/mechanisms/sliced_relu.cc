@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
 #include "model/mechanisms/attention.h"
 #include "model/mechanisms/params_util.h"
 #include "model/mechanisms/sliced_bins.h"
@@ -174,6 +175,8 @@ SlicedBinsLayout BinsLayout(const LayerAttention& a, const SlicedParams& p) {
 }
 
 double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+// Elements of the hidden layer's GELU a thread takes at least: about 20 microseconds of erf.
+constexpr int64_t kGeluGrain = 1024;
 
 // One score per group for each of n tokens from their concatenated heads x [n, groups * head_dim]:
 // z [n, groups]. Each weight row is read once for the n tokens; each token's scores are the same bits
@@ -227,9 +230,10 @@ void ProjectScores(const SlicedProjectionWeights& w, SlicedProjection kind, int 
     } else {
       matmul(x, w.fc1_weight, width, hidden.data());
     }
-    for (int64_t i = 0; i < int64_t(hidden.size()); ++i) {
-      hidden[i] = float(Gelu(double(hidden[i]) + double(w.fc1_bias[i % width])));
-    }
+    // Each element on its own (the same bits on any split), a double erf each: on the threads.
+    cpu::ParallelRange(int64_t(hidden.size()), kGeluGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) hidden[i] = float(Gelu(double(hidden[i]) + double(w.fc1_bias[i % width])));
+    });
     in = hidden.data();
   }
   std::vector<float> out(size_t(n) * groups);
@@ -275,6 +279,21 @@ void ReadKvHead(const LayerAttention& a, const SlicedParams& p, int g, const Sli
     for (int d = 0; d < dv; ++d) {
       const double num = at.rv[d] - totals.sum_v[d] / totals.count * at.r1;
       yh[d] = den > 0 ? T(num / den) : T(0);
+    }
+  }
+}
+
+// The points at which ReadKvHead asks kv head g's moments: each query score of its GQA group, and
+// for the bump x - b and x + b too (the bucketed decoder's snapshot is read out at these only).
+void ReadoutPoints(const LayerAttention& a, const SlicedParams& p, int g, const double* zq,
+                   std::vector<double>* points) {
+  STEADY_CHECK(!p.bump || int(p.bandwidth.size()) == a.shape.heads);
+  points->clear();
+  for (int h = g * a.shape.group(); h < (g + 1) * a.shape.group(); ++h) {
+    points->push_back(zq[h]);
+    if (p.bump) {
+      points->push_back(zq[h] - p.bandwidth[h]);
+      points->push_back(zq[h] + p.bandwidth[h]);
     }
   }
 }
@@ -340,10 +359,12 @@ void Step(const LayerAttention& a, const SlicedParams& p, const T* q, const T* k
   }
   const SlicedBinsLayout layout = BinsLayout(a, p);
   SlicedBinsSnapshot snap;
+  std::vector<double> points;
   for (int g = 0; g < s.kv_heads; ++g) {
     T* head = st.fixed + g * layout.HeadFloats();
     BinsInsert(layout, zk[g], v + g * s.value_dim, head);
-    BinsSnapshot(layout, head, &snap);
+    ReadoutPoints(a, p, g, zq, &points);
+    BinsSnapshot(layout, head, points.data(), int(points.size()), &snap);
     BinsTotals(layout, snap, &totals);
     ReadKvHead(a, p, g, totals, zq, [&](double x, SlicedReluMoments* m) {
       BinsReluMoments(layout, snap, x, m);
@@ -457,9 +478,11 @@ void SlicedStepsGiven(const LayerAttention& a, const SlicedParams& p, int n, con
     T* head = st.fixed + g * layout.HeadFloats();
     SlicedBinsSnapshot snap;
     SlicedTotals totals;
+    std::vector<double> points;
     for (int t = 0; t < n; ++t) {
       BinsInsert(layout, key_score(t, g), value(t, g), head);
-      BinsSnapshot(layout, head, &snap);
+      ReadoutPoints(a, p, g, scores(t), &points);
+      BinsSnapshot(layout, head, points.data(), int(points.size()), &snap);
       BinsTotals(layout, snap, &totals);
       ReadKvHead(a, p, g, totals, scores(t), [&](double x, SlicedReluMoments* m) {
         BinsReluMoments(layout, snap, x, m);

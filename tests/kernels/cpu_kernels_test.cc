@@ -553,8 +553,8 @@ TEST(CpuStateUpdateTest, SimdReadsEqualTheScalarReferenceBitForBit) {
   }
 }
 
-// sliced_relu's compensated fp32 pairs: the SIMD insert (AddToSum on a row) and read (ReadSum)
-// equal the scalar reference bit for bit over many inserts of values whose magnitudes straddle the
+// sliced_relu's compensated fp32 pairs: the SIMD insert (AddToSum on a row), read (ReadSum) and
+// add into running sums equal the scalar reference bit for bit over many inserts of values whose magnitudes straddle the
 // sums' (both branches of the compensated add), compensated and plain.
 TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
   std::mt19937_64 rng(testing::TestSeed());
@@ -576,6 +576,11 @@ TEST(CpuStateUpdateTest, SlicedSumsEqualTheScalarReferenceBitForBit) {
       cpu::WidenSums(sums.data(), c, wide.data(), n);
       cpu::WidenSumsReference<float>(sums.data(), c, wide_ref.data(), n);
       EXPECT_EQ(0, std::memcmp(wide.data(), wide_ref.data(), n * sizeof(double))) << "read, n " << n;
+      // Added into running sums (the histogram's pass over its bins).
+      std::vector<double> running = testing::RandomNormal<double>(n, rng), running_ref = running;
+      cpu::AddWidenedSums(sums.data(), c, running.data(), n);
+      cpu::AddWidenedSumsReference<float>(sums.data(), c, running_ref.data(), n);
+      EXPECT_EQ(0, std::memcmp(running.data(), running_ref.data(), n * sizeof(double))) << "running, n " << n;
       if (compensated) {
         bool used = false;
         for (float v : comps) used |= v != 0.0f;

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "model/mechanisms/attention.h"
+#include "model/mechanisms/sliced_bins.h"
 #include "model/mechanisms/sliced_tree.h"
 #include "tests/testutil.h"
 
@@ -391,6 +392,71 @@ TEST(SlicedTokenValuesTest, TheHiddenLayersGoThroughTheCallersProduct) {
   auto taylor = ParseLayerAttention({"taylor", nlohmann::json::object()}, shape);
   ASSERT_TRUE(taylor.ok());
   EXPECT_TRUE(AttentionTokenMatrices(*taylor).empty());
+}
+
+// The bucketed decoder's snapshot keeps the running sums at its points' bins only, in one pass over
+// the bins: every readout and the totals equal, bit for bit, those from every bin's widened row and
+// their prefixes over all bins (the snapshot as it was), for points in the tails, beyond the keys,
+// several in one bin and in empty bins, compensated and plain, fp32 and fp64.
+template <typename T>
+void CheckSnapshotAgainstAllPrefixes(bool compensated) {
+  const SlicedBinsLayout layout{16, -2.0, 2.0, 5, compensated};
+  const int dv = layout.value_dim, m = SlicedMomentCount(dv), row_floats = layout.BinFloats();
+  std::vector<T> head(layout.HeadFloats());
+  BinsInit(layout, head.data());
+  std::mt19937_64 rng(testing::TestSeed() + (compensated ? 5 : 6));
+  std::normal_distribution<double> z(0.3, 1.4);
+  for (int t = 0; t < 400; ++t) {
+    const std::vector<T> v = testing::RandomNormal<T>(size_t(dv), rng);
+    BinsInsert(layout, z(rng), v.data(), head.data());
+  }
+  const std::vector<double> points = {-9.0, -2.5, -2.0, -1.99, 0.01, 0.02, 0.3, 0.3, 1.2, 1.999, 2.0, 3.7, 50.0};
+  SlicedBinsSnapshot snap;
+  BinsSnapshot(layout, head.data(), points.data(), int(points.size()), &snap);
+  EXPECT_LT(snap.at.size(), points.size()) << "points in one bin share it";
+
+  // The reference: every bin read out, prefixes over all of them.
+  const size_t cells = size_t(layout.bins + 2) * row_floats;
+  std::vector<double> rows(cells), cum(size_t(layout.bins + 3) * m, 0.0);
+  for (size_t i = 0; i < cells; ++i) rows[i] = ReadSum(head.data() + i, compensated ? head.data() + cells + i : nullptr);
+  for (int b = 0; b < layout.bins + 2; ++b) {
+    for (int i = 0; i < m; ++i) cum[size_t(b + 1) * m + i] = cum[size_t(b) * m + i] + rows[size_t(b) * row_floats + i];
+  }
+  const double* all = cum.data() + size_t(layout.bins + 2) * m;
+  SlicedTotals totals;
+  BinsTotals(layout, snap, &totals);
+  EXPECT_EQ(totals.count, all[0]);
+  EXPECT_EQ(totals.count, 400.0);
+  EXPECT_EQ(totals.sum_z, all[1]);
+  EXPECT_EQ(totals.sum_v, std::vector<double>(all + 2, all + 2 + dv));
+  const double lowest = double(head[layout.HeadFloats() - 2]), highest = double(head[layout.HeadFloats() - 1]);
+  for (double x : points) {
+    SlicedReluMoments got;
+    BinsReluMoments(layout, snap, x, &got);
+    const int b = sliced_bins::BinOf(layout, x);
+    const double* below = cum.data() + size_t(b) * m;
+    double r1 = x * below[0] - below[1];
+    std::vector<double> rv(static_cast<size_t>(dv));
+    for (int d = 0; d < dv; ++d) rv[size_t(d)] = x * below[2 + d] - below[2 + dv + d];
+    const double* own = rows.data() + size_t(b) * row_floats;
+    if (own[0] != 0) {
+      const sliced_bins::OwnBin split = sliced_bins::SplitOwnBin(layout, b, x, own[0], own[1], own[m], lowest, highest,
+                                                                 sliced_bins::Resolution<T>(compensated));
+      if (split.kind != sliced_bins::OwnBin::kNone) {
+        r1 += sliced_bins::OwnBinR1(split, x, own[0], own[1]);
+        for (int d = 0; d < dv; ++d) rv[size_t(d)] += sliced_bins::OwnBinRv(split, x, own[2 + d], own[2 + dv + d]);
+      }
+    }
+    EXPECT_EQ(got.r1, r1) << "x " << x;
+    EXPECT_EQ(got.rv, rv) << "x " << x;
+  }
+}
+
+TEST(SlicedBinsTest, ASnapshotAtItsPointsEqualsPrefixesOfEveryBin) {
+  for (bool compensated : {true, false}) {
+    CheckSnapshotAgainstAllPrefixes<float>(compensated);
+    CheckSnapshotAgainstAllPrefixes<double>(compensated);
+  }
 }
 
 TEST(SlicedParamsTest, ProjectionNoneNeedsHeadDimOne) {
