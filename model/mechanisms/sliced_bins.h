@@ -43,8 +43,9 @@ void BinsInsert(const SlicedBinsLayout& layout, double z, const T* v, T* head);
 // group's query scores; the bump's x - b and x + b too): for the bin of each, the moments of every
 // bin before it (running sums over the bins in z order) and its own sums; and every bin's moments.
 // Computed once per token and kv head and shared by that head's readouts. One pass over the bins
-// that keeps only these (not each bin's widened row and prefix: 8 of them instead of 66 at llama1b's
-// shape); the running sums add the bins in the same order, so the same bits as prefixes of all.
+// that keeps only these (not each bin's widened row and prefix: at most 4 bins' at llama1b's shape,
+// whose GQA groups have 4 queries, instead of 66); the running sums add the bins in the same order,
+// so the same bits as prefixes over all of them.
 struct SlicedBinsSnapshot {
   std::vector<int> at;        // the points' bins, sorted, each once
   std::vector<double> below;  // [at.size() x (2dv + 2)]: the moments of bins 0 .. at[i] - 1
