@@ -155,8 +155,10 @@ float MaxOfLanes(const float* HWY_RESTRICT x, int n) {
   return top;
 }
 
-void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
-                    int n) {
+// out[i] = ReadSum(sums + i, comps + i), or with kAdd out[i] + that (WidenSums, AddWidenedSums).
+template <bool kAdd>
+void WidenSumsInto(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
+                   int n) {
   const hn::ScalableTag<double> d;
   const hn::Rebind<float, decltype(d)> df;
   const int lanes = int(hn::Lanes(d));
@@ -164,23 +166,21 @@ void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT co
   for (; i + lanes <= n; i += lanes) {
     auto v = hn::PromoteTo(d, hn::LoadU(df, sums + i));
     if (comps != nullptr) v = hn::Add(v, hn::PromoteTo(d, hn::LoadU(df, comps + i)));
+    if constexpr (kAdd) v = hn::Add(hn::LoadU(d, out + i), v);
     hn::StoreU(v, d, out + i);
   }
-  for (; i < n; ++i) out[i] = comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
+  for (; i < n; ++i) {
+    const double v = comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
+    out[i] = kAdd ? out[i] + v : v;
+  }
 }
-
+void WidenSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps, double* HWY_RESTRICT out,
+                    int n) {
+  WidenSumsInto<false>(sums, comps, out, n);
+}
 void AddWidenedSumsLanes(const float* HWY_RESTRICT sums, const float* HWY_RESTRICT comps,
                          double* HWY_RESTRICT running, int n) {
-  const hn::ScalableTag<double> d;
-  const hn::Rebind<float, decltype(d)> df;
-  const int lanes = int(hn::Lanes(d));
-  int i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    auto v = hn::PromoteTo(d, hn::LoadU(df, sums + i));
-    if (comps != nullptr) v = hn::Add(v, hn::PromoteTo(d, hn::LoadU(df, comps + i)));
-    hn::StoreU(hn::Add(hn::LoadU(d, running + i), v), d, running + i);
-  }
-  for (; i < n; ++i) running[i] += comps != nullptr ? double(sums[i]) + double(comps[i]) : double(sums[i]);
+  WidenSumsInto<true>(sums, comps, running, n);
 }
 
 // AddToSum lane by lane: KahanAdd in double on the widened pair, then StoreSum's rounding to fp32.
