@@ -58,7 +58,7 @@ class WeightMatrix {
   // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K or kDotQ4K):
   // itself when already so, else a converted copy of its own (bf16: rounded to nearest even; q8:
   // QuantizeQ8 of the fp32 values; AMX and dot-bf16: packed from bf16; dot-q8: packed from q8; q4
-  // and q4k: quantized from the fp32 values; dot-q4 and dot-q4k: packed from q4 / q4k). Converted in parallel over the compute threads (the packing: one thread).
+  // and q4k: quantized from the fp32 values; dot-q4 and dot-q4k: packed from q4 / q4k). Converted in parallel over the compute threads (the packing too, a column group per task).
   WeightMatrix ConvertTo(WeightType type) const;
 
   WeightType type() const { return type_; }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -591,6 +592,61 @@ void ExpectInvariant(const Problem& p, const Runner& run) {
       ASSERT_EQ(back[size_t(p.rows - 1 - r) * p.out + j], batch[size_t(r) * p.out + j]) << "row " << r;
       ASSERT_EQ(single[size_t(r) * p.out + j], batch[size_t(r) * p.out + j]) << "row " << r;
     }
+  }
+}
+
+// The packing runs a few column groups per task on the compute threads: every group's records
+// equal those of its 16 rows packed alone (one group, one task), for every format, at a shape whose
+// groups split into several tasks and whose last group is partial (and whose input ends inside a
+// block); with two threads and with one.
+TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
+  ThreadsGuard restore;
+  const int out = 213, in = 600;
+  const int64_t groups = (out + 15) / 16;
+  // Whole matrix, then group g's rows alone: pack(first row, rows) gives the packed bytes.
+  auto check = [&](const char* format, int64_t group_bytes, const std::function<std::vector<uint8_t>(int64_t, int64_t)>& pack) {
+    const std::vector<uint8_t> whole = pack(0, out);
+    ASSERT_EQ(int64_t(whole.size()), groups * group_bytes) << format;
+    for (int64_t g = 0; g < groups; ++g) {
+      const std::vector<uint8_t> alone = pack(16 * g, std::min<int64_t>(16, out - 16 * g));
+      ASSERT_EQ(int64_t(alone.size()), group_bytes) << format;
+      EXPECT_EQ(0, std::memcmp(whole.data() + g * group_bytes, alone.data(), size_t(group_bytes)))
+          << format << ": group " << g << " of " << groups;
+    }
+  };
+  for (int threads : {2, 1}) {
+    cpu::SetComputeThreads(threads);
+    std::mt19937_64 rng(testing::TestSeed() + 91);
+    const Bf16Problem b = MakeBf16(1, in, out, rng);
+    check("bf16", cpu::Bf16DotPackedSize(16, in) * 2, [&](int64_t j0, int64_t rows) {
+      std::vector<uint16_t> packed(size_t(cpu::Bf16DotPackedSize(rows, in)), 0xffff);
+      cpu::PackBf16Dot(b.w.data() + j0 * in, rows, in, packed.data());
+      const auto* first = reinterpret_cast<const uint8_t*>(packed.data());
+      return std::vector<uint8_t>(first, first + packed.size() * sizeof(uint16_t));
+    });
+    const Q8Problem q8 = MakeQ8(1, in, out, rng);
+    const int64_t blocks = cpu::Q8BlocksPerRow(in);
+    check("q8", cpu::Q8DotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
+      std::vector<uint8_t> packed(size_t(cpu::Q8DotPackedSize(rows, in)), 0xff);
+      cpu::PackQ8Dot({q8.q.data() + j0 * in, q8.scales.data() + j0 * blocks}, rows, in, packed.data());
+      return packed;
+    });
+    const Q4Problem q4 = MakeQ4(1, in, out, rng);
+    check("q4", cpu::Q4DotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
+      const cpu::Q4Weights w = q4.weights();
+      std::vector<uint8_t> packed(size_t(cpu::Q4DotPackedSize(rows, in)), 0xff);
+      cpu::PackQ4Dot({w.q + j0 * blocks * 16, w.scales + j0 * blocks}, rows, in, packed.data());
+      return packed;
+    });
+    const Q4KProblem q4k = MakeQ4K(1, in, out, rng);
+    const int64_t super_blocks = cpu::Q4KBlocksPerRow(in);
+    check("q4k", cpu::Q4KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
+      const cpu::Q4KWeights w = q4k.weights();
+      std::vector<uint8_t> packed(size_t(cpu::Q4KDotPackedSize(rows, in)), 0xff);
+      cpu::PackQ4KDot({w.q + j0 * super_blocks * (cpu::kQ4KBlock / 2), w.scales + j0 * super_blocks}, rows, in,
+                      packed.data());
+      return packed;
+    });
   }
 }
 
