@@ -69,11 +69,8 @@ class CpuBackend : public Backend {
     matrix_bytes_ = read.Bytes();
     // A mechanism's token matrices held in the copy's type are read there, not as fp32.
     if (reduced_) {
-      for (size_t l = 0; l < reduced_->layers.size(); ++l) {
-        if (reduced_->layers[l].token.empty()) continue;
-        for (const TokenMatrix& t : AttentionTokenMatrices(model.layers()[l].attention)) {
-          replaced_bytes_ += t.out * t.in * int64_t(sizeof(float));
-        }
+      for (const CpuMatrices::Layer& l : reduced_->layers) {
+        for (const WeightMatrix& t : l.token) replaced_bytes_ += t.Weights() * int64_t(sizeof(float));
       }
     }
   }

@@ -65,7 +65,7 @@ STEADY_DECLARE_MECHANISM(SlicedParams)
 inline int SlicedScoresPerToken(const AttnShape& s) { return s.heads + s.kv_heads; }
 //
 // The "mlp" projection's hidden layers (q_fc1 [heads * head_dim]^2, k_fc1 [kv_heads * head_dim]^2:
-// at llama1b's shape 17 MB of fp32 a layer, read at every step) are SlicedTokenMatrices 0 and 1; with
+// at llama1b's shape 17.8 MB of fp32 a layer, read at every step) are SlicedTokenMatrices 0 and 1; with
 // `product` (float only) SlicedTokenScores multiplies by them through it, in the caller's precision,
 // instead of by the fp32 weights. The biases, the GELU and the output layer stay as they are.
 std::vector<TokenMatrix> SlicedTokenMatrices(const SlicedParams& p, const AttnShape& s);
