@@ -7,12 +7,25 @@
 // q4k pair (kernels/cpu/q4k.h). The int8 kernels run on each path the CPU has (the "path" argument:
 // 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2, 3 Arm SMMLA, 4 Arm SDOT; cpu::Int8Path), skipped where it lacks
 // one. BM_MatVecsF64 is sliced_relu's fp64 score projections.
+//
+// BM_VpdpbusdIssue measures what the AVX-512 int8 kernels are held against on this CPU: a loop of
+// 12 independent VPDPBUSD on 512-bit registers, alone or with 4 other instructions beside them (the
+// fp32 steps of a q8_0 block's scaling, an integer multiply, a conversion, the 4-bit unpacking), on
+// every compute thread at once. Its int8 multiply-adds a second, alone, are the peak the AVX512_VNNI
+// kernels' `peak_fraction` counter divides by, measured once in the same process (docs/cpu.md:
+// "Where the issue's goals stand"); with the others beside them, how much of that peak is left.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
@@ -158,6 +171,113 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   return lw;
 }
 
+// What runs beside the 12 VPDPBUSD of BM_VpdpbusdIssue's loop (4 of each a turn).
+enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack };
+constexpr int64_t kIssueTurns = 1 << 24;  // turns of the loop per thread and iteration
+
+#if defined(__x86_64__)
+// One thread's turns of 12 VPDPBUSD (and 4 of kBeside), each into an accumulator of its own so that
+// none waits for another; the empty asm keeps every register live and the loop from being folded.
+template <Beside kBeside>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t IssueLoop(int64_t turns) {
+  __m512i a0 = _mm512_set1_epi32(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+          a9 = a0, a10 = a0, a11 = a0;
+  __m512i e0 = _mm512_set1_epi32(3), e1 = e0, e2 = e0, e3 = e0;
+  __m512 f0 = _mm512_set1_ps(1.0f), f1 = f0, f2 = f0, f3 = f0;
+  const __m512i w = _mm512_set1_epi32(0x01020304), x = _mm512_set1_epi32(0x01010101), low = _mm512_set1_epi8(0x0f);
+  const __m512 m = _mm512_set1_ps(0.999f);
+  for (int64_t t = 0; t < turns; ++t) {
+#define STEADY_DP(acc) acc = _mm512_dpbusd_epi32(acc, w, x);
+    STEADY_DP(a0) STEADY_DP(a1) STEADY_DP(a2) STEADY_DP(a3) STEADY_DP(a4) STEADY_DP(a5)
+    STEADY_DP(a6) STEADY_DP(a7) STEADY_DP(a8) STEADY_DP(a9) STEADY_DP(a10) STEADY_DP(a11)
+#undef STEADY_DP
+    if constexpr (kBeside == Beside::kFma) {
+      f0 = _mm512_fmadd_ps(f0, m, m), f1 = _mm512_fmadd_ps(f1, m, m), f2 = _mm512_fmadd_ps(f2, m, m), f3 = _mm512_fmadd_ps(f3, m, m);
+    } else if constexpr (kBeside == Beside::kMulps) {
+      f0 = _mm512_mul_ps(f0, m), f1 = _mm512_mul_ps(f1, m), f2 = _mm512_mul_ps(f2, m), f3 = _mm512_mul_ps(f3, m);
+    } else if constexpr (kBeside == Beside::kVpmulld) {
+      e0 = _mm512_mullo_epi32(e0, w), e1 = _mm512_mullo_epi32(e1, w), e2 = _mm512_mullo_epi32(e2, w), e3 = _mm512_mullo_epi32(e3, w);
+    } else if constexpr (kBeside == Beside::kCvt) {
+      f0 = _mm512_maskz_cvtepi32_ps(0xffff, e0), f1 = _mm512_maskz_cvtepi32_ps(0xffff, e1);
+      f2 = _mm512_maskz_cvtepi32_ps(0xffff, e2), f3 = _mm512_maskz_cvtepi32_ps(0xffff, e3);  // maskz: no undefined source
+    } else if constexpr (kBeside == Beside::kUnpack) {
+      e0 = _mm512_and_si512(_mm512_srli_epi16(e0, 4), low), e1 = _mm512_and_si512(_mm512_srli_epi16(e1, 4), low);
+      e2 = _mm512_and_si512(_mm512_srli_epi16(e2, 4), low), e3 = _mm512_and_si512(_mm512_srli_epi16(e3, 4), low);
+    }
+    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
+                     "+v"(a9), "+v"(a10), "+v"(a11));
+    __asm__ volatile("" : "+v"(e0), "+v"(e1), "+v"(e2), "+v"(e3), "+v"(f0), "+v"(f1), "+v"(f2), "+v"(f3));
+  }
+  __m512i sum = _mm512_xor_si512(_mm512_castps_si512(_mm512_add_ps(_mm512_add_ps(f0, f1), _mm512_add_ps(f2, f3))),
+                                 _mm512_add_epi32(_mm512_add_epi32(e0, e1), _mm512_add_epi32(e2, e3)));
+  for (__m512i v : {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11}) sum = _mm512_add_epi32(sum, v);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, sum);
+  return lanes[0];  // a lane of every register: nothing folds away
+}
+
+int32_t IssueLoop(Beside beside, int64_t turns) {
+  switch (beside) {
+    case Beside::kNothing: return IssueLoop<Beside::kNothing>(turns);
+    case Beside::kFma: return IssueLoop<Beside::kFma>(turns);
+    case Beside::kMulps: return IssueLoop<Beside::kMulps>(turns);
+    case Beside::kVpmulld: return IssueLoop<Beside::kVpmulld>(turns);
+    case Beside::kCvt: return IssueLoop<Beside::kCvt>(turns);
+    case Beside::kUnpack: return IssueLoop<Beside::kUnpack>(turns);
+  }
+  return 0;
+}
+#endif
+
+// The loop on every compute thread at once, `turns` each: its VPDPBUSD a second.
+double IssueRate(Beside beside, int64_t turns) {
+#if defined(__x86_64__)
+  const int threads = cpu::ComputeThreads();
+  std::atomic<int32_t> sink{0};
+  const auto start = std::chrono::steady_clock::now();
+  cpu::ParallelFor(threads, [&](int) { sink += IssueLoop(beside, turns); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  benchmark::DoNotOptimize(sink.load());
+  return 12.0 * double(turns) * threads / seconds;
+#else
+  (void)beside, (void)turns;
+  return 0;
+#endif
+}
+
+bool VpdpbusdAvailable() { return cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni); }
+
+// The int8 multiply-adds a second of VPDPBUSD alone on every compute thread (64 a VPDPBUSD), the
+// best of three runs of about a tenth of a second each, measured at the first call.
+double Int8Peak() {
+  static const double peak = [] {
+    double best = 0;
+    IssueRate(Beside::kNothing, kIssueTurns / 16);  // warm up
+    for (int i = 0; i < 3; ++i) best = std::max(best, 64.0 * IssueRate(Beside::kNothing, kIssueTurns / 8));
+    return best;
+  }();
+  return peak;
+}
+
+void BM_VpdpbusdIssue(benchmark::State& state) {
+  if (!VpdpbusdAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  const auto beside = Beside(state.range(0));
+  double rate = 0;
+  for (auto _ : state) {
+    const double r = IssueRate(beside, kIssueTurns / 8);
+    state.SetIterationTime(12.0 * double(kIssueTurns / 8) * cpu::ComputeThreads() / r);
+    rate = std::max(rate, r);
+  }
+  state.counters["G_VPDPBUSD_per_s"] = rate / 1e9;
+  state.counters["int8_GMACs"] = 64 * rate / 1e9;
+  state.counters["threads"] = cpu::ComputeThreads();
+  static const char* const kBeside[] = {"alone", "+4 VFMADD231PS", "+4 VMULPS", "+4 VPMULLD", "+4 VCVTDQ2PS",
+                                        "+4 VPSRLW and VPANDD"};
+  state.SetLabel(kBeside[state.range(0)]);
+}
+BENCHMARK(BM_VpdpbusdIssue)->DenseRange(0, 5)->ArgNames({"beside"})->Unit(benchmark::kMillisecond)->UseManualTime()
+    ->Iterations(5);
+
 template <typename Fn>
 void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char* label, const Fn& fn) {
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
@@ -174,6 +294,14 @@ void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * in * out, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = cpu::ComputeThreads();
   state.SetLabel(label);
+}
+
+// An int8 kernel on AVX512_VNNI: its multiply-adds a second as a share of Int8Peak() (a rate counter
+// of multiply-adds / peak per iteration is that share).
+void ReportPeakFraction(benchmark::State& state) {
+  if (cpu::CurrentInt8Path() != cpu::Int8Path::kAvx512Vnni) return;
+  const double macs = double(state.range(0)) * double(state.range(1)) * double(state.range(2));
+  state.counters["peak_fraction"] = benchmark::Counter(macs / Int8Peak(), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Bf16Widening(benchmark::State& state) {
@@ -217,6 +345,7 @@ void BM_Q8Dot(benchmark::State& state) {
                                                    int out, float* y) {
     cpu::MatMulNTQ8Dot(x, rows, in, lw.q8_dot.data(), out, y);
   });
+  ReportPeakFraction(state);
 }
 // q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
 void BM_Q4Dot(benchmark::State& state) {
@@ -226,6 +355,7 @@ void BM_Q4Dot(benchmark::State& state) {
                                                     int out, float* y) {
     cpu::MatMulNTQ4Dot(x, rows, in, lw.q4_dot.data(), out, y);
   });
+  ReportPeakFraction(state);
 }
 
 // q4k is 37 bytes per 64 weights (4.625 bits): nibbles, and per 256 two fp16 and 16 bytes of scales.
@@ -242,6 +372,7 @@ void BM_Q4KDot(benchmark::State& state) {
                                                             const LowPrecisionWeights& lw, int out, float* y) {
     cpu::MatMulNTQ4KDot(x, rows, in, lw.q4k_dot.data(), out, y);
   });
+  ReportPeakFraction(state);
 }
 
 // Llama 3.2 1B: q/o 2048x2048, gate/up 2048->8192, down 8192->2048, the head 2048->128256.
