@@ -30,8 +30,8 @@
 namespace steady::cpu::dot {
 namespace {
 
-// The AVX-512 register tiles: bf16 and 4-bit 4 rows x 4 groups, 16 accumulators + 4 weights + x of
-// 32 registers; q8 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3 weights + x.
+// The AVX-512 register tiles: bf16 and q4 4 rows x 4 groups, 16 accumulators + 4 weights + x of
+// 32 registers; q8 and q4k 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3 weights + x.
 constexpr int kRegisterTileRows = 4;
 constexpr int kRegisterTileGroups = 4;
 constexpr int kQ8TileRows = 4;
@@ -112,18 +112,6 @@ STEADY_DOT_TARGET void Scale(const Q8Rows& x, int r, int64_t b, const __m512i (&
     for (int rr = 0; rr < R; ++rr) a[rr][c] = ScaleOne(s[rr][c], ws[c], x.xscale[(r + rr) * x.blocks + b], a[rr][c]);
   }
 }
-// As Scale, the fp32 sums in acc (L1): the 4-bit kernels, whose unpacking needs the registers that
-// would hold them (in registers, q4 ran 1.02-1.12x slower and q4k no faster).
-template <int R, int C>
-STEADY_DOT_TARGET void ScaleInL1(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C], float* acc) {
-  for (int c = 0; c < C; ++c) {
-    for (int rr = 0; rr < R; ++rr) {
-      float* a = acc + (rr * C + c) * 16;
-      _mm512_store_ps(a, ScaleOne(s[rr][c], ws[c], x.xscale[(r + rr) * x.blocks + b], _mm512_load_ps(a)));
-    }
-  }
-}
-
 // int8 x int8, a q8_0 block (32 inputs) per step: 8 VPDPBUSD of the weights (+ 128, unsigned) by x's
 // 4 bytes broadcast (signed) into int32 sums that start at -128 * the block's sum of q_x, so that
 // they end at the exact sum of q_x q_w; then one conversion and one fp32 multiply-add by
@@ -166,18 +154,21 @@ struct Q8Op {
 
 // int8 x 4-bit: as Q8Op, the weights' nibbles (q_w + 8 in 0..15, unsigned) unpacked with a mask and
 // a shift, the sums starting at -8 * the block's sum of q_x, the scales widened from fp16.
+template <int kGroups>
 struct Q4Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 16;  // 16 blocks x 4 groups x 288 bytes: 18 KB in L1
-  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+  static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
 
   template <int R, int C>
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 a[R][C];
+    LoadSums(acc, a);
     for (int64_t b = b0; b < b1; ++b) {
       __m512i s[R][C];
       Start(x, r, b, 8, s);
@@ -196,8 +187,9 @@ struct Q4Op {
       for (int c = 0; c < C; ++c) {
         ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
       }
-      ScaleInL1(x, r, b, s, ws, acc);
+      Scale(x, r, b, s, ws, a);
     }
+    StoreSums(a, acc);
   }
 };
 
@@ -205,19 +197,26 @@ struct Q4Op {
 // exactly in int32 as Q4Op does (no offset: q is unsigned), then in fp32
 //     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m),
 // the minimum's share taken off with the block's sum of q_x. The scales are widened per group and
-// sub-block, once for every row of the tile.
+// sub-block, once for every row of the tile. The tile is 4 rows x 3 groups with its fp32 sums in
+// registers over a chunk, as q8's: 12 int32 + 12 fp32 sums + 3 weight vectors + x, the nibbles
+// unpacked in the weight registers. With 4 x 4 and the fp32 sums loaded from and stored to L1 every
+// sub-block, the kernel ran 1.12-1.17x slower at 16 and 64 rows on a Zen 4 EPYC (matmul_bench,
+// docs/cpu.md); 4 x 2 in registers was no faster than that.
+template <int kGroups>
 struct Q4KOp {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 2;  // 2 super-blocks x 4 groups x 2368 bytes: 19 KB in L1
-  static constexpr int kTileRows = kRegisterTileRows, kTileGroups = kRegisterTileGroups;
+  static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
 
   template <int R, int C>
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 a[R][C];
+    LoadSums(acc, a);
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* wb = w + b * kQ4KRecord;
       // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
@@ -247,16 +246,15 @@ struct Q4KOp {
           const __m512 min = _mm512_mul_ps(
               dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 192 + 16 * s)))));
           for (int rr = 0; rr < R; ++rr) {
-            float* a = acc + (rr * C + c) * 16;
             const int64_t i = (r + rr) * x.blocks + xb;
             const float dx = x.xscale[i];
-            __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), _mm512_load_ps(a));
-            sum = _mm512_fnmadd_ps(min, _mm512_set1_ps(dx * float(x.xsum[i])), sum);
-            _mm512_store_ps(a, sum);
+            a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), a[rr][c]);
+            a[rr][c] = _mm512_fnmadd_ps(min, _mm512_set1_ps(dx * float(x.xsum[i])), a[rr][c]);
           }
         }
       }
     }
+    StoreSums(a, acc);
   }
 };
 
@@ -333,12 +331,20 @@ void Q8Dot512(const float* x, int rows, int in, const DotProduct* products, int 
 }
 
 void Q4Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
-  Quantized(x, rows, in, products, count, [](const Q8Rows& xq, const uint8_t* w) { return Q4Op{xq, w, xq.blocks}; });
+  if (rows < kQ8TileRows) {  // as Q8Dot512
+    return Quantized(x, rows, in, products, count, [](const Q8Rows& xq, const uint8_t* w) { return Q4Op<4>{xq, w, xq.blocks}; });
+  }
+  Quantized(x, rows, in, products, count,
+            [](const Q8Rows& xq, const uint8_t* w) { return Q4Op<kQ8TileGroups>{xq, w, xq.blocks}; });
 }
 
 void Q4KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  if (rows < kQ8TileRows) {
+    return Quantized(x, rows, in, products, count,
+                     [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp<4>{xq, w, Q4KBlocksPerRow(in)}; });
+  }
   Quantized(x, rows, in, products, count,
-            [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp{xq, w, Q4KBlocksPerRow(in)}; });
+            [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp<kQ8TileGroups>{xq, w, Q4KBlocksPerRow(in)}; });
 }
 
 }  // namespace
