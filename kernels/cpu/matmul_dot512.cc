@@ -30,8 +30,9 @@
 namespace steady::cpu::dot {
 namespace {
 
-// The AVX-512 register tiles: bf16 and q4 4 rows x 4 groups, 16 accumulators + 4 weights + x of
-// 32 registers; q8 and q4k 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3 weights + x.
+// The AVX-512 register tiles: bf16 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32
+// registers; the int8 kernels (q8, q4, q4k) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
+// weights + x (4 groups below 4 rows: Q8Dot512).
 constexpr int kRegisterTileRows = 4;
 constexpr int kRegisterTileGroups = 4;
 constexpr int kQ8TileRows = 4;
@@ -152,14 +153,15 @@ struct Q8Op {
   }
 };
 
-// int8 x 4-bit: as Q8Op, the weights' nibbles (q_w + 8 in 0..15, unsigned) unpacked with a mask and
-// a shift, the sums starting at -8 * the block's sum of q_x, the scales widened from fp16.
+// int8 x 4-bit: as Q8Op (its tile, the fp32 sums in registers over a chunk), the weights' nibbles
+// (q_w + 8 in 0..15, unsigned) unpacked with a mask and a shift in the weight registers, the sums
+// starting at -8 * the block's sum of q_x, the scales widened from fp16.
 template <int kGroups>
 struct Q4Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
-  static constexpr int64_t kChunk = 16;  // 16 blocks x 4 groups x 288 bytes: 18 KB in L1
+  static constexpr int64_t kChunk = 16;  // 16 blocks x 3 (or 4) groups x 288 bytes: 14 (18) KB in L1
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
@@ -197,17 +199,16 @@ struct Q4Op {
 // exactly in int32 as Q4Op does (no offset: q is unsigned), then in fp32
 //     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m),
 // the minimum's share taken off with the block's sum of q_x. The scales are widened per group and
-// sub-block, once for every row of the tile. The tile is 4 rows x 3 groups with its fp32 sums in
-// registers over a chunk, as q8's: 12 int32 + 12 fp32 sums + 3 weight vectors + x, the nibbles
-// unpacked in the weight registers. With 4 x 4 and the fp32 sums loaded from and stored to L1 every
-// sub-block, the kernel ran 1.12-1.17x slower at 16 and 64 rows on a Zen 4 EPYC (matmul_bench,
-// docs/cpu.md); 4 x 2 in registers was no faster than that.
+// sub-block, once for every row of the tile. The tile is q8's, 4 rows x 3 groups with the fp32 sums
+// in registers over a chunk: with 4 x 4 and the sums loaded from and stored to L1 every sub-block
+// (q4: every block), q4k ran 1.03-1.25x slower at 16 and 64 rows on a Zen 4 EPYC (matmul_bench's
+// minimums, docs/cpu.md "The 4-bit tiles in registers"), and 4 x 2 in registers no faster than 4 x 4.
 template <int kGroups>
 struct Q4KOp {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
-  static constexpr int64_t kChunk = 2;  // 2 super-blocks x 4 groups x 2368 bytes: 19 KB in L1
+  static constexpr int64_t kChunk = 2;  // 2 super-blocks x 3 (or 4) groups x 2368 bytes: 14 (19) KB in L1
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }

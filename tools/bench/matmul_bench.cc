@@ -13,7 +13,7 @@
 // fp32 steps of a q8_0 block's scaling, an integer multiply, a conversion, the 4-bit unpacking), on
 // every compute thread at once. Its int8 multiply-adds a second, alone, are the peak the AVX512_VNNI
 // kernels' `peak_fraction` counter divides by, measured once in the same process (docs/cpu.md:
-// "Where the issue's goals stand"); with the others beside them, how much of that peak is left.
+// "VPDPBUSD's issue rate, measured in the tree"); with the others beside them, how much of it is left.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -297,7 +297,7 @@ void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char
 }
 
 // An int8 kernel on AVX512_VNNI: its multiply-adds a second as a share of Int8Peak() (a rate counter
-// of multiply-adds / peak per iteration is that share).
+// of multiply-adds / peak per iteration is that share; the console prints it with a "/s").
 void ReportPeakFraction(benchmark::State& state) {
   if (cpu::CurrentInt8Path() != cpu::Int8Path::kAvx512Vnni) return;
   const double macs = double(state.range(0)) * double(state.range(1)) * double(state.range(2));
