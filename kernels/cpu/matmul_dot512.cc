@@ -32,7 +32,7 @@ namespace {
 
 // The AVX-512 register tiles: bf16 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32
 // registers; the int8 kernels (q8, q4, q4k) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
-// weights + x (4 groups below 4 rows: Q8Dot512).
+// weights + x (4 groups below 4 rows: Int8Dot).
 constexpr int kRegisterTileRows = 4;
 constexpr int kRegisterTileGroups = 4;
 constexpr int kQ8TileRows = 4;
@@ -320,32 +320,27 @@ void Quantized(const float* x, int rows, int in, const DotProduct* products, int
   Run([&](const void* packed) { return make(xq, static_cast<const uint8_t*>(packed)); }, rows, in, products, count);
 }
 
+// x quantized once, then every product through Op<groups>{xq, packed, steps}: q8's, q4's and q4k's
+// tiles are 4 rows x kQ8TileGroups, but a few rows read the weights at memory speed, where 4
+// groups' streams at once beat 3 (1.06-1.15x at one row for q8); their sums fit in registers either
+// way. Every lane's arithmetic is the same.
+template <template <int> class Op>
+void Int8Dot(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps) {
+  if (rows < kQ8TileRows) {
+    return Quantized(x, rows, in, products, count, [steps](const Q8Rows& xq, const uint8_t* w) { return Op<4>{xq, w, steps}; });
+  }
+  Quantized(x, rows, in, products, count,
+            [steps](const Q8Rows& xq, const uint8_t* w) { return Op<kQ8TileGroups>{xq, w, steps}; });
+}
+
 void Q8Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
-  // A few rows read the weights at memory speed, where 4 groups' streams at once beat 3 (1.06-1.15x
-  // at one row); their sums fit in registers either way. Every lane's arithmetic is the same.
-  if (rows < kQ8TileRows) {
-    return Quantized(x, rows, in, products, count,
-                     [](const Q8Rows& xq, const uint8_t* w) { return Q8Op<4>{xq, w, xq.blocks}; });
-  }
-  Quantized(x, rows, in, products, count,
-            [](const Q8Rows& xq, const uint8_t* w) { return Q8Op<kQ8TileGroups>{xq, w, xq.blocks}; });
+  Int8Dot<Q8Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
 }
-
 void Q4Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
-  if (rows < kQ8TileRows) {  // as Q8Dot512
-    return Quantized(x, rows, in, products, count, [](const Q8Rows& xq, const uint8_t* w) { return Q4Op<4>{xq, w, xq.blocks}; });
-  }
-  Quantized(x, rows, in, products, count,
-            [](const Q8Rows& xq, const uint8_t* w) { return Q4Op<kQ8TileGroups>{xq, w, xq.blocks}; });
+  Int8Dot<Q4Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
 }
-
 void Q4KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
-  if (rows < kQ8TileRows) {
-    return Quantized(x, rows, in, products, count,
-                     [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp<4>{xq, w, Q4KBlocksPerRow(in)}; });
-  }
-  Quantized(x, rows, in, products, count,
-            [in](const Q8Rows& xq, const uint8_t* w) { return Q4KOp<kQ8TileGroups>{xq, w, Q4KBlocksPerRow(in)}; });
+  Int8Dot<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
 }
 
 }  // namespace

@@ -229,44 +229,43 @@ int32_t IssueLoop(Beside beside, int64_t turns) {
 }
 #endif
 
-// The loop on every compute thread at once, `turns` each: its VPDPBUSD a second.
-double IssueRate(Beside beside, int64_t turns) {
-#if defined(__x86_64__)
-  const int threads = cpu::ComputeThreads();
+// The loop on every compute thread at once, `turns` each: the seconds it took.
+double IssueSeconds(Beside beside, int64_t turns) {
   std::atomic<int32_t> sink{0};
   const auto start = std::chrono::steady_clock::now();
-  cpu::ParallelFor(threads, [&](int) { sink += IssueLoop(beside, turns); });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  benchmark::DoNotOptimize(sink.load());
-  return 12.0 * double(turns) * threads / seconds;
+#if defined(__x86_64__)
+  cpu::ParallelFor(cpu::ComputeThreads(), [&](int) { sink += IssueLoop(beside, turns); });
 #else
-  (void)beside, (void)turns;
-  return 0;
+  (void)beside, (void)turns;  // BM_VpdpbusdIssue skips and ReportPeakFraction never asks off x86
 #endif
+  benchmark::DoNotOptimize(sink.load());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-bool VpdpbusdAvailable() { return cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni); }
+// VPDPBUSD a second of `turns` turns on every compute thread in `seconds`.
+double IssueRate(int64_t turns, double seconds) { return 12.0 * double(turns) * cpu::ComputeThreads() / seconds; }
 
 // The int8 multiply-adds a second of VPDPBUSD alone on every compute thread (64 a VPDPBUSD), the
 // best of three runs of about a tenth of a second each, measured at the first call.
 double Int8Peak() {
   static const double peak = [] {
     double best = 0;
-    IssueRate(Beside::kNothing, kIssueTurns / 16);  // warm up
-    for (int i = 0; i < 3; ++i) best = std::max(best, 64.0 * IssueRate(Beside::kNothing, kIssueTurns / 8));
+    IssueSeconds(Beside::kNothing, kIssueTurns / 16);  // warm up
+    for (int i = 0; i < 3; ++i) {
+      best = std::max(best, 64.0 * IssueRate(kIssueTurns / 8, IssueSeconds(Beside::kNothing, kIssueTurns / 8)));
+    }
     return best;
   }();
   return peak;
 }
 
 void BM_VpdpbusdIssue(benchmark::State& state) {
-  if (!VpdpbusdAvailable()) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  if (!cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni)) return state.SkipWithError("no AVX512_VNNI on this CPU");
   const auto beside = Beside(state.range(0));
-  double rate = 0;
+  double rate = 0;  // the best iteration's
   for (auto _ : state) {
-    const double r = IssueRate(beside, kIssueTurns / 8);
-    state.SetIterationTime(12.0 * double(kIssueTurns / 8) * cpu::ComputeThreads() / r);
-    rate = std::max(rate, r);
+    const double seconds = IssueSeconds(beside, kIssueTurns / 8);
+    state.SetIterationTime(seconds);
+    rate = std::max(rate, IssueRate(kIssueTurns / 8, seconds));
   }
   state.counters["G_VPDPBUSD_per_s"] = rate / 1e9;
   state.counters["int8_GMACs"] = 64 * rate / 1e9;
