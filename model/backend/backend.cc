@@ -47,20 +47,25 @@ class CpuBackend : public Backend {
     cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
     cpu::SetInt8Path(Int8PathFor(options.cpu_gemm));
     // AMX takes bf16 matrices, converted ones or a checkpoint's own (packed: a copy either way).
-    const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kAuto);
+    const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kStored);
     const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
                       (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
-    // (packed: a copy either way). They round the activations too, so a checkpoint read as stored
-    // (auto) keeps the widening kernels: its logits stay those of its own numbers, exactly (what the
-    // comparisons with PyTorch and llama.cpp check).
+    // (packed: a copy either way), and so do the quantized matrices auto reads as stored (a GGUF
+    // file's Q8_0, Q4_0 and Q4_K blocks, and its other K-quants held as bf16: the same values;
+    // llama.cpp quantizes the activations for them as these kernels do). They round the activations,
+    // so a checkpoint's own fp32, bf16 and f16 matrices read as stored keep the widening kernels under
+    // auto (AMX aside), and every matrix does under stored: the logits stay those of the checkpoint's
+    // own numbers, exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization
+    // check).
+    const CpuWeights w = options.cpu_weights;
+    const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K;
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
-                     ((options.cpu_weights == CpuWeights::kBf16 && cpu::Bf16DotAvailable()) ||
-                      ((options.cpu_weights == CpuWeights::kQ8 || options.cpu_weights == CpuWeights::kQ4 ||
-                        options.cpu_weights == CpuWeights::kQ4K) &&
-                       cpu::Int8DotAvailable()));
-    if (options.cpu_weights != CpuWeights::kAuto || amx || dot) {
+                     ((w == CpuWeights::kBf16 && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()) ||
+                      (w == CpuWeights::kAuto && own.HasQuantized() &&
+                       (cpu::Int8DotAvailable() || cpu::Bf16DotAvailable())));
+    if ((options.cpu_weights != CpuWeights::kAuto && options.cpu_weights != CpuWeights::kStored) || amx || dot) {
       reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx, dot));
     }
     const CpuMatrices& read = reduced_ ? *reduced_ : own;

@@ -15,13 +15,14 @@ namespace steady {
 
 absl::StatusOr<CpuWeights> ParseCpuWeights(std::string_view name) {
   if (name == "auto") return CpuWeights::kAuto;
+  if (name == "stored") return CpuWeights::kStored;
   if (name == "f32") return CpuWeights::kF32;
   if (name == "bf16") return CpuWeights::kBf16;
   if (name == "q8") return CpuWeights::kQ8;
   if (name == "q4") return CpuWeights::kQ4;
   if (name == "q4k") return CpuWeights::kQ4K;
   return absl::InvalidArgumentError(
-      absl::StrCat("--cpu-weights: expected auto, f32, bf16, q8, q4 or q4k, got \"", std::string(name), "\""));
+      absl::StrCat("--cpu-weights: expected auto, stored, f32, bf16, q8, q4 or q4k, got \"", std::string(name), "\""));
 }
 
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
@@ -65,6 +66,7 @@ std::string CpuGemmName(CpuGemm g) {
 std::string CpuWeightsName(CpuWeights w) {
   switch (w) {
     case CpuWeights::kAuto: return "auto";
+    case CpuWeights::kStored: return "stored";
     case CpuWeights::kF32: return "f32";
     case CpuWeights::kBf16: return "bf16";
     case CpuWeights::kQ8: return "q8";
@@ -94,7 +96,8 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
   switch (precision) {
-    case CpuWeights::kAuto: return std::nullopt;
+    case CpuWeights::kAuto:
+    case CpuWeights::kStored: return std::nullopt;
     case CpuWeights::kF32: return WeightType::kF32;
     case CpuWeights::kBf16: return WeightType::kBf16;
     case CpuWeights::kQ8: return WeightType::kQ8;
@@ -107,6 +110,7 @@ std::optional<WeightType> ConvertedType(CpuWeights precision) {
 std::optional<WeightType> TokenMatrixType(CpuWeights precision) {
   switch (precision) {
     case CpuWeights::kAuto:
+    case CpuWeights::kStored:
     case CpuWeights::kF32: return std::nullopt;
     case CpuWeights::kBf16: return WeightType::kBf16;
     case CpuWeights::kQ8:
@@ -124,7 +128,10 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
   // `w` in `to`, packed for the kernel this CPU runs it on.
   const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
-    if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
+    if (dot && to == WeightType::kBf16 && (precision != CpuWeights::kAuto || w.dequantized()) &&
+        cpu::Bf16DotAvailable()) {
+      to = WeightType::kDotBf16;
+    }
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
@@ -185,6 +192,22 @@ std::string CpuMatrices::TypeNames() const {
     }
   });
   return absl::StrJoin(names, " and ");
+}
+
+bool CpuMatrices::HasQuantized() const {
+  bool any = false;
+  ForEach([&](const WeightMatrix& w) {
+    switch (w.type()) {
+      case WeightType::kQ8:
+      case WeightType::kDotQ8:
+      case WeightType::kQ4:
+      case WeightType::kDotQ4:
+      case WeightType::kQ4K:
+      case WeightType::kDotQ4K: any = true; break;
+      default: any = any || w.dequantized();
+    }
+  });
+  return any;
 }
 
 std::string CpuMatrices::Kernels() const {

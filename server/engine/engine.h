@@ -49,7 +49,7 @@ struct EngineOptions {
   int64_t max_sessions = 1 << 20;                 // resident + offloaded
   std::string device = "cpu";                     // --device cpu|cuda|auto (model/backend/backend.h)
   int cpu_threads = 0;                            // --threads: CPU kernels' threads (0: all cores)
-  CpuWeights cpu_weights = CpuWeights::kAuto;     // --cpu-weights auto|f32|bf16|q8 (model/decoder/cpu_weights.h)
+  CpuWeights cpu_weights = CpuWeights::kAuto;     // --cpu-weights auto|stored|f32|bf16|q8|q4|q4k (model/decoder/cpu_weights.h)
   CpuGemm cpu_gemm = CpuGemm::kAuto;              // --cpu-gemm auto|simd|openblas
   int64_t max_context = 8192;                     // --max-context: KV cache tokens per session where
                                                   // the backend preallocates it (CUDA, softmax layers)

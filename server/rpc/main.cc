@@ -57,7 +57,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--speculative off|ngram|draft [--draft-model DIR] [--draft-tokens K] [--ngram-history N]]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights auto|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--max-context N]
+                    [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -86,7 +86,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
   --threads N         CPU backend: threads for the decode GEMMs and prefill (default 0: every core
                       the process may use; docs/cpu.md)
   --cpu-weights W     CPU backend: the projection matrices as the checkpoint stores them (auto,
-                      the default: fp32, bf16 or f16, memory-mapped, no copy), or converted at
+                      the default: fp32, bf16 or f16, memory-mapped, no copy; a GGUF file's
+                      quantized blocks on the int8 and bf16 dot-product kernels, activations
+                      rounded as llama.cpp rounds them; stored: every matrix on the widening
+                      kernels, fp32 arithmetic on the stored values), or converted at
                       start to f32, bf16, q8 (8-bit blocks of 32 with a scale: about a quarter of
                       fp32's bytes per decode step, at a small quality cost) or q4 (4-bit blocks,
                       about a seventh, a larger cost) or q4k (4-bit super-blocks

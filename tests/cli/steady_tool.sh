@@ -24,7 +24,7 @@ expect_error "generate --cpu-gemm amx refused" "--cpu-gemm: expected auto, simd,
   [ -s "$tmp/q8.txt" ] && pass "generate --cpu-weights q8" || fail "generate q8: $(cat "$tmp/err")"
 if "$steady" generate --model "$tmp/m" --prompt "x" --max-tokens 2 --cpu-weights f8 > /dev/null 2> "$tmp/err"; then
   fail "--cpu-weights f8 was accepted"
-elif grep -q -- "--cpu-weights: expected auto, f32, bf16, q8, q4 or q4k" "$tmp/err"; then
+elif grep -q -- "--cpu-weights: expected auto, stored, f32, bf16, q8, q4 or q4k" "$tmp/err"; then
   pass "generate --cpu-weights f8 refused"
 else
   fail "--cpu-weights f8: $(cat "$tmp/err")"

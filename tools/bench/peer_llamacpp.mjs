@@ -530,7 +530,7 @@ function cmdCompare(flags) {
   }));
   const pre = (rs) => rs.map((l) => l[0].prefill?.tokens_per_second).filter((x) => x !== undefined);
   const summary = {
-    model: flags.model, gguf: flags.gguf, cpu_weights: flags.label || flags["cpu-weights"] || "as stored",
+    model: flags.model, gguf: flags.gguf, cpu_weights: flags.label || flags["cpu-weights"] || "auto",
     kv_llama_cpp: flags.kv || "f32",
     flash_attention_llama_cpp: runs.llama[0][0].flash_attention, llama_cpp_release: runs.llama[0][0].release,
     llama_cpp_system_info: runs.llama[0][0].system_info, threads: Number(threads),

@@ -38,9 +38,10 @@
 # slay, dark, sliced_relu and window_dark (SERVE_WINDOW, 64) serve a checkpoint of their own: the same
 # seed's decoder with their tensors),
 # SERVE_LLAMACPP (1; 0 skips llama.cpp's run, e.g. when its figure for the same weights is at hand),
-# SERVE_GGUF (a GGUF file both engines serve, Steady's weights as it holds them); gguf-bench: GGUF_TYPES
-# ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4), GGUF_CPU_WEIGHTS (Steady's
-# --cpu-weights on every file; unset: each type as the loader holds it).
+# SERVE_GGUF (a GGUF file both engines serve, Steady's weights as it holds them, on auto's kernels);
+# gguf-bench: GGUF_TYPES ("f16 q8_0 q4_k_m"), GGUF_LAYERS (llama1b's shape cut to this many layers; 4),
+# GGUF_CPU_WEIGHTS (Steady's --cpu-weights on every file, e.g. stored for the widening kernels; unset:
+# auto, each type as the loader holds it, the quantized ones on the dot-product kernels).
 # Results (JSON and the markdown table) go to $PEER_CACHE/results/<UTC time>/.
 set -euo pipefail
 
@@ -173,10 +174,12 @@ EOF
 # same file. 1. Each architecture's f32 GGUF (llama, llama3 rope_freqs, qwen2, qwen3): identical
 # greedy ids and logits within 1e-4 of their spread. 2. A random llama with rows of whole K-quant
 # blocks, quantized by llama.cpp's own llama_model_quantize to q8_0, q4_0, q4_k_m, q5_k_m and q6_k:
-# Steady on the quantized file against llama.cpp on llama.cpp's own f32 dequantization of it
-# (llama.cpp's dot products quantize the activations to 8 bits, so on the quantized file itself the
-# two differ by that; reported beside): q8_0 (exactly Steady's q8 blocks) within 1e-4, the others
-# within bf16's rounding (Steady holds K-quants in bf16), below 0.05 of the spread. 3. Tokenization of
+# Steady on the quantized file with `--cpu-weights stored` (the widening kernels: fp32 arithmetic on
+# the file's values) against llama.cpp on llama.cpp's own f32 dequantization of it: q8_0 (exactly
+# Steady's q8 blocks) within 1e-4, the others within bf16's rounding (Steady holds Q4_1, Q5_1, Q5_K and
+# Q6_K in bf16), below 0.05 of the spread; reported beside, Steady as it runs by default (auto: the
+# int8 and bf16 dot-product kernels, activations rounded) against llama.cpp on the quantized file itself
+# (whose dot products quantize the activations to 8 bits too), loosely bounded. 3. Tokenization of
 # the texts of tests/data/hf/texts.json by the GGUF's own vocabulary: SPM (tiny-softmax's) and
 # byte-level BPE (Llama 3's llama-bpe and Qwen3's qwen2, from the npm cache of tests/reference, when
 # present). Exit 1 unless every check holds.
@@ -199,7 +202,8 @@ gguf() {
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.f32.gguf" --out "$WORK/llama-quant.$t.gguf" --type "$t" 2>/dev/null
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.$t.gguf" --out "$WORK/llama-quant.$t.dequantized.gguf" --type f32 2>/dev/null
     node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.dequantized.gguf" \
-      --prompts "$prompts" --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" >"$RESULTS/gguf-quant-$t.json"
+      --prompts "$prompts" --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" --cpu-weights stored \
+      >"$RESULTS/gguf-quant-$t.json"
     node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.gguf" \
       --prompts "$prompts" --max-tokens "${EXACT_TOKENS:-32}" --threads "$CHECK_THREADS" >"$RESULTS/gguf-same-$t.json"
   done

@@ -36,7 +36,8 @@ def main():
         row(f"llama {t}, llama.cpp on its f32 dequantization of the file", prompts(f"gguf-quant-{t}.json"),
             1e-4 if t == "q8_0" else 0.05, t == "q8_0")
     for t in TYPES:
-        # Reported, loosely bounded: llama.cpp's dot products round the activations to 8 bits here.
+        # Reported, loosely bounded: both engines' dot products round the activations here (llama.cpp's
+        # to 8 bits per 32 or 256, Steady's to 8 bits per 32 or to bf16), each its own way.
         row(f"llama {t}, llama.cpp on the same file", prompts(f"gguf-same-{t}.json"), 0.25, False)
     for path in sorted(glob.glob(os.path.join(r, "gguf-tokenize-*.json"))):
         t = json.load(open(path))

@@ -3,6 +3,7 @@
 // tokenizers on tiny vocabularies. (The comparison with llama.cpp itself: tests/cli/gguf_llamacpp.sh.)
 #include "model/gguf/gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -13,11 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/q4k.h"
+#include "model/backend/backend.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/decoder/state_pool.h"
 #include "model/gguf/dequantize.h"
 #include "model/gguf/gguf_tokenizer.h"
+#include "tests/testutil.h"
 
 namespace steady {
 namespace {
@@ -331,6 +335,89 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
   }
   EXPECT_EQ(matrices, 2 * 7);
   ExpectSameLogits(*q, *f);
+}
+
+// A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q4_1 (held as bf16, as Q5_K and
+// Q6_K are) for attn_output, F32 elsewhere. --cpu-weights auto puts its q4k matrices on the int8
+// kernels and its bf16 ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
+// on the widening kernels, whose logits are those of the file's values in fp32 (the F32 control's);
+// auto's are close to them but not the same bits (the packed matrices, and activations rounded to 8
+// bits or bf16, were read).
+TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
+  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 8);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::mt19937 rng(3);
+  std::map<std::string, std::vector<float>> values;
+  const std::string quantized = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    std::string blocks;
+    GgmlType type = GgmlType::kQ4_K;
+    if (shape[1] % cpu::kQ4KBlock == 0) {
+      blocks = RandomQ4K(shape[0], shape[1], rng);
+    } else {  // Q4_1 per 32: fp16 d and m, 16 bytes of nibbles
+      type = GgmlType::kQ4_1;
+      for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
+        const uint16_t d = FloatToHalf(0.003f * float(1 + rng() % 8)), min = FloatToHalf(-0.02f * float(1 + rng() % 4));
+        blocks.append(reinterpret_cast<const char*>(&d), 2);
+        blocks.append(reinterpret_cast<const char*>(&min), 2);
+        for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
+      }
+    }
+    values[name].resize(size_t(shape[0] * shape[1]));
+    Dequantize(uint32_t(type), blocks.data(), shape[0] * shape[1], values[name].data());
+    if (type == GgmlType::kQ4_1) {  // held as bf16: the control holds the rounded values
+      for (float& x : values[name]) x = BFloat16ToFloat(FloatToBFloat16(x));
+    }
+    w.Raw(name, std::move(shape), uint32_t(type), blocks);
+  });
+  const std::string control = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
+  });
+  auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_k_m.gguf"), std::nullopt);
+  auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(q->layers()[0].wq.type(), WeightType::kQ4K);
+  EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kBf16);
+  EXPECT_TRUE(q->layers()[0].wo.dequantized());
+  EXPECT_FALSE(q->layers()[0].wq.dequantized());
+  EXPECT_FALSE(f->layers()[0].wo.dequantized());
+
+  auto step = [](const Model& model, CpuWeights weights, std::string* name) {
+    BackendOptions o;
+    o.slots = 2;
+    o.cpu_weights = weights;
+    auto backend = MakeBackend(model, "cpu", o);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    if (!backend.ok()) return std::vector<double>{};
+    *name = (*backend)->Name();
+    std::vector<float> logits;
+    (*backend)->Forward({{0, {1, 5, 9, 40, 7, 96, 3}, false}, {1, {4, 5, 6}, false}}, &logits);
+    return std::vector<double>(logits.begin(), logits.end());
+  };
+  std::string auto_name, stored_name, control_name;
+  const std::vector<double> fast = step(*q, CpuWeights::kAuto, &auto_name);
+  const std::vector<double> stored = step(*q, CpuWeights::kStored, &stored_name);
+  const std::vector<double> reference = step(*f, CpuWeights::kAuto, &control_name);
+  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k weights)");
+  EXPECT_EQ(control_name, "cpu");  // an F32 file: nothing quantized, nothing packed
+  ASSERT_EQ(stored.size(), reference.size());
+  ASSERT_EQ(fast.size(), reference.size());
+  EXPECT_LT(testing::MaxRelError(stored, reference), 1e-5);
+  const bool int8 = cpu::Int8DotAvailable(), bf16 = cpu::Bf16DotAvailable();
+  if (!int8 && !bf16) {
+    EXPECT_EQ(auto_name, stored_name);
+    EXPECT_EQ(fast, stored);
+    GTEST_SKIP() << "no int8 or bf16 dot-product kernel on this CPU: auto kept the widening kernels";
+  }
+  std::vector<std::string> kernels;
+  if (bf16) kernels.push_back("AVX512_BF16");
+  if (int8) kernels.push_back(cpu::Int8PathExtension(cpu::WidestInt8Path()));
+  std::sort(kernels.begin(), kernels.end());
+  std::string on;
+  for (const std::string& k : kernels) on += (on.empty() ? "" : " and ") + k;
+  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k weights on " + on + ")");
+  EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
+  EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
 }
 
 TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
