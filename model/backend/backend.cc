@@ -52,19 +52,19 @@ class CpuBackend : public Backend {
                       (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
-    // (packed: a copy either way), and so do the quantized matrices auto reads as stored (a GGUF
-    // file's Q8_0, Q4_0 and Q4_K blocks, and its other K-quants held as bf16: the same values;
-    // llama.cpp quantizes the activations for them as these kernels do). They round the activations,
-    // so a checkpoint's own fp32, bf16 and f16 matrices read as stored keep the widening kernels under
-    // auto (AMX aside), and every matrix does under stored: the logits stay those of the checkpoint's
-    // own numbers, exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization
-    // check).
+    // (packed: a copy either way), and so do auto's bf16, q8, q4 and q4k matrices as stored (a
+    // checkpoint's own bf16, a GGUF file's blocks: the same values; llama.cpp rounds the activations
+    // for a quantized file as these kernels do). They round the activations, so under stored every
+    // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
+    // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
+    // and f16 matrices keep them under auto too.
     const CpuWeights w = options.cpu_weights;
-    const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K;
+    const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
+                      (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
+                                                  own.Has(WeightType::kQ4K)));
+    const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
-                     ((w == CpuWeights::kBf16 && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()) ||
-                      (w == CpuWeights::kAuto && own.HasQuantized() &&
-                       (cpu::Int8DotAvailable() || cpu::Bf16DotAvailable())));
+                     ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));
     if ((options.cpu_weights != CpuWeights::kAuto && options.cpu_weights != CpuWeights::kStored) || amx || dot) {
       reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx, dot));
     }

@@ -128,10 +128,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
   // `w` in `to`, packed for the kernel this CPU runs it on.
   const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
-    if (dot && to == WeightType::kBf16 && (precision != CpuWeights::kAuto || w.dequantized()) &&
-        cpu::Bf16DotAvailable()) {
-      to = WeightType::kDotBf16;
-    }
+    if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
@@ -194,19 +191,9 @@ std::string CpuMatrices::TypeNames() const {
   return absl::StrJoin(names, " and ");
 }
 
-bool CpuMatrices::HasQuantized() const {
+bool CpuMatrices::Has(WeightType type) const {
   bool any = false;
-  ForEach([&](const WeightMatrix& w) {
-    switch (w.type()) {
-      case WeightType::kQ8:
-      case WeightType::kDotQ8:
-      case WeightType::kQ4:
-      case WeightType::kDotQ4:
-      case WeightType::kQ4K:
-      case WeightType::kDotQ4K: any = true; break;
-      default: any = any || w.dequantized();
-    }
-  });
+  ForEach([&](const WeightMatrix& w) { any = any || w.type() == type; });
   return any;
 }
 

@@ -1,7 +1,8 @@
 // The precision the CPU backend reads the projection matrices in (--cpu-weights, docs/cpu.md). By
 // default (auto) it reads the Model's matrices as the checkpoint stores them (fp32, bf16 or f16, a
-// memory-mapped view: no copy; a GGUF file's quantized blocks as q8, q4 or q4k), each type on the
-// fastest kernel that reads its stored values unchanged; stored keeps every matrix on the widening
+// memory-mapped view, or a copy packed for a dot-product kernel; a GGUF file's quantized blocks as q8,
+// q4 or q4k), each type on the fastest kernel that reads its stored values unchanged; stored keeps
+// every matrix on the widening
 // kernels (the checkpoint's own numbers in fp32 arithmetic, exactly); f32, bf16, q8, q4 or q4k convert
 // the seven matrices of every layer and the LM head once, at start, into copies of the backend's own
 // (and the mapped pages they came from leave resident memory), and a mechanism's token matrices
@@ -24,11 +25,11 @@ namespace steady {
 
 class Model;
 
-// auto: as stored, the quantized matrices (q8, q4, q4k: a GGUF file's Q8_0, Q5_0, Q4_0, Q4_K) packed
-// for the int8 kernels where the CPU has one (the same weight values; the activations quantized per
-// 32 as llama.cpp's own dot products do), the bf16 ones holding a quantized format's values (GGUF
-// Q4_1, Q5_1, Q5_K, Q6_K) on VDPBF16PS where the CPU has AVX512_BF16, and bf16 on AMX tiles where
-// the CPU has them (CpuGemm);
+// auto: as stored, each matrix on the fastest kernel that reads its stored values unchanged: the
+// quantized ones (q8, q4, q4k: a GGUF file's Q8_0, Q5_0, Q4_0, Q4_K) packed for the int8 kernels where
+// the CPU has one (the activations quantized per 32 as llama.cpp's own dot products do), the bf16 ones
+// (a checkpoint's own, or a GGUF file's other K-quants' values) on AMX tiles or VDPBF16PS where the
+// CPU has them (the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
 // stored: as stored, every matrix on the widening kernels with fp32 activations (what comparisons
 // with another implementation's fp32 arithmetic need); f32; bf16 (half the bytes of fp32); q8 (8-bit
 // blocks, about a quarter); q4 (q4_0's 4-bit blocks, about a seventh; the int8 kernels where the CPU
@@ -51,9 +52,8 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
-//         kernels/cpu/amx.h; not with --cpu-weights stored); else, for --cpu-weights bf16, q8, q4
-//         or q4k, and for auto's quantized matrices (not a checkpoint's own bf16 read as stored),
-//         VDPBF16PS where the CPU has AVX512_BF16 and the widest int8 kernel it has
+//         kernels/cpu/amx.h; not with --cpu-weights stored); else, for --cpu-weights auto, bf16, q8,
+//         q4 or q4k, VDPBF16PS where the CPU has AVX512_BF16 and the widest int8 kernel it has
 //         (AVX512_VNNI, AVX-VNNI or AVX2; activations rounded to bf16 / quantized to q8_0,
 //         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
 //         to 32 rows and OpenBLAS above;
@@ -93,9 +93,8 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX; with kAuto only those
-  // holding a quantized format's values, not a checkpoint's own bf16) and the q8, q4 and q4k ones for
-  // the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8, q4 and q4k ones
+  // for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",
   // the int8 path's (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2") or "" (the
@@ -106,9 +105,8 @@ struct CpuMatrices {
   int64_t Weights() const;
   // The matrices' types, e.g. "bf16" or "f32 and bf16" (a checkpoint may mix them).
   std::string TypeNames() const;
-  // Whether any matrix is in a quantized type (q8, q4, q4k, packed or not) or holds a quantized
-  // format's values in another (WeightMatrix::dequantized).
-  bool HasQuantized() const;
+  // Whether any matrix is of `type`.
+  bool Has(WeightType type) const;
 
  private:
   template <typename Fn>

@@ -88,15 +88,6 @@ class WeightMatrix {
   void ReleasePages() const;
   // Whether the bytes are a view of something else (a mapped file) rather than a buffer of its own.
   bool is_view() const { return is_view_; }
-  // The same matrix marked as holding a quantized format's values in a wider type (a GGUF K-quant
-  // held as bf16): --cpu-weights auto then treats it as it treats the quantized types
-  // (model/decoder/cpu_weights.h), putting it on the dot-product kernels.
-  WeightMatrix Dequantized() const {
-    WeightMatrix m = *this;
-    m.dequantized_ = true;
-    return m;
-  }
-  bool dequantized() const { return dequantized_; }
 
  private:
   WeightType type_ = WeightType::kF32;
@@ -104,7 +95,6 @@ class WeightMatrix {
   const void* data_ = nullptr;
   std::shared_ptr<const void> owner_;
   bool is_view_ = false;
-  bool dequantized_ = false;
 };
 
 // y[rows, out] = x[rows, in] w^T for w [out, in] of any type: fp32 through cpu::MatMulNT (the

@@ -146,9 +146,7 @@ class Mapper {
     if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ8_0 || type == GgmlType::kQ5_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ4_K) return ToQ4K(raw, rows, cols, row_bytes, heads);
-    // The other K-quants, Q4_1 and Q5_1 (a per-block minimum): ggml's values rounded to bf16, marked
-    // as a quantized format's (--cpu-weights auto puts them on the dot-product kernels as it puts
-    // the quantized types).
+    // The other K-quants, Q4_1 and Q5_1 (a per-block minimum): ggml's values rounded to bf16.
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());
@@ -156,7 +154,7 @@ class Mapper {
       for (int64_t k = 0; k < cols; ++k) out[k] = FloatToBFloat16(row[size_t(k)]);
     }
     const void* data = buffer->data();
-    return WeightMatrix::Owned(WeightType::kBf16, rows, cols, data, std::move(buffer)).Dequantized();
+    return WeightMatrix::Owned(WeightType::kBf16, rows, cols, data, std::move(buffer));
   }
 
   // Tensors of the file that no weight asked for (rope_freqs is the config's).

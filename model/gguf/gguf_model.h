@@ -14,8 +14,7 @@
 //   Q8_0, Q5_0       Steady's q8 blocks (int8 values, one fp32 scale per 32): the same values exactly
 //   Q4_0             Steady's q4 (the same fp16 scales and nibbles, regrouped)
 //   Q4_K             Steady's q4k (the same d, dmin, six-bit scales and minimums, nibbles regrouped)
-//   Q4_1, Q5_1, Q5_K, Q6_K  bf16 (ggml's dequantized fp32 values, rounded to nearest even), marked
-//                    WeightMatrix::dequantized (--cpu-weights auto puts them on VDPBF16PS)
+//   Q4_1, Q5_1, Q5_K, Q6_K  bf16 (ggml's dequantized fp32 values, rounded to nearest even)
 // Norms and biases are fp32 vectors. Every tensor must exist with its shape and finite values, and
 // every tensor of the file must be used; errors name the file, the tensor or key, and the reason.
 #ifndef STEADY_MODEL_GGUF_GGUF_MODEL_H_

@@ -28,8 +28,10 @@ compare() {  # compare NAME PROMPT GENERATOR_FLAGS...
   local name=$1 prompt=$2
   shift 2
   "$py" "$gen" "$@" --out "$tmp/$name" 2> /dev/null
+  # --cpu-weights stored: fp32 arithmetic on the checkpoint's values (auto rounds the activations for
+  # bf16 matrices on the dot-product kernels).
   if ! "$bin/steady" generate --model "$tmp/$name" --prompt-ids "$prompt" --max-tokens 8 --json --logits \
-         --ignore-eos --temperature 0 > "$tmp/$name.steady" 2> "$tmp/$name.err"; then
+         --ignore-eos --temperature 0 --cpu-weights stored > "$tmp/$name.steady" 2> "$tmp/$name.err"; then
     fail "$name: steady generate failed: $(cat "$tmp/$name.err")"
     return
   fi

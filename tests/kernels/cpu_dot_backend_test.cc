@@ -79,6 +79,30 @@ TEST(CpuDotBackendTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
                                   WeightType::kDotBf16);
 }
 
+// A checkpoint saved in bf16, read as stored: --cpu-weights auto packs its matrices for VDPBF16PS (as
+// for AMX where the CPU has it) and says so; stored keeps the widening kernel, whose logits are
+// --cpu-weights bf16 --cpu-gemm simd's bit for bit (the same numbers, the same arithmetic); auto's
+// stay close to them but differ (the packed matrices were read, the activations rounded to bf16).
+TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnVdpbf16ps) {
+  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
+  const Model original = testing::TinyModel("taylor", nlohmann::json::object(), 33);
+  const std::string dir = testing::MakeTempDir("bf16_checkpoint");
+  ASSERT_TRUE(original.Save(dir, DType::kBF16).ok());
+  auto m = Model::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::string auto_name, stored_name, simd_name;
+  const std::vector<double> fast = BackendStep(*m, CpuWeights::kAuto, CpuGemm::kAuto, &auto_name);
+  const std::vector<double> stored = BackendStep(*m, CpuWeights::kStored, CpuGemm::kAuto, &stored_name);
+  const std::vector<double> simd = BackendStep(*m, CpuWeights::kBf16, CpuGemm::kSimd, &simd_name);
+  EXPECT_EQ(auto_name, "cpu (bf16 weights on AVX512_BF16)");
+  EXPECT_EQ(stored_name, "cpu (bf16 weights)");
+  EXPECT_EQ(stored, simd);
+  ASSERT_EQ(fast.size(), stored.size());
+  EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
+  EXPECT_LT(testing::MaxRelError(fast, stored), 0.05);
+}
+
 // The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
 std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
 

@@ -89,6 +89,8 @@ def steady_logits(steady, path, ids, device, precision, work, torch):
     cmd = [steady, "logits", "--model", path, "--ids", ",".join(map(str, ids)), "--out", out, "--device", device]
     if device == "cuda":
         cmd += ["--cuda-weights", precision]
+    else:  # fp32 arithmetic on the checkpoint's values (auto rounds the activations for bf16 matrices)
+        cmd += ["--cpu-weights", "stored"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError((p.stderr.strip().splitlines() or ["rc %d" % p.returncode])[-1])

@@ -128,6 +128,8 @@ EOF
 
 # exact: token-id exactness on random checkpoints of every architecture (docs/peer-llamacpp.md,
 # "Architectures"). EXACT_TOKENS greedy tokens per prompt (64); three prompts, the last 200 ids long.
+# Steady with --cpu-weights stored: fp32 arithmetic on the checkpoint's values, as llama.cpp's on the
+# f32 GGUF (auto would round the activations for the bf16 checkpoints' matrices).
 exact() {
   mkdir -p "$WORK" "$RESULTS"
   local gen=$REPO/tools/checkpoints/random_hf.py prompts long="1" failed=0
@@ -143,12 +145,12 @@ exact() {
     "$PYTHON" "$gen" $args --out "$WORK/$name" 2>/dev/null
     "$PYTHON" "$GGUF" --model "$WORK/$name" --out "$WORK/$name.gguf" --type f32 2>/dev/null
     node "$MJS" exact --steady "$STEADY" --model "$WORK/$name" --gguf "$WORK/$name.gguf" --prompts "$prompts" \
-      --max-tokens "${EXACT_TOKENS:-64}" --threads "$CHECK_THREADS" >"$RESULTS/exact-$name.json"
+      --max-tokens "${EXACT_TOKENS:-64}" --threads "$CHECK_THREADS" --cpu-weights stored >"$RESULTS/exact-$name.json"
   done
   # The control: llama3's checkpoint against the GGUF of the same weights without rope scaling must
   # disagree, or the llama3 comparison above would show nothing.
   node "$MJS" exact --steady "$STEADY" --model "$WORK/llama3-rope.f32" --gguf "$WORK/llama.f32.gguf" \
-    --prompts "$long" --max-tokens 8 --threads "$CHECK_THREADS" >"$RESULTS/control.json"
+    --prompts "$long" --max-tokens 8 --threads "$CHECK_THREADS" --cpu-weights stored >"$RESULTS/control.json"
   "$PYTHON" - "$RESULTS" <<'EOF' || failed=1
 import glob, json, os, sys
 bad = False

@@ -253,28 +253,52 @@ std::string RandomQ4K(int64_t rows, int64_t cols, std::mt19937& rng) {
   return bytes;
 }
 
+// A quantized file and its F32 control: blocks(name, shape, &type) gives a matrix's raw blocks of
+// `type`, or "" to write its F32 values; the control holds ggml's values of those blocks (Dequantize:
+// bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32, rounded to bf16 for the types the loader
+// holds as bf16 (Q4_1, Q5_1, Q5_K, Q6_K).
+struct QuantizedFile {
+  std::string quantized, control;
+  size_t matrices = 0;  // written as blocks
+};
+using BlockWriter = std::function<std::string(const std::string& name, const std::vector<int64_t>& shape, GgmlType* type)>;
+QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const BlockWriter& blocks) {
+  std::map<std::string, std::vector<float>> values;
+  QuantizedFile file;
+  file.quantized = ToGguf(m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    GgmlType type = GgmlType::kF32;
+    const std::string raw = blocks(name, shape, &type);
+    if (raw.empty()) return w.Tensor(name, std::move(shape), std::move(v));
+    std::vector<float>& x = values[name];
+    x.resize(size_t(shape[0] * shape[1]));
+    Dequantize(uint32_t(type), raw.data(), shape[0] * shape[1], x.data());
+    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) {
+      for (float& e : x) e = BFloat16ToFloat(FloatToBFloat16(e));
+    }
+    w.Raw(name, std::move(shape), uint32_t(type), raw);
+  });
+  file.control = ToGguf(m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+    w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
+  });
+  file.matrices = values.size();
+  return file;
+}
+
 TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
   for (const std::string arch : {"llama", "qwen2"}) {
     SCOPED_TRACE(arch);
     auto m = Model::Random(Config(arch, /*hidden=*/256, /*intermediate=*/256), 5);
     ASSERT_TRUE(m.ok()) << m.status();
-    // Every matrix whose rows are whole super-blocks in Q4_K; the control file holds ggml's values of
-    // the same blocks (Dequantize: bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32.
+    // Every matrix whose rows are whole super-blocks in Q4_K.
     std::mt19937 rng(7);
-    std::map<std::string, std::vector<float>> values;
-    const std::string quantized = ToGguf(*m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-      if (shape[1] % cpu::kQ4KBlock != 0) return w.Tensor(name, std::move(shape), std::move(v));
-      const std::string blocks = RandomQ4K(shape[0], shape[1], rng);
-      values[name].resize(size_t(shape[0] * shape[1]));
-      Dequantize(uint32_t(GgmlType::kQ4_K), blocks.data(), shape[0] * shape[1], values[name].data());
-      w.Raw(name, std::move(shape), uint32_t(GgmlType::kQ4_K), blocks);
+    const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
+      if (shape[1] % cpu::kQ4KBlock != 0) return std::string();
+      *type = GgmlType::kQ4_K;
+      return RandomQ4K(shape[0], shape[1], rng);
     });
-    const std::string control = ToGguf(*m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-      w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
-    });
-    ASSERT_EQ(values.size(), 2u * 6u);  // per layer: all but attn_output ([256, 64]: a quarter block a row)
-    auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_k.gguf"), std::nullopt);
-    auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+    ASSERT_EQ(file.matrices, 2u * 6u);  // per layer: all but attn_output ([256, 64]: a quarter block a row)
+    auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_k.gguf"), std::nullopt);
+    auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
     ASSERT_TRUE(q.ok()) << q.status();
     ASSERT_TRUE(f.ok()) << f.status();
     for (int l = 0; l < 2; ++l) {
@@ -298,27 +322,20 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
   auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 6);
   ASSERT_TRUE(m.ok()) << m.status();
   std::mt19937 rng(9);
-  std::map<std::string, std::vector<float>> values;
-  const std::string quantized = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-    if (shape[1] % cpu::kQ8Block != 0 || shape.size() != 2 || name.find("blk.") != 0) {
-      return w.Tensor(name, std::move(shape), std::move(v));
-    }
+  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string& name, const std::vector<int64_t>& shape, GgmlType* type) {
     std::string blocks;  // per block: fp16 d, 16 bytes of random nibbles
+    if (shape[1] % cpu::kQ8Block != 0 || shape.size() != 2 || name.find("blk.") != 0) return blocks;
+    *type = GgmlType::kQ4_0;
     for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
       const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
       blocks.append(reinterpret_cast<const char*>(&d), 2);
       for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
     }
-    values[name].resize(size_t(shape[0] * shape[1]));
-    Dequantize(uint32_t(GgmlType::kQ4_0), blocks.data(), shape[0] * shape[1], values[name].data());
-    w.Raw(name, std::move(shape), uint32_t(GgmlType::kQ4_0), blocks);
+    return blocks;
   });
-  const std::string control = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-    w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
-  });
-  ASSERT_FALSE(values.empty());
-  auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_0.gguf"), std::nullopt);
-  auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+  ASSERT_GT(file.matrices, 0u);
+  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_0.gguf"), std::nullopt);
+  auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
   ASSERT_TRUE(q.ok()) << q.status();
   ASSERT_TRUE(f.ok()) << f.status();
   int matrices = 0;
@@ -347,40 +364,27 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 8);
   ASSERT_TRUE(m.ok()) << m.status();
   std::mt19937 rng(3);
-  std::map<std::string, std::vector<float>> values;
-  const std::string quantized = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-    std::string blocks;
-    GgmlType type = GgmlType::kQ4_K;
+  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
     if (shape[1] % cpu::kQ4KBlock == 0) {
-      blocks = RandomQ4K(shape[0], shape[1], rng);
-    } else {  // Q4_1 per 32: fp16 d and m, 16 bytes of nibbles
-      type = GgmlType::kQ4_1;
-      for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
-        const uint16_t d = FloatToHalf(0.003f * float(1 + rng() % 8)), min = FloatToHalf(-0.02f * float(1 + rng() % 4));
-        blocks.append(reinterpret_cast<const char*>(&d), 2);
-        blocks.append(reinterpret_cast<const char*>(&min), 2);
-        for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
-      }
+      *type = GgmlType::kQ4_K;
+      return RandomQ4K(shape[0], shape[1], rng);
     }
-    values[name].resize(size_t(shape[0] * shape[1]));
-    Dequantize(uint32_t(type), blocks.data(), shape[0] * shape[1], values[name].data());
-    if (type == GgmlType::kQ4_1) {  // held as bf16: the control holds the rounded values
-      for (float& x : values[name]) x = BFloat16ToFloat(FloatToBFloat16(x));
+    *type = GgmlType::kQ4_1;  // per 32: fp16 d and m, 16 bytes of nibbles
+    std::string blocks;
+    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
+      const uint16_t d = FloatToHalf(0.003f * float(1 + rng() % 8)), min = FloatToHalf(-0.02f * float(1 + rng() % 4));
+      blocks.append(reinterpret_cast<const char*>(&d), 2);
+      blocks.append(reinterpret_cast<const char*>(&min), 2);
+      for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
     }
-    w.Raw(name, std::move(shape), uint32_t(type), blocks);
+    return blocks;
   });
-  const std::string control = ToGguf(*m, "llama", true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-    w.Tensor(name, std::move(shape), values.count(name) ? values[name] : std::move(v));
-  });
-  auto q = LoadGgufModel(*GgufFile::Parse(quantized, "q4_k_m.gguf"), std::nullopt);
-  auto f = LoadGgufModel(*GgufFile::Parse(control, "f32.gguf"), std::nullopt);
+  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_k_m.gguf"), std::nullopt);
+  auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
   ASSERT_TRUE(q.ok()) << q.status();
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(q->layers()[0].wq.type(), WeightType::kQ4K);
   EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kBf16);
-  EXPECT_TRUE(q->layers()[0].wo.dequantized());
-  EXPECT_FALSE(q->layers()[0].wq.dequantized());
-  EXPECT_FALSE(f->layers()[0].wo.dequantized());
 
   auto step = [](const Model& model, CpuWeights weights, std::string* name) {
     BackendOptions o;
