@@ -85,6 +85,10 @@ class SafeTensors {
                                                   const std::vector<int64_t>& expected_shape = {}) const;
   // Raw bytes of a tensor's data (possibly unaligned).
   std::string_view RawData(const TensorInfo& info) const;
+  // Whether the tensor's bytes are in a read-only mapping of its file (Open) rather than a buffer of
+  // the set's own (Parse): only a mapping's pages may be released and read back from the file
+  // (WeightMatrix::View against WeightMatrix::Owned).
+  bool Mapped(const TensorInfo& info) const;
   // Keeps every file's bytes (mapping or buffer) alive, for views that outlive this object.
   std::shared_ptr<const void> Owner() const { return files_; }
 

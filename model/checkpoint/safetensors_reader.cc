@@ -515,6 +515,8 @@ uint64_t SafeTensors::FileBytes() const {
   return n;
 }
 
+bool SafeTensors::Mapped(const TensorInfo& info) const { return (*files_)[size_t(info.file)]->map.storage != nullptr; }
+
 std::string_view SafeTensors::RawData(const TensorInfo& info) const {
   const File& f = *(*files_)[size_t(info.file)];
   const std::string_view bytes = f.bytes();

@@ -108,6 +108,10 @@ class GgufFile {
   absl::StatusOr<uint64_t> GetUint(std::string_view key) const;
   absl::StatusOr<double> GetFloat(std::string_view key) const;  // float32 or float64
 
+  // Whether the bytes are a read-only mapping of the file (Open) rather than bytes of its own (Parse):
+  // only a mapping's pages may be released and read back from the file (WeightMatrix::View against
+  // WeightMatrix::Owned).
+  bool mapped() const { return mapped_; }
   // Keeps the mapping (or the owned bytes) alive, for views of RawData that outlive this object.
   std::shared_ptr<const void> Owner() const { return storage_; }
   // The tensor's bytes in the mapped file.
@@ -120,6 +124,7 @@ class GgufFile {
   std::string display_name_;
   std::shared_ptr<const void> storage_;  // the mapping (or the owned bytes) that data_ points into
   const char* data_ = nullptr;
+  bool mapped_ = false;
   uint64_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

@@ -196,6 +196,7 @@ absl::StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
   file.size_ = uint64_t(mapped->bytes.size());
   file.storage_ = std::move(mapped->storage);
   file.data_ = mapped->bytes.data();
+  file.mapped_ = true;
   if (absl::Status s = file.ParseAll(); !s.ok()) return s;
   return file;
 }

@@ -241,6 +241,13 @@ TEST(SafetensorsRoundTrip, MetadataOrderAndEdgeShapes) {
   EXPECT_TRUE(st->ReadFloat("empty", {0, 4})->empty());
   EXPECT_EQ(*st->ReadFloat("a"), std::vector<float>{-0.5f});
   EXPECT_EQ(st->Find("missing"), nullptr);
+  // Open maps the file; Parse keeps bytes of its own, whose pages a loader must never release.
+  EXPECT_TRUE(st->Mapped(*st->Find("a")));
+  std::ifstream in(path, std::ios::binary);
+  auto parsed = SafeTensors::Parse(std::string(std::istreambuf_iterator<char>(in), {}), "m.safetensors");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->Mapped(*parsed->Find("a")));
+  EXPECT_EQ(*parsed->ReadFloat("a"), std::vector<float>{-0.5f});
 }
 
 TEST(SafetensorsRoundTrip, HeaderIsPaddedWithSpacesToEightBytes) {

@@ -424,6 +424,24 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
 }
 
+// A file parsed from bytes (GgufFile::Parse) is no mapping: converting its matrices for the CPU backend
+// (--cpu-weights q8) must leave them readable, where releasing a mapping's pages (madvise) would zero
+// memory of the process's own. The model's logits are the same before and after.
+TEST(GgufModel, ConvertingAParsedFilesMatricesLeavesThemIntact) {
+  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 12);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto loaded = LoadGgufModel(*GgufFile::Parse(ToGguf(*m, "llama"), "parsed.gguf"), std::nullopt);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<int32_t> ids = {1, 5, 9, 40, 7};
+  const std::vector<float> before = Logits(*loaded, ids);
+  BackendOptions o;
+  o.cpu_weights = CpuWeights::kQ8;
+  auto backend = MakeBackend(*loaded, "cpu", o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  (*backend)->ReleaseCopiedPages();
+  EXPECT_EQ(Logits(*loaded, ids), before);
+}
+
 TEST(GgufTokenizer, SentencePieceStyleMergesFollowScores) {
   Writer w;
   w.Str("tokenizer.ggml.model", "llama");
