@@ -48,8 +48,8 @@ class CpuBackend : public Backend {
     cpu::SetInt8Path(Int8PathFor(options.cpu_gemm));
     // AMX takes bf16 matrices, converted ones or a checkpoint's own (packed: a copy either way).
     const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kStored);
-    const bool bf16 = options.cpu_weights == CpuWeights::kBf16 ||
-                      (options.cpu_weights == CpuWeights::kAuto && own.TypeNames() == "bf16");
+    const CpuWeights w = options.cpu_weights;
+    const bool bf16 = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
     // (packed: a copy either way), and so do auto's bf16, q8, q4 and q4k matrices as stored (a
@@ -58,16 +58,13 @@ class CpuBackend : public Backend {
     // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
     // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
     // and f16 matrices keep them under auto too.
-    const CpuWeights w = options.cpu_weights;
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
                       (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
                                                   own.Has(WeightType::kQ4K)));
     const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));
-    if ((options.cpu_weights != CpuWeights::kAuto && options.cpu_weights != CpuWeights::kStored) || amx || dot) {
-      reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, options.cpu_weights, amx, dot));
-    }
+    if (ConvertedType(w) || amx || dot) reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, w, amx, dot));
     const CpuMatrices& read = reduced_ ? *reduced_ : own;
     types_ = read.TypeNames();
     kernels_ = read.Kernels();

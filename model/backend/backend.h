@@ -25,9 +25,9 @@ struct BackendOptions {
   // 0: every core the process may use.
   int cpu_threads = 0;
   // CPU: the projection matrices as the model stores them (auto: bf16 and quantized ones on the
-  // dot-product kernels; stored: every one on the widening kernels), or converted to fp32 (the reference), bf16,
-  // q8, q4 or q4k (model/decoder/cpu_weights.h). The CUDA backend holds bf16 weights whatever this
-  // says (cuda_bf16).
+  // dot-product kernels; stored: every one on the widening kernels), or converted to fp32 (the
+  // reference), bf16, q8, q4 or q4k (model/decoder/cpu_weights.h). The CUDA backend holds bf16
+  // weights whatever this says (cuda_bf16).
   CpuWeights cpu_weights = CpuWeights::kAuto;
   // CPU: which GEMM kernels (AMX for bf16 where the CPU has it by default; model/decoder/cpu_weights.h).
   CpuGemm cpu_gemm = CpuGemm::kAuto;

@@ -87,7 +87,7 @@ class SafeTensors {
   std::string_view RawData(const TensorInfo& info) const;
   // Whether the tensor's bytes are in a read-only mapping of its file (Open) rather than a buffer of
   // the set's own (Parse): only a mapping's pages may be released and read back from the file
-  // (WeightMatrix::View against WeightMatrix::Owned).
+  // (WeightMatrix::View's `mapped`).
   bool Mapped(const TensorInfo& info) const;
   // Keeps every file's bytes (mapping or buffer) alive, for views that outlive this object.
   std::shared_ptr<const void> Owner() const { return files_; }

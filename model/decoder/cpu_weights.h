@@ -2,11 +2,10 @@
 // default (auto) it reads the Model's matrices as the checkpoint stores them (fp32, bf16 or f16, a
 // memory-mapped view, or a copy packed for a dot-product kernel; a GGUF file's quantized blocks as q8,
 // q4 or q4k), each type on the fastest kernel that reads its stored values unchanged; stored keeps
-// every matrix on the widening
-// kernels (the checkpoint's own numbers in fp32 arithmetic, exactly); f32, bf16, q8, q4 or q4k convert
-// the seven matrices of every layer and the LM head once, at start, into copies of the backend's own
-// (and the mapped pages they came from leave resident memory), and a mechanism's token matrices
-// (sliced_relu's score layers) with them.
+// every matrix on the widening kernels (the checkpoint's own numbers in fp32 arithmetic, exactly);
+// f32, bf16, q8, q4 or q4k convert the seven matrices of every layer and the LM head once, at start,
+// into copies of the backend's own (and the mapped pages they came from leave resident memory), and
+// a mechanism's token matrices (sliced_relu's score layers) with them.
 #ifndef STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 #define STEADY_MODEL_DECODER_CPU_WEIGHTS_H_
 

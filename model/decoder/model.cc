@@ -90,9 +90,7 @@ WeightMatrix MatrixFromTensor(const SafeTensors& st, const TensorInfo& t) {
                           : t.dtype == DType::kF16 ? WeightType::kF16
                                                    : WeightType::kF32;
   if (t.dtype != DType::kF64 && WeightMatrix::MatchesAlignment(type, raw.data())) {
-    // In place either way; only a mapping's pages may be released (a parsed buffer's would be zeroed).
-    if (!st.Mapped(t)) return WeightMatrix::Owned(type, rows, cols, raw.data(), st.Owner());
-    return WeightMatrix::View(type, rows, cols, raw.data(), st.Owner());
+    return WeightMatrix::View(type, rows, cols, raw.data(), st.Owner(), st.Mapped(t));
   }
   // F64, or bytes not aligned to their type (a writer that packed mixed dtypes unaligned): fp32
   // values (exact for the 16-bit types; bf16 goes back to bf16 exactly).

@@ -52,7 +52,7 @@ const char* WeightTypeName(WeightType t) {
 }
 
 WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, const void* data,
-                                std::shared_ptr<const void> owner) {
+                                std::shared_ptr<const void> owner, bool mapped) {
   STEADY_CHECK(MatchesAlignment(type, data));
   WeightMatrix m;
   m.type_ = type;
@@ -60,15 +60,13 @@ WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, con
   m.cols_ = cols;
   m.data_ = data;
   m.owner_ = std::move(owner);
-  m.is_view_ = true;
+  m.mapped_ = mapped;
   return m;
 }
 
 WeightMatrix WeightMatrix::Owned(WeightType type, int64_t rows, int64_t cols, const void* data,
                                  std::shared_ptr<const void> owner) {
-  WeightMatrix m = View(type, rows, cols, data, std::move(owner));
-  m.is_view_ = false;
-  return m;
+  return View(type, rows, cols, data, std::move(owner), /*mapped=*/false);
 }
 
 WeightMatrix WeightMatrix::FromFloats(std::vector<float> values, int64_t rows, int64_t cols) {
@@ -287,7 +285,7 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
 }
 
 void WeightMatrix::ReleasePages() const {
-  if (!is_view_ || data_ == nullptr) return;
+  if (!mapped_ || data_ == nullptr) return;
   // Whole pages inside the matrix only: its neighbours may still be in use.
   const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + page - 1) / page * page;

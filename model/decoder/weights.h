@@ -42,10 +42,12 @@ const char* WeightTypeName(WeightType t);
 class WeightMatrix {
  public:
   WeightMatrix() = default;
-  // A view of `data`, kept alive by `owner` (e.g. SafeTensors::Owner(): the mapped file). Data of a
-  // 2- or 4-byte type must be aligned to its size (MatchesAlignment).
+  // A view of `data` in place, kept alive by `owner` (e.g. SafeTensors::Owner()). `mapped`: data lies
+  // in a read-only file mapping, whose pages ReleasePages may drop (they come back from the file);
+  // bytes of the reader's own (a file parsed from memory) are never released, which would zero them.
+  // Data of a 2- or 4-byte type must be aligned to its size (MatchesAlignment).
   static WeightMatrix View(WeightType type, int64_t rows, int64_t cols, const void* data,
-                           std::shared_ptr<const void> owner);
+                           std::shared_ptr<const void> owner, bool mapped);
   // A matrix of its own whose bytes, laid out as `type` wants, are `data`, kept alive by `owner` (a
   // loader's converted buffer: unlike a View, its pages are never released).
   static WeightMatrix Owned(WeightType type, int64_t rows, int64_t cols, const void* data,
@@ -84,17 +86,15 @@ class WeightMatrix {
 
   // Tells the kernel the bytes will not be read soon (after a backend made its own converted copy):
   // a mapped file's pages leave the process's resident memory (they are read back from the file if
-  // ever touched again); a matrix of its own is left alone.
+  // ever touched again); any other matrix is left alone.
   void ReleasePages() const;
-  // Whether the bytes are a view of something else (a mapped file) rather than a buffer of its own.
-  bool is_view() const { return is_view_; }
 
  private:
   WeightType type_ = WeightType::kF32;
   int64_t rows_ = 0, cols_ = 0;
   const void* data_ = nullptr;
   std::shared_ptr<const void> owner_;
-  bool is_view_ = false;
+  bool mapped_ = false;  // View over a file mapping: ReleasePages may drop its pages
 };
 
 // y[rows, out] = x[rows, in] w^T for w [out, in] of any type: fp32 through cpu::MatMulNT (the

@@ -109,8 +109,8 @@ class GgufFile {
   absl::StatusOr<double> GetFloat(std::string_view key) const;  // float32 or float64
 
   // Whether the bytes are a read-only mapping of the file (Open) rather than bytes of its own (Parse):
-  // only a mapping's pages may be released and read back from the file (WeightMatrix::View against
-  // WeightMatrix::Owned).
+  // only a mapping's pages may be released and read back from the file (WeightMatrix::View's
+  // `mapped`).
   bool mapped() const { return mapped_; }
   // Keeps the mapping (or the owned bytes) alive, for views of RawData that outlive this object.
   std::shared_ptr<const void> Owner() const { return storage_; }

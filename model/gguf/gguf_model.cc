@@ -136,9 +136,7 @@ class Mapper {
                             : type == GgmlType::kF16 ? WeightType::kF16
                                                      : WeightType::kBf16;
       if (heads == 0 && WeightMatrix::MatchesAlignment(wt, raw)) {
-        // In place either way; only a mapping's pages may be released (a parsed buffer's would be zeroed).
-        if (!file_.mapped()) return WeightMatrix::Owned(wt, rows, cols, raw, file_.Owner());
-        return WeightMatrix::View(wt, rows, cols, raw, file_.Owner());
+        return WeightMatrix::View(wt, rows, cols, raw, file_.Owner(), file_.mapped());
       }
       auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
       char* out = reinterpret_cast<char*>(buffer->data());
