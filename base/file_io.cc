@@ -122,4 +122,12 @@ absl::StatusOr<MappedFile> MapFileReadOnly(const std::string& path) {
   return file;
 }
 
+void DropMappedPages(const void* data, size_t bytes) {
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  // On a private read-only file mapping this drops clean pages; nothing is lost.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace steady

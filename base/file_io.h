@@ -53,6 +53,11 @@ struct MappedFile {
   std::string_view bytes;
 };
 absl::StatusOr<MappedFile> MapFileReadOnly(const std::string& path);
+// Tells the kernel that the whole pages inside [data, data + bytes) of such a mapping will not be
+// read soon (after a copy was made of them): they leave the process's resident memory and come back
+// from the file if touched again (MADV_DONTNEED; pages the range only shares with its neighbours
+// stay). Only for a read-only file mapping: on memory of the process's own it would zero the pages.
+void DropMappedPages(const void* data, size_t bytes);
 
 }  // namespace steady
 

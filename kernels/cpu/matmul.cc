@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q6k.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace steady::cpu {
@@ -50,6 +51,7 @@ HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) {
 HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) {
   return {w.q + j * Q4KBlocksPerRow(in) * (kQ4KBlock / 2), w.scales + j * Q4KBlocksPerRow(in)};
 }
+HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w, int64_t k) {
@@ -111,6 +113,28 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
   const float scale = hn::GetLane(dd) * float(sc.sc[s]), min = hn::ExtractLane(dd, 1) * float(sc.m[s]);
   return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, scale), hn::Set(d, -min));
 }
+// q6k (q6k.h): a vector of lanes (4, 8 or 16) within one sub-block, which is 16 consecutive bytes of
+// ql (their low or high nibbles) and of qh (two of their bits): q - 32 times d * sc (exact), rounded
+// once, as Q6KWeightValue.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q6KWeights w, int64_t k) {
+  const hn::RebindToSigned<D> di32;
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  const uint8_t* block = w.blocks + (k / kQ6KBlock) * kQ6KBlockBytes;
+  const int i = int(k % kQ6KBlock), half = i / 128, t = (i % 128) / 32, l = i % 32;
+  auto low = hn::PromoteTo(du32, hn::LoadU(du8, block + 64 * half + l + 32 * (t % 2)));
+  low = t < 2 ? hn::And(low, hn::Set(du32, 15u)) : hn::ShiftRight<4>(low);
+  const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 128 + 32 * half + l)), 2 * t),
+                            hn::Set(du32, 3u));
+  const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<4>(high))), hn::Set(di32, 32));
+  // d widened by the vector unit (exact), as q4k's.
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(block + 208)))) *
+                      float(int8_t(block[192 + i / kQ6KSub]));
+  return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale));
+}
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
 HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
 HWY_INLINE float WeightValue(F16Weights w, int64_t k) { return F16ToFloat(w.h[k]); }
@@ -118,6 +142,7 @@ HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.
 // Shift() left w at its row: the row index is 0 and `in` only matters for it.
 HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
+HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
 
 // Asks for weights [k0, k1) of row c of w to come into the caches (row c as Shift() finds it): the
 // bytes that hold them for the formats read in place, nothing for the 4-bit ones (their blocks'
@@ -139,6 +164,7 @@ HWY_INLINE void PrefetchRow(Q8Weights w, int64_t in, int c, int64_t k0, int64_t 
 }
 HWY_INLINE void PrefetchRow(Q4Weights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q4KWeights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
@@ -349,6 +375,11 @@ void MatMulNTQ4KColumns(const float* x, int rows, int64_t in, Q4KWeights w, int6
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ6KColumns(const float* x, int rows, int64_t in, Q6KWeights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
 // y[r, j0 : j0 + C vectors] = x[r, :] w[:, j0 : ...] for R rows of x and w [in, out] (input-major):
 // each output lane starts at zero and takes one fused multiply-add per k, in order of k. The last
 // vector of the block holds `tail` lanes when tail > 0 (copied through a zeroed buffer: the memory
@@ -448,6 +479,7 @@ HWY_EXPORT(MatMulNTF16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(MatMulNTQ4Columns);
 HWY_EXPORT(MatMulNTQ4KColumns);
+HWY_EXPORT(MatMulNTQ6KColumns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
 HWY_EXPORT(MatMulNNRows);
@@ -515,6 +547,12 @@ void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y
 void MatMulNTQ4K(const float* x, int rows, int in, Q4KWeights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ4KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ6K(const float* x, int rows, int in, Q6KWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ6KColumns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

@@ -29,6 +29,9 @@ using dot::kGroup;
 using dot::kQ4KHead;
 using dot::kQ4KRecord;
 using dot::kQ4Record;
+using dot::kQ6KBlockRecord;
+using dot::kQ6KHead;
+using dot::kQ6KRecord;
 using dot::kQ8Record;
 using dot::Scratch;
 
@@ -226,6 +229,18 @@ Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize) {
   return {q, scales, sums, blocks};
 }
 
+Q8Rows WithHalfSums(Q8Rows x, int rows) {
+  thread_local std::vector<int32_t> scratch;
+  int32_t* half = Scratch(scratch, size_t(rows * x.blocks * 2));
+  for (int64_t i = 0; i < rows * x.blocks * 2; ++i) {
+    int32_t sum = 0;
+    for (int k = 0; k < 16; ++k) sum += x.x[i * 16 + k];
+    half[i] = sum;
+  }
+  x.xhalf = half;
+  return x;
+}
+
 void QuantizeRowScalar(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
   const int64_t blocks = Q8BlocksPerRow(in);
   QuantizeQ8(x, 1, int(in), q, scales);
@@ -288,6 +303,10 @@ void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* product
   CurrentInt8Kernels().q4k(x, rows, in, products, count);
 }
 
+void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q6k(x, rows, in, products, count);
+}
+
 void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
   MatMulNTQ8Dots(x, rows, in, &product, 1);
@@ -299,6 +318,37 @@ void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int 
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
   MatMulNTQ4KDots(x, rows, in, &product, 1);
+}
+
+void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const DotProduct product{packed, out, y};
+  MatMulNTQ6KDots(x, rows, in, &product, 1);
+}
+
+int64_t Q6KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q6KBlocksPerRow(in) * kQ6KRecord; }
+
+void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed) {
+  const int64_t blocks = Q6KBlocksPerRow(in);
+  ForEachGroup(out, in, [&](int64_t g) {
+    std::memset(packed + g * blocks * kQ6KRecord, 0, size_t(blocks * kQ6KRecord));
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* rec = packed + (g * blocks + b) * kQ6KRecord;
+      for (int c = 0; c < kGroup && g * kGroup + c < out; ++c) {
+        const uint8_t* block = w.blocks + ((g * kGroup + c) * blocks + b) * kQ6KBlockBytes;
+        std::memcpy(rec + 2 * c, block + 208, 2);
+        for (int sub = 0; sub < 16; ++sub) rec[32 + 16 * sub + c] = block[192 + sub];
+        for (int k = 0; k < kQ6KBlock; ++k) {
+          // Input k is input i of q8_0 block xb, in its group of 4 u (0..7) at place i % 4.
+          const int xb = k / 32, i = k % 32, u = i / 4;
+          uint8_t* r = rec + kQ6KHead + xb * kQ6KBlockRecord;
+          const int at = c * 4 + i % 4;
+          const int q = Q6KBlockEntry(block, k).q;
+          r[(u / 2) * 64 + at] |= uint8_t((q & 15) << (4 * (u % 2)));
+          r[256 + (u / 4) * 64 + at] |= uint8_t((q >> 4) << (2 * (u % 4)));
+        }
+      }
+    }
+  });
 }
 
 int64_t Q4KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q4KBlocksPerRow(in) * kQ4KRecord; }

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q6k.h"
 
 namespace steady::cpu {
 
@@ -35,7 +36,7 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k weights) come in three x86 instruction paths and two Arm paths over
+// The int8 kernels (q8, q4, q4k, q6k weights) come in three x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
@@ -49,7 +50,7 @@ const char* Bf16DotPath();
 //               instruction), one row as kArmDot;
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
-//  kNone:       no int8 kernel: q8, q4 and q4k take the widening kernels.
+//  kNone:       no int8 kernel: q8, q4, q4k and q6k take the widening kernels.
 enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
@@ -138,6 +139,23 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed);
 // each exceed the weight); against x times them, also by q8(x)'s error as for MatMulNTQ8Dot.
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
 
+// q6k weights (kernels/cpu/q6k.h: a GGUF file's Q6_K) packed for the int8 kernels: per group of 16
+// columns and super-block of 256 inputs, the 16 columns' d (fp16), their 16 sub-blocks' scales (an
+// int8 each, 16 columns side by side), then per q8_0 block of 32 inputs (two sub-blocks) 4 vectors of
+// nibbles (the low 4 bits of q: vector n holds inputs 8n..8n+3 in its low nibbles and 8n+4..8n+7 in
+// its high ones, 16 columns x 4 inputs as q8's) and 2 vectors of the high 2 bits (vector h holds the
+// 4 groups of 4 inputs of sub-block h in bits 0-1, 2-3, 4-5, 6-7): 3360 bytes per 4096 weights, the
+// file's 6.5625 bits a weight.
+int64_t Q6KDotPackedSize(int64_t out, int64_t in);  // in bytes
+void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed);
+// y = q8(x) w^T with packed q6k weights: x quantized as MatMulNTQ8Dot does, then per sub-block of
+// 16 the products of q_x and q (0..63) summed exactly in int32 from -32 * the sub-block's sum of q_x
+// (so they end at the sum of q_x (q - 32)), and added to y in fp32 as sum * (d * sc * scale_x).
+// Only where Int8DotAvailable(). Against q8(x) times the weights, each element is off by a few fp32
+// roundings of sum |q8(x)_k w_k| (two a sub-block); against x times them, also by q8(x)'s error as
+// for MatMulNTQ8Dot.
+void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+
 // Several products of the same activations, y_i = x w_i^T, for matrices packed for one kernel with
 // the same `in`: each y_i bit for bit what the one-matrix call above gives it, with x rounded or
 // quantized once and the column groups of all of them shared out over the compute threads in one
@@ -145,7 +163,7 @@ void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int
 // or two, and one quantization). At most kMaxDotProducts products a call.
 inline constexpr int kMaxDotProducts = 8;
 struct DotProduct {
-  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k
+  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k, q6k
   int out;             // its columns
   float* y;            // [rows, out]
 };
@@ -153,6 +171,7 @@ void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* produc
 void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the
 // dequantized weights, DequantizeQ4Dot).

@@ -52,6 +52,8 @@ struct Q8Op256 {
   static constexpr int64_t kChunk = 8;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
+  static constexpr bool kHalfSums = false;
+
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
@@ -120,6 +122,8 @@ struct Q4Op256 {
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
+  static constexpr bool kHalfSums = false;
+
   Q4Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
@@ -148,6 +152,8 @@ struct Q4KOp256 {
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+
+  static constexpr bool kHalfSums = false;
 
   Q4KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
@@ -185,6 +191,91 @@ struct Q4KOp256 {
             __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[rr][h]), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), _mm256_load_ps(a));
             sum = _mm256_fnmadd_ps(min, _mm256_set1_ps(dx * float(x.xsum[i])), sum);
             _mm256_store_ps(a, sum);
+          }
+        }
+      }
+    }
+  }
+};
+
+// matmul_dot512.cc's HighBits on a half.
+STEADY_DOT256_TARGET inline __m256i HighBits(__m256i hv, int v) {
+  const __m256i top = _mm256_set1_epi8(0x30);
+  switch (v) {
+    case 0: return _mm256_and_si256(_mm256_slli_epi16(hv, 4), top);
+    case 1: return _mm256_and_si256(_mm256_slli_epi16(hv, 2), top);
+    case 2: return _mm256_and_si256(hv, top);
+    default: return _mm256_and_si256(_mm256_srli_epi16(hv, 2), top);
+  }
+}
+
+// Q6KOp of matmul_dot512.cc on 8-column halves. The 6-bit weights are unsigned like the nibbles and
+// take AddNibbles, two groups of 4 inputs at a time between NibbleStart and NibbleEnd (AVX2's int16
+// pairs: 2 x 2 products of at most 63 * 127 stay below 32767; 4 x 2 would not).
+struct Q6KOp256 {
+  Q8Rows x;          // WithHalfSums
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 1;
+  static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr bool kHalfSums = true;
+
+  Q6KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ6KRecord, steps}; }
+  static int64_t StepsPerRow(int in) { return Q6KBlocksPerRow(in); }
+
+  template <int R, int C>
+  STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
+    constexpr int H = 2 * C;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ6KRecord;
+      const int64_t xblocks = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t blk = 0; blk < xblocks; ++blk) {
+        const int64_t xb = 8 * b + blk;
+        if (ahead && b + kChunk < steps) {
+          PrefetchGroups<C>(wb + kChunk * kQ6KRecord, steps * kQ6KRecord, blk * kQ6KRecord / 8, (blk + 1) * kQ6KRecord / 8);
+        }
+        const uint8_t* rb = wb + kQ6KHead + blk * kQ6KBlockRecord;
+        for (int hb = 0; hb < 2; ++hb) {  // sub-block 2 blk + hb
+          __m256i sums[R][H];
+          for (int rr = 0; rr < R; ++rr) {
+            const __m256i start = _mm256_set1_epi32(-32 * x.HalfSum(r + rr, xb, hb));
+            for (int h = 0; h < H; ++h) sums[rr][h] = start;
+          }
+          for (int pair = 0; pair < 2; ++pair) {
+            flavour::NibbleSums p[R][H];
+            for (int rr = 0; rr < R; ++rr) {
+              for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(sums[rr][h]);
+            }
+            for (int v = 2 * pair; v < 2 * pair + 2; ++v) {
+              const int u = 4 * hb + v;
+              __m256i wv[H];
+              for (int h = 0; h < H; ++h) {
+                const uint8_t* q = rb + (h / 2) * steps * kQ6KRecord + (h % 2) * 32;
+                const __m256i nib = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (u / 2) * 64));
+                const __m256i lo = u % 2 == 0 ? _mm256_and_si256(nib, low) : _mm256_and_si256(_mm256_srli_epi16(nib, 4), low);
+                wv[h] = _mm256_or_si256(lo, HighBits(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 256 + hb * 64)), v));
+              }
+              for (int rr = 0; rr < R; ++rr) {
+                const __m256i xv = Broadcast4(x, r + rr, xb, u);
+                for (int h = 0; h < H; ++h) p[rr][h] = flavour::AddNibbles(p[rr][h], wv[h], xv);
+              }
+            }
+            for (int rr = 0; rr < R; ++rr) {
+              for (int h = 0; h < H; ++h) sums[rr][h] = flavour::NibbleEnd(sums[rr][h], p[rr][h]);
+            }
+          }
+          for (int h = 0; h < H; ++h) {
+            const uint8_t* g = wb + (h / 2) * steps * kQ6KRecord;
+            const int half = h % 2;
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+            const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * blk + hb) + 8 * half)))));
+            for (int rr = 0; rr < R; ++rr) {
+              float* a = acc + rr * H * 8 + h * 8;
+              const float dx = x.xscale[(r + rr) * x.blocks + xb];
+              _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[rr][h]), _mm256_mul_ps(scale, _mm256_set1_ps(dx)), _mm256_load_ps(a)));
+            }
           }
         }
       }
@@ -231,10 +322,11 @@ STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, flo
 }
 
 // y = q8(x) w^T for an Op of this file: x quantized by this path's own code (no AVX-512 on an AVX2
-// CPU), then every group of columns.
+// CPU), with its half-block sums for q6k, then every group of columns.
 template <class Op>
 void Multiply(const float* x, int rows, int in, const DotProduct* products, int count) {
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  if constexpr (Op::kHalfSums) xq = WithHalfSums(xq, rows);
   auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), Op::StepsPerRow(in)}; };
   Run(make, rows, in, products, count);
 }

@@ -88,9 +88,9 @@ STEADY_DOT256_TARGET inline __m256i NibbleEnd(__m256i s, __m256i p) { return Add
 }  // namespace
 
 const Int8Kernels kAvxVnniKernels = {avxvnni::Multiply<avxvnni::Q8Op256>, avxvnni::Multiply<avxvnni::Q4Op256>,
-                                     avxvnni::Multiply<avxvnni::Q4KOp256>};
+                                     avxvnni::Multiply<avxvnni::Q4KOp256>, avxvnni::Multiply<avxvnni::Q6KOp256>};
 const Int8Kernels kAvx2Kernels = {avx2::Multiply<avx2::Q8Op256>, avx2::Multiply<avx2::Q4Op256>,
-                                  avx2::Multiply<avx2::Q4KOp256>};
+                                  avx2::Multiply<avx2::Q4KOp256>, avx2::Multiply<avx2::Q6KOp256>};
 
 }  // namespace steady::cpu::dot
 

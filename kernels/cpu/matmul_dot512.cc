@@ -259,6 +259,83 @@ struct Q4KOp {
   }
 };
 
+// Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (the others zero):
+// the top two bits of a 6-bit q. 16-bit shifts: the bits they carry across a byte are masked off.
+STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
+  const __m512i top = _mm512_set1_epi8(0x30);
+  switch (v) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(hv, 4), top);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(hv, 2), top);
+    case 2: return _mm512_and_si512(hv, top);
+    default: return _mm512_and_si512(_mm512_srli_epi16(hv, 2), top);
+  }
+}
+
+// int8 x q6k: per sub-block of 16 (half of one q8_0 block of x) the 6-bit q (0..63, unsigned: a
+// nibble joined to its two high bits in the weight registers) times q_x summed exactly in int32,
+// the sums starting at -32 * the sub-block's sum of q_x, then in fp32
+//     acc += sum * (d * sc * scale_x),
+// d * sc exact. The tile is q8's, 4 rows x 3 groups with the fp32 sums in registers over a chunk.
+template <int kGroups>
+struct Q6KOp {
+  Q8Rows x;          // WithHalfSums
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 1;  // 1 super-block x 3 (or 4) groups x 3360 bytes: 10 (13) KB in L1
+  static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
+
+  Q6KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ6KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 a[R][C];
+    LoadSums(acc, a);
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ6KRecord;
+      // x's padding ends at its last q8_0 block; the weights past it are never read.
+      const int64_t xblocks = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t blk = 0; blk < xblocks; ++blk) {
+        const int64_t xb = 8 * b + blk;
+        if (ahead && b + kChunk < steps) {  // an eighth of the record a block
+          PrefetchGroups<C>(wb + kChunk * kQ6KRecord, steps * kQ6KRecord, blk * kQ6KRecord / 8, (blk + 1) * kQ6KRecord / 8);
+        }
+        const uint8_t* rb = wb + kQ6KHead + blk * kQ6KBlockRecord;
+        for (int h = 0; h < 2; ++h) {  // sub-block 2 blk + h: x's inputs 16h..16h+15, groups of 4 4h..4h+3
+          __m512i sums[R][C];
+          for (int rr = 0; rr < R; ++rr) {
+            const __m512i start = _mm512_set1_epi32(-32 * x.HalfSum(r + rr, xb, h));
+            for (int c = 0; c < C; ++c) sums[rr][c] = start;
+          }
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) {
+            const int u = 4 * h + v;
+            __m512i wv[C];
+            for (int c = 0; c < C; ++c) {
+              const uint8_t* p = rb + c * steps * kQ6KRecord;
+              const __m512i nib = _mm512_loadu_si512(p + (u / 2) * 64);
+              const __m512i lo = u % 2 == 0 ? _mm512_and_si512(nib, low) : _mm512_and_si512(_mm512_srli_epi16(nib, 4), low);
+              wv[c] = _mm512_or_si512(lo, HighBits(_mm512_loadu_si512(p + 256 + h * 64), v));
+            }
+            Add(x, r, xb, u, wv, sums);
+          }
+          for (int c = 0; c < C; ++c) {
+            const uint8_t* g = wb + c * steps * kQ6KRecord;
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+            const __m512 scale = _mm512_mul_ps(
+                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * blk + h))))));
+            for (int rr = 0; rr < R; ++rr) {
+              const float dx = x.xscale[(r + rr) * x.blocks + xb];
+              a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), a[rr][c]);
+            }
+          }
+        }
+      }
+    }
+    StoreSums(a, acc);
+  }
+};
+
 #define STEADY_DRIVER_TARGET STEADY_DOT_TARGET
 #include "kernels/cpu/matmul_dot_driver-inl.h"
 #undef STEADY_DRIVER_TARGET
@@ -313,10 +390,13 @@ void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* pro
 
 namespace {
 
-// x quantized once, then every product's groups through the Op that make(packed) gives.
+// x quantized once (with its half-block sums where `half_sums`), then every product's groups through
+// the Op that make(packed) gives.
 template <class MakeOp>
-void Quantized(const float* x, int rows, int in, const DotProduct* products, int count, const MakeOp& make) {
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+void Quantized(const float* x, int rows, int in, const DotProduct* products, int count, bool half_sums,
+               const MakeOp& make) {
+  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  if (half_sums) xq = WithHalfSums(xq, rows);
   Run([&](const void* packed) { return make(xq, static_cast<const uint8_t*>(packed)); }, rows, in, products, count);
 }
 
@@ -326,10 +406,12 @@ void Quantized(const float* x, int rows, int in, const DotProduct* products, int
 // way. Every lane's arithmetic is the same.
 template <template <int> class Op>
 void Int8Dot(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps) {
+  constexpr bool half_sums = std::is_same_v<Op<4>, Q6KOp<4>>;  // q6k's sub-blocks are half a q8_0 block
   if (rows < kQ8TileRows) {
-    return Quantized(x, rows, in, products, count, [steps](const Q8Rows& xq, const uint8_t* w) { return Op<4>{xq, w, steps}; });
+    return Quantized(x, rows, in, products, count, half_sums,
+                     [steps](const Q8Rows& xq, const uint8_t* w) { return Op<4>{xq, w, steps}; });
   }
-  Quantized(x, rows, in, products, count,
+  Quantized(x, rows, in, products, count, half_sums,
             [steps](const Q8Rows& xq, const uint8_t* w) { return Op<kQ8TileGroups>{xq, w, steps}; });
 }
 
@@ -342,10 +424,13 @@ void Q4Dot512(const float* x, int rows, int in, const DotProduct* products, int 
 void Q4KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
   Int8Dot<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
 }
+void Q6KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Int8Dot<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
+}
 
 }  // namespace
 
-const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512};
+const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512, Q6KDot512};
 
 }  // namespace steady::cpu::dot
 

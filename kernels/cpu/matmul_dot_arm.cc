@@ -214,6 +214,68 @@ struct Q4KOp {
   }
 };
 
+// Four int8 values at p, widened to fp32 exactly.
+STEADY_ARM_TARGET inline float32x4_t LoadS8(const uint8_t* p) {
+  uint32_t four;
+  std::memcpy(&four, p, 4);
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vcreate_s8(four)))));
+}
+
+// Q6KOp of matmul_dot512.cc on quarters: the 6-bit q (0..63) are non-negative signed bytes, the
+// sums start at -32 * the sub-block's sum of q_x; the byte shifts need no masking across bytes.
+struct Q6KOp {
+  Q8Rows x;          // WithHalfSums
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // super-blocks
+  static constexpr int64_t kChunk = 1;
+  static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
+
+  Q6KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ6KRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
+    constexpr int Q = 4 * C;
+    const uint8x16_t low = vdupq_n_u8(0x0f), top = vdupq_n_u8(0x30);
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* wb = w + b * kQ6KRecord;
+      const int64_t xblocks = std::min<int64_t>(8, x.blocks - 8 * b);
+      for (int64_t blk = 0; blk < xblocks; ++blk) {
+        const int64_t xb = 8 * b + blk;
+        for (int h = 0; h < 2; ++h) {  // sub-block 2 blk + h
+          int32x4_t sums[R][Q];
+          for (int rr = 0; rr < R; ++rr) {
+            const int32x4_t start = vdupq_n_s32(-32 * x.HalfSum(r + rr, xb, h));
+            for (int q = 0; q < Q; ++q) sums[rr][q] = start;
+          }
+          for (int v = 0; v < 4; ++v) {
+            const int u = 4 * h + v;
+            int8x16_t wv[Q];
+            for (int q = 0; q < Q; ++q) {
+              const uint8_t* p = wb + (q / 4) * steps * kQ6KRecord + kQ6KHead + blk * kQ6KBlockRecord;
+              const uint8x16_t nib = vld1q_u8(Quarter(p + (u / 2) * 64, q));
+              const uint8x16_t lo = u % 2 == 0 ? vandq_u8(nib, low) : vshrq_n_u8(nib, 4);
+              // Bits 2v, 2v + 1 to 4, 5: a left shift by 4 - 2v (right by 2 for v = 3).
+              const uint8x16_t hi = vandq_u8(vshlq_u8(vld1q_u8(Quarter(p + 256 + h * 64, q)), vdupq_n_s8(int8_t(4 - 2 * v))), top);
+              wv[q] = vreinterpretq_s8_u8(vorrq_u8(lo, hi));
+            }
+            Add(x, r, xb, u, wv, sums);
+          }
+          for (int q = 0; q < Q; ++q) {
+            const uint8_t* g = wb + (q / 4) * steps * kQ6KRecord;
+            const int lane = (q % 4) * 4;  // the quarter's first column
+            const float32x4_t scale = vmulq_f32(LoadF16(g + 2 * lane), LoadS8(g + 32 + 16 * (2 * blk + h) + lane));
+            for (int rr = 0; rr < R; ++rr) {
+              float* a = acc + (rr * Q + q) * 4;
+              const float dx = x.xscale[(r + rr) * x.blocks + xb];
+              vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx)));
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
 #define STEADY_DRIVER_TARGET STEADY_ARM_TARGET
 #include "kernels/cpu/matmul_dot_driver-inl.h"
 #undef STEADY_DRIVER_TARGET
@@ -221,7 +283,8 @@ struct Q4KOp {
 
 template <class Op>
 void Multiply(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps) {
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  if constexpr (std::is_same_v<Op, Q6KOp>) xq = WithHalfSums(xq, rows);  // q6k's sub-blocks are half a block
   auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), steps}; };
   Run(make, rows, in, products, count);
 }
@@ -234,6 +297,9 @@ void Q4Dot(const float* x, int rows, int in, const DotProduct* products, int cou
 }
 void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
+}
+void Q6KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
 }
 
 }  // namespace sdot
@@ -520,8 +586,9 @@ struct Bf16MmlaOp {
 
 }  // namespace
 
-const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot};
-const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot};
+const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot, sdot::Q6KDot};
+// q6k on SDOT there too (the same bits): an SMMLA tile of its own is not written yet.
+const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot, sdot::Q6KDot};
 
 // BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
 void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count) {

@@ -26,6 +26,11 @@ inline constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 
 // minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
 inline constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
 inline constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
+// Per group and q6k super-block: 16 fp16 d, the 16 sub-blocks' 16 scales (an int8 each), then per q8_0
+// block 4 vectors of nibbles and 2 of high bits: 3360 bytes per 4096 weights (matmul_dot.h PackQ6KDot).
+inline constexpr int64_t kQ6KHead = 32 + 256;
+inline constexpr int64_t kQ6KBlockRecord = 6 * 64;
+inline constexpr int64_t kQ6KRecord = kQ6KHead + 8 * kQ6KBlockRecord;
 
 inline int64_t Groups(int64_t out) { return (out + kGroup - 1) / kGroup; }
 
@@ -46,7 +51,11 @@ struct Q8Rows {
   const float* xscale;  // [rows, blocks]
   const int32_t* xsum;  // [rows, blocks]: the block's sum of q_x
   int64_t blocks;
+  // [rows, blocks * 2]: the sums of q_x over inputs 0-15 and 16-31 of each block (q6k's sub-blocks);
+  // only after WithHalfSums.
+  const int32_t* xhalf = nullptr;
 
+  int32_t HalfSum(int r, int64_t b, int h) const { return xhalf[(r * blocks + b) * 2 + h]; }  // after WithHalfSums
   int32_t Four(int r, int64_t b, int u) const {  // inputs 4u..4u+3 of row r's block b
     int32_t four;
     std::memcpy(&four, x + (r * blocks + b) * 32 + u * 4, 4);
@@ -58,6 +67,8 @@ struct Q8Rows {
 using QuantizeRowFn = void (*)(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
 // Every row of x through `quantize` into per-thread scratch (valid until the thread's next call).
 Q8Rows QuantizeRows(const float* x, int rows, int in, QuantizeRowFn quantize);
+// x with its half-block sums (xhalf), into per-thread scratch beside QuantizeRows's.
+Q8Rows WithHalfSums(Q8Rows x, int rows);
 // QuantizeQ8's own loop (kernels/cpu/matmul.h) as a QuantizeRowFn, for the instruction sets with no
 // quantizer of their own: the same q, scales and sums as the vector quantizers.
 void QuantizeRowScalar(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
@@ -81,11 +92,11 @@ T* Scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots of
-// matmul_dot.h, each quantizing x itself, once for all its products.
+// One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots and
+// MatMulNTQ6KDots of matmul_dot.h, each quantizing x itself, once for all its products.
 using Int8Kernel = void (*)(const float* x, int rows, int in, const DotProduct* products, int count);
 struct Int8Kernels {
-  Int8Kernel q8, q4, q4k;
+  Int8Kernel q8, q4, q4k, q6k;
 };
 // Each defined only where its instruction set is compiled (x86-64 or AArch64).
 extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc

@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q6k", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -132,6 +132,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
+    if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -185,6 +186,7 @@ std::string CpuMatrices::TypeNames() const {
       case WeightType::kDotQ8: names.insert("q8"); break;
       case WeightType::kDotQ4: names.insert("q4"); break;
       case WeightType::kDotQ4K: names.insert("q4k"); break;
+      case WeightType::kDotQ6K: names.insert("q6k"); break;
       default: names.insert(WeightTypeName(w.type()));
     }
   });
@@ -202,7 +204,8 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K) {
+    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K ||
+        w.type() == WeightType::kDotQ6K) {
       names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
     }
   });

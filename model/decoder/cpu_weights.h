@@ -1,7 +1,7 @@
 // The precision the CPU backend reads the projection matrices in (--cpu-weights, docs/cpu.md). By
 // default (auto) it reads the Model's matrices as the checkpoint stores them (fp32, bf16 or f16, a
 // memory-mapped view, or a copy packed for a dot-product kernel; a GGUF file's quantized blocks as q8,
-// q4 or q4k), each type on the fastest kernel that reads its stored values unchanged; stored keeps
+// q4, q4k or q6k), each type on the fastest kernel that reads its stored values unchanged; stored keeps
 // every matrix on the widening kernels (the checkpoint's own numbers in fp32 arithmetic, exactly);
 // f32, bf16, q8, q4 or q4k convert the seven matrices of every layer and the LM head once, at start,
 // into copies of the backend's own (and the mapped pages they came from leave resident memory), and
@@ -25,7 +25,7 @@ namespace steady {
 class Model;
 
 // auto: as stored, each matrix on the fastest kernel that reads its stored values unchanged: the
-// quantized ones (q8, q4, q4k: a GGUF file's Q8_0, Q5_0, Q4_0, Q4_K) packed for the int8 kernels where
+// quantized ones (q8, q4, q4k, q6k: a GGUF file's Q8_0, Q5_0, Q4_0, Q4_K, Q6_K) packed for the int8 kernels where
 // the CPU has one (the activations quantized per 32 as llama.cpp's own dot products do), the bf16 ones
 // (a checkpoint's own, or a GGUF file's other K-quants' values) on AMX tiles or VDPBF16PS where the
 // CPU has them (the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
@@ -74,8 +74,9 @@ bool UsesDotKernels(CpuGemm gemm);
 cpu::Int8Path Int8PathFor(CpuGemm gemm);
 absl::Status CpuGemmAvailable(CpuGemm gemm);
 
-// The instruction path each --cpu-weights format's decode GEMMs take on this CPU with `gemm`, as
-// {format, path} pairs for f32, bf16, q8, q4 and q4k, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
+// The instruction path each weight format's decode GEMMs take on this CPU with `gemm`, as {format,
+// path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats) and q6k (a GGUF file's Q6_K),
+// e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).
@@ -92,7 +93,7 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8, q4 and q4k ones
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8, q4, q4k and q6k ones
   // for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",

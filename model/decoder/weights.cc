@@ -1,12 +1,10 @@
 #include "model/decoder/weights.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
+#include "base/file_io.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
@@ -47,6 +45,8 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotQ4: return "dot-q4";
     case WeightType::kQ4K: return "q4k";
     case WeightType::kDotQ4K: return "dot-q4k";
+    case WeightType::kQ6K: return "q6k";
+    case WeightType::kDotQ6K: return "dot-q6k";
   }
   return "?";
 }
@@ -85,6 +85,7 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
   switch (type) {
     case WeightType::kF32: return address % alignof(float) == 0;
     case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
+    case WeightType::kQ6K: return true;                           // bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
 }
@@ -102,6 +103,8 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kDotQ4: return cpu::Q4DotPackedSize(rows_, cols_);
     case WeightType::kQ4K: return cpu::Q4KBytes(rows_, cols_);
     case WeightType::kDotQ4K: return cpu::Q4KDotPackedSize(rows_, cols_);
+    case WeightType::kQ6K: return cpu::Q6KBytes(rows_, cols_);
+    case WeightType::kDotQ6K: return cpu::Q6KDotPackedSize(rows_, cols_);
   }
   return 0;
 }
@@ -109,6 +112,11 @@ int64_t WeightMatrix::Bytes() const {
 cpu::Q4KWeights WeightMatrix::q4k() const {
   STEADY_CHECK(type_ == WeightType::kQ4K);
   return {as<uint8_t>(), reinterpret_cast<const cpu::Q4KScales*>(as<uint8_t>() + cpu::Q4KNibbleBytes(rows_, cols_))};
+}
+
+cpu::Q6KWeights WeightMatrix::q6k() const {
+  STEADY_CHECK(type_ == WeightType::kQ6K);
+  return {as<uint8_t>()};
 }
 
 cpu::Q4Weights WeightMatrix::q4() const {
@@ -150,7 +158,10 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return cpu::DequantizeQ4Dot(as<uint8_t>(), rows_, cols_, r0, r1, out);
     case WeightType::kQ4K:
       return cpu::DequantizeQ4K(q4k(), cols_, r0, r1, out);
+    case WeightType::kQ6K:
+      return cpu::DequantizeQ6K(q6k(), cols_, r0, r1, out);
     case WeightType::kDotQ4K:
+    case WeightType::kDotQ6K:
     case WeightType::kAmxBf16:
     case WeightType::kDotBf16:
     case WeightType::kDotQ8:
@@ -277,21 +288,25 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(buffer);
       return type == WeightType::kQ4K ? m : m.ConvertTo(type);
     }
+    case WeightType::kDotQ6K: {  // packed from q6k rows as they are
+      STEADY_CHECK(type_ == WeightType::kQ6K && "ConvertTo: dot-q6k packs a q6k matrix; nothing quantizes to q6k");
+      auto packed = Buffer<uint8_t>(size_t(cpu::Q6KDotPackedSize(rows_, cols_)));
+      cpu::PackQ6KDot(q6k(), rows_, cols_, packed->data());
+      m.data_ = packed->data();
+      m.owner_ = std::move(packed);
+      return m;
+    }
     case WeightType::kF16:
+    case WeightType::kQ6K:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16 is a checkpoint's type, not a conversion target");
+  STEADY_CHECK(false && "ConvertTo: f16 and q6k are a checkpoint's types, not conversion targets");
   return m;
 }
 
 void WeightMatrix::ReleasePages() const {
-  if (!mapped_ || data_ == nullptr) return;
   // Whole pages inside the matrix only: its neighbours may still be in use.
-  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + uintptr_t(Bytes())) / page * page;
-  // On a private read-only file mapping this drops clean pages; nothing is lost.
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (mapped_ && data_ != nullptr) DropMappedPages(data_, size_t(Bytes()));
 }
 
 void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
@@ -308,6 +323,8 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kDotQ4: return cpu::MatMulNTQ4Dot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kQ4K: return cpu::MatMulNTQ4K(x, rows, in, w.q4k(), out, y);
     case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kQ6K: return cpu::MatMulNTQ6K(x, rows, in, w.q6k(), out, y);
+    case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 
@@ -319,6 +336,7 @@ void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) 
       case WeightType::kDotQ8: return cpu::MatMulNTQ8Dots;
       case WeightType::kDotQ4: return cpu::MatMulNTQ4Dots;
       case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDots;
+      case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDots;
       default: return nullptr;
     }
   };

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q6k.h"
 
 namespace steady {
 
@@ -33,8 +34,11 @@ enum class WeightType {
   kDotQ4,    // q4_0 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ4Dot), zero padding included
   kQ4K,      // q4k (Q4_K-style, kernels/cpu/q4k.h): nibbles [rows, blocks * 128], then Q4KScales [rows, blocks]
   kDotQ4K,   // q4k packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ4KDot), zero padding included
+  kQ6K,      // q6k (a GGUF file's Q6_K blocks, kernels/cpu/q6k.h), row-major: 210 bytes per 256 weights
+  kDotQ6K,   // q6k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ6KDot), zero padding included
 };
-// "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k".
+// "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
+// "q6k", "dot-q6k".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
@@ -57,10 +61,12 @@ class WeightMatrix {
   // Whether `data` may be viewed as `type` in place (else the loader copies it).
   static bool MatchesAlignment(WeightType type, const void* data);
 
-  // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K or kDotQ4K):
-  // itself when already so, else a converted copy of its own (bf16: rounded to nearest even; q8:
-  // QuantizeQ8 of the fp32 values; AMX and dot-bf16: packed from bf16; dot-q8: packed from q8; q4
-  // and q4k: quantized from the fp32 values; dot-q4 and dot-q4k: packed from q4 / q4k). Converted in parallel over the compute threads (the packing too, a column group per task).
+  // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K, kDotQ4K,
+  // or kDotQ6K from kQ6K): itself when already so, else a converted copy of its own (bf16: rounded
+  // to nearest even; q8: QuantizeQ8 of the fp32 values; AMX and dot-bf16: packed from bf16; dot-q8:
+  // packed from q8; q4 and q4k: quantized from the fp32 values; dot-q4, dot-q4k and dot-q6k: packed
+  // from q4 / q4k / q6k). Converted in parallel over the compute threads (the packing too, a column
+  // group per task).
   WeightMatrix ConvertTo(WeightType type) const;
 
   WeightType type() const { return type_; }
@@ -78,6 +84,7 @@ class WeightMatrix {
   const float* q8_scales() const;  // kQ8 only
   cpu::Q4KWeights q4k() const;     // kQ4K only
   cpu::Q4Weights q4() const;       // kQ4 only
+  cpu::Q6KWeights q6k() const;     // kQ6K only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

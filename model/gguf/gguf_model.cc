@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_io.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
 #include "model/checkpoint/safetensors.h"
@@ -131,22 +132,36 @@ class Mapper {
       if (absl::Status s = CheckFinite(t, row.data(), cols, r); !s.ok()) return s;
     }
     const GgmlType type = GgmlType(t.type);
-    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16) {
-      const WeightType wt = type == GgmlType::kF32 ? WeightType::kF32
+    // Types held in the file's own bytes (Q6_K as q6k: kernels/cpu/q6k.h is ggml's block): a view of
+    // the mapped tensor, or its rows copied where attention heads are permuted (or misaligned).
+    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ6_K) {
+      const WeightType wt = type == GgmlType::kF32   ? WeightType::kF32
                             : type == GgmlType::kF16 ? WeightType::kF16
-                                                     : WeightType::kBf16;
+                            : type == GgmlType::kQ6_K ? WeightType::kQ6K
+                                                      : WeightType::kBf16;
       if (heads == 0 && WeightMatrix::MatchesAlignment(wt, raw)) {
         return WeightMatrix::View(wt, rows, cols, raw, file_.Owner(), file_.mapped());
       }
       auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
       char* out = reinterpret_cast<char*>(buffer->data());
       for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
+      if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));  // as below
       return WeightMatrix::Owned(wt, rows, cols, out, std::move(buffer));
     }
+    // The other types become a copy of the loader's own; the file's pages, read twice (the check and
+    // the copy), then leave resident memory (they come back from the file if touched again).
+    WeightMatrix copy = Converted(type, t, raw, rows, cols, row_bytes, heads, row);
+    if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));
+    return copy;
+  }
+
+  // Q4_0 as q4, Q8_0 and Q5_0 as q8, Q4_K as q4k (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
+  // minimum) as ggml's values rounded to bf16. `row` is scratch of `cols` floats.
+  static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
+                                int64_t row_bytes, int heads, std::vector<float>& row) {
     if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ8_0 || type == GgmlType::kQ5_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ4_K) return ToQ4K(raw, rows, cols, row_bytes, heads);
-    // The other K-quants, Q4_1 and Q5_1 (a per-block minimum): ggml's values rounded to bf16.
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());

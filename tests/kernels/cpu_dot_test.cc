@@ -24,6 +24,7 @@
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q6k.h"
 #include "tests/random.h"
 
 namespace steady {
@@ -364,6 +365,118 @@ std::vector<float> RunQ4KWidening(const Q4KProblem& p, const std::vector<float>&
   return y;
 }
 
+// q6k: random Q6_K blocks (every bit pattern is a valid one; d a small fp16 so that the weights are
+// of order 1), or blocks whose q are all 63 (`fill` 0xff: every bit set) or all 0 (0x00): the
+// largest products there are, and int16 pairs that AVX2 must not saturate. Row-major as in a GGUF
+// file, and packed.
+struct Q6KProblem {
+  int rows, in, out;
+  std::vector<float> x, dequantized;
+  std::vector<uint8_t> blocks, packed;
+  cpu::Q6KWeights weights() const { return {blocks.data()}; }
+};
+
+Q6KProblem MakeQ6K(int rows, int in, int out, std::mt19937_64& rng, bool pack = true, int fill = -1) {
+  Q6KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<float>(size_t(out) * in),
+               std::vector<uint8_t>(size_t(cpu::Q6KBytes(out, in))), {}};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f);
+  for (int64_t b = 0; b < out * cpu::Q6KBlocksPerRow(in); ++b) {
+    uint8_t* block = p.blocks.data() + b * cpu::kQ6KBlockBytes;
+    for (int i = 0; i < 208; ++i) block[i] = uint8_t(fill >= 0 && i < 192 ? fill : byte(rng));
+    const uint16_t d = cpu::FloatToF16(scale(rng));
+    std::memcpy(block + 208, &d, 2);
+  }
+  cpu::DequantizeQ6K(p.weights(), in, 0, out, p.dequantized.data());
+  if (pack) {
+    p.packed.assign(size_t(cpu::Q6KDotPackedSize(out, in)), 0xff);
+    cpu::PackQ6KDot(p.weights(), out, in, p.packed.data());
+  }
+  return p;
+}
+
+std::vector<float> RunQ6KDot(const Q6KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ6KDot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
+std::vector<float> RunQ6KWidening(const Q6KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ6K(x.data(), rows, p.in, p.weights(), p.out, y.data());
+  return y;
+}
+
+// A super-block with chosen fields reads back as q6k.h (ggml's layout) says: value 128 h + 32 t + l
+// takes the low (t = 0, 1) or high (t = 2, 3) nibble of ql[64 h + 32 (t % 2) + l] and bits 2t, 2t + 1
+// of qh[32 h + l], its sub-block's int8 scale, and d.
+TEST(CpuDotTest, Q6KReadsGgmlsBlockLayout) {
+  std::vector<uint8_t> block(cpu::kQ6KBlockBytes, 0);
+  std::vector<int> want_q(cpu::kQ6KBlock);
+  for (int k = 0; k < cpu::kQ6KBlock; ++k) {
+    const int q = (k * 37 + 11) % 64, half = k / 128, t = (k % 128) / 32, l = k % 32;
+    want_q[size_t(k)] = q;
+    block[size_t(64 * half + 32 * (t % 2) + l)] |= uint8_t((q & 15) << (t < 2 ? 0 : 4));
+    block[size_t(128 + 32 * half + l)] |= uint8_t((q >> 4) << (2 * t));
+  }
+  for (int s = 0; s < 16; ++s) block[size_t(192 + s)] = uint8_t(int8_t(s % 2 == 0 ? -128 + 9 * s : 127 - 5 * s));
+  const uint16_t d = cpu::FloatToF16(0.375f);
+  std::memcpy(block.data() + 208, &d, 2);
+  std::vector<float> values(cpu::kQ6KBlock);
+  cpu::DequantizeQ6K({block.data()}, cpu::kQ6KBlock, 0, 1, values.data());
+  for (int k = 0; k < cpu::kQ6KBlock; ++k) {
+    const int s = k / 16, sc = s % 2 == 0 ? -128 + 9 * s : 127 - 5 * s;
+    ASSERT_EQ(values[size_t(k)], 0.375f * float(sc) * float(want_q[size_t(k)] - 32)) << "value " << k;
+  }
+}
+
+TEST(CpuDotTest, Q6KWideningMatchesTheReferenceAtManyShapes) {
+  std::mt19937_64 rng(40);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q6KProblem p = MakeQ6K(rows, in, out, rng, /*pack=*/false);
+        const std::vector<float> got = RunQ6KWidening(p, p.x, rows);
+        std::vector<float> want(size_t(rows) * out);
+        cpu::MatMulNTQ6KReference(p.x.data(), rows, in, p.weights(), out, want.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return p.dequantized[size_t(jj) * in + k]; });
+            ASSERT_NEAR(got[size_t(r) * out + j], want[size_t(r) * out + j], 1e-30 + (in + 2) * kF32Eps * mag)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The int8 kernel on random blocks and on the extremes (every q 63, every q 0) at every shape, past
+// the 256-value super-block too, and with an all-zero row of x (a zero q8_0 scale).
+TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
+  std::mt19937_64 rng(41);
+  int problem = 0;
+  for (int rows : kRows) {
+    for (int in : {1, 16, 17, 31, 33, 100, 256, 300, 600}) {
+      for (int out : kOuts) {
+        const int fill = problem % 5 == 3 ? 0xff : problem % 5 == 4 ? 0x00 : -1;
+        ++problem;
+        Q6KProblem p = MakeQ6K(rows, in, out, rng, /*pack=*/true, fill);
+        if (fill >= 0) {  // x at its largest magnitude in every block, one sign: the largest sums
+          for (float& v : p.x) v = std::abs(v) + 1.0f;
+        }
+        if (rows > 2) std::fill_n(p.x.begin() + in, in, 0.0f);
+        std::vector<float> exact(size_t(rows) * out), rounded(size_t(rows) * out);
+        cpu::MatMulNTReference(p.x.data(), rows, in, p.dequantized.data(), out, exact.data());
+        cpu::MatMulNTQ8ActivationsReference(p.x.data(), rows, in, p.dequantized.data(), out, rounded.data());
+        // Per sub-block of 16: the scale's product with x's and the multiply-add.
+        ExpectQ8ActivationBounds(p.x, rows, in, out, [&](int j, int k) { return double(p.dequantized[size_t(j) * in + k]); },
+                                 RunQ6KDot(p, p.x, rows), exact, rounded, /*extra=*/2);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // A super-block whose values are d sc q - dmin m exactly, with d = dmin = 1 (the largest scale and
 // minimum 63) and every q of 0..15 in every sub-block: the least-squares fit finds them with zero
 // error, so the round trip is exact and each field lands where q4k.h says. Then, on random weights,
@@ -647,6 +760,12 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
                       packed.data());
       return packed;
     });
+    const Q6KProblem q6k = MakeQ6K(1, in, out, rng);
+    check("q6k", cpu::Q6KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
+      std::vector<uint8_t> packed(size_t(cpu::Q6KDotPackedSize(rows, in)), 0xff);
+      cpu::PackQ6KDot({q6k.blocks.data() + j0 * cpu::Q6KBytes(1, in)}, rows, in, packed.data());
+      return packed;
+    });
   }
 }
 
@@ -673,6 +792,18 @@ TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(22);
   const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KWidening(p, x, rows); });
+}
+
+TEST(CpuDotTest, Q6KWideningIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(42);
+  const Q6KProblem p = MakeQ6K(37, 1001, 301, rng, /*pack=*/false);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ6KWidening(p, x, rows); });
+}
+
+TEST_P(Int8PathTest, Q6KIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(43);
+  const Q6KProblem p = MakeQ6K(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ6KDot(p, x, rows); });
 }
 
 TEST_P(Int8PathTest, Q4KIsBatchAndThreadInvariant) {
@@ -728,14 +859,17 @@ TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   std::vector<Q8Problem> q8;
   std::vector<Q4Problem> q4;
   std::vector<Q4KProblem> q4k;
+  std::vector<Q6KProblem> q6k;
   for (int out : kSeveralOuts) {
     q8.push_back(MakeQ8(37, 1001, out, rng));
     q4.push_back(MakeQ4(37, 1001, out, rng));
     q4k.push_back(MakeQ4K(37, 1001, out, rng));
+    q6k.push_back(MakeQ6K(37, 1001, out, rng));
   }
   ExpectSeveralAreEachOnes(q8, RunQ8Dot, cpu::MatMulNTQ8Dots);
   ExpectSeveralAreEachOnes(q4, RunQ4Dot, cpu::MatMulNTQ4Dots);
   ExpectSeveralAreEachOnes(q4k, RunQ4KDot, cpu::MatMulNTQ4KDots);
+  ExpectSeveralAreEachOnes(q6k, RunQ6KDot, cpu::MatMulNTQ6KDots);
 }
 
 TEST(CpuDotTest, SeveralBf16ProductsInOneCallGiveEachOnesBits) {
@@ -802,7 +936,7 @@ std::vector<float> ReadFloats(const char* path) {
   return v;
 }
 
-// Every path gives the same bits as the widest one, for q8, q4 and q4k, at every shape. Across
+// Every path gives the same bits as the widest one, for q8, q4, q4k and q6k, at every shape. Across
 // machines too (tests/cli/arm64_kernels.sh): with STEADY_INT8_RESULTS_OUT=FILE the widest path's
 // results are written there, with STEADY_INT8_RESULTS_IN=FILE they must equal that file's bit for
 // bit (x86-64's AVX-512 or AVX2 against AArch64's SDOT on the same inputs).
@@ -818,8 +952,10 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
         const Q8Problem q8 = MakeQ8(rows, in, out, rng);
         const Q4Problem q4 = MakeQ4(rows, in, out, rng);
         const Q4KProblem q4k = MakeQ4K(rows, in, out, rng);
+        const Q6KProblem q6k = MakeQ6K(rows, in, out, rng);
         const auto run_all = [&] {
-          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows)};
+          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows),
+                                                 RunQ6KDot(q6k, q6k.x, rows)};
         };
         const std::vector<std::vector<float>> want = run_all();
         for (const std::vector<float>& w : want) all.insert(all.end(), w.begin(), w.end());

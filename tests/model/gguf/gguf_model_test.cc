@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q6k.h"
 #include "model/backend/backend.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/decoder/state_pool.h"
@@ -189,7 +190,7 @@ std::string ToGguf(const Model& m, const std::string& arch, bool permute = true,
     matrix(w, b + "ffn_down.weight", {hidden, c.intermediate_size}, L.w_down.ToFloat());
   }
   w.Tensor("output_norm.weight", {hidden}, m.final_norm());
-  w.Tensor("output.weight", {c.vocab_size, hidden}, m.lm_head().ToFloat());
+  matrix(w, "output.weight", {c.vocab_size, hidden}, m.lm_head().ToFloat());
   return w.Bytes();
 }
 
@@ -253,10 +254,22 @@ std::string RandomQ4K(int64_t rows, int64_t cols, std::mt19937& rng) {
   return bytes;
 }
 
+// Q6_K blocks of a matrix [rows, cols] from a seeded generator: random low and high bits and int8
+// scales (every pattern is a valid block), with a small d.
+std::string RandomQ6K(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / cpu::kQ6KBlock; ++b) {
+    for (int i = 0; i < 208; ++i) bytes += char(rng() & 0xFF);
+    const uint16_t d = FloatToHalf(0.00002f * float(1 + rng() % 4));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+  }
+  return bytes;
+}
+
 // A quantized file and its F32 control: blocks(name, shape, &type) gives a matrix's raw blocks of
 // `type`, or "" to write its F32 values; the control holds ggml's values of those blocks (Dequantize:
 // bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32, rounded to bf16 for the types the loader
-// holds as bf16 (Q4_1, Q5_1, Q5_K, Q6_K).
+// holds as bf16 (Q4_1, Q5_1, Q5_K).
 struct QuantizedFile {
   std::string quantized, control;
   size_t matrices = 0;  // written as blocks
@@ -272,7 +285,7 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
     std::vector<float>& x = values[name];
     x.resize(size_t(shape[0] * shape[1]));
     Dequantize(uint32_t(type), raw.data(), shape[0] * shape[1], x.data());
-    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) {
+    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K) {
       for (float& e : x) e = BFloat16ToFloat(FloatToBFloat16(e));
     }
     w.Raw(name, std::move(shape), uint32_t(type), raw);
@@ -296,7 +309,8 @@ TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
       *type = GgmlType::kQ4_K;
       return RandomQ4K(shape[0], shape[1], rng);
     });
-    ASSERT_EQ(file.matrices, 2u * 6u);  // per layer: all but attn_output ([256, 64]: a quarter block a row)
+    // Per layer all but attn_output ([256, 64]: a quarter block a row), and the output.
+    ASSERT_EQ(file.matrices, 2u * 6u + 1u);
     auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_k.gguf"), std::nullopt);
     auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
     ASSERT_TRUE(q.ok()) << q.status();
@@ -312,6 +326,41 @@ TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
       }
       EXPECT_EQ(a.wo.type(), WeightType::kF32);
     }
+    ExpectSameLogits(*q, *f);
+  }
+}
+
+// Q6_K tensors load as q6k, the file's own blocks (6.5625 bits a weight, in place where no rows are
+// permuted), with ggml's values exactly (the control's are Dequantize's, which equals libggml's);
+// llama's q and k rows un-permuted alike; the logits are those of the same values in F32.
+TEST(GgufModel, Q6_KTensorsLoadAsQ6kWithGgmlsValuesExactly) {
+  for (const std::string arch : {"llama", "qwen2"}) {
+    SCOPED_TRACE(arch);
+    auto m = Model::Random(Config(arch, /*hidden=*/256, /*intermediate=*/512), 15);
+    ASSERT_TRUE(m.ok()) << m.status();
+    std::mt19937 rng(17);
+    const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
+      if (shape[1] % cpu::kQ6KBlock != 0) return std::string();
+      *type = GgmlType::kQ6_K;
+      return RandomQ6K(shape[0], shape[1], rng);
+    });
+    ASSERT_EQ(file.matrices, 2u * 6u + 1u);  // per layer all but attn_output; the output
+    auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q6_k.gguf"), std::nullopt);
+    auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
+    ASSERT_TRUE(q.ok()) << q.status();
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (int l = 0; l < 2; ++l) {
+      const LayerWeights& a = q->layers()[l];
+      const LayerWeights& b = f->layers()[l];
+      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up},
+                          {&a.w_down, &b.w_down}}) {
+        EXPECT_EQ(x->type(), WeightType::kQ6K);
+        EXPECT_EQ(x->Bytes() * 256, x->Weights() * 210);  // the file's 6.5625 bits a weight
+        EXPECT_EQ(x->ToFloat(), y->ToFloat());
+      }
+    }
+    EXPECT_EQ(q->lm_head_matrix().type(), WeightType::kQ6K);
+    EXPECT_EQ(q->lm_head_matrix().ToFloat(), f->lm_head_matrix().ToFloat());
     ExpectSameLogits(*q, *f);
   }
 }
@@ -354,9 +403,10 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
   ExpectSameLogits(*q, *f);
 }
 
-// A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q4_1 (held as bf16, as Q5_K and
-// Q6_K are) for attn_output, F32 elsewhere. --cpu-weights auto puts its q4k matrices on the int8
-// kernels and its bf16 ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
+// A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
+// gives some layers), Q4_1 (held as bf16, as Q5_K is) for attn_output, F32 elsewhere. --cpu-weights
+// auto puts its q4k and q6k matrices on the int8 kernels and its bf16 ones on VDPBF16PS where the CPU
+// has them, and says so; stored keeps them all
 // on the widening kernels, whose logits are those of the file's values in fp32 (the F32 control's);
 // auto's are close to them but not the same bits (the packed matrices, and activations rounded to 8
 // bits or bf16, were read).
@@ -364,7 +414,12 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 8);
   ASSERT_TRUE(m.ok()) << m.status();
   std::mt19937 rng(3);
-  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
+  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string& name, const std::vector<int64_t>& shape, GgmlType* type) {
+    if (name == "output.weight") return std::string();  // F32
+    if (name.find("ffn_down") != std::string::npos) {
+      *type = GgmlType::kQ6_K;
+      return RandomQ6K(shape[0], shape[1], rng);
+    }
     if (shape[1] % cpu::kQ4KBlock == 0) {
       *type = GgmlType::kQ4_K;
       return RandomQ4K(shape[0], shape[1], rng);
@@ -385,6 +440,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(q->layers()[0].wq.type(), WeightType::kQ4K);
   EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kBf16);
+  EXPECT_EQ(q->layers()[0].w_down.type(), WeightType::kQ6K);
 
   auto step = [](const Model& model, CpuWeights weights, std::string* name) {
     BackendOptions o;
@@ -402,7 +458,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   const std::vector<double> fast = step(*q, CpuWeights::kAuto, &auto_name);
   const std::vector<double> stored = step(*q, CpuWeights::kStored, &stored_name);
   const std::vector<double> reference = step(*f, CpuWeights::kAuto, &control_name);
-  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k weights)");
+  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k and q6k weights)");
   EXPECT_EQ(control_name, "cpu");  // an F32 file: nothing quantized, nothing packed
   ASSERT_EQ(stored.size(), reference.size());
   ASSERT_EQ(fast.size(), reference.size());
@@ -419,7 +475,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   std::sort(kernels.begin(), kernels.end());
   std::string on;
   for (const std::string& k : kernels) on += (on.empty() ? "" : " and ") + k;
-  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k weights on " + on + ")");
+  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k and q6k weights on " + on + ")");
   EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
 }
