@@ -48,9 +48,7 @@ HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
 HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) {
   return {w.q + j * Q8BlocksPerRow(in) * 16, w.scales + j * Q8BlocksPerRow(in)};
 }
-HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) {
-  return {w.q + j * Q4KBlocksPerRow(in) * (kQ4KBlock / 2), w.scales + j * Q4KBlocksPerRow(in)};
-}
+HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q4KBytes(1, in)}; }
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 
 template <class D>
@@ -93,24 +91,28 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4Weights w, int64_t k) {
   const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(w.scales + b))));
   return hn::Mul(q, hn::Set(d, scale));
 }
-// q4k (q4k.h): a vector of lanes (4, 8 or 16) within one half of a sub-block: its bytes' low or high
-// nibbles, times the sub-block's scale, less its minimum. Both are exact in fp32 and so is q times
-// the scale, so the one rounding (fused or not) gives Q4KWeightValue's value.
+// q4k (q4k.h): a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even
+// sub-block) or high (odd) nibbles, times the sub-block's scale, less its minimum. Both are exact in
+// fp32 and so is q times the scale, so the one rounding (fused or not) gives Q4KWeightValue's value.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
   const hn::RebindToSigned<D> di32;
   const hn::RebindToUnsigned<D> du32;
   const hn::Rebind<uint8_t, D> du8;
-  const int64_t b = k / kQ4KBlock, s = (k % kQ4KBlock) / kQ4KSub, i = k % kQ4KSub;
-  const Q4KScales& sc = w.scales[b];
-  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, w.q + b * (kQ4KBlock / 2) + 16 * s + (i & 15)));
-  bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
+  const uint8_t* block = w.blocks + (k / kQ4KBlock) * kQ4KBlockBytes;
+  const int s = int(k % kQ4KBlock) / kQ4KSub, i = int(k % kQ4KSub);
+  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + kQ4KSub * (s / 2) + i));
+  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
+  // The sub-block's 6-bit scale and minimum (get_scale_min_k4).
+  const uint8_t* packed = block + 4;
+  const int sc = s < 4 ? packed[s] & 63 : (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4);
+  const int m = s < 4 ? packed[s + 4] & 63 : (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
   // d and dmin widened by the vector unit (F16C where there is one; exact, as F16ToFloat), then
   // broadcast: the scalar conversion's branches cost more than the weights' own arithmetic.
   const hn::CappedTag<float, 2> d2;
   const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&sc.d)));
-  const float scale = hn::GetLane(dd) * float(sc.sc[s]), min = hn::ExtractLane(dd, 1) * float(sc.m[s]);
+  const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(block)));
+  const float scale = hn::GetLane(dd) * float(sc), min = hn::ExtractLane(dd, 1) * float(m);
   return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, scale), hn::Set(d, -min));
 }
 // q6k (q6k.h): a vector of lanes (4, 8 or 16) within one sub-block, which is 16 consecutive bytes of

@@ -360,16 +360,18 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* rec = packed + (g * blocks + b) * kQ4KRecord;
       for (int c = 0; c < kGroup && g * kGroup + c < out; ++c) {
-        const int64_t j = g * kGroup + c;
-        const Q4KScales& s = w.scales[j * blocks + b];
+        const uint8_t* block = w.blocks + ((g * kGroup + c) * blocks + b) * kQ4KBlockBytes;
+        const Q4KScales s = Q4KBlockScales(block);
         std::memcpy(rec + 2 * c, &s.d, 2);
         std::memcpy(rec + 32 + 2 * c, &s.dmin, 2);
-        const uint8_t* q = w.q + (j * blocks + b) * (kQ4KBlock / 2);
         for (int sub = 0; sub < 8; ++sub) {
           rec[64 + 16 * sub + c] = s.sc[sub];
           rec[192 + 16 * sub + c] = s.m[sub];
-          // Byte i of a sub-block holds its inputs i (low nibble) and 16 + i (high), as q4k.h's.
-          for (int i = 0; i < 16; ++i) rec[kQ4KHead + sub * 256 + (i / 4) * 64 + c * 4 + i % 4] = q[16 * sub + i];
+          // Byte i of a packed sub-block holds its inputs i (low nibble) and 16 + i (high).
+          for (int i = 0; i < 16; ++i) {
+            rec[kQ4KHead + sub * 256 + (i / 4) * 64 + c * 4 + i % 4] =
+                uint8_t(Q4KBlockQ(block, 32 * sub + i) | (Q4KBlockQ(block, 32 * sub + 16 + i) << 4));
+          }
         }
       }
     }

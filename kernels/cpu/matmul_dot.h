@@ -128,7 +128,8 @@ void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int 
 // q4k weights (kernels/cpu/q4k.h, --cpu-weights q4k) packed for VPDPBUSD: per group of 16 columns
 // and super-block of 256 inputs, the 16 columns' d and dmin (fp16), their 8 sub-blocks' scales and
 // minimums (a byte each, 16 columns side by side), then per sub-block 4 vectors of nibbles as q4's
-// (low: inputs 0-15 of the sub-block, high: 16-31): 2368 bytes per 4096 weights, 4.625 bits a weight.
+// (low: inputs 0-15 of the sub-block, high: 16-31): 2368 bytes per 4096 weights, 4.625 bits a weight
+// (the row-major block's 4.5, its 12 bytes of 6-bit numbers spread to a byte each).
 int64_t Q4KDotPackedSize(int64_t out, int64_t in);  // in bytes
 void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed);
 // y = q8(x) w^T with packed q4k weights: x quantized as MatMulNTQ8Dot does (its q8_0 blocks of 32

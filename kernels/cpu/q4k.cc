@@ -30,12 +30,28 @@ uint16_t FloatToF16(float f) {
   return uint16_t(sign | h);
 }
 
+Q4KScales Q4KBlockScales(const uint8_t* block) {
+  Q4KScales s;
+  std::memcpy(&s.d, block, 2);
+  std::memcpy(&s.dmin, block + 2, 2);
+  const uint8_t* q = block + 4;  // ggml's get_scale_min_k4
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      s.sc[j] = q[j] & 63;
+      s.m[j] = q[j + 4] & 63;
+    } else {
+      s.sc[j] = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+      s.m[j] = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+  }
+  return s;
+}
+
 Q4KParts Q4KWeightParts(Q4KWeights w, int64_t in, int64_t j, int64_t k) {
-  const int64_t blocks = Q4KBlocksPerRow(in), b = k / kQ4KBlock, s = (k % kQ4KBlock) / kQ4KSub, i = k % kQ4KSub;
-  const Q4KScales& sc = w.scales[j * blocks + b];
-  const uint8_t byte = w.q[(j * blocks + b) * (kQ4KBlock / 2) + 16 * s + i % 16];
-  const int q = i < 16 ? byte & 15 : byte >> 4;
-  return {F16ToFloat(sc.d) * sc.sc[s] * float(q), F16ToFloat(sc.dmin) * sc.m[s]};
+  const uint8_t* block = w.blocks + j * Q4KBytes(1, in) + (k / kQ4KBlock) * kQ4KBlockBytes;
+  const int i = int(k % kQ4KBlock), s = i / kQ4KSub;
+  const Q4KScales sc = Q4KBlockScales(block);
+  return {F16ToFloat(sc.d) * sc.sc[s] * float(Q4KBlockQ(block, i)), F16ToFloat(sc.dmin) * sc.m[s]};
 }
 
 float Q4KWeightValue(Q4KWeights w, int64_t in, int64_t j, int64_t k) {

@@ -1,15 +1,15 @@
-// q4k: a 4-bit weight format with sub-block scales and minimums, after llama.cpp's Q4_K
-// (--cpu-weights q4k, docs/cpu.md). A row of `in` weights is cut into super-blocks of kQ4KBlock
-// (256) weights (the last one zero padded), each of 8 sub-blocks of kQ4KSub (32). Per super-block
-// an fp16 scale d and an fp16 minimum dmin; per sub-block s a 6-bit scale sc[s] and a 6-bit minimum
-// m[s]; per weight a 4-bit q in 0..15. A weight is
+// q4k: llama.cpp's Q4_K, a 4-bit weight format with sub-block scales and minimums (--cpu-weights
+// q4k, and a GGUF file's Q4_K tensors read in place; docs/cpu.md). A row of `in` weights is cut into
+// super-blocks of kQ4KBlock (256) weights (the last one zero padded), each of 8 sub-blocks of kQ4KSub
+// (32). Per super-block an fp16 scale d and an fp16 minimum dmin; per sub-block s a 6-bit scale
+// sc[s] and a 6-bit minimum m[s]; per weight a 4-bit q in 0..15. A weight is
 //     (d * sc[s]) * q - (dmin * m[s])
-// where both products are exact in fp32 (11 significant bits times 6). ggml stores the 16 six-bit
-// numbers in 12 bytes; here they take a byte each (20 bytes of scales per super-block, 4.625 bits a
-// weight against ggml's 4.5) so that the kernels read them without bit surgery. A GGUF Q4_K tensor
-// maps onto this row-major form by unpacking its 12 bytes of scales and moving its nibbles (ggml
-// keeps sub-blocks 2i and 2i + 1 in the low and high nibbles of one 32-byte run; here a sub-block's
-// inputs 0-15 are the low and 16-31 the high nibbles of its own 16 bytes): no requantization.
+// where both products are exact in fp32 (11 significant bits times 6). A super-block is ggml's
+// block_q4_K, 144 bytes (4.5 bits a weight): d, dmin, 12 bytes holding the 16 six-bit numbers
+// (ggml's get_scale_min_k4 reads them: Q4KBlockScales), then 128 bytes of nibbles, sub-blocks 2i and
+// 2i + 1 in the low and high nibbles of bytes 32i..32i+31 (Q4KBlockQ). Until 2026-11-28 the scales
+// took a byte each and the nibbles another order (4.625 bits), so a GGUF file's Q4_K was converted
+// at load into a copy of Steady's own; now the file's bytes are the matrix.
 //
 // The row-major form (this file; the widening kernel MatMulNTQ4K reads it on any CPU) and the form
 // packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ4KDot, made from this one).
@@ -24,37 +24,37 @@ inline constexpr int kQ4KBlock = 256;
 inline constexpr int kQ4KSub = 32;
 inline int64_t Q4KBlocksPerRow(int64_t in) { return (in + kQ4KBlock - 1) / kQ4KBlock; }
 
-// One super-block's scales: d and dmin as IEEE half-precision bits, sc and m in 0..63.
+inline constexpr int64_t kQ4KBlockBytes = 144;  // d, dmin, 12 bytes of scales, 128 of nibbles
+// Bytes of a q4k matrix [out, in]: its rows' super-blocks, one after another.
+inline int64_t Q4KBytes(int64_t out, int64_t in) { return out * Q4KBlocksPerRow(in) * kQ4KBlockBytes; }
+
+// A matrix [out, in] in q4k: [out, blocks] super-blocks of kQ4KBlockBytes, no alignment needed.
+struct Q4KWeights {
+  const uint8_t* blocks = nullptr;
+};
+
+// One super-block's scales unpacked: d and dmin as IEEE half-precision bits, sc and m in 0..63.
 struct Q4KScales {
   uint16_t d, dmin;
   uint8_t sc[8], m[8];
 };
-static_assert(sizeof(Q4KScales) == 20);
-
-// A matrix [out, in] in q4k: q holds each row's super-blocks of 128 bytes (sub-block s at 16 s; its
-// input i < 16 in the low nibble of byte i, input 16 + i in the high nibble), [out, blocks * 128];
-// then scales [out, blocks].
-struct Q4KWeights {
-  const uint8_t* q = nullptr;
-  const Q4KScales* scales = nullptr;
-};
-// Bytes of a q4k matrix [out, in]: the nibbles, then the scales.
-inline int64_t Q4KNibbleBytes(int64_t out, int64_t in) { return out * Q4KBlocksPerRow(in) * (kQ4KBlock / 2); }
-inline int64_t Q4KBytes(int64_t out, int64_t in) {
-  return Q4KNibbleBytes(out, in) + out * Q4KBlocksPerRow(in) * int64_t(sizeof(Q4KScales));
+Q4KScales Q4KBlockScales(const uint8_t* block);
+// q (0..15) of value k (0..255) of a super-block.
+inline int Q4KBlockQ(const uint8_t* block, int k) {
+  const int s = k / kQ4KSub;
+  return (block[16 + kQ4KSub * (s / 2) + k % kQ4KSub] >> (4 * (s % 2))) & 15;
 }
 
 // w [rows, in] in fp32 -> q4k, as llama.cpp's quantize_row_q4_K_ref does: per sub-block, a scale and
 // a minimum (<= 0) fitted by weighted least squares over 20 trial scales (make_qkx2_quants, weights
 // |w| + the sub-block's rms), then the 8 scales and 8 minimums quantized to 6 bits against their
 // largest (d = max scale / 63, dmin = max minimum / 63, in fp16), then every q rounded against the
-// quantized scale and minimum. q (Q4KNibbleBytes) and scales ([rows, blocks]).
-// Its bytes equal ggml's for the same rows (tests/cli/gguf_llamacpp.sh). Sub-blocks are fitted a
-// vector of them at a time, on the compute threads (kernels/cpu/q4k_quantize.cc);
-// QuantizeQ4KReference is the plain copy, one sub-block at a time, on the calling thread, which
-// QuantizeQ4K equals byte for byte.
-void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales);
-void QuantizeQ4KReference(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales);
+// quantized scale and minimum, into `blocks` (Q4KBytes(rows, in)). Its bytes are ggml's for the same
+// rows (tests/cli/gguf_llamacpp.sh). Sub-blocks are fitted a vector of them at a time, on the compute
+// threads (kernels/cpu/q4k_quantize.cc); QuantizeQ4KReference is the plain copy, one sub-block at a
+// time, on the calling thread, which QuantizeQ4K equals byte for byte.
+void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* blocks);
+void QuantizeQ4KReference(const float* w, int64_t rows, int in, uint8_t* blocks);
 // The step before the 6-bit rounding, for `subs` sub-blocks of 32 values at x: each one's
 // least-squares scale, minimum (as -min >= 0) and q in 0..15 (q[subs * 32]). Every rounding of the
 // fit shows in these, where the 6-bit scales hide most of them: the test of the lanes against the

@@ -226,8 +226,10 @@ float FitSubBlock(const float* x, uint8_t* L, float* the_min) {
 
 // One super-block (x: 256 values, zero padded) from its 8 sub-blocks' fits (scales, mins, L): the
 // 6-bit scales and minimums against their largest, d and dmin in fp16, every q rounded against
-// them, then the nibbles.
-void FinishBlock(const float* x, const float* scales, const float* mins, uint8_t* L, uint8_t* q, Q4KScales* s) {
+// them, then the block's bytes as ggml's quantize_row_q4_K_ref packs them.
+void FinishBlock(const float* x, const float* scales, const float* mins, uint8_t* L, uint8_t* block) {
+  Q4KScales unpacked;
+  Q4KScales* s = &unpacked;
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
@@ -249,8 +251,21 @@ void FinishBlock(const float* x, const float* scales, const float* mins, uint8_t
       L[kQ4KSub * j + ii] = uint8_t(std::clamp(NearestInt((x[kQ4KSub * j + ii] + dm) / dj), 0, 15));
     }
   }
+  std::memcpy(block, &s->d, 2);
+  std::memcpy(block + 2, &s->dmin, 2);
+  uint8_t* packed = block + 4;  // the inverse of get_scale_min_k4
   for (int j = 0; j < 8; ++j) {
-    for (int i = 0; i < 16; ++i) q[16 * j + i] = uint8_t(L[32 * j + i] | (L[32 * j + 16 + i] << 4));
+    if (j < 4) {
+      packed[j] = s->sc[j];
+      packed[j + 4] = s->m[j];
+    } else {
+      packed[j + 4] = uint8_t((s->sc[j] & 0x0F) | ((s->m[j] & 0x0F) << 4));
+      packed[j - 4] |= uint8_t((s->sc[j] >> 4) << 6);
+      packed[j] |= uint8_t((s->m[j] >> 4) << 6);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {  // sub-blocks 2j and 2j + 1 in the low and high nibbles of 32 bytes
+    for (int l = 0; l < 32; ++l) block[16 + 32 * j + l] = uint8_t(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
   }
 }
 
@@ -285,7 +300,7 @@ namespace {
 // Rows of w to q4k, each fitted by `fit` (FitQ4KSubBlocks or its reference), `parallel` over the
 // compute threads or on the calling one.
 template <typename Fit>
-void Quantize(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales, bool parallel, Fit fit) {
+void Quantize(const float* w, int64_t rows, int in, uint8_t* out, bool parallel, Fit fit) {
   const int64_t blocks = Q4KBlocksPerRow(in), subs = blocks * 8;
   const auto row = [&](int r) {
     std::vector<float> x(static_cast<size_t>(blocks * kQ4KBlock)), sub_scales(static_cast<size_t>(subs)),
@@ -295,7 +310,7 @@ void Quantize(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scale
     fit(x.data(), subs, sub_scales.data(), sub_mins.data(), L.data());
     for (int64_t b = 0; b < blocks; ++b) {
       FinishBlock(x.data() + b * kQ4KBlock, sub_scales.data() + b * 8, sub_mins.data() + b * 8,
-                  L.data() + b * kQ4KBlock, q + (r * blocks + b) * (kQ4KBlock / 2), scales + r * blocks + b);
+                  L.data() + b * kQ4KBlock, out + (r * blocks + b) * kQ4KBlockBytes);
     }
   };
   if (parallel) {
@@ -307,12 +322,12 @@ void Quantize(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scale
 
 }  // namespace
 
-void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales) {
-  Quantize(w, rows, in, q, scales, /*parallel=*/true, FitQ4KSubBlocks);
+void QuantizeQ4K(const float* w, int64_t rows, int in, uint8_t* blocks) {
+  Quantize(w, rows, in, blocks, /*parallel=*/true, FitQ4KSubBlocks);
 }
 
-void QuantizeQ4KReference(const float* w, int64_t rows, int in, uint8_t* q, Q4KScales* scales) {
-  Quantize(w, rows, in, q, scales, /*parallel=*/false, FitQ4KSubBlocksReference);
+void QuantizeQ4KReference(const float* w, int64_t rows, int in, uint8_t* blocks) {
+  Quantize(w, rows, in, blocks, /*parallel=*/false, FitQ4KSubBlocksReference);
 }
 
 }  // namespace steady::cpu

@@ -33,7 +33,7 @@ class Model;
 // with another implementation's fp32 arithmetic need); f32; bf16 (half the bytes of fp32); q8 (8-bit
 // blocks, about a quarter); q4 (q4_0's 4-bit blocks, about a seventh; the int8 kernels where the CPU
 // has one, the widening kernel elsewhere); q4k (Q4_K-style 4-bit super-blocks with 6-bit sub-block
-// scales and minimums, kernels/cpu/q4k.h: 4.625 bits a weight; the int8 kernels where the CPU has
+// scales and minimums, ggml's block_q4_K, kernels/cpu/q4k.h: 4.5 bits a weight; the int8 kernels where the CPU has
 // one, the widening kernel elsewhere).
 enum class CpuWeights { kAuto, kStored, kF32, kBf16, kQ8, kQ4, kQ4K };
 

@@ -85,7 +85,8 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
   switch (type) {
     case WeightType::kF32: return address % alignof(float) == 0;
     case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
-    case WeightType::kQ6K: return true;                           // bytes (d is read with memcpy)
+    case WeightType::kQ4K:
+    case WeightType::kQ6K: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
 }
@@ -111,7 +112,7 @@ int64_t WeightMatrix::Bytes() const {
 
 cpu::Q4KWeights WeightMatrix::q4k() const {
   STEADY_CHECK(type_ == WeightType::kQ4K);
-  return {as<uint8_t>(), reinterpret_cast<const cpu::Q4KScales*>(as<uint8_t>() + cpu::Q4KNibbleBytes(rows_, cols_))};
+  return {as<uint8_t>()};
 }
 
 cpu::Q6KWeights WeightMatrix::q6k() const {
@@ -276,14 +277,11 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
         return m;
       }
       auto buffer = Buffer<uint8_t>(size_t(cpu::Q4KBytes(rows_, cols_)));
-      const int64_t blocks = cpu::Q4KBlocksPerRow(cols_);
       m.type_ = WeightType::kQ4K;
       m.data_ = buffer->data();
-      const cpu::Q4KWeights q = m.q4k();
       ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
         const std::vector<float> rows = RowsSlice(r0, r1);
-        cpu::QuantizeQ4K(rows.data(), r1 - r0, int(cols_), const_cast<uint8_t*>(q.q) + r0 * blocks * (cpu::kQ4KBlock / 2),
-                         const_cast<cpu::Q4KScales*>(q.scales) + r0 * blocks);
+        cpu::QuantizeQ4K(rows.data(), r1 - r0, int(cols_), buffer->data() + cpu::Q4KBytes(r0, cols_));
       });
       m.owner_ = std::move(buffer);
       return type == WeightType::kQ4K ? m : m.ConvertTo(type);

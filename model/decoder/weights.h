@@ -32,7 +32,7 @@ enum class WeightType {
   kDotQ8,    // q8_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ8Dot), zero padding included
   kQ4,       // q4_0 row-major (kernels/cpu/matmul.h Q4Weights): nibbles [rows, blocks * 16], then fp16 scales
   kDotQ4,    // q4_0 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ4Dot), zero padding included
-  kQ4K,      // q4k (Q4_K-style, kernels/cpu/q4k.h): nibbles [rows, blocks * 128], then Q4KScales [rows, blocks]
+  kQ4K,      // q4k (a GGUF file's Q4_K blocks, kernels/cpu/q4k.h), row-major: 144 bytes per 256 weights
   kDotQ4K,   // q4k packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ4KDot), zero padding included
   kQ6K,      // q6k (a GGUF file's Q6_K blocks, kernels/cpu/q6k.h), row-major: 210 bytes per 256 weights
   kDotQ6K,   // q6k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ6KDot), zero padding included

@@ -18,7 +18,6 @@
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/q4k.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/gguf/dequantize.h"
 
@@ -132,11 +131,14 @@ class Mapper {
       if (absl::Status s = CheckFinite(t, row.data(), cols, r); !s.ok()) return s;
     }
     const GgmlType type = GgmlType(t.type);
-    // Types held in the file's own bytes (Q6_K as q6k: kernels/cpu/q6k.h is ggml's block): a view of
-    // the mapped tensor, or its rows copied where attention heads are permuted (or misaligned).
-    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ6_K) {
-      const WeightType wt = type == GgmlType::kF32   ? WeightType::kF32
-                            : type == GgmlType::kF16 ? WeightType::kF16
+    // Types held in the file's own bytes (Q4_K as q4k, Q6_K as q6k: kernels/cpu/q4k.h and q6k.h are
+    // ggml's blocks): a view of the mapped tensor, or its rows copied where attention heads are
+    // permuted (or misaligned).
+    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ4_K ||
+        type == GgmlType::kQ6_K) {
+      const WeightType wt = type == GgmlType::kF32    ? WeightType::kF32
+                            : type == GgmlType::kF16  ? WeightType::kF16
+                            : type == GgmlType::kQ4_K ? WeightType::kQ4K
                             : type == GgmlType::kQ6_K ? WeightType::kQ6K
                                                       : WeightType::kBf16;
       if (heads == 0 && WeightMatrix::MatchesAlignment(wt, raw)) {
@@ -155,13 +157,12 @@ class Mapper {
     return copy;
   }
 
-  // Q4_0 as q4, Q8_0 and Q5_0 as q8, Q4_K as q4k (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
+  // Q4_0 as q4, Q8_0 and Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
   // minimum) as ggml's values rounded to bf16. `row` is scratch of `cols` floats.
   static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
                                 int64_t row_bytes, int heads, std::vector<float>& row) {
     if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ8_0 || type == GgmlType::kQ5_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
-    if (type == GgmlType::kQ4_K) return ToQ4K(raw, rows, cols, row_bytes, heads);
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());
@@ -249,48 +250,6 @@ class Mapper {
       }
     }
     return WeightMatrix::Owned(WeightType::kQ4, rows, cols, data, std::move(buffer));
-  }
-
-  // Q4_K (per super-block of 256: fp16 d and dmin, 12 bytes packing 8 six-bit scales and 8 six-bit
-  // minimums, 128 bytes of nibbles) as Steady's q4k (kernels/cpu/q4k.h), the same values exactly: the
-  // six-bit numbers unpacked as ggml's get_scale_min_k4 reads them, and the nibbles moved (ggml keeps
-  // sub-blocks 2i and 2i + 1 in the low and high nibbles of one 32-byte run; q4k a sub-block's inputs
-  // 0-15 in the low and 16-31 in the high nibbles of its own 16 bytes).
-  static WeightMatrix ToQ4K(const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
-    const int64_t blocks = cols / cpu::kQ4KBlock;  // whole super-blocks: ggml's own rule for Q4_K rows
-    auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(cpu::Q4KBytes(rows, cols) + 1) / 2);
-    auto* nibbles = reinterpret_cast<uint8_t*>(buffer->data());
-    auto* scales = reinterpret_cast<cpu::Q4KScales*>(nibbles + cpu::Q4KNibbleBytes(rows, cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto* src = reinterpret_cast<const uint8_t*>(raw + SourceRow(r, rows, heads) * row_bytes);
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* block = src + b * (4 + 12 + cpu::kQ4KBlock / 2);
-        const uint8_t* packed = block + 4;
-        const uint8_t* qs = block + 16;
-        cpu::Q4KScales& sc = scales[r * blocks + b];
-        std::memcpy(&sc.d, block, 2);
-        std::memcpy(&sc.dmin, block + 2, 2);
-        for (int s = 0; s < 8; ++s) {
-          if (s < 4) {
-            sc.sc[s] = packed[s] & 63;
-            sc.m[s] = packed[s + 4] & 63;
-          } else {
-            sc.sc[s] = uint8_t((packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4));
-            sc.m[s] = uint8_t((packed[s + 4] >> 4) | ((packed[s] >> 6) << 4));
-          }
-        }
-        uint8_t* out = nibbles + (r * blocks + b) * (cpu::kQ4KBlock / 2);
-        for (int s = 0; s < 8; ++s) {
-          const uint8_t* run = qs + 32 * (s / 2);
-          const int shift = 4 * (s % 2);
-          for (int i = 0; i < 16; ++i) {
-            out[16 * s + i] = uint8_t(((run[i] >> shift) & 0x0F) | (((run[16 + i] >> shift) & 0x0F) << 4));
-          }
-        }
-      }
-    }
-    const void* data = buffer->data();
-    return WeightMatrix::Owned(WeightType::kQ4K, rows, cols, data, std::move(buffer));
   }
 
   const GgufFile& file_;

@@ -186,7 +186,7 @@ TEST(CpuDotBackendTest, TheBackendServesQ4) {
 
 // --cpu-weights q4k: VPDPBUSD where the CPU has it (auto), the widening kernel with --cpu-gemm simd
 // (and on CPUs without VNNI); both near the fp32 weights' logits, closer than q4_0's (the sub-block
-// scales and minimums), and the matrices 4.625 bits a weight.
+// scales and minimums), and the matrices 4.5 bits a weight (ggml's block_q4_K).
 TEST(CpuDotBackendTest, TheBackendServesQ4K) {
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
   std::string dot_name, simd_name, f32_name, q4_name;
@@ -198,8 +198,8 @@ TEST(CpuDotBackendTest, TheBackendServesQ4K) {
   EXPECT_LT(simd_err, 0.5);
   const CpuMatrices q4k = CpuMatrices::From(m, CpuWeights::kQ4K);
   EXPECT_EQ(q4k.TypeNames(), "q4k");
-  // 4.625 bits a weight at whole super-blocks; the tiny model's short rows pad to 256.
-  EXPECT_EQ(cpu::Q4KBytes(2048, 2048) * 8, 4.625 * 2048 * 2048);
+  // 4.5 bits a weight at whole super-blocks; the tiny model's short rows pad to 256.
+  EXPECT_EQ(cpu::Q4KBytes(2048, 2048) * 8, 4.5 * 2048 * 2048);
   EXPECT_EQ(q4k.layers[0].wq.Bytes(), cpu::Q4KBytes(q4k.layers[0].wq.rows(), q4k.layers[0].wq.cols()));
   // The widening path reads the row-major matrix as the reference product does.
   const WeightMatrix& w = q4k.layers[0].wq;

@@ -329,10 +329,9 @@ TEST_P(Int8PathTest, Q4MatchesReferencesAtManyShapes) {
 struct Q4KProblem {
   int rows, in, out;
   std::vector<float> x, w, dequantized;
-  std::vector<uint8_t> q;
-  std::vector<cpu::Q4KScales> scales;
+  std::vector<uint8_t> blocks;
   std::vector<uint8_t> packed;
-  cpu::Q4KWeights weights() const { return {q.data(), scales.data()}; }
+  cpu::Q4KWeights weights() const { return {blocks.data()}; }
   // |d sc q| + dmin m of weight (j, k): bounds the weight and both parts the kernels add.
   double Magnitude(int j, int k) const {
     const cpu::Q4KParts p = cpu::Q4KWeightParts(weights(), in, j, k);
@@ -343,9 +342,8 @@ struct Q4KProblem {
 Q4KProblem MakeQ4K(int rows, int in, int out, std::mt19937_64& rng, bool pack = true) {
   Q4KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
                testing::RandomNormal<float>(size_t(out) * in, rng), std::vector<float>(size_t(out) * in),
-               std::vector<uint8_t>(size_t(cpu::Q4KNibbleBytes(out, in)), 0xff),
-               std::vector<cpu::Q4KScales>(size_t(out * cpu::Q4KBlocksPerRow(in))), {}};
-  cpu::QuantizeQ4K(p.w.data(), out, in, p.q.data(), p.scales.data());
+               std::vector<uint8_t>(size_t(cpu::Q4KBytes(out, in)), 0xff), {}};
+  cpu::QuantizeQ4K(p.w.data(), out, in, p.blocks.data());
   cpu::DequantizeQ4K(p.weights(), in, 0, out, p.dequantized.data());
   if (pack) {
     p.packed.assign(size_t(cpu::Q4KDotPackedSize(out, in)), 0xff);
@@ -479,26 +477,37 @@ TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
 
 // A super-block whose values are d sc q - dmin m exactly, with d = dmin = 1 (the largest scale and
 // minimum 63) and every q of 0..15 in every sub-block: the least-squares fit finds them with zero
-// error, so the round trip is exact and each field lands where q4k.h says. Then, on random weights,
+// error, so the round trip is exact and each field lands where q4k.h (ggml's block_q4_K) says: d and
+// dmin first, the 6-bit numbers packed in 12 bytes as get_scale_min_k4 reads them (checked on their
+// bits), the nibbles of sub-blocks 2i and 2i + 1 in one 32-byte run. Then, on random weights,
 // q4k's sub-block scales and minimums beat q4_0's one scale per 32 (what they are for).
 TEST(CpuDotTest, Q4KQuantizesAsQ4_K) {
   std::vector<float> w(512, 0.0f);  // a second super-block of zeros
   for (int s = 0; s < 8; ++s) {
     for (int i = 0; i < 32; ++i) w[size_t(32 * s + i)] = float((63 - 5 * s) * ((7 * i + s) % 16) - (63 - 7 * s));
   }
-  std::vector<uint8_t> q(size_t(cpu::Q4KNibbleBytes(1, 512)));
-  std::vector<cpu::Q4KScales> scales(2);
-  cpu::QuantizeQ4K(w.data(), 1, 512, q.data(), scales.data());
-  EXPECT_EQ(cpu::F16ToFloat(scales[0].d), 1.0f);
-  EXPECT_EQ(cpu::F16ToFloat(scales[0].dmin), 1.0f);
+  std::vector<uint8_t> blocks(size_t(cpu::Q4KBytes(1, 512)));
+  ASSERT_EQ(blocks.size(), 2u * 144u);  // 4.5 bits a weight
+  cpu::QuantizeQ4K(w.data(), 1, 512, blocks.data());
+  const cpu::Q4KScales scales = cpu::Q4KBlockScales(blocks.data());
+  EXPECT_EQ(cpu::F16ToFloat(scales.d), 1.0f);
+  EXPECT_EQ(cpu::F16ToFloat(scales.dmin), 1.0f);
   for (int s = 0; s < 8; ++s) {
-    EXPECT_EQ(scales[0].sc[s], 63 - 5 * s) << s;
-    EXPECT_EQ(scales[0].m[s], 63 - 7 * s) << s;
+    EXPECT_EQ(scales.sc[s], 63 - 5 * s) << s;
+    EXPECT_EQ(scales.m[s], 63 - 7 * s) << s;
   }
-  EXPECT_EQ(q[0], uint8_t(0 | (((7 * 16) % 16) << 4)));  // input 0 low, input 16 high
-  EXPECT_EQ(q[1], uint8_t(7 | (((7 * 17) % 16) << 4)));
+  // Byte 4 + j (j < 4): sc[j] in its low 6 bits, the top 2 of sc[j + 4] above; byte 8 + j: m[j] and
+  // the top 2 of m[j + 4]; byte 12 + j: the low 4 bits of sc[j + 4] and of m[j + 4].
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(blocks[size_t(4 + j)], uint8_t((63 - 5 * j) | (((63 - 5 * (j + 4)) >> 4) << 6))) << j;
+    EXPECT_EQ(blocks[size_t(8 + j)], uint8_t((63 - 7 * j) | (((63 - 7 * (j + 4)) >> 4) << 6))) << j;
+    EXPECT_EQ(blocks[size_t(12 + j)], uint8_t(((63 - 5 * (j + 4)) & 15) | (((63 - 7 * (j + 4)) & 15) << 4))) << j;
+  }
+  EXPECT_EQ(blocks[16], uint8_t(0 | (((7 * 0 + 1) % 16) << 4)));  // sub-block 0's value 0 low, sub-block 1's high
+  EXPECT_EQ(blocks[17], uint8_t(7 | (((7 * 1 + 1) % 16) << 4)));
+  EXPECT_EQ(blocks[16 + 32], uint8_t(((7 * 0 + 2) % 16) | (((7 * 0 + 3) % 16) << 4)));  // sub-blocks 2 and 3
   std::vector<float> back(512, NAN);
-  cpu::DequantizeQ4K({q.data(), scales.data()}, 512, 0, 1, back.data());
+  cpu::DequantizeQ4K({blocks.data()}, 512, 0, 1, back.data());
   for (int k = 0; k < 512; ++k) ASSERT_EQ(back[size_t(k)], w[size_t(k)]) << k;
 
   std::mt19937_64 rng(19);
@@ -554,10 +563,9 @@ TEST(CpuDotTest, Q4KQuantizerEqualsItsPlainCopy) {
         }
       }
     }
-    const int64_t nibbles = cpu::Q4KNibbleBytes(kRows, in), blocks = kRows * cpu::Q4KBlocksPerRow(in);
-    std::vector<uint8_t> want_q(size_t(nibbles), 0xff);
-    std::vector<cpu::Q4KScales> want_s{size_t(blocks)};
-    cpu::QuantizeQ4KReference(w.data(), kRows, in, want_q.data(), want_s.data());
+    const int64_t bytes = cpu::Q4KBytes(kRows, in), row_bytes = cpu::Q4KBytes(1, in);
+    std::vector<uint8_t> want(size_t(bytes), 0xff);
+    cpu::QuantizeQ4KReference(w.data(), kRows, in, want.data());
     // The fits before their 6-bit rounding (where every rounding shows), over the rows' values
     // cut into sub-blocks of 32 as they lie in memory (where `in` is not a multiple of 32, a
     // sub-block spans two rows: the fit only sees 32 values).
@@ -579,18 +587,12 @@ TEST(CpuDotTest, Q4KQuantizerEqualsItsPlainCopy) {
       EXPECT_EQ(l, want_l) << "q of the fits, in " << in << ", " << hwy::TargetName(target);
       for (const int threads : {1, 2}) {
         cpu::SetComputeThreads(threads);
-        std::vector<uint8_t> q(size_t(nibbles), 0xee);
-        std::vector<cpu::Q4KScales> s{size_t(blocks)};
-        std::memset(s.data(), 0xee, s.size() * sizeof(cpu::Q4KScales));
-        cpu::QuantizeQ4K(w.data(), kRows, in, q.data(), s.data());
+        std::vector<uint8_t> got(size_t(bytes), 0xee);
+        cpu::QuantizeQ4K(w.data(), kRows, in, got.data());
         for (int r = 0; r < kRows; ++r) {
-          const int64_t b0 = r * cpu::Q4KBlocksPerRow(in), b1 = b0 + cpu::Q4KBlocksPerRow(in);
-          EXPECT_EQ(0, std::memcmp(q.data() + b0 * 128, want_q.data() + b0 * 128, size_t((b1 - b0) * 128)))
-              << "nibbles of row " << r << " (kind " << r % kKinds << "), in " << in << ", " << hwy::TargetName(target) << ", " << threads
-              << " threads";
-          EXPECT_EQ(0, std::memcmp(s.data() + b0, want_s.data() + b0, size_t(b1 - b0) * sizeof(cpu::Q4KScales)))
-              << "scales of row " << r << " (kind " << r % kKinds << "), in " << in << ", " << hwy::TargetName(target) << ", " << threads
-              << " threads";
+          EXPECT_EQ(0, std::memcmp(got.data() + r * row_bytes, want.data() + r * row_bytes, size_t(row_bytes)))
+              << "blocks of row " << r << " (kind " << r % kKinds << "), in " << in << ", " << hwy::TargetName(target) << ", "
+              << threads << " threads";
         }
       }
     }
@@ -752,12 +754,9 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
       return packed;
     });
     const Q4KProblem q4k = MakeQ4K(1, in, out, rng);
-    const int64_t super_blocks = cpu::Q4KBlocksPerRow(in);
     check("q4k", cpu::Q4KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
-      const cpu::Q4KWeights w = q4k.weights();
       std::vector<uint8_t> packed(size_t(cpu::Q4KDotPackedSize(rows, in)), 0xff);
-      cpu::PackQ4KDot({w.q + j0 * super_blocks * (cpu::kQ4KBlock / 2), w.scales + j0 * super_blocks}, rows, in,
-                      packed.data());
+      cpu::PackQ4KDot({q4k.blocks.data() + j0 * cpu::Q4KBytes(1, in)}, rows, in, packed.data());
       return packed;
     });
     const Q6KProblem q6k = MakeQ6K(1, in, out, rng);

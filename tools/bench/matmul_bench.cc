@@ -4,7 +4,8 @@
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
 // BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
-// q4k pair (kernels/cpu/q4k.h). The int8 kernels run on each path the CPU has (the "path" argument:
+// q4k pair (kernels/cpu/q4k.h), BM_Q6KWidening/BM_Q6KDot the q6k pair (kernels/cpu/q6k.h, random
+// Q6_K blocks). The int8 kernels run on each path the CPU has (the "path" argument:
 // 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2, 3 Arm SMMLA, 4 Arm SDOT; cpu::Int8Path), skipped where it lacks
 // one. BM_MatVecsF64 is sliced_relu's fp64 score projections.
 //
@@ -19,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <random>
 #include <vector>
@@ -129,9 +131,9 @@ struct LowPrecisionWeights {
   std::vector<float> q8_scales;
   std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
   std::vector<uint8_t> q8_dot, q4_dot;
-  std::vector<uint8_t> q4k, q4k_dot;  // q4k's nibbles, and packed for VPDPBUSD
-  std::vector<cpu::Q4KScales> q4k_scales;
-  cpu::Q4KWeights q4k_weights() const { return {q4k.data(), q4k_scales.data()}; }
+  std::vector<uint8_t> q4k, q4k_dot;  // q4k's blocks, and packed for VPDPBUSD
+  std::vector<uint8_t> q6k, q6k_dot;  // random Q6_K blocks, and packed
+  cpu::Q4KWeights q4k_weights() const { return {q4k.data()}; }
 };
 
 const LowPrecisionWeights& WeightsFor(int in, int out) {
@@ -147,16 +149,21 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
   if (cpu::Int8DotAvailable()) lw.q4_dot.resize(size_t(cpu::Q4DotPackedSize(out, in)));
-  lw.q4k.resize(size_t(cpu::Q4KNibbleBytes(out, in)));
-  lw.q4k_scales.resize(size_t(out * cpu::Q4KBlocksPerRow(in)));
+  lw.q4k.resize(size_t(cpu::Q4KBytes(out, in)));
+  lw.q6k.resize(size_t(cpu::Q6KBytes(out, in)));
+  for (int64_t b = 0; b < out * cpu::Q6KBlocksPerRow(in); ++b) {
+    uint8_t* block = lw.q6k.data() + b * cpu::kQ6KBlockBytes;
+    for (int i = 0; i < 208; ++i) block[i] = uint8_t(rng());
+    const uint16_t d = cpu::FloatToF16(1e-3f);
+    std::memcpy(block + 208, &d, 2);
+  }
   for (int64_t j0 = 0; j0 < out; j0 += kBand) {
     const int64_t n = std::min<int64_t>(kBand, out - j0);
     for (int64_t i = 0; i < n * in; ++i) band[size_t(i)] = g(rng);
     for (int64_t i = 0; i < n * in; ++i) lw.bf16[size_t(j0 * in + i)] = cpu::FloatToBf16(band[size_t(i)]);
     cpu::QuantizeQ8(band.data(), n, in, lw.q8.data() + j0 * in, lw.q8_scales.data() + j0 * cpu::Q8BlocksPerRow(in));
     if (cpu::Int8DotAvailable()) cpu::QuantizePackQ4Dot(band.data(), n, in, lw.q4_dot.data() + cpu::Q4DotPackedSize(j0, in));
-    cpu::QuantizeQ4K(band.data(), n, in, lw.q4k.data() + cpu::Q4KNibbleBytes(j0, in),
-                     lw.q4k_scales.data() + j0 * cpu::Q4KBlocksPerRow(in));
+    cpu::QuantizeQ4K(band.data(), n, in, lw.q4k.data() + cpu::Q4KBytes(j0, in));
   }
   if (cpu::Bf16DotAvailable()) {
     lw.bf16_dot.resize(size_t(cpu::Bf16DotPackedSize(out, in)));
@@ -167,6 +174,8 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
     cpu::PackQ8Dot({lw.q8.data(), lw.q8_scales.data()}, out, in, lw.q8_dot.data());
     lw.q4k_dot.resize(size_t(cpu::Q4KDotPackedSize(out, in)));
     cpu::PackQ4KDot(lw.q4k_weights(), out, in, lw.q4k_dot.data());
+    lw.q6k_dot.resize(size_t(cpu::Q6KDotPackedSize(out, in)));
+    cpu::PackQ6KDot({lw.q6k.data()}, out, in, lw.q6k_dot.data());
   }
   return lw;
 }
@@ -357,9 +366,10 @@ void BM_Q4Dot(benchmark::State& state) {
   ReportPeakFraction(state);
 }
 
-// q4k is 37 bytes per 64 weights (4.625 bits): nibbles, and per 256 two fp16 and 16 bytes of scales.
+// q4k is 144 bytes per 256 weights (4.5 bits): per 256 two fp16, 12 bytes of scales and the nibbles
+// (packed: 4.625 bits, the scales a byte each).
 void BM_Q4KWidening(benchmark::State& state) {
-  RunLowPrecision(state, 37 * 8 / 64.0, cpu::SimdTargetName(), [](const float* x, int rows, int in,
+  RunLowPrecision(state, 4.5, cpu::SimdTargetName(), [](const float* x, int rows, int in,
                                                                const LowPrecisionWeights& lw, int out, float* y) {
     cpu::MatMulNTQ4K(x, rows, in, lw.q4k_weights(), out, y);
   });
@@ -370,6 +380,22 @@ void BM_Q4KDot(benchmark::State& state) {
   RunLowPrecision(state, 37 * 8 / 64.0, cpu::Int8DotPath(), [](const float* x, int rows, int in,
                                                             const LowPrecisionWeights& lw, int out, float* y) {
     cpu::MatMulNTQ4KDot(x, rows, in, lw.q4k_dot.data(), out, y);
+  });
+  ReportPeakFraction(state);
+}
+// q6k is 210 bytes per 256 weights (6.5625 bits), row-major or packed.
+void BM_Q6KWidening(benchmark::State& state) {
+  RunLowPrecision(state, 6.5625, cpu::SimdTargetName(), [](const float* x, int rows, int in,
+                                                         const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ6K(x, rows, in, {lw.q6k.data()}, out, y);
+  });
+}
+void BM_Q6KDot(benchmark::State& state) {
+  if (!UseInt8Path(state)) return;
+  WidestInt8PathAfter restore;
+  RunLowPrecision(state, 6.5625, cpu::Int8DotPath(), [](const float* x, int rows, int in,
+                                                      const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ6KDot(x, rows, in, lw.q6k_dot.data(), out, y);
   });
   ReportPeakFraction(state);
 }
@@ -397,6 +423,8 @@ void Int8DotShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Q4Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q6KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q6KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // sliced_relu's score projections (cpu::MatVecsF64: fp32 weights, fp64 vectors and sums) at
