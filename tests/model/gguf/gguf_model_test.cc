@@ -297,21 +297,26 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
   return file;
 }
 
-TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
+// Every matrix whose rows are whole super-blocks written in `type` by `random`: they load as `held`,
+// the file's own blocks (`block_bytes` per 256 weights, read in place where no rows are permuted),
+// with ggml's values exactly (the control's are Dequantize's, which equals libggml's), llama's q
+// and k rows un-permuted alike (attn_output's [256, 64] rows stay F32), the output too; the logits are
+// those of the same values in F32 (the widening kernels).
+void ExpectSuperBlocksLoadInPlace(GgmlType type, WeightType held, int64_t block_bytes,
+                                  std::string (*random)(int64_t rows, int64_t cols, std::mt19937& rng), int intermediate,
+                                  unsigned seed) {
   for (const std::string arch : {"llama", "qwen2"}) {
     SCOPED_TRACE(arch);
-    auto m = Model::Random(Config(arch, /*hidden=*/256, /*intermediate=*/256), 5);
+    auto m = Model::Random(Config(arch, /*hidden=*/256, intermediate), seed);
     ASSERT_TRUE(m.ok()) << m.status();
-    // Every matrix whose rows are whole super-blocks in Q4_K.
-    std::mt19937 rng(7);
-    const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
-      if (shape[1] % cpu::kQ4KBlock != 0) return std::string();
-      *type = GgmlType::kQ4_K;
-      return RandomQ4K(shape[0], shape[1], rng);
+    std::mt19937 rng(seed + 2);
+    const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* t) {
+      if (shape[1] % 256 != 0) return std::string();
+      *t = type;
+      return random(shape[0], shape[1], rng);
     });
-    // Per layer all but attn_output ([256, 64]: a quarter block a row), and the output.
-    ASSERT_EQ(file.matrices, 2u * 6u + 1u);
-    auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_k.gguf"), std::nullopt);
+    ASSERT_EQ(file.matrices, 2u * 6u + 1u);  // per layer all but attn_output, and the output
+    auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "quantized.gguf"), std::nullopt);
     auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
     ASSERT_TRUE(q.ok()) << q.status();
     ASSERT_TRUE(f.ok()) << f.status();
@@ -320,49 +325,24 @@ TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
       const LayerWeights& b = f->layers()[l];
       for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up},
                           {&a.w_down, &b.w_down}}) {
-        EXPECT_EQ(x->type(), WeightType::kQ4K);
-        EXPECT_EQ(x->Bytes() * 256, x->Weights() * 144);  // the file's 4.5 bits a weight, no fp32 copy
-        EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
+        EXPECT_EQ(x->type(), held);
+        EXPECT_EQ(x->Bytes() * 256, x->Weights() * block_bytes);  // the file's bytes, no fp32 copy
+        EXPECT_EQ(x->ToFloat(), y->ToFloat());
       }
       EXPECT_EQ(a.wo.type(), WeightType::kF32);
     }
+    EXPECT_EQ(q->lm_head_matrix().type(), held);
+    EXPECT_EQ(q->lm_head_matrix().ToFloat(), f->lm_head_matrix().ToFloat());
     ExpectSameLogits(*q, *f);
   }
 }
 
-// Q6_K tensors load as q6k, the file's own blocks (6.5625 bits a weight, in place where no rows are
-// permuted), with ggml's values exactly (the control's are Dequantize's, which equals libggml's);
-// llama's q and k rows un-permuted alike; the logits are those of the same values in F32.
+// Q4_K as q4k (4.5 bits a weight) and Q6_K as q6k (6.5625): ggml's blocks are both formats' own.
+TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
+  ExpectSuperBlocksLoadInPlace(GgmlType::kQ4_K, WeightType::kQ4K, 144, RandomQ4K, /*intermediate=*/256, 5);
+}
 TEST(GgufModel, Q6_KTensorsLoadAsQ6kWithGgmlsValuesExactly) {
-  for (const std::string arch : {"llama", "qwen2"}) {
-    SCOPED_TRACE(arch);
-    auto m = Model::Random(Config(arch, /*hidden=*/256, /*intermediate=*/512), 15);
-    ASSERT_TRUE(m.ok()) << m.status();
-    std::mt19937 rng(17);
-    const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
-      if (shape[1] % cpu::kQ6KBlock != 0) return std::string();
-      *type = GgmlType::kQ6_K;
-      return RandomQ6K(shape[0], shape[1], rng);
-    });
-    ASSERT_EQ(file.matrices, 2u * 6u + 1u);  // per layer all but attn_output; the output
-    auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q6_k.gguf"), std::nullopt);
-    auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
-    ASSERT_TRUE(q.ok()) << q.status();
-    ASSERT_TRUE(f.ok()) << f.status();
-    for (int l = 0; l < 2; ++l) {
-      const LayerWeights& a = q->layers()[l];
-      const LayerWeights& b = f->layers()[l];
-      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up},
-                          {&a.w_down, &b.w_down}}) {
-        EXPECT_EQ(x->type(), WeightType::kQ6K);
-        EXPECT_EQ(x->Bytes() * 256, x->Weights() * 210);  // the file's 6.5625 bits a weight
-        EXPECT_EQ(x->ToFloat(), y->ToFloat());
-      }
-    }
-    EXPECT_EQ(q->lm_head_matrix().type(), WeightType::kQ6K);
-    EXPECT_EQ(q->lm_head_matrix().ToFloat(), f->lm_head_matrix().ToFloat());
-    ExpectSameLogits(*q, *f);
-  }
+  ExpectSuperBlocksLoadInPlace(GgmlType::kQ6_K, WeightType::kQ6K, 210, RandomQ6K, /*intermediate=*/512, 15);
 }
 
 // Q4_0 tensors load as Steady's row-major q4 (4.5 bits a weight, as stored) with ggml's values
