@@ -60,8 +60,19 @@ float Q4KWeightValue(Q4KWeights w, int64_t in, int64_t j, int64_t k) {
 }
 
 void DequantizeQ4K(Q4KWeights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  // Q4KWeightValue's arithmetic, the scales unpacked once a super-block.
   for (int64_t j = r0; j < r1; ++j) {
-    for (int64_t k = 0; k < in; ++k) out[(j - r0) * in + k] = Q4KWeightValue(w, in, j, k);
+    float* row = out + (j - r0) * in;
+    for (int64_t b = 0; b * kQ4KBlock < in; ++b) {
+      const uint8_t* block = w.blocks + j * Q4KBytes(1, in) + b * kQ4KBlockBytes;
+      const Q4KScales sc = Q4KBlockScales(block);
+      const float d = F16ToFloat(sc.d), dmin = F16ToFloat(sc.dmin);
+      for (int i = 0; i < kQ4KBlock && b * kQ4KBlock + i < in; ++i) {
+        const int s = i / kQ4KSub;
+        const float scaled = d * sc.sc[s] * float(Q4KBlockQ(block, i)), min = dmin * sc.m[s];
+        row[b * kQ4KBlock + i] = scaled - min;
+      }
+    }
   }
 }
 

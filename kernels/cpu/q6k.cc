@@ -26,8 +26,19 @@ float Q6KWeightValue(Q6KWeights w, int64_t in, int64_t j, int64_t k) {
 }
 
 void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  // Q6KWeightValue's arithmetic, d widened once a super-block.
   for (int64_t j = r0; j < r1; ++j) {
-    for (int64_t k = 0; k < in; ++k) out[(j - r0) * in + k] = Q6KWeightValue(w, in, j, k);
+    float* row = out + (j - r0) * in;
+    for (int64_t b = 0; b * kQ6KBlock < in; ++b) {
+      const uint8_t* block = w.blocks + j * Q6KBytes(1, in) + b * kQ6KBlockBytes;
+      uint16_t half;
+      std::memcpy(&half, block + 208, 2);
+      const float d = F16ToFloat(half);
+      for (int i = 0; i < kQ6KBlock && b * kQ6KBlock + i < in; ++i) {
+        const Q6KEntry e = Q6KBlockEntry(block, i);
+        row[b * kQ6KBlock + i] = d * float(e.scale) * float(e.q - 32);
+      }
+    }
   }
 }
 
