@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -50,6 +51,7 @@ HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) {
 }
 HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q4KBytes(1, in)}; }
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
+HWY_INLINE Q8_0Weights Shift(Q8_0Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q8_0Bytes(1, in)}; }
 
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w, int64_t k) {
@@ -72,6 +74,18 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
   const hn::RebindToSigned<D> di32;
   const hn::Rebind<int8_t, D> di8;
   return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, w.q + k))), hn::Set(d, w.scales[k / kQ8Block]));
+}
+// q8_0 (matmul.h): as q8's, the block's fp16 d widened exactly (by the vector unit, as q4's).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8_0Weights w, int64_t k) {
+  const hn::RebindToSigned<D> di32;
+  const hn::Rebind<int8_t, D> di8;
+  const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(block))));
+  const auto q = hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(block + 2 + k % kQ8Block)));
+  return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale));
 }
 // q4 (matmul.h): a vector of lanes within one half of a block: its bytes' low or high nibbles, less 8,
 // times the block's scale: exact in fp32 (a 4-bit integer times an fp16 value), as Q4WeightValue.
@@ -145,6 +159,12 @@ HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.
 HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
+HWY_INLINE float WeightValue(Q8_0Weights w, int64_t k) {
+  const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return float(int8_t(block[2 + k % kQ8Block])) * F16ToFloat(d);
+}
 
 // Asks for weights [k0, k1) of row c of w to come into the caches (row c as Shift() finds it): the
 // bytes that hold them for the formats read in place, nothing for the 4-bit ones (their blocks'
@@ -167,6 +187,7 @@ HWY_INLINE void PrefetchRow(Q8Weights w, int64_t in, int c, int64_t k0, int64_t 
 HWY_INLINE void PrefetchRow(Q4Weights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q4KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q8_0Weights, int64_t, int, int64_t, int64_t) {}
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
@@ -382,6 +403,11 @@ void MatMulNTQ6KColumns(const float* x, int rows, int64_t in, Q6KWeights w, int6
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ8_0Columns(const float* x, int rows, int64_t in, Q8_0Weights w, int64_t out, int64_t begin, int64_t end,
+                         float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
 // y[r, j0 : j0 + C vectors] = x[r, :] w[:, j0 : ...] for R rows of x and w [in, out] (input-major):
 // each output lane starts at zero and takes one fused multiply-add per k, in order of k. The last
 // vector of the block holds `tail` lanes when tail > 0 (copied through a zeroed buffer: the memory
@@ -482,6 +508,7 @@ HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(MatMulNTQ4Columns);
 HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(MatMulNTQ6KColumns);
+HWY_EXPORT(MatMulNTQ8_0Columns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
 HWY_EXPORT(MatMulNNRows);
@@ -549,6 +576,12 @@ void MatMulNTQ8(const float* x, int rows, int in, Q8Weights w, int out, float* y
 void MatMulNTQ4K(const float* x, int rows, int in, Q4KWeights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ4KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ8_0(const float* x, int rows, int in, Q8_0Weights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ8_0Columns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

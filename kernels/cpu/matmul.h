@@ -71,6 +71,22 @@ void MatMulNTQ8Reference(const float* x, int rows, int in, Q8Weights w, int out,
 // w [rows, in] -> q, scales: per block, scale = max |w| / 127 and q = round(w / scale) (|q| <= 127).
 void QuantizeQ8(const float* w, int64_t rows, int in, int8_t* q, float* scales);
 
+// q8_0 as a GGUF file holds it (ggml's block_q8_0): per kQ8Block weights an fp16 d, then kQ8Block
+// int8 q, 34 bytes (8.5 bits a weight); a weight is q * d, exact in fp32. A Q8_0 tensor is read in
+// place as this; the int8 kernels take it packed as q8 (d widened exactly to q8's fp32 scale:
+// Q8_0ToQ8, the same values), the widening kernel reads it as it is, with MatMulNTQ8's arithmetic
+// on the same values (so the same bits as the q8 it converts to).
+inline constexpr int64_t kQ8_0BlockBytes = 2 + kQ8Block;
+inline int64_t Q8_0Bytes(int64_t rows, int64_t in) { return rows * Q8BlocksPerRow(in) * kQ8_0BlockBytes; }
+struct Q8_0Weights {
+  const uint8_t* blocks = nullptr;  // [rows, blocks] of kQ8_0BlockBytes, no alignment needed
+};
+// Rows [r0, r1) as q8: q [(r1 - r0), in] and scales [(r1 - r0), Q8BlocksPerRow(in)], the same values.
+void Q8_0ToQ8(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, int8_t* q, float* scales);
+// Rows [r0, r1) as fp32 values into out[(r1 - r0) * in], exactly.
+void DequantizeQ8_0(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, float* out);
+void MatMulNTQ8_0(const float* x, int rows, int in, Q8_0Weights w, int out, float* y);
+
 // q4_0 weights row-major (llama.cpp's block_q4_0 values, --cpu-weights q4): per row, blocks of kQ8Block
 // weights as 16 bytes, byte i holding the block's input i in its low nibble and input 16 + i in its
 // high one, q in 0..15 for the weight (q - 8) * scale; then the fp16 scales [rows, blocks] (4.5 bits a

@@ -378,6 +378,35 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
   });
 }
 
+void Q8_0ToQ8(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, int8_t* q, float* scales) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  for (int64_t j = r0; j < r1; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = w.blocks + (j * blocks + b) * kQ8_0BlockBytes;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      scales[(j - r0) * blocks + b] = F16ToFloat(d);
+      const int64_t n = std::min<int64_t>(kQ8Block, in - b * kQ8Block);
+      std::memcpy(q + (j - r0) * in + b * kQ8Block, block + 2, size_t(n));
+    }
+  }
+}
+
+void DequantizeQ8_0(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  const int64_t blocks = Q8BlocksPerRow(in);
+  for (int64_t j = r0; j < r1; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = w.blocks + (j * blocks + b) * kQ8_0BlockBytes;
+      uint16_t half;
+      std::memcpy(&half, block, 2);
+      const float d = F16ToFloat(half);
+      for (int64_t i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) {
+        out[(j - r0) * in + b * kQ8Block + i] = float(int8_t(block[2 + i])) * d;
+      }
+    }
+  }
+}
+
 int64_t Q4DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ4Record; }
 
 int64_t Q4Bytes(int64_t rows, int64_t in) { return rows * Q8BlocksPerRow(in) * (16 + 2); }

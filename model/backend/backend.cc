@@ -60,7 +60,8 @@ class CpuBackend : public Backend {
     // and f16 matrices keep them under auto too.
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
                       (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
-                                                  own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ6K)));
+                                                  own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ6K) ||
+                                                  own.Has(WeightType::kQ8_0)));
     const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));

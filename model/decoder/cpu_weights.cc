@@ -129,7 +129,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
   const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
-    if (dot && to == WeightType::kQ8 && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
+    if (dot && (to == WeightType::kQ8 || to == WeightType::kQ8_0) && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;

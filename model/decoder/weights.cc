@@ -47,6 +47,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotQ4K: return "dot-q4k";
     case WeightType::kQ6K: return "q6k";
     case WeightType::kDotQ6K: return "dot-q6k";
+    case WeightType::kQ8_0: return "q8_0";
   }
   return "?";
 }
@@ -86,7 +87,8 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
     case WeightType::kF32: return address % alignof(float) == 0;
     case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
     case WeightType::kQ4K:
-    case WeightType::kQ6K: return true;  // ggml's blocks, bytes (d is read with memcpy)
+    case WeightType::kQ6K:
+    case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
 }
@@ -106,6 +108,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kDotQ4K: return cpu::Q4KDotPackedSize(rows_, cols_);
     case WeightType::kQ6K: return cpu::Q6KBytes(rows_, cols_);
     case WeightType::kDotQ6K: return cpu::Q6KDotPackedSize(rows_, cols_);
+    case WeightType::kQ8_0: return cpu::Q8_0Bytes(rows_, cols_);
   }
   return 0;
 }
@@ -117,6 +120,11 @@ cpu::Q4KWeights WeightMatrix::q4k() const {
 
 cpu::Q6KWeights WeightMatrix::q6k() const {
   STEADY_CHECK(type_ == WeightType::kQ6K);
+  return {as<uint8_t>()};
+}
+
+cpu::Q8_0Weights WeightMatrix::q8_0() const {
+  STEADY_CHECK(type_ == WeightType::kQ8_0);
   return {as<uint8_t>()};
 }
 
@@ -161,6 +169,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return cpu::DequantizeQ4K(q4k(), cols_, r0, r1, out);
     case WeightType::kQ6K:
       return cpu::DequantizeQ6K(q6k(), cols_, r0, r1, out);
+    case WeightType::kQ8_0:
+      return cpu::DequantizeQ8_0(q8_0(), cols_, r0, r1, out);
     case WeightType::kDotQ4K:
     case WeightType::kDotQ6K:
     case WeightType::kAmxBf16:
@@ -222,6 +232,9 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       int8_t* q = reinterpret_cast<int8_t*>(buffer->data());
       float* scales = const_cast<float*>(m.q8_scales());
       ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+        if (type_ == WeightType::kQ8_0) {  // its own blocks, the same values: not quantized again
+          return cpu::Q8_0ToQ8(q8_0(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
+        }
         const std::vector<float> rows = RowsSlice(r0, r1);
         cpu::QuantizeQ8(rows.data(), r1 - r0, int(cols_), q + r0 * cols_, scales + r0 * blocks);
       });
@@ -296,9 +309,10 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
     }
     case WeightType::kF16:
     case WeightType::kQ6K:
+    case WeightType::kQ8_0:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16 and q6k are a checkpoint's types, not conversion targets");
+  STEADY_CHECK(false && "ConvertTo: f16, q6k and q8_0 are a checkpoint's types, not conversion targets");
   return m;
 }
 
@@ -322,6 +336,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kQ4K: return cpu::MatMulNTQ4K(x, rows, in, w.q4k(), out, y);
     case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kQ6K: return cpu::MatMulNTQ6K(x, rows, in, w.q6k(), out, y);
+    case WeightType::kQ8_0: return cpu::MatMulNTQ8_0(x, rows, in, w.q8_0(), out, y);
     case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }

@@ -36,9 +36,10 @@ enum class WeightType {
   kDotQ4K,   // q4k packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ4KDot), zero padding included
   kQ6K,      // q6k (a GGUF file's Q6_K blocks, kernels/cpu/q6k.h), row-major: 210 bytes per 256 weights
   kDotQ6K,   // q6k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ6KDot), zero padding included
+  kQ8_0,     // a GGUF file's Q8_0 blocks (kernels/cpu/matmul.h Q8_0Weights: fp16 d, 32 int8), row-major
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
-// "q6k", "dot-q6k".
+// "q6k", "dot-q6k", "q8_0".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
@@ -63,7 +64,7 @@ class WeightMatrix {
 
   // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K, kDotQ4K,
   // or kDotQ6K from kQ6K): itself when already so, else a converted copy of its own (bf16: rounded
-  // to nearest even; q8: QuantizeQ8 of the fp32 values; AMX and dot-bf16: packed from bf16; dot-q8:
+  // to nearest even; q8: QuantizeQ8 of the fp32 values, or from q8_0 its own blocks, exactly; AMX and dot-bf16: packed from bf16; dot-q8:
   // packed from q8; q4 and q4k: quantized from the fp32 values; dot-q4, dot-q4k and dot-q6k: packed
   // from q4 / q4k / q6k). Converted in parallel over the compute threads (the packing too, a column
   // group per task).
@@ -85,6 +86,7 @@ class WeightMatrix {
   cpu::Q4KWeights q4k() const;     // kQ4K only
   cpu::Q4Weights q4() const;       // kQ4 only
   cpu::Q6KWeights q6k() const;     // kQ6K only
+  cpu::Q8_0Weights q8_0() const;   // kQ8_0 only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

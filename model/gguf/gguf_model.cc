@@ -131,13 +131,14 @@ class Mapper {
       if (absl::Status s = CheckFinite(t, row.data(), cols, r); !s.ok()) return s;
     }
     const GgmlType type = GgmlType(t.type);
-    // Types held in the file's own bytes (Q4_K as q4k, Q6_K as q6k: kernels/cpu/q4k.h and q6k.h are
-    // ggml's blocks): a view of the mapped tensor, or its rows copied where attention heads are
-    // permuted (or misaligned).
-    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ4_K ||
-        type == GgmlType::kQ6_K) {
+    // Types held in the file's own bytes (Q8_0 as q8_0, Q4_K as q4k, Q6_K as q6k: ggml's blocks,
+    // kernels/cpu/matmul.h, q4k.h, q6k.h): a view of the mapped tensor, or its rows copied where
+    // attention heads are permuted (or misaligned).
+    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ8_0 ||
+        type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
       const WeightType wt = type == GgmlType::kF32    ? WeightType::kF32
                             : type == GgmlType::kF16  ? WeightType::kF16
+                            : type == GgmlType::kQ8_0 ? WeightType::kQ8_0
                             : type == GgmlType::kQ4_K ? WeightType::kQ4K
                             : type == GgmlType::kQ6_K ? WeightType::kQ6K
                                                       : WeightType::kBf16;
@@ -157,12 +158,12 @@ class Mapper {
     return copy;
   }
 
-  // Q4_0 as q4, Q8_0 and Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
+  // Q4_0 as q4, Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
   // minimum) as ggml's values rounded to bf16. `row` is scratch of `cols` floats.
   static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
                                 int64_t row_bytes, int heads, std::vector<float>& row) {
     if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
-    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ5_0) return ToQ8(type, raw, rows, cols, row_bytes, heads);
+    if (type == GgmlType::kQ5_0) return ToQ5_0(raw, rows, cols, row_bytes, heads);
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
       Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());
@@ -194,9 +195,9 @@ class Mapper {
     return absl::OkStatus();
   }
 
-  // Q8_0 (fp16 d, 32 int8) and Q5_0 (fp16 d, fifth bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols], then fp32 scales
-  // [rows, cols / 32]. The same values exactly.
-  static WeightMatrix ToQ8(GgmlType type, const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
+  // Q5_0 (fp16 d, fifth bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols],
+  // then fp32 scales [rows, cols / 32]. The same values exactly.
+  static WeightMatrix ToQ5_0(const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
     const int64_t blocks = cols / cpu::kQ8Block;
     const size_t bytes = size_t(rows * cols) + size_t(rows * blocks) * sizeof(float);
     auto buffer = std::make_shared<std::vector<float>>((bytes + 3) / 4);
@@ -211,20 +212,11 @@ class Mapper {
         std::memcpy(&d, block, 2);
         scales[r * blocks + b] = HalfToFloat(d);
         int8_t* out = q + r * cols + b * cpu::kQ8Block;
-        if (type == GgmlType::kQ8_0) {
-          std::memcpy(out, block + 2, cpu::kQ8Block);
-        } else if (type == GgmlType::kQ5_0) {  // fifth bits in 4 bytes after d, value q - 16
-          uint32_t qh;
-          std::memcpy(&qh, block + 2, 4);
-          for (int j = 0; j < 16; ++j) {
-            out[j] = int8_t(((block[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16);
-            out[j + 16] = int8_t(((block[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-          }
-        } else {
-          for (int j = 0; j < 16; ++j) {
-            out[j] = int8_t((block[2 + j] & 0x0F) - 8);
-            out[j + 16] = int8_t((block[2 + j] >> 4) - 8);
-          }
+        uint32_t qh;  // fifth bits in 4 bytes after d
+        std::memcpy(&qh, block + 2, 4);
+        for (int j = 0; j < 16; ++j) {
+          out[j] = int8_t(((block[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16);
+          out[j + 16] = int8_t(((block[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
         }
       }
     }

@@ -404,6 +404,51 @@ std::vector<float> RunQ6KWidening(const Q6KProblem& p, const std::vector<float>&
   return y;
 }
 
+// q8_0 (a GGUF file's Q8_0 blocks, read in place) is q8 with its fp16 d as the fp32 scale: Q8_0ToQ8
+// gives those values (the packed int8 kernels' input), DequantizeQ8_0 q * d, and the widening kernel
+// on the blocks the bits of MatMulNTQ8 on the converted q8, at every row count and a partial last
+// block, on 1 and 2 threads.
+TEST(CpuDotTest, Q8_0IsQ8WithItsOwnScalesBitForBit) {
+  ThreadsGuard guard;
+  constexpr int kOut = 301, kIn = 1001;
+  const int64_t blocks = cpu::Q8BlocksPerRow(kIn);
+  std::mt19937_64 rng(44);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  std::vector<uint8_t> raw(size_t(cpu::Q8_0Bytes(kOut, kIn)));
+  for (int64_t b = 0; b < kOut * blocks; ++b) {
+    uint8_t* block = raw.data() + b * cpu::kQ8_0BlockBytes;
+    const uint16_t d = cpu::FloatToF16(scale(rng));
+    std::memcpy(block, &d, 2);
+    for (int i = 0; i < cpu::kQ8Block; ++i) block[2 + i] = uint8_t(byte(rng));  // -128 included
+  }
+  const cpu::Q8_0Weights w{raw.data()};
+  std::vector<int8_t> q(size_t(kOut) * kIn);
+  std::vector<float> scales(size_t(kOut * blocks)), values(size_t(kOut) * kIn);
+  cpu::Q8_0ToQ8(w, kIn, 0, kOut, q.data(), scales.data());
+  cpu::DequantizeQ8_0(w, kIn, 0, kOut, values.data());
+  for (int64_t j = 0; j < kOut; ++j) {
+    for (int64_t k = 0; k < kIn; ++k) {
+      const uint8_t* block = raw.data() + (j * blocks + k / 32) * cpu::kQ8_0BlockBytes;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      ASSERT_EQ(q[size_t(j * kIn + k)], int8_t(block[2 + k % 32])) << j << ", " << k;
+      ASSERT_EQ(scales[size_t(j * blocks + k / 32)], cpu::F16ToFloat(d));
+      ASSERT_EQ(values[size_t(j * kIn + k)], float(int8_t(block[2 + k % 32])) * cpu::F16ToFloat(d));
+    }
+  }
+  const std::vector<float> x = testing::RandomNormal<float>(size_t(37) * kIn, rng);
+  for (int threads : {1, 2}) {
+    cpu::SetComputeThreads(threads);
+    for (int rows : {1, 3, 16, 37}) {
+      std::vector<float> got(size_t(rows) * kOut, NAN), want(size_t(rows) * kOut, NAN);
+      cpu::MatMulNTQ8_0(x.data(), rows, kIn, w, kOut, got.data());
+      cpu::MatMulNTQ8(x.data(), rows, kIn, {q.data(), scales.data()}, kOut, want.data());
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << rows << " rows, " << threads << " threads";
+    }
+  }
+}
+
 // A super-block with chosen fields reads back as q6k.h (ggml's layout) says: value 128 h + 32 t + l
 // takes the low (t = 0, 1) or high (t = 2, 3) nibble of ql[64 h + 32 (t % 2) + l] and bits 2t, 2t + 1
 // of qh[32 h + l], its sub-block's int8 scale, and d.

@@ -345,6 +345,44 @@ TEST(GgufModel, Q6_KTensorsLoadAsQ6kWithGgmlsValuesExactly) {
   ExpectSuperBlocksLoadInPlace(GgmlType::kQ6_K, WeightType::kQ6K, 210, RandomQ6K, /*intermediate=*/512, 15);
 }
 
+// Q8_0 tensors load as q8_0, the file's own blocks (8.5 bits a weight, in place where no rows are
+// permuted), with ggml's values exactly; their conversion to q8 (what --cpu-weights q8 and the int8
+// kernels read) keeps the values, not quantized again; the logits are those of the same values in F32.
+TEST(GgufModel, Q8_0TensorsLoadAsQ8_0WithGgmlsValuesExactly) {
+  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 13);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::mt19937 rng(14);
+  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
+    std::string blocks;  // per block: fp16 d, 32 random int8
+    if (shape[1] % cpu::kQ8Block != 0) return blocks;
+    *type = GgmlType::kQ8_0;
+    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
+      const uint16_t d = FloatToHalf(0.0002f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+      blocks.append(reinterpret_cast<const char*>(&d), 2);
+      for (int i = 0; i < cpu::kQ8Block; ++i) blocks += char(rng() & 0xFF);
+    }
+    return blocks;
+  });
+  ASSERT_EQ(file.matrices, 2u * 7u + 1u);
+  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q8_0.gguf"), std::nullopt);
+  auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (int l = 0; l < 2; ++l) {
+    const LayerWeights& a = q->layers()[l];
+    const LayerWeights& b = f->layers()[l];
+    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.w_gate, &b.w_gate},
+                        {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
+      EXPECT_EQ(x->type(), WeightType::kQ8_0);
+      EXPECT_EQ(x->Bytes() * 32, x->Weights() * 34);  // the file's bytes, no copy
+      EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
+      EXPECT_EQ(x->ConvertTo(WeightType::kQ8).ToFloat(), y->ToFloat());
+    }
+  }
+  EXPECT_EQ(q->lm_head_matrix().type(), WeightType::kQ8_0);
+  ExpectSameLogits(*q, *f);
+}
+
 // Q4_0 tensors load as Steady's row-major q4 (4.5 bits a weight, as stored) with ggml's values
 // exactly, and the model's logits are those of the same values in F32 (the widening kernels).
 TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
