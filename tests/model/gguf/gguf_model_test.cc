@@ -297,25 +297,39 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
   return file;
 }
 
-// Every matrix whose rows are whole super-blocks written in `type` by `random`: they load as `held`,
-// the file's own blocks (`block_bytes` per 256 weights, read in place where no rows are permuted),
-// with ggml's values exactly (the control's are Dequantize's, which equals libggml's), llama's q
-// and k rows un-permuted alike (attn_output's [256, 64] rows stay F32), the output too; the logits are
-// those of the same values in F32 (the widening kernels).
-void ExpectSuperBlocksLoadInPlace(GgmlType type, WeightType held, int64_t block_bytes,
-                                  std::string (*random)(int64_t rows, int64_t cols, std::mt19937& rng), int intermediate,
-                                  unsigned seed) {
+// Q8_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 32 random int8 (-128 included).
+std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
+    const uint16_t d = FloatToHalf(0.0002f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    for (int i = 0; i < cpu::kQ8Block; ++i) bytes += char(rng() & 0xFF);
+  }
+  return bytes;
+}
+
+// Every matrix whose rows are whole blocks of `block` weights written in `type` by `random`: they
+// load as `held`, the file's own blocks (`block_bytes` per block, read in place where no rows are
+// permuted), with ggml's values exactly (the control's are Dequantize's, which equals libggml's),
+// llama's q and k rows un-permuted alike, the output too (attn_output's [256, 64] rows are a quarter
+// super-block: F32 unless the block is q8_0's 32); `check` looks at each (loaded, control) pair
+// further. The logits are those of the same values in F32 (the widening kernels).
+void ExpectBlocksLoadInPlace(GgmlType type, WeightType held, int block, int64_t block_bytes,
+                             std::string (*random)(int64_t rows, int64_t cols, std::mt19937& rng), int intermediate,
+                             unsigned seed,
+                             const std::function<void(const WeightMatrix&, const WeightMatrix&)>& check = nullptr) {
   for (const std::string arch : {"llama", "qwen2"}) {
     SCOPED_TRACE(arch);
     auto m = Model::Random(Config(arch, /*hidden=*/256, intermediate), seed);
     ASSERT_TRUE(m.ok()) << m.status();
     std::mt19937 rng(seed + 2);
     const QuantizedFile file = QuantizedAndControl(*m, arch, [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* t) {
-      if (shape[1] % 256 != 0) return std::string();
+      if (shape[1] % block != 0) return std::string();
       *t = type;
       return random(shape[0], shape[1], rng);
     });
-    ASSERT_EQ(file.matrices, 2u * 6u + 1u);  // per layer all but attn_output, and the output
+    const bool wo = 64 % block == 0;
+    ASSERT_EQ(file.matrices, 2u * (wo ? 7u : 6u) + 1u);  // per layer, and the output
     auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "quantized.gguf"), std::nullopt);
     auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
     ASSERT_TRUE(q.ok()) << q.status();
@@ -323,13 +337,17 @@ void ExpectSuperBlocksLoadInPlace(GgmlType type, WeightType held, int64_t block_
     for (int l = 0; l < 2; ++l) {
       const LayerWeights& a = q->layers()[l];
       const LayerWeights& b = f->layers()[l];
-      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up},
-                          {&a.w_down, &b.w_down}}) {
+      for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.w_gate, &b.w_gate},
+                          {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
+        if (x == &a.wo && !wo) {
+          EXPECT_EQ(x->type(), WeightType::kF32);
+          continue;
+        }
         EXPECT_EQ(x->type(), held);
-        EXPECT_EQ(x->Bytes() * 256, x->Weights() * block_bytes);  // the file's bytes, no fp32 copy
+        EXPECT_EQ(x->Bytes() * block, x->Weights() * block_bytes);  // the file's bytes, no fp32 copy
         EXPECT_EQ(x->ToFloat(), y->ToFloat());
+        if (check) check(*x, *y);
       }
-      EXPECT_EQ(a.wo.type(), WeightType::kF32);
     }
     EXPECT_EQ(q->lm_head_matrix().type(), held);
     EXPECT_EQ(q->lm_head_matrix().ToFloat(), f->lm_head_matrix().ToFloat());
@@ -337,50 +355,20 @@ void ExpectSuperBlocksLoadInPlace(GgmlType type, WeightType held, int64_t block_
   }
 }
 
-// Q4_K as q4k (4.5 bits a weight) and Q6_K as q6k (6.5625): ggml's blocks are both formats' own.
+// Q4_K as q4k (4.5 bits a weight), Q6_K as q6k (6.5625) and Q8_0 as q8_0 (8.5): ggml's blocks are
+// the formats' own. q8_0's conversion to q8 (what --cpu-weights q8 and the int8 kernels read) keeps
+// the values, not quantized again.
 TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
-  ExpectSuperBlocksLoadInPlace(GgmlType::kQ4_K, WeightType::kQ4K, 144, RandomQ4K, /*intermediate=*/256, 5);
+  ExpectBlocksLoadInPlace(GgmlType::kQ4_K, WeightType::kQ4K, 256, 144, RandomQ4K, /*intermediate=*/256, 5);
 }
 TEST(GgufModel, Q6_KTensorsLoadAsQ6kWithGgmlsValuesExactly) {
-  ExpectSuperBlocksLoadInPlace(GgmlType::kQ6_K, WeightType::kQ6K, 210, RandomQ6K, /*intermediate=*/512, 15);
+  ExpectBlocksLoadInPlace(GgmlType::kQ6_K, WeightType::kQ6K, 256, 210, RandomQ6K, /*intermediate=*/512, 15);
 }
-
-// Q8_0 tensors load as q8_0, the file's own blocks (8.5 bits a weight, in place where no rows are
-// permuted), with ggml's values exactly; their conversion to q8 (what --cpu-weights q8 and the int8
-// kernels read) keeps the values, not quantized again; the logits are those of the same values in F32.
 TEST(GgufModel, Q8_0TensorsLoadAsQ8_0WithGgmlsValuesExactly) {
-  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 13);
-  ASSERT_TRUE(m.ok()) << m.status();
-  std::mt19937 rng(14);
-  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* type) {
-    std::string blocks;  // per block: fp16 d, 32 random int8
-    if (shape[1] % cpu::kQ8Block != 0) return blocks;
-    *type = GgmlType::kQ8_0;
-    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
-      const uint16_t d = FloatToHalf(0.0002f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
-      blocks.append(reinterpret_cast<const char*>(&d), 2);
-      for (int i = 0; i < cpu::kQ8Block; ++i) blocks += char(rng() & 0xFF);
-    }
-    return blocks;
-  });
-  ASSERT_EQ(file.matrices, 2u * 7u + 1u);
-  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q8_0.gguf"), std::nullopt);
-  auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
-  ASSERT_TRUE(q.ok()) << q.status();
-  ASSERT_TRUE(f.ok()) << f.status();
-  for (int l = 0; l < 2; ++l) {
-    const LayerWeights& a = q->layers()[l];
-    const LayerWeights& b = f->layers()[l];
-    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.w_gate, &b.w_gate},
-                        {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
-      EXPECT_EQ(x->type(), WeightType::kQ8_0);
-      EXPECT_EQ(x->Bytes() * 32, x->Weights() * 34);  // the file's bytes, no copy
-      EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
-      EXPECT_EQ(x->ConvertTo(WeightType::kQ8).ToFloat(), y->ToFloat());
-    }
-  }
-  EXPECT_EQ(q->lm_head_matrix().type(), WeightType::kQ8_0);
-  ExpectSameLogits(*q, *f);
+  ExpectBlocksLoadInPlace(GgmlType::kQ8_0, WeightType::kQ8_0, 32, 34, RandomQ8_0, /*intermediate=*/256, 13,
+                          [](const WeightMatrix& x, const WeightMatrix& y) {
+                            EXPECT_EQ(x.ConvertTo(WeightType::kQ8).ToFloat(), y.ToFloat());
+                          });
 }
 
 // Q4_0 tensors load as Steady's row-major q4 (4.5 bits a weight, as stored) with ggml's values
