@@ -53,6 +53,15 @@ HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blo
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 HWY_INLINE Q8_0Weights Shift(Q8_0Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q8_0Bytes(1, in)}; }
 
+// The fp16 value at p, widened exactly by the vector unit (F16C where there is one): the scalar
+// conversion's branches cost more than the weights' own arithmetic (a llama1b step: 60 ms, 22 ms
+// with this, for q4).
+HWY_INLINE float WidenHalf(const void* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, static_cast<const hwy::float16_t*>(p))));
+}
+
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* HWY_RESTRICT w, int64_t k) {
   return hn::LoadU(d, w + k);
@@ -75,15 +84,13 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8Weights w, int64_t k) {
   const hn::Rebind<int8_t, D> di8;
   return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, w.q + k))), hn::Set(d, w.scales[k / kQ8Block]));
 }
-// q8_0 (matmul.h): as q8's, the block's fp16 d widened exactly (by the vector unit, as q4's).
+// q8_0 (matmul.h): as q8's, the block's fp16 d widened exactly.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, Q8_0Weights w, int64_t k) {
   const hn::RebindToSigned<D> di32;
   const hn::Rebind<int8_t, D> di8;
   const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
-  const hn::CappedTag<float, 1> d1;
-  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
-  const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(block))));
+  const float scale = WidenHalf(block);
   const auto q = hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(block + 2 + k % kQ8Block)));
   return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale));
 }
@@ -98,12 +105,7 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4Weights w, int64_t k) {
   auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, w.q + b * 16 + (i & 15)));
   bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
   const auto q = hn::Sub(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, 8.0f));
-  // The scale widened by the vector unit (exact, as F16ToFloat), as q4k's: the scalar conversion's
-  // branches cost more than the weights' own arithmetic (a llama1b step: 60 ms, 22 ms with this).
-  const hn::CappedTag<float, 1> d1;
-  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
-  const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(w.scales + b))));
-  return hn::Mul(q, hn::Set(d, scale));
+  return hn::Mul(q, hn::Set(d, WidenHalf(w.scales + b)));
 }
 // q4k (q4k.h): a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even
 // sub-block) or high (odd) nibbles, times the sub-block's scale, less its minimum. Both are exact in
@@ -117,10 +119,8 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
   const int s = int(k % kQ4KBlock) / kQ4KSub, i = int(k % kQ4KSub);
   auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + kQ4KSub * (s / 2) + i));
   bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
-  // The sub-block's 6-bit scale and minimum (get_scale_min_k4).
-  const uint8_t* packed = block + 4;
-  const int sc = s < 4 ? packed[s] & 63 : (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 6) << 4);
-  const int m = s < 4 ? packed[s + 4] & 63 : (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4);
+  int sc, m;
+  Q4KSubScale(block, s, &sc, &m);
   // d and dmin widened by the vector unit (F16C where there is one; exact, as F16ToFloat), then
   // broadcast: the scalar conversion's branches cost more than the weights' own arithmetic.
   const hn::CappedTag<float, 2> d2;
@@ -144,11 +144,7 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q6KWeights w, int64_t k) {
   const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 128 + 32 * half + l)), 2 * t),
                             hn::Set(du32, 3u));
   const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<4>(high))), hn::Set(di32, 32));
-  // d widened by the vector unit (exact), as q4k's.
-  const hn::CappedTag<float, 1> d1;
-  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
-  const float scale = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(block + 208)))) *
-                      float(int8_t(block[192 + i / kQ6KSub]));
+  const float scale = WidenHalf(block + 208) * float(int8_t(block[192 + i / kQ6KSub]));
   return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale));
 }
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }

@@ -342,7 +342,7 @@ void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed) {
           const int xb = k / 32, i = k % 32, u = i / 4;
           uint8_t* r = rec + kQ6KHead + xb * kQ6KBlockRecord;
           const int at = c * 4 + i % 4;
-          const int q = Q6KBlockEntry(block, k).q;
+          const int q = Q6KBlockQ(block, k);
           r[(u / 2) * 64 + at] |= uint8_t((q & 15) << (4 * (u % 2)));
           r[256 + (u / 4) * 64 + at] |= uint8_t((q >> 4) << (2 * (u % 4)));
         }

@@ -52,8 +52,6 @@ struct Q8Op256 {
   static constexpr int64_t kChunk = 8;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
-  static constexpr bool kHalfSums = false;
-
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
@@ -122,8 +120,6 @@ struct Q4Op256 {
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
-  static constexpr bool kHalfSums = false;
-
   Q4Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
@@ -152,8 +148,6 @@ struct Q4KOp256 {
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
-
-  static constexpr bool kHalfSums = false;
 
   Q4KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
@@ -218,7 +212,6 @@ struct Q6KOp256 {
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 1;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
-  static constexpr bool kHalfSums = true;
 
   Q6KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ6KRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q6KBlocksPerRow(in); }
@@ -326,7 +319,7 @@ STEADY_DOT256_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, flo
 template <class Op>
 void Multiply(const float* x, int rows, int in, const DotProduct* products, int count) {
   Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
-  if constexpr (Op::kHalfSums) xq = WithHalfSums(xq, rows);
+  if constexpr (std::is_same_v<Op, Q6KOp256>) xq = WithHalfSums(xq, rows);  // q6k's sub-blocks are half a block
   auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), Op::StepsPerRow(in)}; };
   Run(make, rows, in, products, count);
 }

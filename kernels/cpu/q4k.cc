@@ -34,15 +34,11 @@ Q4KScales Q4KBlockScales(const uint8_t* block) {
   Q4KScales s;
   std::memcpy(&s.d, block, 2);
   std::memcpy(&s.dmin, block + 2, 2);
-  const uint8_t* q = block + 4;  // ggml's get_scale_min_k4
   for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      s.sc[j] = q[j] & 63;
-      s.m[j] = q[j + 4] & 63;
-    } else {
-      s.sc[j] = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-      s.m[j] = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
+    int sc, m;
+    Q4KSubScale(block, j, &sc, &m);
+    s.sc[j] = uint8_t(sc);
+    s.m[j] = uint8_t(m);
   }
   return s;
 }

@@ -39,6 +39,13 @@ struct Q4KScales {
   uint8_t sc[8], m[8];
 };
 Q4KScales Q4KBlockScales(const uint8_t* block);
+// Sub-block s's 6-bit scale and minimum, as ggml's get_scale_min_k4 reads them from the 12 bytes at
+// block + 4 (Q4KBlockScales unpacks all eight).
+inline void Q4KSubScale(const uint8_t* block, int s, int* sc, int* m) {
+  const uint8_t* q = block + 4;
+  *sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
+  *m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+}
 // q (0..15) of value k (0..255) of a super-block.
 inline int Q4KBlockQ(const uint8_t* block, int k) {
   const int s = k / kQ4KSub;

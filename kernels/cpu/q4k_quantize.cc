@@ -228,8 +228,7 @@ float FitSubBlock(const float* x, uint8_t* L, float* the_min) {
 // 6-bit scales and minimums against their largest, d and dmin in fp16, every q rounded against
 // them, then the block's bytes as ggml's quantize_row_q4_K_ref packs them.
 void FinishBlock(const float* x, const float* scales, const float* mins, uint8_t* L, uint8_t* block) {
-  Q4KScales unpacked;
-  Q4KScales* s = &unpacked;
+  Q4KScales s;
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
@@ -238,30 +237,30 @@ void FinishBlock(const float* x, const float* scales, const float* mins, uint8_t
   const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
   const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
   for (int j = 0; j < 8; ++j) {
-    s->sc[j] = uint8_t(std::min(63, int(uint8_t(NearestInt(inv_scale * scales[j])))));
-    s->m[j] = uint8_t(std::min(63, int(uint8_t(NearestInt(inv_min * mins[j])))));
+    s.sc[j] = uint8_t(std::min(63, int(uint8_t(NearestInt(inv_scale * scales[j])))));
+    s.m[j] = uint8_t(std::min(63, int(uint8_t(NearestInt(inv_min * mins[j])))));
   }
-  s->d = FloatToF16(max_scale / 63.0f);
-  s->dmin = FloatToF16(max_min / 63.0f);
-  const float d = F16ToFloat(s->d), dmin = F16ToFloat(s->dmin);
+  s.d = FloatToF16(max_scale / 63.0f);
+  s.dmin = FloatToF16(max_min / 63.0f);
+  const float d = F16ToFloat(s.d), dmin = F16ToFloat(s.dmin);
   for (int j = 0; j < 8; ++j) {
-    const float dj = d * s->sc[j], dm = dmin * s->m[j];
+    const float dj = d * s.sc[j], dm = dmin * s.m[j];
     if (dj == 0.0f) continue;  // ggml leaves such a sub-block's q as the fit left them
     for (int ii = 0; ii < kQ4KSub; ++ii) {
       L[kQ4KSub * j + ii] = uint8_t(std::clamp(NearestInt((x[kQ4KSub * j + ii] + dm) / dj), 0, 15));
     }
   }
-  std::memcpy(block, &s->d, 2);
-  std::memcpy(block + 2, &s->dmin, 2);
+  std::memcpy(block, &s.d, 2);
+  std::memcpy(block + 2, &s.dmin, 2);
   uint8_t* packed = block + 4;  // the inverse of get_scale_min_k4
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
-      packed[j] = s->sc[j];
-      packed[j + 4] = s->m[j];
+      packed[j] = s.sc[j];
+      packed[j + 4] = s.m[j];
     } else {
-      packed[j + 4] = uint8_t((s->sc[j] & 0x0F) | ((s->m[j] & 0x0F) << 4));
-      packed[j - 4] |= uint8_t((s->sc[j] >> 4) << 6);
-      packed[j] |= uint8_t((s->m[j] >> 4) << 6);
+      packed[j + 4] = uint8_t((s.sc[j] & 0x0F) | ((s.m[j] & 0x0F) << 4));
+      packed[j - 4] |= uint8_t((s.sc[j] >> 4) << 6);
+      packed[j] |= uint8_t((s.m[j] >> 4) << 6);
     }
   }
   for (int j = 0; j < 4; ++j) {  // sub-blocks 2j and 2j + 1 in the low and high nibbles of 32 bytes

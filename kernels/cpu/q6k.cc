@@ -8,21 +8,12 @@
 
 namespace steady::cpu {
 
-Q6KEntry Q6KBlockEntry(const uint8_t* block, int k) {
-  const int half = k / 128, t = (k % 128) / 32, l = k % 32;
-  const uint8_t low = block[64 * half + l + 32 * (t % 2)];
-  const uint8_t high = block[128 + 32 * half + l];
-  Q6KEntry e;
-  e.q = ((t < 2 ? low & 0x0f : low >> 4) | (((high >> (2 * t)) & 3) << 4));
-  e.scale = int8_t(block[192 + k / kQ6KSub]);
-  std::memcpy(&e.d, block + 208, 2);
-  return e;
-}
-
 float Q6KWeightValue(Q6KWeights w, int64_t in, int64_t j, int64_t k) {
   const uint8_t* block = w.blocks + (j * Q6KBlocksPerRow(in) + k / kQ6KBlock) * kQ6KBlockBytes;
-  const Q6KEntry e = Q6KBlockEntry(block, int(k % kQ6KBlock));
-  return F16ToFloat(e.d) * float(e.scale) * float(e.q - 32);
+  const int i = int(k % kQ6KBlock);
+  uint16_t d;
+  std::memcpy(&d, block + 208, 2);
+  return F16ToFloat(d) * float(int8_t(block[192 + i / kQ6KSub])) * float(Q6KBlockQ(block, i) - 32);
 }
 
 void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out) {
@@ -35,8 +26,7 @@ void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out)
       std::memcpy(&half, block + 208, 2);
       const float d = F16ToFloat(half);
       for (int i = 0; i < kQ6KBlock && b * kQ6KBlock + i < in; ++i) {
-        const Q6KEntry e = Q6KBlockEntry(block, i);
-        row[b * kQ6KBlock + i] = d * float(e.scale) * float(e.q - 32);
+        row[b * kQ6KBlock + i] = d * float(int8_t(block[192 + i / kQ6KSub])) * float(Q6KBlockQ(block, i) - 32);
       }
     }
   }

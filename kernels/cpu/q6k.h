@@ -34,13 +34,12 @@ struct Q6KWeights {
   const uint8_t* blocks = nullptr;
 };
 
-// Value k (0..255) of one super-block as its q (0..63) and its sub-block's scale.
-struct Q6KEntry {
-  int q;
-  int8_t scale;
-  uint16_t d;  // fp16 bits
-};
-Q6KEntry Q6KBlockEntry(const uint8_t* block, int k);
+// q (0..63) of value k (0..255) of a super-block; its sub-block's scale is int8_t(block[192 + k / 16]).
+inline int Q6KBlockQ(const uint8_t* block, int k) {
+  const int half = k / 128, t = (k % 128) / 32, l = k % 32;
+  const uint8_t low = block[64 * half + l + 32 * (t % 2)], high = block[128 + 32 * half + l];
+  return (t < 2 ? low & 0x0f : low >> 4) | (((high >> (2 * t)) & 3) << 4);
+}
 // Weight (j, k) of a q6k matrix with `in` inputs: (d * sc) * (q - 32) in fp32.
 float Q6KWeightValue(Q6KWeights w, int64_t in, int64_t j, int64_t k);
 // Rows [r0, r1) as fp32 values into out[(r1 - r0) * in].

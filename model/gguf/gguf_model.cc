@@ -131,37 +131,43 @@ class Mapper {
       if (absl::Status s = CheckFinite(t, row.data(), cols, r); !s.ok()) return s;
     }
     const GgmlType type = GgmlType(t.type);
-    // Types held in the file's own bytes (Q8_0 as q8_0, Q4_K as q4k, Q6_K as q6k: ggml's blocks,
-    // kernels/cpu/matmul.h, q4k.h, q6k.h): a view of the mapped tensor, or its rows copied where
-    // attention heads are permuted (or misaligned).
-    if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ8_0 ||
-        type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
-      const WeightType wt = type == GgmlType::kF32    ? WeightType::kF32
-                            : type == GgmlType::kF16  ? WeightType::kF16
-                            : type == GgmlType::kQ8_0 ? WeightType::kQ8_0
-                            : type == GgmlType::kQ4_K ? WeightType::kQ4K
-                            : type == GgmlType::kQ6_K ? WeightType::kQ6K
-                                                      : WeightType::kBf16;
-      if (heads == 0 && WeightMatrix::MatchesAlignment(wt, raw)) {
-        return WeightMatrix::View(wt, rows, cols, raw, file_.Owner(), file_.mapped());
-      }
-      auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
-      char* out = reinterpret_cast<char*>(buffer->data());
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
-      if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));  // as below
-      return WeightMatrix::Owned(wt, rows, cols, out, std::move(buffer));
+    // A type held in the file's own bytes, a view of the mapped tensor where no rows are permuted.
+    const std::optional<WeightType> held = HeldAs(type);
+    if (held && heads == 0 && WeightMatrix::MatchesAlignment(*held, raw)) {
+      return WeightMatrix::View(*held, rows, cols, raw, file_.Owner(), file_.mapped());
     }
-    // The other types become a copy of the loader's own; the file's pages, read twice (the check and
-    // the copy), then leave resident memory (they come back from the file if touched again).
+    // Otherwise a copy of the loader's own; the file's pages, read twice (the check and the copy), then
+    // leave resident memory (they come back from the file if touched again).
     WeightMatrix copy = Converted(type, t, raw, rows, cols, row_bytes, heads, row);
     if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));
     return copy;
   }
 
-  // Q4_0 as q4, Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block
-  // minimum) as ggml's values rounded to bf16. `row` is scratch of `cols` floats.
+  // The types held in the file's own bytes: F32, F16, BF16, and Q8_0 as q8_0, Q4_K as q4k, Q6_K as q6k
+  // (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q6k.h).
+  static std::optional<WeightType> HeldAs(GgmlType type) {
+    switch (type) {
+      case GgmlType::kF32: return WeightType::kF32;
+      case GgmlType::kF16: return WeightType::kF16;
+      case GgmlType::kBF16: return WeightType::kBf16;
+      case GgmlType::kQ8_0: return WeightType::kQ8_0;
+      case GgmlType::kQ4_K: return WeightType::kQ4K;
+      case GgmlType::kQ6_K: return WeightType::kQ6K;
+      default: return std::nullopt;
+    }
+  }
+
+  // A copy of the tensor's rows (llama's q/k un-permuted): a type HeldAs names in its own bytes; Q4_0
+  // as q4, Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block minimum) as ggml's values
+  // rounded to bf16. `row` is scratch of `cols` floats.
   static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
                                 int64_t row_bytes, int heads, std::vector<float>& row) {
+    if (const std::optional<WeightType> held = HeldAs(type)) {
+      auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
+      char* out = reinterpret_cast<char*>(buffer->data());
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
+      return WeightMatrix::Owned(*held, rows, cols, out, std::move(buffer));
+    }
     if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ5_0) return ToQ5_0(raw, rows, cols, row_bytes, heads);
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
