@@ -46,9 +46,7 @@ HWY_INLINE F16Weights Shift(F16Weights w, int64_t in, int64_t j) { return {w.h +
 HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
   return {w.q + j * in, w.scales + j * Q8BlocksPerRow(in)};
 }
-HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) {
-  return {w.q + j * Q8BlocksPerRow(in) * 16, w.scales + j * Q8BlocksPerRow(in)};
-}
+HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q4Bytes(1, in)}; }
 HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q4KBytes(1, in)}; }
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 HWY_INLINE Q8_0Weights Shift(Q8_0Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q8_0Bytes(1, in)}; }
@@ -102,10 +100,11 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4Weights w, int64_t k) {
   const hn::RebindToUnsigned<D> du32;
   const hn::Rebind<uint8_t, D> du8;
   const int64_t b = k / kQ8Block, i = k % kQ8Block;
-  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, w.q + b * 16 + (i & 15)));
+  const uint8_t* block = w.blocks + b * kQ4_0BlockBytes;
+  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 2 + (i & 15)));
   bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
   const auto q = hn::Sub(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, 8.0f));
-  return hn::Mul(q, hn::Set(d, WidenHalf(w.scales + b)));
+  return hn::Mul(q, hn::Set(d, WidenHalf(block)));
 }
 // q4k (q4k.h): a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even
 // sub-block) or high (odd) nibbles, times the sub-block's scale, less its minimum. Both are exact in

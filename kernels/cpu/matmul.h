@@ -87,20 +87,19 @@ void Q8_0ToQ8(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, int8_t* q, floa
 void DequantizeQ8_0(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, float* out);
 void MatMulNTQ8_0(const float* x, int rows, int in, Q8_0Weights w, int out, float* y);
 
-// q4_0 weights row-major (llama.cpp's block_q4_0 values, --cpu-weights q4): per row, blocks of kQ8Block
-// weights as 16 bytes, byte i holding the block's input i in its low nibble and input 16 + i in its
-// high one, q in 0..15 for the weight (q - 8) * scale; then the fp16 scales [rows, blocks] (4.5 bits a
-// weight). QuantizeQ4 is llama.cpp's quantize_row_q4_0_ref (matmul_dot.h has the rule); every weight
-// is exact in fp32. The int8 kernels take q4 packed from these (PackQ4Dot, the same values); CPUs
-// without them multiply these rows widened to fp32.
+// q4_0 as a GGUF file holds it (ggml's block_q4_0, --cpu-weights q4): per kQ8Block weights an fp16
+// scale, then 16 bytes, byte i holding the block's input i in its low nibble and input 16 + i in its
+// high one, q in 0..15 for the weight (q - 8) * scale (18 bytes, 4.5 bits a weight). A Q4_0 tensor
+// is read in place as this. QuantizeQ4 is llama.cpp's quantize_row_q4_0_ref (matmul_dot.h has the
+// rule); every weight is exact in fp32. The int8 kernels take q4 packed from these (PackQ4Dot, the
+// same values); CPUs without them multiply these rows widened to fp32.
+inline constexpr int64_t kQ4_0BlockBytes = 2 + kQ8Block / 2;
+inline int64_t Q4Bytes(int64_t rows, int64_t in) { return rows * Q8BlocksPerRow(in) * kQ4_0BlockBytes; }
 struct Q4Weights {
-  const uint8_t* q = nullptr;         // [rows, blocks * 16]
-  const uint16_t* scales = nullptr;   // [rows, blocks], fp16
+  const uint8_t* blocks = nullptr;  // [rows, blocks] of kQ4_0BlockBytes, no alignment needed
 };
-int64_t Q4Bytes(int64_t rows, int64_t in);  // the nibbles and the scales
-// The matrix's view when its Q4Bytes(rows, in) bytes start at `data`.
-Q4Weights Q4At(const uint8_t* data, int64_t rows, int64_t in);
-void QuantizeQ4(const float* w, int64_t rows, int64_t in, Q4Weights out);
+// w [rows, in] -> Q4Bytes(rows, in) bytes of blocks at `blocks`.
+void QuantizeQ4(const float* w, int64_t rows, int64_t in, uint8_t* blocks);
 // Row j's weight k, and rows [r0, r1) as fp32 values into w[(r1 - r0) * in], exactly.
 float Q4WeightValue(Q4Weights w, int64_t in, int64_t j, int64_t k);
 void DequantizeQ4(Q4Weights w, int64_t in, int64_t r0, int64_t r1, float* out);

@@ -409,16 +409,8 @@ void DequantizeQ8_0(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, float* ou
 
 int64_t Q4DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ4Record; }
 
-int64_t Q4Bytes(int64_t rows, int64_t in) { return rows * Q8BlocksPerRow(in) * (16 + 2); }
-
-Q4Weights Q4At(const uint8_t* data, int64_t rows, int64_t in) {
-  return {data, reinterpret_cast<const uint16_t*>(data + rows * Q8BlocksPerRow(in) * 16)};
-}
-
-void QuantizeQ4(const float* w, int64_t rows, int64_t in, Q4Weights out) {
+void QuantizeQ4(const float* w, int64_t rows, int64_t in, uint8_t* out) {
   const int64_t blocks = Q8BlocksPerRow(in);
-  uint8_t* q = const_cast<uint8_t*>(out.q);
-  uint16_t* scales = const_cast<uint16_t*>(out.scales);
   for (int64_t j = 0; j < rows; ++j) {
     for (int64_t b = 0; b < blocks; ++b) {
       float v[kQ8Block] = {};
@@ -431,18 +423,23 @@ void QuantizeQ4(const float* w, int64_t rows, int64_t in, Q4Weights out) {
         }
       }
       const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-      scales[j * blocks + b] = FloatToF16(d);
+      uint8_t* block = out + (j * blocks + b) * kQ4_0BlockBytes;
+      const uint16_t half = FloatToF16(d);
+      std::memcpy(block, &half, 2);
       uint8_t nib[kQ8Block];
       for (int i = 0; i < kQ8Block; ++i) nib[i] = uint8_t(std::min(15, int(v[i] * id + 8.5f)));
-      for (int i = 0; i < 16; ++i) q[(j * blocks + b) * 16 + i] = uint8_t(nib[i] | (nib[i + 16] << 4));
+      for (int i = 0; i < 16; ++i) block[2 + i] = uint8_t(nib[i] | (nib[i + 16] << 4));
     }
   }
 }
 
 float Q4WeightValue(Q4Weights w, int64_t in, int64_t j, int64_t k) {
   const int64_t blocks = Q8BlocksPerRow(in), b = k / kQ8Block, i = k % kQ8Block;
-  const uint8_t byte = w.q[(j * blocks + b) * 16 + (i & 15)];
-  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16ToFloat(w.scales[j * blocks + b]);
+  const uint8_t* block = w.blocks + (j * blocks + b) * kQ4_0BlockBytes;
+  uint16_t half;
+  std::memcpy(&half, block, 2);
+  const uint8_t byte = block[2 + (i & 15)];
+  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16ToFloat(half);
 }
 
 void DequantizeQ4(Q4Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
@@ -459,8 +456,9 @@ void PackQ4Dot(Q4Weights w, int64_t out, int64_t in, uint8_t* packed) {
       uint16_t scales[kGroup] = {};
       for (int c = 0; c < kGroup; ++c) {
         const int64_t j = g * kGroup + c;
-        const uint8_t* bytes = j < out ? w.q + (j * blocks + b) * 16 : nullptr;
-        if (j < out) scales[c] = w.scales[j * blocks + b];
+        const uint8_t* block = j < out ? w.blocks + (j * blocks + b) * kQ4_0BlockBytes : nullptr;
+        if (block) std::memcpy(&scales[c], block, 2);
+        const uint8_t* bytes = block ? block + 2 : nullptr;
         // A missing column's bytes: 0x88, q = 8, the weight 0 (its scale is 0 too).
         for (int i = 0; i < 16; ++i) rec[(i / 4) * 64 + c * 4 + i % 4] = bytes ? bytes[i] : uint8_t(0x88);
       }
@@ -471,9 +469,8 @@ void PackQ4Dot(Q4Weights w, int64_t out, int64_t in, uint8_t* packed) {
 
 void QuantizePackQ4Dot(const float* w, int64_t out, int64_t in, uint8_t* packed) {
   std::vector<uint8_t> rows(size_t(Q4Bytes(out, in)));
-  const Q4Weights q = Q4At(rows.data(), out, in);
-  QuantizeQ4(w, out, in, q);
-  PackQ4Dot(q, out, in, packed);
+  QuantizeQ4(w, out, in, rows.data());
+  PackQ4Dot({rows.data()}, out, in, packed);
 }
 
 void DequantizeQ4Dot(const uint8_t* packed, int64_t out, int64_t in, int64_t r0, int64_t r1, float* w) {

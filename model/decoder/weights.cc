@@ -86,6 +86,7 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
   switch (type) {
     case WeightType::kF32: return address % alignof(float) == 0;
     case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
+    case WeightType::kQ4:
     case WeightType::kQ4K:
     case WeightType::kQ6K:
     case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
@@ -130,7 +131,7 @@ cpu::Q8_0Weights WeightMatrix::q8_0() const {
 
 cpu::Q4Weights WeightMatrix::q4() const {
   STEADY_CHECK(type_ == WeightType::kQ4);
-  return cpu::Q4At(as<uint8_t>(), rows_, cols_);
+  return {as<uint8_t>()};
 }
 
 const float* WeightMatrix::q8_scales() const {
@@ -253,11 +254,9 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       auto buffer = Buffer<uint8_t>(size_t(cpu::Q4Bytes(rows_, cols_)));
       m.type_ = WeightType::kQ4;
       m.data_ = buffer->data();
-      const cpu::Q4Weights q = m.q4();
-      const int64_t blocks = cpu::Q8BlocksPerRow(cols_);
       ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
         const std::vector<float> rows = RowsSlice(r0, r1);
-        cpu::QuantizeQ4(rows.data(), r1 - r0, cols_, {q.q + r0 * blocks * 16, q.scales + r0 * blocks});
+        cpu::QuantizeQ4(rows.data(), r1 - r0, cols_, buffer->data() + cpu::Q4Bytes(r0, cols_));
       });
       m.owner_ = std::move(buffer);
       return m;

@@ -30,7 +30,7 @@ enum class WeightType {
   kAmxBf16,  // bf16 packed for AMX tiles (kernels/cpu/amx.h), zero padding included
   kDotBf16,  // bf16 packed for VDPBF16PS (kernels/cpu/matmul_dot.h PackBf16Dot), zero padding included
   kDotQ8,    // q8_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ8Dot), zero padding included
-  kQ4,       // q4_0 row-major (kernels/cpu/matmul.h Q4Weights): nibbles [rows, blocks * 16], then fp16 scales
+  kQ4,       // q4_0 row-major as ggml's block_q4_0 (kernels/cpu/matmul.h Q4Weights), a GGUF Q4_0 tensor read in place
   kDotQ4,    // q4_0 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ4Dot), zero padding included
   kQ4K,      // q4k (a GGUF file's Q4_K blocks, kernels/cpu/q4k.h), row-major: 144 bytes per 256 weights
   kDotQ4K,   // q4k packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ4KDot), zero padding included

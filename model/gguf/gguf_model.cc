@@ -143,22 +143,23 @@ class Mapper {
     return copy;
   }
 
-  // The types held in the file's own bytes: F32, F16, BF16, and Q8_0 as q8_0, Q4_K as q4k, Q6_K as q6k
-  // (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q6k.h).
+  // The types held in the file's own bytes: F32, F16, BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_K as q4k,
+  // Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q6k.h).
   static std::optional<WeightType> HeldAs(GgmlType type) {
     switch (type) {
       case GgmlType::kF32: return WeightType::kF32;
       case GgmlType::kF16: return WeightType::kF16;
       case GgmlType::kBF16: return WeightType::kBf16;
       case GgmlType::kQ8_0: return WeightType::kQ8_0;
+      case GgmlType::kQ4_0: return WeightType::kQ4;
       case GgmlType::kQ4_K: return WeightType::kQ4K;
       case GgmlType::kQ6_K: return WeightType::kQ6K;
       default: return std::nullopt;
     }
   }
 
-  // A copy of the tensor's rows (llama's q/k un-permuted): a type HeldAs names in its own bytes; Q4_0
-  // as q4, Q5_0 as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block minimum) as ggml's values
+  // A copy of the tensor's rows (llama's q/k un-permuted): a type HeldAs names in its own bytes; Q5_0
+  // as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block minimum) as ggml's values
   // rounded to bf16. `row` is scratch of `cols` floats.
   static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
                                 int64_t row_bytes, int heads, std::vector<float>& row) {
@@ -168,7 +169,6 @@ class Mapper {
       for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
       return WeightMatrix::Owned(*held, rows, cols, out, std::move(buffer));
     }
-    if (type == GgmlType::kQ4_0) return ToQ4(raw, rows, cols, row_bytes, heads);
     if (type == GgmlType::kQ5_0) return ToQ5_0(raw, rows, cols, row_bytes, heads);
     auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
@@ -228,26 +228,6 @@ class Mapper {
     }
     const void* data = buffer->data();
     return WeightMatrix::Owned(WeightType::kQ8, rows, cols, data, std::move(buffer));
-  }
-
-  // Q4_0 (fp16 d, then 16 bytes: byte j holds input j in its low nibble and j + 16 in its high one,
-  // value q - 8) as Steady's row-major q4 (kernels/cpu/matmul.h Q4Weights), the same bytes regrouped:
-  // 4.5 bits a weight as in the file (q8 held them in 9), the same values exactly.
-  static WeightMatrix ToQ4(const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
-    const int64_t blocks = cols / cpu::kQ8Block;
-    auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(cpu::Q4Bytes(rows, cols) + 1) / 2);
-    const uint8_t* data = reinterpret_cast<const uint8_t*>(buffer->data());
-    const cpu::Q4Weights q = cpu::Q4At(data, rows, cols);
-    auto* nibbles = const_cast<uint8_t*>(q.q);
-    auto* scales = const_cast<uint16_t*>(q.scales);
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto* src = reinterpret_cast<const uint8_t*>(raw + SourceRow(r, rows, heads) * row_bytes);
-      for (int64_t b = 0; b < blocks; ++b) {
-        std::memcpy(&scales[r * blocks + b], src + b * 18, 2);
-        std::memcpy(nibbles + (r * blocks + b) * 16, src + b * 18 + 2, 16);
-      }
-    }
-    return WeightMatrix::Owned(WeightType::kQ4, rows, cols, data, std::move(buffer));
   }
 
   const GgufFile& file_;

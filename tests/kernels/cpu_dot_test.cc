@@ -248,7 +248,7 @@ struct Q4Problem {
   int rows, in, out;
   std::vector<float> x, w, dequantized;
   std::vector<uint8_t> packed, rows_q4;  // the int8 kernels' layout; the row-major one (matmul.h)
-  cpu::Q4Weights weights() const { return cpu::Q4At(rows_q4.data(), out, in); }
+  cpu::Q4Weights weights() const { return {rows_q4.data()}; }
 };
 
 Q4Problem MakeQ4(int rows, int in, int out, std::mt19937_64& rng) {
@@ -258,7 +258,7 @@ Q4Problem MakeQ4(int rows, int in, int out, std::mt19937_64& rng) {
   cpu::QuantizePackQ4Dot(p.w.data(), out, in, p.packed.data());
   cpu::DequantizeQ4Dot(p.packed.data(), out, in, 0, out, p.dequantized.data());
   p.rows_q4.assign(size_t(cpu::Q4Bytes(out, in)), 0xff);
-  cpu::QuantizeQ4(p.w.data(), out, in, p.weights());
+  cpu::QuantizeQ4(p.w.data(), out, in, p.rows_q4.data());
   return p;
 }
 
@@ -518,6 +518,30 @@ TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
       }
     }
   }
+}
+
+// q4 is ggml's block_q4_0 (a GGUF file's Q4_0 bytes, read in place): per 32 weights the fp16 scale,
+// then byte i holding q of input i in its low nibble and of input 16 + i in its high one. Weights
+// (q - 8) * d with d = -1 (the value of largest magnitude is 8 = (0 - 8) * -1) round-trip exactly
+// and land there; a partial last block's missing inputs are zeros (q = 8).
+TEST(CpuDotTest, Q4IsGgmlsBlockQ4_0) {
+  std::vector<float> w(40);
+  for (int k = 0; k < 40; ++k) w[size_t(k)] = k == 0 || k == 32 ? 8.0f : float(8 - (5 * k + 3) % 16);
+  std::vector<uint8_t> blocks(size_t(cpu::Q4Bytes(1, 40)), 0xff);
+  ASSERT_EQ(blocks.size(), 2u * 18u);
+  cpu::QuantizeQ4(w.data(), 1, 40, blocks.data());
+  for (int b = 0; b < 2; ++b) {
+    uint16_t d;
+    std::memcpy(&d, blocks.data() + 18 * b, 2);
+    EXPECT_EQ(cpu::F16ToFloat(d), -1.0f) << b;
+    for (int i = 0; i < 16; ++i) {
+      const auto q = [&](int k) { return 32 * b + k < 40 ? uint8_t(8 - w[size_t(32 * b + k)]) : uint8_t(8); };
+      EXPECT_EQ(blocks[size_t(18 * b + 2 + i)], uint8_t(q(i) | (q(16 + i) << 4))) << b << " " << i;
+    }
+  }
+  std::vector<float> back(40, NAN);
+  cpu::DequantizeQ4({blocks.data()}, 40, 0, 1, back.data());
+  for (int k = 0; k < 40; ++k) ASSERT_EQ(back[size_t(k)], w[size_t(k)]) << k;
 }
 
 // A super-block whose values are d sc q - dmin m exactly, with d = dmin = 1 (the largest scale and
@@ -793,9 +817,8 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
     });
     const Q4Problem q4 = MakeQ4(1, in, out, rng);
     check("q4", cpu::Q4DotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
-      const cpu::Q4Weights w = q4.weights();
       std::vector<uint8_t> packed(size_t(cpu::Q4DotPackedSize(rows, in)), 0xff);
-      cpu::PackQ4Dot({w.q + j0 * blocks * 16, w.scales + j0 * blocks}, rows, in, packed.data());
+      cpu::PackQ4Dot({q4.weights().blocks + j0 * cpu::Q4Bytes(1, in)}, rows, in, packed.data());
       return packed;
     });
     const Q4KProblem q4k = MakeQ4K(1, in, out, rng);

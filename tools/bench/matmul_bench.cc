@@ -3,7 +3,7 @@
 // one run (docs/cpu.md, docs/benchmarks.md). bytes_per_second counts the weights read once.
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
-// BM_Q4Dot is the int8 x 4-bit kernel (no widening q4 kernel exists); BM_Q4KWidening/BM_Q4KDot the
+// BM_Q4Widening/BM_Q4Dot the q4 pair (q4_0: ggml's block_q4_0 row-major, and packed); BM_Q4KWidening/BM_Q4KDot the
 // q4k pair (kernels/cpu/q4k.h), BM_Q6KWidening/BM_Q6KDot the q6k pair (kernels/cpu/q6k.h, random
 // Q6_K blocks). The int8 kernels run on each path the CPU has (the "path" argument:
 // 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2, 3 Arm SMMLA, 4 Arm SDOT; cpu::Int8Path), skipped where it lacks
@@ -130,7 +130,7 @@ struct LowPrecisionWeights {
   std::vector<int8_t> q8;
   std::vector<float> q8_scales;
   std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
-  std::vector<uint8_t> q8_dot, q4_dot;
+  std::vector<uint8_t> q8_dot, q4, q4_dot;  // q4: its blocks row-major (QuantizeQ4)
   std::vector<uint8_t> q4k, q4k_dot;  // q4k's blocks, and packed for VPDPBUSD
   std::vector<uint8_t> q6k, q6k_dot;  // random Q6_K blocks, and packed
   cpu::Q4KWeights q4k_weights() const { return {q4k.data()}; }
@@ -148,7 +148,7 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   lw.bf16.resize(size_t(out) * in);
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
-  if (cpu::Int8DotAvailable()) lw.q4_dot.resize(size_t(cpu::Q4DotPackedSize(out, in)));
+  lw.q4.resize(size_t(cpu::Q4Bytes(out, in)));
   lw.q4k.resize(size_t(cpu::Q4KBytes(out, in)));
   lw.q6k.resize(size_t(cpu::Q6KBytes(out, in)));
   for (int64_t b = 0; b < out * cpu::Q6KBlocksPerRow(in); ++b) {
@@ -162,7 +162,7 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
     for (int64_t i = 0; i < n * in; ++i) band[size_t(i)] = g(rng);
     for (int64_t i = 0; i < n * in; ++i) lw.bf16[size_t(j0 * in + i)] = cpu::FloatToBf16(band[size_t(i)]);
     cpu::QuantizeQ8(band.data(), n, in, lw.q8.data() + j0 * in, lw.q8_scales.data() + j0 * cpu::Q8BlocksPerRow(in));
-    if (cpu::Int8DotAvailable()) cpu::QuantizePackQ4Dot(band.data(), n, in, lw.q4_dot.data() + cpu::Q4DotPackedSize(j0, in));
+    cpu::QuantizeQ4(band.data(), n, in, lw.q4.data() + cpu::Q4Bytes(j0, in));
     cpu::QuantizeQ4K(band.data(), n, in, lw.q4k.data() + cpu::Q4KBytes(j0, in));
   }
   if (cpu::Bf16DotAvailable()) {
@@ -172,6 +172,8 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   if (cpu::Int8DotAvailable()) {
     lw.q8_dot.resize(size_t(cpu::Q8DotPackedSize(out, in)));
     cpu::PackQ8Dot({lw.q8.data(), lw.q8_scales.data()}, out, in, lw.q8_dot.data());
+    lw.q4_dot.resize(size_t(cpu::Q4DotPackedSize(out, in)));
+    cpu::PackQ4Dot({lw.q4.data()}, out, in, lw.q4_dot.data());
     lw.q4k_dot.resize(size_t(cpu::Q4KDotPackedSize(out, in)));
     cpu::PackQ4KDot(lw.q4k_weights(), out, in, lw.q4k_dot.data());
     lw.q6k_dot.resize(size_t(cpu::Q6KDotPackedSize(out, in)));
@@ -356,6 +358,12 @@ void BM_Q8Dot(benchmark::State& state) {
   ReportPeakFraction(state);
 }
 // q4_0 is 18 bytes per 32 weights: 4 bits each and an fp16 scale.
+void BM_Q4Widening(benchmark::State& state) {
+  RunLowPrecision(state, 4.5, cpu::SimdTargetName(), [](const float* x, int rows, int in,
+                                                               const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ4(x, rows, in, {lw.q4.data()}, out, y);
+  });
+}
 void BM_Q4Dot(benchmark::State& state) {
   if (!UseInt8Path(state)) return;
   WidestInt8PathAfter restore;
@@ -420,6 +428,7 @@ void Int8DotShapes(benchmark::internal::Benchmark* b) {
     }
   }
 }
+BENCHMARK(BM_Q4Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();

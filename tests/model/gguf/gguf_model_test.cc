@@ -298,6 +298,16 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
 }
 
 // Q8_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 32 random int8 (-128 included).
+std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;  // per block: fp16 d, 16 bytes of random nibbles
+  for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
+    const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    for (int i = 0; i < 16; ++i) bytes += char(rng() & 0xFF);
+  }
+  return bytes;
+}
+
 std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
   std::string bytes;
   for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
@@ -355,8 +365,8 @@ void ExpectBlocksLoadInPlace(GgmlType type, WeightType held, int block, int64_t 
   }
 }
 
-// Q4_K as q4k (4.5 bits a weight), Q6_K as q6k (6.5625) and Q8_0 as q8_0 (8.5): ggml's blocks are
-// the formats' own. q8_0's conversion to q8 (what --cpu-weights q8 and the int8 kernels read) keeps
+// Q4_K as q4k (4.5 bits a weight), Q6_K as q6k (6.5625), Q8_0 as q8_0 (8.5) and Q4_0 as q4 (4.5):
+// ggml's blocks are the formats' own. q8_0's conversion to q8 (what --cpu-weights q8 and the int8 kernels read) keeps
 // the values, not quantized again.
 TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ4_K, WeightType::kQ4K, 256, 144, RandomQ4K, /*intermediate=*/256, 5);
@@ -370,43 +380,8 @@ TEST(GgufModel, Q8_0TensorsLoadAsQ8_0WithGgmlsValuesExactly) {
                             EXPECT_EQ(x.ConvertTo(WeightType::kQ8).ToFloat(), y.ToFloat());
                           });
 }
-
-// Q4_0 tensors load as Steady's row-major q4 (4.5 bits a weight, as stored) with ggml's values
-// exactly, and the model's logits are those of the same values in F32 (the widening kernels).
 TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
-  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 6);
-  ASSERT_TRUE(m.ok()) << m.status();
-  std::mt19937 rng(9);
-  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string& name, const std::vector<int64_t>& shape, GgmlType* type) {
-    std::string blocks;  // per block: fp16 d, 16 bytes of random nibbles
-    if (shape[1] % cpu::kQ8Block != 0 || shape.size() != 2 || name.find("blk.") != 0) return blocks;
-    *type = GgmlType::kQ4_0;
-    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
-      const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
-      blocks.append(reinterpret_cast<const char*>(&d), 2);
-      for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
-    }
-    return blocks;
-  });
-  ASSERT_GT(file.matrices, 0u);
-  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_0.gguf"), std::nullopt);
-  auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
-  ASSERT_TRUE(q.ok()) << q.status();
-  ASSERT_TRUE(f.ok()) << f.status();
-  int matrices = 0;
-  for (int l = 0; l < 2; ++l) {
-    const LayerWeights& a = q->layers()[l];
-    const LayerWeights& b = f->layers()[l];
-    for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}, {&a.w_gate, &b.w_gate},
-                        {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
-      if (x->type() != WeightType::kQ4) continue;
-      ++matrices;
-      EXPECT_EQ(x->Bytes(), cpu::Q4Bytes(x->rows(), x->cols()));  // 4.5 bits a weight
-      EXPECT_EQ(x->ToFloat(), y->ToFloat());  // llama's q and k rows un-permuted alike
-    }
-  }
-  EXPECT_EQ(matrices, 2 * 7);
-  ExpectSameLogits(*q, *f);
+  ExpectBlocksLoadInPlace(GgmlType::kQ4_0, WeightType::kQ4, 32, 18, RandomQ4_0, /*intermediate=*/256, 6);
 }
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
