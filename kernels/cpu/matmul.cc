@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,6 +49,7 @@ HWY_INLINE Q8Weights Shift(Q8Weights w, int64_t in, int64_t j) {
 }
 HWY_INLINE Q4Weights Shift(Q4Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q4Bytes(1, in)}; }
 HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q4KBytes(1, in)}; }
+HWY_INLINE Q5KWeights Shift(Q5KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q5KBytes(1, in)}; }
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 HWY_INLINE Q8_0Weights Shift(Q8_0Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q8_0Bytes(1, in)}; }
 
@@ -106,18 +108,12 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4Weights w, int64_t k) {
   const auto q = hn::Sub(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, 8.0f));
   return hn::Mul(q, hn::Set(d, WidenHalf(block)));
 }
-// q4k (q4k.h): a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even
-// sub-block) or high (odd) nibbles, times the sub-block's scale, less its minimum. Both are exact in
-// fp32 and so is q times the scale, so the one rounding (fused or not) gives Q4KWeightValue's value.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
+// q4k (q4k.h) and q5k (q5k.h): q (lanes of u32) of sub-block s of `block` times the sub-block's
+// scale, less its minimum. Both are exact in fp32 and so is q times the scale, so the one rounding
+// (fused or not) gives Q4KWeightValue's and Q5KWeightValue's value.
+template <class D, class VU>
+HWY_INLINE hn::Vec<D> ScaledLessMin(D d, const uint8_t* block, int s, VU q) {
   const hn::RebindToSigned<D> di32;
-  const hn::RebindToUnsigned<D> du32;
-  const hn::Rebind<uint8_t, D> du8;
-  const uint8_t* block = w.blocks + (k / kQ4KBlock) * kQ4KBlockBytes;
-  const int s = int(k % kQ4KBlock) / kQ4KSub, i = int(k % kQ4KSub);
-  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + kQ4KSub * (s / 2) + i));
-  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
   int sc, m;
   Q4KSubScale(block, s, &sc, &m);
   // d and dmin widened by the vector unit (F16C where there is one; exact, as F16ToFloat), then
@@ -126,7 +122,31 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
   const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
   const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(block)));
   const float scale = hn::GetLane(dd) * float(sc), min = hn::ExtractLane(dd, 1) * float(m);
-  return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, scale), hn::Set(d, -min));
+  return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale), hn::Set(d, -min));
+}
+// q4k: a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even sub-block)
+// or high (odd) nibbles.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  const uint8_t* block = w.blocks + (k / kQ4KBlock) * kQ4KBlockBytes;
+  const int s = int(k % kQ4KBlock) / kQ4KSub, i = int(k % kQ4KSub);
+  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + kQ4KSub * (s / 2) + i));
+  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
+  return ScaledLessMin(d, block, s, bytes);
+}
+// q5k: q4k's nibbles 32 bytes further on, and bit s of the same lanes' qh bytes above them.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q5KWeights w, int64_t k) {
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  const uint8_t* block = w.blocks + (k / kQ5KBlock) * kQ5KBlockBytes;
+  const int s = int(k % kQ5KBlock) / kQ5KSub, i = int(k % kQ5KSub);
+  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 48 + kQ5KSub * (s / 2) + i));
+  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
+  const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + i)), s), hn::Set(du32, 1u));
+  return ScaledLessMin(d, block, s, hn::Or(bytes, hn::ShiftLeft<4>(high)));
 }
 // q6k (q6k.h): a vector of lanes (4, 8 or 16) within one sub-block, which is 16 consecutive bytes of
 // ql (their low or high nibbles) and of qh (two of their bits): q - 32 times d * sc (exact), rounded
@@ -153,6 +173,7 @@ HWY_INLINE float WeightValue(Q8Weights w, int64_t k) { return float(w.q[k]) * w.
 // Shift() left w at its row: the row index is 0 and `in` only matters for it.
 HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
+HWY_INLINE float WeightValue(Q5KWeights w, int64_t k) { return Q5KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q8_0Weights w, int64_t k) {
   const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
@@ -181,6 +202,7 @@ HWY_INLINE void PrefetchRow(Q8Weights w, int64_t in, int c, int64_t k0, int64_t 
 }
 HWY_INLINE void PrefetchRow(Q4Weights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q4KWeights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q5KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q8_0Weights, int64_t, int, int64_t, int64_t) {}
 
@@ -393,6 +415,11 @@ void MatMulNTQ4KColumns(const float* x, int rows, int64_t in, Q4KWeights w, int6
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ5KColumns(const float* x, int rows, int64_t in, Q5KWeights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
 void MatMulNTQ6KColumns(const float* x, int rows, int64_t in, Q6KWeights w, int64_t out, int64_t begin, int64_t end,
                         float* y) {
   ColumnRange(x, rows, in, w, out, begin, end, y);
@@ -502,6 +529,7 @@ HWY_EXPORT(MatMulNTF16Columns);
 HWY_EXPORT(MatMulNTQ8Columns);
 HWY_EXPORT(MatMulNTQ4Columns);
 HWY_EXPORT(MatMulNTQ4KColumns);
+HWY_EXPORT(MatMulNTQ5KColumns);
 HWY_EXPORT(MatMulNTQ6KColumns);
 HWY_EXPORT(MatMulNTQ8_0Columns);
 HWY_EXPORT(TargetName);
@@ -577,6 +605,12 @@ void MatMulNTQ4K(const float* x, int rows, int in, Q4KWeights w, int out, float*
 void MatMulNTQ8_0(const float* x, int rows, int in, Q8_0Weights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ8_0Columns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ5K(const float* x, int rows, int in, Q5KWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ5KColumns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

@@ -53,7 +53,8 @@ class CpuBackend : public Backend {
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
     // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k and q6k matrices as stored (a
-    // checkpoint's own bf16, a GGUF file's blocks: the same values; llama.cpp rounds the activations
+    // checkpoint's own bf16, a GGUF file's blocks: the same values; q5k, which has no int8 kernel,
+    // as bf16: CpuMatrices::From; llama.cpp rounds the activations
     // for a quantized file as these kernels do). They round the activations, so under stored every
     // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
     // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
@@ -62,7 +63,8 @@ class CpuBackend : public Backend {
                       (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
                                                   own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ6K) ||
                                                   own.Has(WeightType::kQ8_0)));
-    const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
+    const bool bf16_dot = w == CpuWeights::kBf16 ||
+                          (w == CpuWeights::kAuto && (own.Has(WeightType::kBf16) || own.Has(WeightType::kQ5K)));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));
     if (ConvertedType(w) || amx || dot) reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, w, amx, dot));

@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q6k", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", bf16}, {"q6k", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -133,6 +133,8 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;
+    // q5k has no int8 kernel yet: its values go to the bf16 kernels, as before it was held as q5k.
+    if (dot && to == WeightType::kQ5K) to = cpu::Bf16DotAvailable() ? WeightType::kDotBf16 : WeightType::kBf16;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).

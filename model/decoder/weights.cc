@@ -48,6 +48,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kQ6K: return "q6k";
     case WeightType::kDotQ6K: return "dot-q6k";
     case WeightType::kQ8_0: return "q8_0";
+    case WeightType::kQ5K: return "q5k";
   }
   return "?";
 }
@@ -88,6 +89,7 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
     case WeightType::kQ8: return address % alignof(float) == 0;  // the scales after the int8 values
     case WeightType::kQ4:
     case WeightType::kQ4K:
+    case WeightType::kQ5K:
     case WeightType::kQ6K:
     case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
@@ -110,6 +112,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kQ6K: return cpu::Q6KBytes(rows_, cols_);
     case WeightType::kDotQ6K: return cpu::Q6KDotPackedSize(rows_, cols_);
     case WeightType::kQ8_0: return cpu::Q8_0Bytes(rows_, cols_);
+    case WeightType::kQ5K: return cpu::Q5KBytes(rows_, cols_);
   }
   return 0;
 }
@@ -121,6 +124,11 @@ cpu::Q4KWeights WeightMatrix::q4k() const {
 
 cpu::Q6KWeights WeightMatrix::q6k() const {
   STEADY_CHECK(type_ == WeightType::kQ6K);
+  return {as<uint8_t>()};
+}
+
+cpu::Q5KWeights WeightMatrix::q5k() const {
+  STEADY_CHECK(type_ == WeightType::kQ5K);
   return {as<uint8_t>()};
 }
 
@@ -172,6 +180,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return cpu::DequantizeQ6K(q6k(), cols_, r0, r1, out);
     case WeightType::kQ8_0:
       return cpu::DequantizeQ8_0(q8_0(), cols_, r0, r1, out);
+    case WeightType::kQ5K:
+      return cpu::DequantizeQ5K(q5k(), cols_, r0, r1, out);
     case WeightType::kDotQ4K:
     case WeightType::kDotQ6K:
     case WeightType::kAmxBf16:
@@ -307,11 +317,12 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       return m;
     }
     case WeightType::kF16:
+    case WeightType::kQ5K:
     case WeightType::kQ6K:
     case WeightType::kQ8_0:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16, q6k and q8_0 are a checkpoint's types, not conversion targets");
+  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k and q8_0 are a checkpoint's types, not conversion targets");
   return m;
 }
 
@@ -336,6 +347,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kQ6K: return cpu::MatMulNTQ6K(x, rows, in, w.q6k(), out, y);
     case WeightType::kQ8_0: return cpu::MatMulNTQ8_0(x, rows, in, w.q8_0(), out, y);
+    case WeightType::kQ5K: return cpu::MatMulNTQ5K(x, rows, in, w.q5k(), out, y);
     case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
 
 namespace steady {
@@ -37,9 +38,10 @@ enum class WeightType {
   kQ6K,      // q6k (a GGUF file's Q6_K blocks, kernels/cpu/q6k.h), row-major: 210 bytes per 256 weights
   kDotQ6K,   // q6k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ6KDot), zero padding included
   kQ8_0,     // a GGUF file's Q8_0 blocks (kernels/cpu/matmul.h Q8_0Weights: fp16 d, 32 int8), row-major
+  kQ5K,      // q5k (a GGUF file's Q5_K blocks, kernels/cpu/q5k.h), row-major: 176 bytes per 256 weights
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
-// "q6k", "dot-q6k", "q8_0".
+// "q6k", "dot-q6k", "q8_0", "q5k".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
@@ -87,6 +89,7 @@ class WeightMatrix {
   cpu::Q4Weights q4() const;       // kQ4 only
   cpu::Q6KWeights q6k() const;     // kQ6K only
   cpu::Q8_0Weights q8_0() const;   // kQ8_0 only
+  cpu::Q5KWeights q5k() const;     // kQ5K only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

@@ -144,7 +144,7 @@ class Mapper {
   }
 
   // The types held in the file's own bytes: F32, F16, BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_K as q4k,
-  // Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q6k.h).
+  // Q5_K as q5k, Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q5k.h, q6k.h).
   static std::optional<WeightType> HeldAs(GgmlType type) {
     switch (type) {
       case GgmlType::kF32: return WeightType::kF32;
@@ -153,14 +153,15 @@ class Mapper {
       case GgmlType::kQ8_0: return WeightType::kQ8_0;
       case GgmlType::kQ4_0: return WeightType::kQ4;
       case GgmlType::kQ4_K: return WeightType::kQ4K;
+      case GgmlType::kQ5_K: return WeightType::kQ5K;
       case GgmlType::kQ6_K: return WeightType::kQ6K;
       default: return std::nullopt;
     }
   }
 
   // A copy of the tensor's rows (llama's q/k un-permuted): a type HeldAs names in its own bytes; Q5_0
-  // as q8 (the same values); Q5_K, Q4_1 and Q5_1 (a per-block minimum) as ggml's values
-  // rounded to bf16. `row` is scratch of `cols` floats.
+  // as q8 (the same values); Q4_1 and Q5_1 (a per-block minimum) as ggml's values rounded to
+  // bf16. `row` is scratch of `cols` floats.
   static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
                                 int64_t row_bytes, int heads, std::vector<float>& row) {
     if (const std::optional<WeightType> held = HeldAs(type)) {

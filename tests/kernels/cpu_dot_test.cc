@@ -24,6 +24,7 @@
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
 #include "tests/random.h"
 
@@ -404,6 +405,34 @@ std::vector<float> RunQ6KWidening(const Q6KProblem& p, const std::vector<float>&
   return y;
 }
 
+// q5k: random Q5_K blocks (every bit pattern is a valid one; d and dmin small fp16 values), row-major
+// as in a GGUF file (no packed form yet).
+struct Q5KProblem {
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<uint8_t> blocks;
+  cpu::Q5KWeights weights() const { return {blocks.data()}; }
+};
+
+Q5KProblem MakeQ5K(int rows, int in, int out, std::mt19937_64& rng) {
+  Q5KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<uint8_t>(size_t(cpu::Q5KBytes(out, in)))};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f);
+  for (int64_t b = 0; b < out * cpu::Q5KBlocksPerRow(in); ++b) {
+    uint8_t* block = p.blocks.data() + b * cpu::kQ5KBlockBytes;
+    const uint16_t d[2] = {cpu::FloatToF16(scale(rng)), cpu::FloatToF16(scale(rng))};
+    std::memcpy(block, d, 4);
+    for (int64_t i = 4; i < cpu::kQ5KBlockBytes; ++i) block[i] = uint8_t(byte(rng));
+  }
+  return p;
+}
+
+std::vector<float> RunQ5KWidening(const Q5KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ5K(x.data(), rows, p.in, p.weights(), p.out, y.data());
+  return y;
+}
+
 // q8_0 (a GGUF file's Q8_0 blocks, read in place) is q8 with its fp16 d as the fp32 scale: Q8_0ToQ8
 // gives those values (the packed int8 kernels' input), DequantizeQ8_0 q * d, and the widening kernel
 // on the blocks the bits of MatMulNTQ8 on the converted q8, at every row count and a partial last
@@ -469,6 +498,68 @@ TEST(CpuDotTest, Q6KReadsGgmlsBlockLayout) {
   for (int k = 0; k < cpu::kQ6KBlock; ++k) {
     const int s = k / 16, sc = s % 2 == 0 ? -128 + 9 * s : 127 - 5 * s;
     ASSERT_EQ(values[size_t(k)], 0.375f * float(sc) * float(want_q[size_t(k)] - 32)) << "value " << k;
+  }
+}
+
+// A super-block with chosen fields reads back as q5k.h (ggml's block_q5_K) says: value l of sub-block
+// s takes the low (even s) or high (odd s) nibble of qs[32 (s / 2) + l] and bit s of qh[l] as its
+// fifth bit; its sub-block's 6-bit scale and minimum as q4k's (get_scale_min_k4), d and dmin.
+TEST(CpuDotTest, Q5KReadsGgmlsBlockLayout) {
+  std::vector<uint8_t> block(cpu::kQ5KBlockBytes, 0);
+  const uint16_t dd[2] = {cpu::FloatToF16(0.375f), cpu::FloatToF16(0.625f)};
+  std::memcpy(block.data(), dd, 4);
+  for (int i = 0; i < 12; ++i) block[size_t(4 + i)] = uint8_t(37 * i + 101);
+  std::vector<int> want_q(cpu::kQ5KBlock);
+  for (int k = 0; k < cpu::kQ5KBlock; ++k) {
+    const int q = (k * 7 + (k / 32) * 13 + 3) % 32, s = k / 32, l = k % 32;  // differs between sub-blocks
+    want_q[size_t(k)] = q;
+    block[size_t(48 + 32 * (s / 2) + l)] |= uint8_t((q & 15) << (s % 2 == 0 ? 0 : 4));
+    block[size_t(16 + l)] |= uint8_t((q >> 4) << s);
+  }
+  std::vector<float> values(cpu::kQ5KBlock), widened(cpu::kQ5KBlock);
+  cpu::DequantizeQ5K({block.data()}, cpu::kQ5KBlock, 0, 1, values.data());
+  std::vector<float> unit(size_t(cpu::kQ5KBlock) * cpu::kQ5KBlock, 0.0f);  // x = the identity: y = the weights
+  for (int k = 0; k < cpu::kQ5KBlock; ++k) unit[size_t(k) * cpu::kQ5KBlock + k] = 1.0f;
+  for (int k = 0; k < cpu::kQ5KBlock; ++k) {
+    std::vector<float> y(1);
+    cpu::MatMulNTQ5K(unit.data() + size_t(k) * cpu::kQ5KBlock, 1, cpu::kQ5KBlock, {block.data()}, 1, y.data());
+    widened[size_t(k)] = y[0];
+  }
+  for (int k = 0; k < cpu::kQ5KBlock; ++k) {
+    int sc, m;
+    cpu::Q4KSubScale(block.data(), k / 32, &sc, &m);
+    const float want = 0.375f * float(sc) * float(want_q[size_t(k)]) - 0.625f * float(m);
+    ASSERT_EQ(cpu::Q5KBlockQ(block.data(), k), want_q[size_t(k)]) << "value " << k;
+    ASSERT_EQ(values[size_t(k)], want) << "value " << k;
+    ASSERT_EQ(widened[size_t(k)], want) << "value " << k;
+  }
+}
+
+TEST(CpuDotTest, Q5KWideningMatchesTheReferenceAtManyShapes) {
+  std::mt19937_64 rng(45);
+  for (int rows : kRows) {
+    for (int in : kIns) {
+      for (int out : kOuts) {
+        const Q5KProblem p = MakeQ5K(rows, in, out, rng);
+        std::vector<float> dequantized(size_t(out) * in);
+        cpu::DequantizeQ5K(p.weights(), in, 0, out, dequantized.data());
+        for (int j = 0; j < out; ++j) {
+          for (int k = 0; k < in; ++k) {
+            ASSERT_EQ(dequantized[size_t(j) * in + k], cpu::Q5KWeightValue(p.weights(), in, j, k)) << j << ", " << k;
+          }
+        }
+        const std::vector<float> got = RunQ5KWidening(p, p.x, rows);
+        std::vector<float> want(size_t(rows) * out);
+        cpu::MatMulNTQ5KReference(p.x.data(), rows, in, p.weights(), out, want.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return dequantized[size_t(jj) * in + k]; });
+            ASSERT_NEAR(got[size_t(r) * out + j], want[size_t(r) * out + j], 1e-30 + (in + 2) * kF32Eps * mag)
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+          }
+        }
+      }
+    }
   }
 }
 
@@ -859,6 +950,12 @@ TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(22);
   const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KWidening(p, x, rows); });
+}
+
+TEST(CpuDotTest, Q5KWideningIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(46);
+  const Q5KProblem p = MakeQ5K(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ5KWidening(p, x, rows); });
 }
 
 TEST(CpuDotTest, Q6KWideningIsBatchAndThreadInvariant) {

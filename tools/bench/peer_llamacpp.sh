@@ -178,9 +178,9 @@ EOF
 # blocks, quantized by llama.cpp's own llama_model_quantize to q8_0, q4_0, q4_k_m, q5_k_m and q6_k:
 # Steady on the quantized file with `--cpu-weights stored` (the widening kernels: fp32 arithmetic on
 # the file's values) against llama.cpp on llama.cpp's own f32 dequantization of it: q8_0, q4_0, q5_0,
-# q4_k_m and q6_k (every tensor held with the file's values: q8, q4, q4k, q6k blocks) with identical
-# greedy ids and within 1e-4, the others within bf16's rounding (Steady holds Q4_1, Q5_1 and Q5_K in
-# bf16), below 0.05 of the spread; reported beside, Steady as it runs by default (auto: the
+# q4_k_m, q5_k_m and q6_k (every tensor held with the file's values: q8, q4, q4k, q5k, q6k blocks) with
+# identical greedy ids and within 1e-4, the others within bf16's rounding (Steady holds Q4_1 and Q5_1
+# in bf16), below 0.05 of the spread; reported beside, Steady as it runs by default (auto: the
 # int8 and bf16 dot-product kernels, activations rounded) against llama.cpp on the quantized file itself
 # (whose dot products quantize the activations to 8 bits too), loosely bounded. 3. Tokenization of
 # the texts of tests/data/hf/texts.json by the GGUF's own vocabulary: SPM (tiny-softmax's) and

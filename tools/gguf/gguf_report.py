@@ -11,7 +11,7 @@ import sys
 
 TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k")
 # Files all of whose tensor types Steady holds with the file's values exactly (docs/gguf.md).
-EXACT_TYPES = ("q8_0", "q4_0", "q5_0", "q4_k_m", "q6_k")
+EXACT_TYPES = ("q8_0", "q4_0", "q5_0", "q4_k_m", "q5_k_m", "q6_k")
 
 
 def main():
@@ -35,8 +35,8 @@ def main():
     for path in sorted(glob.glob(os.path.join(r, "gguf-f32-*.json"))):
         row(f"{os.path.basename(path)[9:-5]}, f32 file", prompts(os.path.basename(path)), 1e-4, True)
     for t in TYPES:
-        # The types Steady holds with the file's values (q8, q4, q4k, q6k: every tensor of these files)
-        # agree to fp32's rounding; those held as bf16 (Q4_1, Q5_1, Q5_K) within bf16's.
+        # The types Steady holds with the file's values (q8, q4, q4k, q5k, q6k: every tensor of these
+        # files) agree to fp32's rounding; those held as bf16 (Q4_1, Q5_1) within bf16's.
         exact = t in EXACT_TYPES
         row(f"llama {t}, llama.cpp on its f32 dequantization of the file", prompts(f"gguf-quant-{t}.json"),
             1e-4 if exact else 0.05, exact)

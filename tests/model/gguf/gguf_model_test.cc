@@ -254,6 +254,18 @@ std::string RandomQ4K(int64_t rows, int64_t cols, std::mt19937& rng) {
   return bytes;
 }
 
+// Q5_K blocks: Q4_K's fields with 32 bytes of random fifth bits between the scales and the nibbles.
+std::string RandomQ5K(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / cpu::kQ5KBlock; ++b) {
+    const uint16_t d = FloatToHalf(0.001f * float(1 + rng() % 8)), dmin = FloatToHalf(0.001f * float(1 + rng() % 8));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    bytes.append(reinterpret_cast<const char*>(&dmin), 2);
+    for (int i = 0; i < 12 + 32 + cpu::kQ5KBlock / 2; ++i) bytes += char(rng() & 0xFF);
+  }
+  return bytes;
+}
+
 // Q6_K blocks of a matrix [rows, cols] from a seeded generator: random low and high bits and int8
 // scales (every pattern is a valid block), with a small d.
 std::string RandomQ6K(int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -269,7 +281,7 @@ std::string RandomQ6K(int64_t rows, int64_t cols, std::mt19937& rng) {
 // A quantized file and its F32 control: blocks(name, shape, &type) gives a matrix's raw blocks of
 // `type`, or "" to write its F32 values; the control holds ggml's values of those blocks (Dequantize:
 // bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32, rounded to bf16 for the types the loader
-// holds as bf16 (Q4_1, Q5_1, Q5_K).
+// holds as bf16 (Q4_1, Q5_1).
 struct QuantizedFile {
   std::string quantized, control;
   size_t matrices = 0;  // written as blocks
@@ -285,7 +297,7 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
     std::vector<float>& x = values[name];
     x.resize(size_t(shape[0] * shape[1]));
     Dequantize(uint32_t(type), raw.data(), shape[0] * shape[1], x.data());
-    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_K) {
+    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1) {
       for (float& e : x) e = BFloat16ToFloat(FloatToBFloat16(e));
     }
     w.Raw(name, std::move(shape), uint32_t(type), raw);
@@ -297,9 +309,9 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
   return file;
 }
 
-// Q8_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 32 random int8 (-128 included).
+// Q4_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 16 bytes of random nibbles.
 std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::string bytes;  // per block: fp16 d, 16 bytes of random nibbles
+  std::string bytes;
   for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
     const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
     bytes.append(reinterpret_cast<const char*>(&d), 2);
@@ -308,6 +320,7 @@ std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) {
   return bytes;
 }
 
+// Q8_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 32 random int8 (-128 included).
 std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
   std::string bytes;
   for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
@@ -365,11 +378,14 @@ void ExpectBlocksLoadInPlace(GgmlType type, WeightType held, int block, int64_t 
   }
 }
 
-// Q4_K as q4k (4.5 bits a weight), Q6_K as q6k (6.5625), Q8_0 as q8_0 (8.5) and Q4_0 as q4 (4.5):
-// ggml's blocks are the formats' own. q8_0's conversion to q8 (what --cpu-weights q8 and the int8 kernels read) keeps
+// Q4_K as q4k (4.5 bits a weight), Q5_K as q5k (5.5), Q6_K as q6k (6.5625), Q8_0 as q8_0 (8.5) and
+// Q4_0 as q4 (4.5): ggml's blocks are the formats' own. q8_0's conversion to q8 (what --cpu-weights q8 and the int8 kernels read) keeps
 // the values, not quantized again.
 TEST(GgufModel, Q4_KTensorsLoadAsQ4kWithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ4_K, WeightType::kQ4K, 256, 144, RandomQ4K, /*intermediate=*/256, 5);
+}
+TEST(GgufModel, Q5_KTensorsLoadAsQ5kWithGgmlsValuesExactly) {
+  ExpectBlocksLoadInPlace(GgmlType::kQ5_K, WeightType::kQ5K, 256, 176, RandomQ5K, /*intermediate=*/256, 25);
 }
 TEST(GgufModel, Q6_KTensorsLoadAsQ6kWithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ6_K, WeightType::kQ6K, 256, 210, RandomQ6K, /*intermediate=*/512, 15);
@@ -385,9 +401,9 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
 }
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
-// gives some layers), Q4_1 (held as bf16, as Q5_K is) for attn_output, F32 elsewhere. --cpu-weights
-// auto puts its q4k and q6k matrices on the int8 kernels and its bf16 ones on VDPBF16PS where the CPU
-// has them, and says so; stored keeps them all
+// gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q4_1 (held as bf16) for attn_output,
+// F32 elsewhere. --cpu-weights auto puts its q4k and q6k matrices on the int8 kernels and its bf16
+// and q5k ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
 // on the widening kernels, whose logits are those of the file's values in fp32 (the F32 control's);
 // auto's are close to them but not the same bits (the packed matrices, and activations rounded to 8
 // bits or bf16, were read).
@@ -400,6 +416,10 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
     if (name.find("ffn_down") != std::string::npos) {
       *type = GgmlType::kQ6_K;
       return RandomQ6K(shape[0], shape[1], rng);
+    }
+    if (name.find("ffn_up") != std::string::npos) {
+      *type = GgmlType::kQ5_K;
+      return RandomQ5K(shape[0], shape[1], rng);
     }
     if (shape[1] % cpu::kQ4KBlock == 0) {
       *type = GgmlType::kQ4_K;
@@ -422,6 +442,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   EXPECT_EQ(q->layers()[0].wq.type(), WeightType::kQ4K);
   EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kBf16);
   EXPECT_EQ(q->layers()[0].w_down.type(), WeightType::kQ6K);
+  EXPECT_EQ(q->layers()[0].w_up.type(), WeightType::kQ5K);
 
   auto step = [](const Model& model, CpuWeights weights, std::string* name) {
     BackendOptions o;
@@ -439,7 +460,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   const std::vector<double> fast = step(*q, CpuWeights::kAuto, &auto_name);
   const std::vector<double> stored = step(*q, CpuWeights::kStored, &stored_name);
   const std::vector<double> reference = step(*f, CpuWeights::kAuto, &control_name);
-  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k and q6k weights)");
+  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k and q5k and q6k weights)");
   EXPECT_EQ(control_name, "cpu");  // an F32 file: nothing quantized, nothing packed
   ASSERT_EQ(stored.size(), reference.size());
   ASSERT_EQ(fast.size(), reference.size());
@@ -456,6 +477,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   std::sort(kernels.begin(), kernels.end());
   std::string on;
   for (const std::string& k : kernels) on += (on.empty() ? "" : " and ") + k;
+  // q5k, which has no int8 kernel, goes to the bf16 kernels.
   EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k and q6k weights on " + on + ")");
   EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
