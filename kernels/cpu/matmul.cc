@@ -124,29 +124,30 @@ HWY_INLINE hn::Vec<D> ScaledLessMin(D d, const uint8_t* block, int s, VU q) {
   const float scale = hn::GetLane(dd) * float(sc), min = hn::ExtractLane(dd, 1) * float(m);
   return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale), hn::Set(d, -min));
 }
-// q4k: a vector of lanes (4, 8 or 16) within one sub-block, consecutive bytes' low (even sub-block)
-// or high (odd) nibbles.
+// q4k and q5k: a vector of lanes (4, 8 or 16) within sub-block s, consecutive bytes' low (even s) or
+// high (odd s) nibbles at `nibbles` (the block's 32-byte runs), and for q5k bit s of the same lanes'
+// qh bytes at `fifth` as 16.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKQuant(D d, const uint8_t* block, int s, int i, const uint8_t* nibbles, const uint8_t* fifth) {
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  auto q = hn::PromoteTo(du32, hn::LoadU(du8, nibbles + 32 * (s / 2) + i));
+  q = s % 2 == 0 ? hn::And(q, hn::Set(du32, 15u)) : hn::ShiftRight<4>(q);
+  if (fifth) {
+    const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, fifth + i)), s), hn::Set(du32, 1u));
+    q = hn::Or(q, hn::ShiftLeft<4>(high));
+  }
+  return ScaledLessMin(d, block, s, q);
+}
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
-  const hn::RebindToUnsigned<D> du32;
-  const hn::Rebind<uint8_t, D> du8;
   const uint8_t* block = w.blocks + (k / kQ4KBlock) * kQ4KBlockBytes;
-  const int s = int(k % kQ4KBlock) / kQ4KSub, i = int(k % kQ4KSub);
-  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + kQ4KSub * (s / 2) + i));
-  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
-  return ScaledLessMin(d, block, s, bytes);
+  return LoadKQuant(d, block, int(k % kQ4KBlock) / kQ4KSub, int(k % kQ4KSub), block + 16, nullptr);
 }
-// q5k: q4k's nibbles 32 bytes further on, and bit s of the same lanes' qh bytes above them.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadWeights(D d, Q5KWeights w, int64_t k) {
-  const hn::RebindToUnsigned<D> du32;
-  const hn::Rebind<uint8_t, D> du8;
   const uint8_t* block = w.blocks + (k / kQ5KBlock) * kQ5KBlockBytes;
-  const int s = int(k % kQ5KBlock) / kQ5KSub, i = int(k % kQ5KSub);
-  auto bytes = hn::PromoteTo(du32, hn::LoadU(du8, block + 48 + kQ5KSub * (s / 2) + i));
-  bytes = s % 2 == 0 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
-  const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + i)), s), hn::Set(du32, 1u));
-  return ScaledLessMin(d, block, s, hn::Or(bytes, hn::ShiftLeft<4>(high)));
+  return LoadKQuant(d, block, int(k % kQ5KBlock) / kQ5KSub, int(k % kQ5KSub), block + 48, block + 16);
 }
 // q6k (q6k.h): a vector of lanes (4, 8 or 16) within one sub-block, which is 16 consecutive bytes of
 // ql (their low or high nibbles) and of qh (two of their bits): q - 32 times d * sc (exact), rounded
