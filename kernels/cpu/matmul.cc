@@ -178,9 +178,7 @@ HWY_INLINE float WeightValue(Q5KWeights w, int64_t k) { return Q5KWeightValue(w,
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q8_0Weights w, int64_t k) {
   const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
-  uint16_t d;
-  std::memcpy(&d, block, 2);
-  return float(int8_t(block[2 + k % kQ8Block])) * F16ToFloat(d);
+  return float(int8_t(block[2 + k % kQ8Block])) * F16At(block);
 }
 
 // Asks for weights [k0, k1) of row c of w to come into the caches (row c as Shift() finds it): the
@@ -553,18 +551,6 @@ void SplitColumns(int rows, int in, int out, const Fn& columns) {
     const int64_t begin = t * per_task;
     columns(begin, std::min<int64_t>(out, begin + per_task));
   });
-}
-
-// y[r, j] = sum over k of x[r, k] * weight(j, k), in double: the references of the three formats.
-template <typename WeightAt>
-void ReferenceProduct(const float* x, int rows, int in, int out, float* y, const WeightAt& weight) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * double(weight(j, k));
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
 }
 
 }  // namespace

@@ -54,6 +54,24 @@ inline float F16ToFloat(uint16_t h) {
   __builtin_memcpy(&f, &bits, 4);
   return f;
 }
+// The f16 value in a block's bytes at p (no alignment needed), exactly.
+inline float F16At(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return F16ToFloat(h);
+}
+
+// y[r, j] = sum over k of x[r, k] * weight(j, k), in double: every format's reference product.
+template <typename WeightAt>
+void ReferenceProduct(const float* x, int rows, int in, int out, float* y, const WeightAt& weight) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < out; ++j) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * double(weight(j, k));
+      y[int64_t(r) * out + j] = float(s);
+    }
+  }
+}
 
 // q8_0-style 8-bit weights (after llama.cpp's q8_0): each row of `in` weights in blocks of kQ8Block,
 // a block holding kQ8Block int8 values and one fp32 scale (the last block of a row may be shorter).

@@ -383,9 +383,7 @@ void Q8_0ToQ8(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, int8_t* q, floa
   for (int64_t j = r0; j < r1; ++j) {
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = w.blocks + (j * blocks + b) * kQ8_0BlockBytes;
-      uint16_t d;
-      std::memcpy(&d, block, 2);
-      scales[(j - r0) * blocks + b] = F16ToFloat(d);
+      scales[(j - r0) * blocks + b] = F16At(block);
       const int64_t n = std::min<int64_t>(kQ8Block, in - b * kQ8Block);
       std::memcpy(q + (j - r0) * in + b * kQ8Block, block + 2, size_t(n));
     }
@@ -397,9 +395,7 @@ void DequantizeQ8_0(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, float* ou
   for (int64_t j = r0; j < r1; ++j) {
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = w.blocks + (j * blocks + b) * kQ8_0BlockBytes;
-      uint16_t half;
-      std::memcpy(&half, block, 2);
-      const float d = F16ToFloat(half);
+      const float d = F16At(block);
       for (int64_t i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) {
         out[(j - r0) * in + b * kQ8Block + i] = float(int8_t(block[2 + i])) * d;
       }
@@ -436,15 +432,22 @@ void QuantizeQ4(const float* w, int64_t rows, int64_t in, uint8_t* out) {
 float Q4WeightValue(Q4Weights w, int64_t in, int64_t j, int64_t k) {
   const int64_t blocks = Q8BlocksPerRow(in), b = k / kQ8Block, i = k % kQ8Block;
   const uint8_t* block = w.blocks + (j * blocks + b) * kQ4_0BlockBytes;
-  uint16_t half;
-  std::memcpy(&half, block, 2);
   const uint8_t byte = block[2 + (i & 15)];
-  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16ToFloat(half);
+  return float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * F16At(block);
 }
 
 void DequantizeQ4(Q4Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  // Q4WeightValue's arithmetic, the scale widened once a block.
+  const int64_t blocks = Q8BlocksPerRow(in);
   for (int64_t j = r0; j < r1; ++j) {
-    for (int64_t k = 0; k < in; ++k) out[(j - r0) * in + k] = Q4WeightValue(w, in, j, k);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = w.blocks + (j * blocks + b) * kQ4_0BlockBytes;
+      const float d = F16At(block);
+      for (int64_t i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) {
+        const uint8_t byte = block[2 + (i & 15)];
+        out[(j - r0) * in + b * kQ8Block + i] = float(int(i < 16 ? byte & 15 : byte >> 4) - 8) * d;
+      }
+    }
   }
 }
 

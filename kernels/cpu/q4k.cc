@@ -73,13 +73,7 @@ void DequantizeQ4K(Q4KWeights w, int64_t in, int64_t r0, int64_t r1, float* out)
 }
 
 void MatMulNTQ4KReference(const float* x, int rows, int in, Q4KWeights w, int out, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * Q4KWeightValue(w, in, j, k);
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return Q4KWeightValue(w, in, j, k); });
 }
 
 }  // namespace steady::cpu

@@ -2,8 +2,6 @@
 // kernels' packing in matmul_dot.cc.
 #include "kernels/cpu/q6k.h"
 
-#include <cstring>
-
 #include "kernels/cpu/matmul.h"
 
 namespace steady::cpu {
@@ -11,9 +9,7 @@ namespace steady::cpu {
 float Q6KWeightValue(Q6KWeights w, int64_t in, int64_t j, int64_t k) {
   const uint8_t* block = w.blocks + (j * Q6KBlocksPerRow(in) + k / kQ6KBlock) * kQ6KBlockBytes;
   const int i = int(k % kQ6KBlock);
-  uint16_t d;
-  std::memcpy(&d, block + 208, 2);
-  return F16ToFloat(d) * float(int8_t(block[192 + i / kQ6KSub])) * float(Q6KBlockQ(block, i) - 32);
+  return F16At(block + 208) * float(int8_t(block[192 + i / kQ6KSub])) * float(Q6KBlockQ(block, i) - 32);
 }
 
 void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out) {
@@ -22,9 +18,7 @@ void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out)
     float* row = out + (j - r0) * in;
     for (int64_t b = 0; b * kQ6KBlock < in; ++b) {
       const uint8_t* block = w.blocks + j * Q6KBytes(1, in) + b * kQ6KBlockBytes;
-      uint16_t half;
-      std::memcpy(&half, block + 208, 2);
-      const float d = F16ToFloat(half);
+      const float d = F16At(block + 208);
       for (int i = 0; i < kQ6KBlock && b * kQ6KBlock + i < in; ++i) {
         row[b * kQ6KBlock + i] = d * float(int8_t(block[192 + i / kQ6KSub])) * float(Q6KBlockQ(block, i) - 32);
       }
@@ -33,13 +27,7 @@ void DequantizeQ6K(Q6KWeights w, int64_t in, int64_t r0, int64_t r1, float* out)
 }
 
 void MatMulNTQ6KReference(const float* x, int rows, int in, Q6KWeights w, int out, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < out; ++j) {
-      double s = 0;
-      for (int k = 0; k < in; ++k) s += double(x[int64_t(r) * in + k]) * Q6KWeightValue(w, in, j, k);
-      y[int64_t(r) * out + j] = float(s);
-    }
-  }
+  ReferenceProduct(x, rows, in, out, y, [&](int64_t j, int64_t k) { return Q6KWeightValue(w, in, j, k); });
 }
 
 }  // namespace steady::cpu

@@ -309,27 +309,19 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
   return file;
 }
 
-// Q4_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 16 bytes of random nibbles.
-std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::string bytes;
+// Blocks of 32 values of a matrix [rows, cols]: a random fp16 d of either sign (a multiple of
+// `unit`), then `bytes` random bytes: Q4_0's 16 of nibbles, Q8_0's 32 int8 (-128 included).
+std::string RandomBlocksOf32(int64_t rows, int64_t cols, float unit, int bytes, std::mt19937& rng) {
+  std::string out;
   for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
-    const uint16_t d = FloatToHalf(0.01f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
-    bytes.append(reinterpret_cast<const char*>(&d), 2);
-    for (int i = 0; i < 16; ++i) bytes += char(rng() & 0xFF);
+    const uint16_t d = FloatToHalf(unit * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+    out.append(reinterpret_cast<const char*>(&d), 2);
+    for (int i = 0; i < bytes; ++i) out += char(rng() & 0xFF);
   }
-  return bytes;
+  return out;
 }
-
-// Q8_0 blocks of a matrix [rows, cols]: a random fp16 d of either sign, 32 random int8 (-128 included).
-std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::string bytes;
-  for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
-    const uint16_t d = FloatToHalf(0.0002f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
-    bytes.append(reinterpret_cast<const char*>(&d), 2);
-    for (int i = 0; i < cpu::kQ8Block; ++i) bytes += char(rng() & 0xFF);
-  }
-  return bytes;
-}
+std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.01f, 16, rng); }
+std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.0002f, 32, rng); }
 
 // Every matrix whose rows are whole blocks of `block` weights written in `type` by `random`: they
 // load as `held`, the file's own blocks (`block_bytes` per block, read in place where no rows are
