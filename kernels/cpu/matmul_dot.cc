@@ -302,6 +302,9 @@ void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products
 void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
   CurrentInt8Kernels().q4k(x, rows, in, products, count);
 }
+void MatMulNTQ5KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q5k(x, rows, in, products, count);
+}
 
 void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
   CurrentInt8Kernels().q6k(x, rows, in, products, count);
@@ -318,6 +321,10 @@ void MatMulNTQ4Dot(const float* x, int rows, int in, const uint8_t* packed, int 
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
   MatMulNTQ4KDots(x, rows, in, &product, 1);
+}
+void MatMulNTQ5KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const DotProduct product{packed, out, y};
+  MatMulNTQ5KDots(x, rows, in, &product, 1);
 }
 
 void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
@@ -351,31 +358,54 @@ void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed) {
   });
 }
 
-int64_t Q4KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q4KBlocksPerRow(in) * kQ4KRecord; }
+namespace {
 
-void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
-  const int64_t blocks = Q4KBlocksPerRow(in);
+// q4k's and q5k's blocks (the same d, dmin and 6-bit numbers first; q_at reads q, up to 15 or 31)
+// into the packed records of KQuantRecord(kFifth), a column group at a time (template arguments, so
+// that the reader is inlined: packing runs at load over every weight).
+template <bool kFifth, int64_t kBlockBytes, int (*kQAt)(const uint8_t*, int)>
+void PackKQuantDot(const uint8_t* blocks, int64_t out, int64_t in, uint8_t* packed) {
+  constexpr int64_t record = dot::KQuantRecord(kFifth), sub_record = dot::KQuantSubRecord(kFifth);
+  const int64_t supers = Q4KBlocksPerRow(in);
   ForEachGroup(out, in, [&](int64_t g) {
-    std::memset(packed + g * blocks * kQ4KRecord, 0, size_t(blocks * kQ4KRecord));
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* rec = packed + (g * blocks + b) * kQ4KRecord;
+    std::memset(packed + g * supers * record, 0, size_t(supers * record));
+    for (int64_t b = 0; b < supers; ++b) {
+      uint8_t* rec = packed + (g * supers + b) * record;
       for (int c = 0; c < kGroup && g * kGroup + c < out; ++c) {
-        const uint8_t* block = w.blocks + ((g * kGroup + c) * blocks + b) * kQ4KBlockBytes;
+        const uint8_t* block = blocks + ((g * kGroup + c) * supers + b) * kBlockBytes;
         const Q4KScales s = Q4KBlockScales(block);
         std::memcpy(rec + 2 * c, &s.d, 2);
         std::memcpy(rec + 32 + 2 * c, &s.dmin, 2);
         for (int sub = 0; sub < 8; ++sub) {
           rec[64 + 16 * sub + c] = s.sc[sub];
           rec[192 + 16 * sub + c] = s.m[sub];
-          // Byte i of a packed sub-block holds its inputs i (low nibble) and 16 + i (high).
+          // Byte i of a packed sub-block holds its inputs i (low nibble) and 16 + i (high); q5k's
+          // fifth bits of both at the same place in the fifth vector, bits 2v and 2v + 1.
+          uint8_t* nibbles = rec + kQ4KHead + sub * sub_record;
           for (int i = 0; i < 16; ++i) {
-            rec[kQ4KHead + sub * 256 + (i / 4) * 64 + c * 4 + i % 4] =
-                uint8_t(Q4KBlockQ(block, 32 * sub + i) | (Q4KBlockQ(block, 32 * sub + 16 + i) << 4));
+            const int lo = kQAt(block, 32 * sub + i), hi = kQAt(block, 32 * sub + 16 + i), v = i / 4;
+            const int64_t at = v * 64 + c * 4 + i % 4;
+            nibbles[at] = uint8_t((lo & 15) | ((hi & 15) << 4));
+            if (kFifth) nibbles[4 * 64 + c * 4 + i % 4] |= uint8_t(((lo >> 4) << (2 * v)) | ((hi >> 4) << (2 * v + 1)));
           }
         }
       }
     }
   });
+}
+
+}  // namespace
+
+int64_t Q4KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q4KBlocksPerRow(in) * kQ4KRecord; }
+
+void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed) {
+  PackKQuantDot</*kFifth=*/false, kQ4KBlockBytes, Q4KBlockQ>(w.blocks, out, in, packed);
+}
+
+int64_t Q5KDotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q5KBlocksPerRow(in) * dot::kQ5KRecord; }
+
+void PackQ5KDot(Q5KWeights w, int64_t out, int64_t in, uint8_t* packed) {
+  PackKQuantDot</*kFifth=*/true, kQ5KBlockBytes, Q5KBlockQ>(w.blocks, out, in, packed);
 }
 
 void Q8_0ToQ8(Q8_0Weights w, int64_t in, int64_t r0, int64_t r1, int8_t* q, float* scales) {

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4k.h"
+#include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
 
 namespace steady::cpu {
@@ -36,7 +37,7 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k, q6k weights) come in three x86 instruction paths and two Arm paths over
+// The int8 kernels (q8, q4, q4k, q5k, q6k weights) come in three x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
@@ -50,7 +51,7 @@ const char* Bf16DotPath();
 //               instruction), one row as kArmDot;
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
-//  kNone:       no int8 kernel: q8, q4, q4k and q6k take the widening kernels.
+//  kNone:       no int8 kernel: q8, q4, q4k, q5k and q6k take the widening kernels.
 enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
@@ -140,6 +141,17 @@ void PackQ4KDot(Q4KWeights w, int64_t out, int64_t in, uint8_t* packed);
 // each exceed the weight); against x times them, also by q8(x)'s error as for MatMulNTQ8Dot.
 void MatMulNTQ4KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
 
+// q5k weights (kernels/cpu/q5k.h: a GGUF file's Q5_K) packed for the int8 kernels: q4k's record (the
+// same d, dmin, scales, minimums and nibbles, the low 4 bits of q) with a fifth vector after each
+// sub-block's four nibble vectors: its byte at the place of a nibble byte of vector v holds the
+// fifth bit of that byte's low nibble in bit 2v and of its high nibble in bit 2v + 1. 2880 bytes per
+// 4096 weights, 5.625 bits a weight (the file's 5.5, its 6-bit numbers spread to a byte each).
+int64_t Q5KDotPackedSize(int64_t out, int64_t in);  // in bytes
+void PackQ5KDot(Q5KWeights w, int64_t out, int64_t in, uint8_t* packed);
+// y = q8(x) w^T with packed q5k weights: MatMulNTQ4KDot's arithmetic with q in 0..31 (the nibble with
+// its fifth bit joined in the weight registers), the same error bounds. Only where Int8DotAvailable().
+void MatMulNTQ5KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+
 // q6k weights (kernels/cpu/q6k.h: a GGUF file's Q6_K) packed for the int8 kernels: per group of 16
 // columns and super-block of 256 inputs, the 16 columns' d (fp16), their 16 sub-blocks' scales (an
 // int8 each, 16 columns side by side), then per q8_0 block of 32 inputs (two sub-blocks) 4 vectors of
@@ -164,7 +176,7 @@ void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int
 // or two, and one quantization). At most kMaxDotProducts products a call.
 inline constexpr int kMaxDotProducts = 8;
 struct DotProduct {
-  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k, q6k
+  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k, q5k, q6k
   int out;             // its columns
   float* y;            // [rows, out]
 };
@@ -172,6 +184,7 @@ void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* produc
 void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ5KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the

@@ -78,16 +78,36 @@ struct Q8Op256 {
   }
 };
 
+// matmul_dot512.cc's FifthBits on a half: bit m of every byte moved to bit 4.
+STEADY_DOT256_TARGET inline __m256i FifthBits(__m256i fv, int m) {
+  const __m256i bit = _mm256_set1_epi8(0x10);
+  switch (m) {
+    case 0: return _mm256_and_si256(_mm256_slli_epi16(fv, 4), bit);
+    case 1: return _mm256_and_si256(_mm256_slli_epi16(fv, 3), bit);
+    case 2: return _mm256_and_si256(_mm256_slli_epi16(fv, 2), bit);
+    case 3: return _mm256_and_si256(_mm256_slli_epi16(fv, 1), bit);
+    case 4: return _mm256_and_si256(fv, bit);
+    case 5: return _mm256_and_si256(_mm256_srli_epi16(fv, 1), bit);
+    case 6: return _mm256_and_si256(_mm256_srli_epi16(fv, 2), bit);
+    default: return _mm256_and_si256(_mm256_srli_epi16(fv, 3), bit);
+  }
+}
+
 // The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
-// ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v.
-template <int R, int H>
+// ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v; with kFifth
+// (q5k) each nibble is joined to its fifth bit from half h of the fifth vector, fifth[h].
+template <int R, int H, bool kFifth>
 STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t xb, int v, const __m256i (&raw)[H],
-                                                flavour::NibbleSums (&p)[R][H]) {
+                                                const __m256i (&fifth)[H], flavour::NibbleSums (&p)[R][H]) {
   const __m256i low = _mm256_set1_epi8(0x0f);
   __m256i lo[H], hi[H];
   for (int h = 0; h < H; ++h) {
     lo[h] = _mm256_and_si256(raw[h], low);
     hi[h] = _mm256_and_si256(_mm256_srli_epi16(raw[h], 4), low);
+    if constexpr (kFifth) {
+      lo[h] = _mm256_or_si256(lo[h], FifthBits(fifth[h], 2 * v));
+      hi[h] = _mm256_or_si256(hi[h], FifthBits(fifth[h], 2 * v + 1));
+    }
   }
   for (int rr = 0; rr < R; ++rr) {
     const __m256i xlo = Broadcast4(x, r + rr, xb, v), xhi = Broadcast4(x, r + rr, xb, v + 4);
@@ -95,20 +115,31 @@ STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t 
   }
 }
 
-// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw(v, h)) and x's bytes of block xb.
-template <int R, int H, class Raw>
+// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw_at(v, h); with kFifth, q5k's
+// fifth vector after them at raw_at(4, h)) and x's bytes of block xb. The nibble sums are widened
+// into s after every kRun vectors: AVX2 keeps them in int16 pairs, which hold 4 vectors' products
+// of 4-bit q (8 pairs of at most 15 * 127: 30480) but only 2 vectors' of 5-bit q (4 pairs of at
+// most 31 * 127: 31496).
+template <int R, int H, bool kFifth, class Raw>
 STEADY_DOT256_TARGET inline void AddNibbleBlock(const Q8Rows& x, int r, int64_t xb, const Raw& raw_at, __m256i (&s)[R][H]) {
-  flavour::NibbleSums p[R][H];
-  for (int rr = 0; rr < R; ++rr) {
-    for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(s[rr][h]);
+  constexpr int kRun = kFifth ? 2 : 4;
+  __m256i fifth[H] = {};
+  if constexpr (kFifth) {
+    for (int h = 0; h < H; ++h) fifth[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw_at(4, h)));
   }
-  for (int v = 0; v < 4; ++v) {
-    __m256i raw[H];
-    for (int h = 0; h < H; ++h) raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw_at(v, h)));
-    AddNibblePairs(x, r, xb, v, raw, p);
-  }
-  for (int rr = 0; rr < R; ++rr) {
-    for (int h = 0; h < H; ++h) s[rr][h] = flavour::NibbleEnd(s[rr][h], p[rr][h]);
+  for (int v0 = 0; v0 < 4; v0 += kRun) {
+    flavour::NibbleSums p[R][H];
+    for (int rr = 0; rr < R; ++rr) {
+      for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(s[rr][h]);
+    }
+    for (int v = v0; v < v0 + kRun; ++v) {
+      __m256i raw[H];
+      for (int h = 0; h < H; ++h) raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(raw_at(v, h)));
+      AddNibblePairs<R, H, kFifth>(x, r, xb, v, raw, fifth, p);
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      for (int h = 0; h < H; ++h) s[rr][h] = flavour::NibbleEnd(s[rr][h], p[rr][h]);
+    }
   }
 }
 
@@ -131,7 +162,7 @@ struct Q4Op256 {
       Start(x, r, b, 8, s);
       const uint8_t* wb = w + b * kQ4Record;
       if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ4Record, steps * kQ4Record, 0, kQ4Record);
-      AddNibbleBlock(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
+      AddNibbleBlock<R, H, false>(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
       __m256 ws[H];
       for (int h = 0; h < H; ++h) {
         ws[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kQ4Record + 256 + (h % 2) * 16)));
@@ -141,36 +172,38 @@ struct Q4Op256 {
   }
 };
 
-// Q4KOp of matmul_dot512.cc on 8-column halves.
-struct Q4KOp256 {
+// KQuantOp (q4k, q5k) of matmul_dot512.cc on 8-column halves.
+template <bool kFifth>
+struct KQuantOp256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
+  static constexpr int64_t kRecord = KQuantRecord(kFifth), kSubRecord = KQuantSubRecord(kFifth);
   static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
-  Q4KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+  KQuantOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
 
   template <int R, int C>
   STEADY_DOT256_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
     constexpr int H = 2 * C;
     for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wb = w + b * kQ4KRecord;
+      const uint8_t* wb = w + b * kRecord;
       // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
       const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
       for (int64_t sub = 0; sub < subs; ++sub) {
         const int64_t xb = 8 * b + sub;
         if (ahead && b + kChunk < steps) {
-          PrefetchGroups<C>(wb + kChunk * kQ4KRecord, steps * kQ4KRecord, sub * kQ4KRecord / 8, (sub + 1) * kQ4KRecord / 8);
+          PrefetchGroups<C>(wb + kChunk * kRecord, steps * kRecord, sub * kRecord / 8, (sub + 1) * kRecord / 8);
         }
         __m256i sums[R][H];
         Start(x, r, xb, 0, sums);
-        AddNibbleBlock(x, r, xb, [&](int v, int h) {
-          return wb + (h / 2) * steps * kQ4KRecord + kQ4KHead + sub * 256 + v * 64 + (h % 2) * 32;
+        AddNibbleBlock<R, H, kFifth>(x, r, xb, [&](int v, int h) {
+          return wb + (h / 2) * steps * kRecord + kQ4KHead + sub * kSubRecord + v * 64 + (h % 2) * 32;
         }, sums);
         for (int h = 0; h < H; ++h) {
-          const uint8_t* g = wb + (h / 2) * steps * kQ4KRecord;
+          const uint8_t* g = wb + (h / 2) * steps * kRecord;
           const int half = h % 2;
           const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
           const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));

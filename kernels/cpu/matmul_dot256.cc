@@ -73,7 +73,8 @@ STEADY_DOT256_TARGET inline __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x) {
   return AddPairs(s, _mm256_maddubs_epi16(w.magnitude, _mm256_sign_epi8(x, w.sign)));
 }
 // A block's nibble products stay in the int16 pairs: 8 pairs of products of at most 15 * 127 make at
-// most 30480 (no saturation), and one VPMADDWD per block widens them.
+// most 30480 (no saturation), and one VPMADDWD per block widens them (q5k's 5-bit q: two per block,
+// matmul_dot256-inl.h AddNibbleBlock).
 using NibbleSums = __m256i;  // int16 pairs
 STEADY_DOT256_TARGET inline __m256i NibbleStart(__m256i) { return _mm256_setzero_si256(); }
 STEADY_DOT256_TARGET inline __m256i AddNibbles(__m256i p, __m256i w, __m256i x) {
@@ -88,9 +89,11 @@ STEADY_DOT256_TARGET inline __m256i NibbleEnd(__m256i s, __m256i p) { return Add
 }  // namespace
 
 const Int8Kernels kAvxVnniKernels = {avxvnni::Multiply<avxvnni::Q8Op256>, avxvnni::Multiply<avxvnni::Q4Op256>,
-                                     avxvnni::Multiply<avxvnni::Q4KOp256>, avxvnni::Multiply<avxvnni::Q6KOp256>};
+                                     avxvnni::Multiply<avxvnni::KQuantOp256<false>>,
+                                     avxvnni::Multiply<avxvnni::KQuantOp256<true>>, avxvnni::Multiply<avxvnni::Q6KOp256>};
 const Int8Kernels kAvx2Kernels = {avx2::Multiply<avx2::Q8Op256>, avx2::Multiply<avx2::Q4Op256>,
-                                  avx2::Multiply<avx2::Q4KOp256>, avx2::Multiply<avx2::Q6KOp256>};
+                                  avx2::Multiply<avx2::KQuantOp256<false>>, avx2::Multiply<avx2::KQuantOp256<true>>,
+                                  avx2::Multiply<avx2::Q6KOp256>};
 
 }  // namespace steady::cpu::dot
 

@@ -31,7 +31,7 @@ namespace steady::cpu::dot {
 namespace {
 
 // The AVX-512 register tiles: bf16 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32
-// registers; the int8 kernels (q8, q4, q4k) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
+// registers; the int8 kernels (q8, q4, q4k, q5k) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
 // weights + x (4 groups below 4 rows: Int8Dot).
 constexpr int kRegisterTileRows = 4;
 constexpr int kRegisterTileGroups = 4;
@@ -195,23 +195,50 @@ struct Q4Op {
   }
 };
 
-// int8 x q4k: per sub-block (32 inputs, one q8_0 block of x) the nibbles q in 0..15 times q_x summed
-// exactly in int32 as Q4Op does (no offset: q is unsigned), then in fp32
+// Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
+// low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts: the bits they carry across a
+// byte are masked off.
+STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
+  const __m512i bit = _mm512_set1_epi8(0x10);
+  switch (m) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(fv, 4), bit);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(fv, 3), bit);
+    case 2: return _mm512_and_si512(_mm512_slli_epi16(fv, 2), bit);
+    case 3: return _mm512_and_si512(_mm512_slli_epi16(fv, 1), bit);
+    case 4: return _mm512_and_si512(fv, bit);
+    case 5: return _mm512_and_si512(_mm512_srli_epi16(fv, 1), bit);
+    case 6: return _mm512_and_si512(_mm512_srli_epi16(fv, 2), bit);
+    default: return _mm512_and_si512(_mm512_srli_epi16(fv, 3), bit);
+  }
+}
+
+// int8 x q4k (kFifth false) and q5k (true): per sub-block (32 inputs, one q8_0 block of x) q times
+// q_x summed exactly in int32 as Q4Op does (no offset: q is unsigned; q5k's nibbles joined to their
+// fifth bits in the weight registers, q up to 31), then in fp32
 //     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m),
 // the minimum's share taken off with the block's sum of q_x. The scales are widened per group and
 // sub-block, once for every row of the tile. The tile is q8's, 4 rows x 3 groups with the fp32 sums
 // in registers over a chunk: with 4 x 4 and the sums loaded from and stored to L1 every sub-block
 // (q4: every block), q4k ran 1.03-1.25x slower at 16 and 64 rows on a Zen 4 EPYC (matmul_bench's
 // minimums, docs/cpu.md "The 4-bit tiles in registers"), and 4 x 2 in registers no faster than 4 x 4.
-template <int kGroups>
-struct Q4KOp {
+template <int kGroups, bool kFifth>
+struct KQuantOp {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
-  static constexpr int64_t kChunk = 2;  // 2 super-blocks x 3 (or 4) groups x 2368 bytes: 14 (19) KB in L1
+  static constexpr int64_t kRecord = KQuantRecord(kFifth), kSubRecord = KQuantSubRecord(kFifth);
+  // 2 super-blocks x 3 (or 4) groups x 2368 (q5k: 2880) bytes: 14 (19; q5k 17, 23) KB in L1
+  static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
-  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+  KQuantOp Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
+  // The low 4 bits of each byte of v (q4k's q); q5k's joined to bit m of its sub-block s's fifth
+  // vector in the super-block record g, (v & low) | fifth in one VPTERNLOGD.
+  STEADY_DOT_TARGET static __m512i Nibbles(__m512i v, __m512i low, const uint8_t* g, int64_t s, int m) {
+    if constexpr (!kFifth) return _mm512_and_si512(v, low);
+    const __m512i fifth = FifthBits(_mm512_loadu_si512(g + kQ4KHead + s * kSubRecord + 4 * 64), m);
+    return _mm512_ternarylogic_epi32(v, fifth, low, 0xEC);  // (a & c) | b
+  }
 
   template <int R, int C>
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
@@ -219,27 +246,27 @@ struct Q4KOp {
     __m512 a[R][C];
     LoadSums(acc, a);
     for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wb = w + b * kQ4KRecord;
+      const uint8_t* wb = w + b * kRecord;
       // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
       const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
       for (int64_t s = 0; s < subs; ++s) {
         const int64_t xb = 8 * b + s;
         if (ahead && b + kChunk < steps) {  // an eighth of the record a sub-block
-          PrefetchGroups<C>(wb + kChunk * kQ4KRecord, steps * kQ4KRecord, s * kQ4KRecord / 8, (s + 1) * kQ4KRecord / 8);
+          PrefetchGroups<C>(wb + kChunk * kRecord, steps * kRecord, s * kRecord / 8, (s + 1) * kRecord / 8);
         }
         __m512i sums[R][C];
         Start(x, r, xb, 0, sums);
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v) {
           __m512i raw[C], wv[C];
-          for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4KRecord + kQ4KHead + s * 256 + v * 64);
-          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);
+          for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kRecord + kQ4KHead + s * kSubRecord + v * 64);
+          for (int c = 0; c < C; ++c) wv[c] = Nibbles(raw[c], low, wb + c * steps * kRecord, s, 2 * v);
           Add(x, r, xb, v, wv, sums);
-          for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);
+          for (int c = 0; c < C; ++c) wv[c] = Nibbles(_mm512_srli_epi16(raw[c], 4), low, wb + c * steps * kRecord, s, 2 * v + 1);
           Add(x, r, xb, v + 4, wv, sums);
         }
         for (int c = 0; c < C; ++c) {
-          const uint8_t* g = wb + c * steps * kQ4KRecord;
+          const uint8_t* g = wb + c * steps * kRecord;
           const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
           const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
           const __m512 scale = _mm512_mul_ps(
@@ -258,6 +285,10 @@ struct Q4KOp {
     StoreSums(a, acc);
   }
 };
+template <int kGroups>
+using Q4KOp = KQuantOp<kGroups, false>;
+template <int kGroups>
+using Q5KOp = KQuantOp<kGroups, true>;
 
 // Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (the others zero):
 // the top two bits of a 6-bit q. 16-bit shifts: the bits they carry across a byte are masked off.
@@ -400,7 +431,7 @@ void Quantized(const float* x, int rows, int in, const DotProduct* products, int
   Run([&](const void* packed) { return make(xq, static_cast<const uint8_t*>(packed)); }, rows, in, products, count);
 }
 
-// x quantized once, then every product through Op<groups>{xq, packed, steps}: q8's, q4's and q4k's
+// x quantized once, then every product through Op<groups>{xq, packed, steps}: q8's, q4's and the K-quants'
 // tiles are 4 rows x kQ8TileGroups, but a few rows read the weights at memory speed, where 4
 // groups' streams at once beat 3 (1.06-1.15x at one row for q8); their sums fit in registers either
 // way. Every lane's arithmetic is the same.
@@ -424,13 +455,16 @@ void Q4Dot512(const float* x, int rows, int in, const DotProduct* products, int 
 void Q4KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
   Int8Dot<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
 }
+void Q5KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Int8Dot<Q5KOp>(x, rows, in, products, count, Q5KBlocksPerRow(in));
+}
 void Q6KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
   Int8Dot<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
 }
 
 }  // namespace
 
-const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512, Q6KDot512};
+const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512, Q5KDot512, Q6KDot512};
 
 }  // namespace steady::cpu::dot
 

@@ -10,7 +10,7 @@
 // byte, so the sums start at 0, not at -128 * the block's sum of q_x. The 4-bit weights (0..15) are
 // non-negative signed bytes as they are. The int32 sums are then the exact sums of q_x q_w, and the
 // fp32 steps after them are the AVX-512 kernels' operations per lane (a conversion, a product, a
-// fused multiply-add; q4k's fused multiply-subtract), so SDOT gives x86's bits: tests/cli/
+// fused multiply-add; q4k's and q5k's fused multiply-subtract), so SDOT gives x86's bits: tests/cli/
 // arm64_kernels.sh compares them on the same inputs.
 //
 // bf16: BFDOT adds a pair of bf16 products to each fp32 lane as VDPBF16PS does, but rounds the
@@ -119,18 +119,36 @@ struct Q8Op {
   }
 };
 
+// Bit m of every byte of q5k's fifth vector moved to bit 4 (matmul_dot512.cc's FifthBits): one
+// shift by a signed count (left for m < 4, right above), byte by byte.
+STEADY_ARM_TARGET inline uint8x16_t FifthBits(uint8x16_t fv, int m) {
+  return vandq_u8(vshlq_u8(fv, vdupq_n_s8(int8_t(4 - m))), vdupq_n_u8(0x10));
+}
+
 // s += the nibbles of vector v (low: inputs 4v..4v+3 of block xb, high: 16 + 4v..) of the quarters
-// at rec[q] (a record's nibble vectors, each group's) times rows r..r+R-1 of x.
-template <int R, int Q>
+// at rec[q] (a record's nibble vectors, each group's) times rows r..r+R-1 of x; with kFifth (q5k)
+// each joined to its fifth bit from the fifth vector after the four.
+template <bool kFifth, int R, int Q>
 STEADY_ARM_TARGET inline void AddNibbles(const Q8Rows& x, int r, int64_t xb, int v, const uint8_t* const (&rec)[Q],
                                          int32x4_t (&s)[R][Q]) {
   const uint8x16_t low = vdupq_n_u8(0x0f);
-  uint8x16_t raw[Q];
+  uint8x16_t raw[Q], fifth[Q];
   int8x16_t wv[Q];
-  for (int q = 0; q < Q; ++q) raw[q] = vld1q_u8(Quarter(rec[q] + v * 64, q));
-  for (int q = 0; q < Q; ++q) wv[q] = vreinterpretq_s8_u8(vandq_u8(raw[q], low));
+  for (int q = 0; q < Q; ++q) {
+    raw[q] = vld1q_u8(Quarter(rec[q] + v * 64, q));
+    if constexpr (kFifth) fifth[q] = vld1q_u8(Quarter(rec[q] + 4 * 64, q));
+  }
+  for (int q = 0; q < Q; ++q) {
+    uint8x16_t n = vandq_u8(raw[q], low);
+    if constexpr (kFifth) n = vorrq_u8(n, FifthBits(fifth[q], 2 * v));
+    wv[q] = vreinterpretq_s8_u8(n);
+  }
   Add(x, r, xb, v, wv, s);
-  for (int q = 0; q < Q; ++q) wv[q] = vreinterpretq_s8_u8(vshrq_n_u8(raw[q], 4));
+  for (int q = 0; q < Q; ++q) {
+    uint8x16_t n = vshrq_n_u8(raw[q], 4);
+    if constexpr (kFifth) n = vorrq_u8(n, FifthBits(fifth[q], 2 * v + 1));
+    wv[q] = vreinterpretq_s8_u8(n);
+  }
   Add(x, r, xb, v + 4, wv, s);
 }
 
@@ -153,7 +171,7 @@ struct Q4Op {
       const uint8_t* wb = w + b * kQ4Record;
       const uint8_t* rec[Q];
       for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4Record;
-      for (int v = 0; v < 4; ++v) AddNibbles(x, r, b, v, rec, s);
+      for (int v = 0; v < 4; ++v) AddNibbles<false>(x, r, b, v, rec, s);
       float32x4_t ws[Q];
       for (int q = 0; q < Q; ++q) ws[q] = LoadF16(rec[q] + 256 + (q % 4) * 8);
       Scale(x, r, b, s, ws, acc);
@@ -161,14 +179,14 @@ struct Q4Op {
   }
 };
 
-// q4k's fp32 step for sub-block `sub` (x's block xb) of super-block record wb (the tile's first group;
-// groups `steps` records apart), from the nibbles' exact sums:
+// q4k's and q5k's fp32 step for sub-block `sub` (x's block xb) of super-block record wb (the tile's
+// first group; groups `steps` records of `record` bytes apart), from the sums of q times q_x:
 //     acc += sum * (scale_x * d * sc)  -  (scale_x * sum of q_x) * (dmin * m).
 template <int R, int Q>
-STEADY_ARM_TARGET inline void ScaleQ4K(const Q8Rows& x, int r, int64_t xb, int64_t sub, const uint8_t* wb, int64_t steps,
-                                       const int32x4_t (&sums)[R][Q], float* acc) {
+STEADY_ARM_TARGET inline void ScaleKQuant(const Q8Rows& x, int r, int64_t xb, int64_t sub, const uint8_t* wb, int64_t steps,
+                                          int64_t record, const int32x4_t (&sums)[R][Q], float* acc) {
   for (int q = 0; q < Q; ++q) {
-    const uint8_t* g = wb + (q / 4) * steps * kQ4KRecord;
+    const uint8_t* g = wb + (q / 4) * steps * record;
     const int lane = (q % 4) * 4;  // the quarter's first column
     const float32x4_t d = LoadF16(g + 2 * lane), dmin = LoadF16(g + 32 + 2 * lane);
     const float32x4_t scale = vmulq_f32(d, LoadU8(g + 64 + 16 * sub + lane));
@@ -184,21 +202,23 @@ STEADY_ARM_TARGET inline void ScaleQ4K(const Q8Rows& x, int r, int64_t xb, int64
   }
 }
 
-// Q4KOp of matmul_dot512.cc: per sub-block the nibbles' exact sums, then ScaleQ4K.
-struct Q4KOp {
+// KQuantOp (q4k, q5k) of matmul_dot512.cc: per sub-block the exact sums, then ScaleKQuant.
+template <bool kFifth>
+struct KQuantOp {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // super-blocks
+  static constexpr int64_t kRecord = KQuantRecord(kFifth), kSubRecord = KQuantSubRecord(kFifth);
   static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
 
-  Q4KOp Shift(int64_t groups) const { return {x, w + groups * steps * kQ4KRecord, steps}; }
+  KQuantOp Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
 
   template <int R, int C>
   STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* wb = w + b * kQ4KRecord;
+      const uint8_t* wb = w + b * kRecord;
       // x's padding ends at its last q8_0 block; the weights' sub-blocks past it are zero.
       const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);
       for (int64_t sub = 0; sub < subs; ++sub) {
@@ -206,9 +226,9 @@ struct Q4KOp {
         int32x4_t sums[R][Q];
         Start(x, r, xb, 0, sums);
         const uint8_t* rec[Q];
-        for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
-        for (int v = 0; v < 4; ++v) AddNibbles(x, r, xb, v, rec, sums);
-        ScaleQ4K(x, r, xb, sub, wb, steps, sums, acc);
+        for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kRecord + kQ4KHead + sub * kSubRecord;
+        for (int v = 0; v < 4; ++v) AddNibbles<kFifth>(x, r, xb, v, rec, sums);
+        ScaleKQuant(x, r, xb, sub, wb, steps, kRecord, sums, acc);
       }
     }
   }
@@ -296,7 +316,10 @@ void Q4Dot(const float* x, int rows, int in, const DotProduct* products, int cou
   Multiply<Q4Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
 }
 void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
-  Multiply<Q4KOp>(x, rows, in, products, count, Q4KBlocksPerRow(in));
+  Multiply<KQuantOp<false>>(x, rows, in, products, count, Q4KBlocksPerRow(in));
+}
+void Q5KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<KQuantOp<true>>(x, rows, in, products, count, Q5KBlocksPerRow(in));
 }
 void Q6KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
@@ -360,19 +383,28 @@ STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int3
 
 // The nibble halves of a 4-bit record (q4's block, q4k's sub-block: vector v holds inputs 4v..4v+3
 // in its low nibbles and 16 + 4v.. in its high ones): inputs 8k.. are vectors 2k and 2k + 1 for k
-// < 2, the same vectors' high nibbles 16 + 8(k - 2).. after.
+// < 2, the same vectors' high nibbles 16 + 8(k - 2).. after. With kFifth (q5k's sub-block) each
+// nibble is joined to its fifth bit from the fifth vector after the four (sdot::FifthBits).
+template <bool kFifth>
 struct NibbleHalves {
   const uint8_t* rec[4 * kTileGroups];
   STEADY_ARM_TARGET void operator()(int q, int k, int32x4_t& lo, int32x4_t& hi) const {
     const uint8x16_t low = vdupq_n_u8(0x0f);
-    const int v = 2 * (k % 2);
+    const int v = 2 * (k % 2), high = k >= 2 ? 1 : 0;
     uint8x16_t a = vld1q_u8(Quarter(rec[q] + v * 64, q)), b = vld1q_u8(Quarter(rec[q] + (v + 1) * 64, q));
-    if (k >= 2) {
+    if (high) {
       a = vshrq_n_u8(a, 4);
       b = vshrq_n_u8(b, 4);
     }
-    lo = vreinterpretq_s32_u8(vandq_u8(a, low));
-    hi = vreinterpretq_s32_u8(vandq_u8(b, low));
+    a = vandq_u8(a, low);
+    b = vandq_u8(b, low);
+    if constexpr (kFifth) {
+      const uint8x16_t fifth = vld1q_u8(Quarter(rec[q] + 4 * 64, q));
+      a = vorrq_u8(a, sdot::FifthBits(fifth, 2 * v + high));
+      b = vorrq_u8(b, sdot::FifthBits(fifth, 2 * (v + 1) + high));
+    }
+    lo = vreinterpretq_s32_u8(a);
+    hi = vreinterpretq_s32_u8(b);
   }
 };
 
@@ -403,7 +435,7 @@ struct Q4Format {
   static constexpr int64_t kRecord = kQ4Record, kChunk = 16;
   template <int R, int Q>
   STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
-    NibbleHalves halves;
+    NibbleHalves<false> halves;
     for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4Record;
     int32x4_t rows[R][Q];
     BlockSums(x, r, b, -8, halves, rows);
@@ -413,18 +445,19 @@ struct Q4Format {
   }
 };
 
-// q4k: each sub-block's sums, then its fp32 step.
-struct Q4KFormat {
-  static constexpr int64_t kRecord = kQ4KRecord, kChunk = 2;
+// q4k (kFifth false) and q5k (true): each sub-block's sums, then its fp32 step.
+template <bool kFifth>
+struct KQuantFormat {
+  static constexpr int64_t kRecord = KQuantRecord(kFifth), kChunk = 2;
   template <int R, int Q>
   STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
     const int64_t subs = std::min<int64_t>(8, x.blocks - 8 * b);  // x's padding ends at its last block
     for (int64_t sub = 0; sub < subs; ++sub) {
-      NibbleHalves halves;
-      for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4KRecord + kQ4KHead + sub * 256;
+      NibbleHalves<kFifth> halves;
+      for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kRecord + kQ4KHead + sub * KQuantSubRecord(kFifth);
       int32x4_t rows[R][Q];
       BlockSums(x, r, 8 * b + sub, 0, halves, rows);
-      sdot::ScaleQ4K(x, r, 8 * b + sub, sub, wb, steps, rows, acc);
+      sdot::ScaleKQuant(x, r, 8 * b + sub, sub, wb, steps, kRecord, rows, acc);
     }
   }
 };
@@ -467,7 +500,10 @@ void Q4Dot(const float* x, int rows, int in, const DotProduct* products, int cou
   Multiply<Op<Q4Format>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q4Dot);
 }
 void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
-  Multiply<Op<Q4KFormat>>(x, rows, in, products, count, Q4KBlocksPerRow(in), sdot::Q4KDot);
+  Multiply<Op<KQuantFormat<false>>>(x, rows, in, products, count, Q4KBlocksPerRow(in), sdot::Q4KDot);
+}
+void Q5KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<KQuantFormat<true>>>(x, rows, in, products, count, Q5KBlocksPerRow(in), sdot::Q5KDot);
 }
 
 }  // namespace i8mm
@@ -586,9 +622,9 @@ struct Bf16MmlaOp {
 
 }  // namespace
 
-const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot, sdot::Q6KDot};
+const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot, sdot::Q5KDot, sdot::Q6KDot};
 // q6k on SDOT there too (the same bits): an SMMLA tile of its own is not written yet.
-const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot, sdot::Q6KDot};
+const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot, i8mm::Q5KDot, sdot::Q6KDot};
 
 // BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
 void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count) {

@@ -25,7 +25,16 @@ inline constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 
 // Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
 // minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
 inline constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
-inline constexpr int64_t kQ4KRecord = kQ4KHead + 8 * 4 * 64;
+inline constexpr int64_t kQ4KSubRecord = 4 * 64;
+inline constexpr int64_t kQ4KRecord = kQ4KHead + 8 * kQ4KSubRecord;
+// Per group and q5k super-block: q4k's record with a fifth vector after each sub-block's four, whose
+// byte at a nibble's place in vector v holds the fifth bit of that low nibble's q in bit 2v and of
+// the high nibble's in bit 2v + 1 (matmul_dot.h PackQ5KDot): 2880 bytes per 4096 weights.
+inline constexpr int64_t kQ5KSubRecord = 5 * 64;
+inline constexpr int64_t kQ5KRecord = kQ4KHead + 8 * kQ5KSubRecord;
+// The two K-quant records' sizes by whether they have the fifth vectors (q5k) or not (q4k).
+inline constexpr int64_t KQuantSubRecord(bool fifth) { return fifth ? kQ5KSubRecord : kQ4KSubRecord; }
+inline constexpr int64_t KQuantRecord(bool fifth) { return fifth ? kQ5KRecord : kQ4KRecord; }
 // Per group and q6k super-block: 16 fp16 d, the 16 sub-blocks' 16 scales (an int8 each), then per q8_0
 // block 4 vectors of nibbles and 2 of high bits: 3360 bytes per 4096 weights (matmul_dot.h PackQ6KDot).
 inline constexpr int64_t kQ6KHead = 32 + 256;
@@ -92,11 +101,12 @@ T* Scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots and
-// MatMulNTQ6KDots of matmul_dot.h, each quantizing x itself, once for all its products.
+// One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots,
+// MatMulNTQ5KDots and MatMulNTQ6KDots of matmul_dot.h, each quantizing x itself, once for all its
+// products.
 using Int8Kernel = void (*)(const float* x, int rows, int in, const DotProduct* products, int count);
 struct Int8Kernels {
-  Int8Kernel q8, q4, q4k, q6k;
+  Int8Kernel q8, q4, q4k, q5k, q6k;
 };
 // Each defined only where its instruction set is compiled (x86-64 or AArch64).
 extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc

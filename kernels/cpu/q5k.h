@@ -13,9 +13,9 @@
 // --cpu-weights choice; the loader views a file's blocks in place (a copy only where llama's q/k
 // rows are permuted).
 //
-// The widening kernel (MatMulNTQ5K) reads the blocks on any CPU; there is no int8 kernel for q5k
-// yet: --cpu-weights auto gives its matrices to the bf16 kernels (VDPBF16PS where the CPU has it),
-// as they were held before q5k existed, and stored keeps the file's values exactly.
+// The widening kernel (MatMulNTQ5K) reads the blocks on any CPU, the file's values exactly
+// (--cpu-weights stored); --cpu-weights auto packs them for the int8 kernels (kernels/cpu/
+// matmul_dot.h PackQ5KDot: q4k's packed record with a vector of fifth bits per sub-block).
 #ifndef STEADY_KERNELS_CPU_Q5K_H_
 #define STEADY_KERNELS_CPU_Q5K_H_
 

@@ -52,19 +52,17 @@ class CpuBackend : public Backend {
     const bool bf16 = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
-    // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k and q6k matrices as stored (a
-    // checkpoint's own bf16, a GGUF file's blocks: the same values; q5k, which has no int8 kernel,
-    // as bf16: CpuMatrices::From; llama.cpp rounds the activations
+    // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k, q5k and q6k matrices as stored
+    // (a checkpoint's own bf16, a GGUF file's blocks: the same values; llama.cpp rounds the activations
     // for a quantized file as these kernels do). They round the activations, so under stored every
     // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
     // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
     // and f16 matrices keep them under auto too.
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
                       (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
-                                                  own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ6K) ||
-                                                  own.Has(WeightType::kQ8_0)));
-    const bool bf16_dot = w == CpuWeights::kBf16 ||
-                          (w == CpuWeights::kAuto && (own.Has(WeightType::kBf16) || own.Has(WeightType::kQ5K)));
+                                                  own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ5K) ||
+                                                  own.Has(WeightType::kQ6K) || own.Has(WeightType::kQ8_0)));
+    const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));
     if (ConvertedType(w) || amx || dot) reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, w, amx, dot));

@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", bf16}, {"q6k", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -133,8 +133,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;
-    // q5k has no int8 kernel yet: its values go to the bf16 kernels, as before it was held as q5k.
-    if (dot && to == WeightType::kQ5K) to = cpu::Bf16DotAvailable() ? WeightType::kDotBf16 : WeightType::kBf16;
+    if (dot && to == WeightType::kQ5K && cpu::Int8DotAvailable()) to = WeightType::kDotQ5K;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -189,6 +188,7 @@ std::string CpuMatrices::TypeNames() const {
       case WeightType::kDotQ4: names.insert("q4"); break;
       case WeightType::kDotQ4K: names.insert("q4k"); break;
       case WeightType::kDotQ6K: names.insert("q6k"); break;
+      case WeightType::kDotQ5K: names.insert("q5k"); break;
       default: names.insert(WeightTypeName(w.type()));
     }
   });
@@ -207,7 +207,7 @@ std::string CpuMatrices::Kernels() const {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
     if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K ||
-        w.type() == WeightType::kDotQ6K) {
+        w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K) {
       names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
     }
   });

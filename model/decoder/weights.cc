@@ -49,6 +49,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotQ6K: return "dot-q6k";
     case WeightType::kQ8_0: return "q8_0";
     case WeightType::kQ5K: return "q5k";
+    case WeightType::kDotQ5K: return "dot-q5k";
   }
   return "?";
 }
@@ -113,6 +114,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kDotQ6K: return cpu::Q6KDotPackedSize(rows_, cols_);
     case WeightType::kQ8_0: return cpu::Q8_0Bytes(rows_, cols_);
     case WeightType::kQ5K: return cpu::Q5KBytes(rows_, cols_);
+    case WeightType::kDotQ5K: return cpu::Q5KDotPackedSize(rows_, cols_);
   }
   return 0;
 }
@@ -183,6 +185,7 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
     case WeightType::kQ5K:
       return cpu::DequantizeQ5K(q5k(), cols_, r0, r1, out);
     case WeightType::kDotQ4K:
+    case WeightType::kDotQ5K:
     case WeightType::kDotQ6K:
     case WeightType::kAmxBf16:
     case WeightType::kDotBf16:
@@ -308,10 +311,17 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(buffer);
       return type == WeightType::kQ4K ? m : m.ConvertTo(type);
     }
-    case WeightType::kDotQ6K: {  // packed from q6k rows as they are
-      STEADY_CHECK(type_ == WeightType::kQ6K && "ConvertTo: dot-q6k packs a q6k matrix; nothing quantizes to q6k");
-      auto packed = Buffer<uint8_t>(size_t(cpu::Q6KDotPackedSize(rows_, cols_)));
-      cpu::PackQ6KDot(q6k(), rows_, cols_, packed->data());
+    case WeightType::kDotQ5K:
+    case WeightType::kDotQ6K: {  // packed from a GGUF file's q5k or q6k rows as they are
+      const bool q6k_rows = type == WeightType::kDotQ6K;
+      STEADY_CHECK(type_ == (q6k_rows ? WeightType::kQ6K : WeightType::kQ5K) &&
+                   "ConvertTo: dot-q5k and dot-q6k pack a q5k or q6k matrix; nothing quantizes to them");
+      auto packed = Buffer<uint8_t>(size_t(m.Bytes()));
+      if (q6k_rows) {
+        cpu::PackQ6KDot(q6k(), rows_, cols_, packed->data());
+      } else {
+        cpu::PackQ5KDot(q5k(), rows_, cols_, packed->data());
+      }
       m.data_ = packed->data();
       m.owner_ = std::move(packed);
       return m;
@@ -349,6 +359,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kQ8_0: return cpu::MatMulNTQ8_0(x, rows, in, w.q8_0(), out, y);
     case WeightType::kQ5K: return cpu::MatMulNTQ5K(x, rows, in, w.q5k(), out, y);
     case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kDotQ5K: return cpu::MatMulNTQ5KDot(x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 
@@ -361,6 +372,7 @@ void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) 
       case WeightType::kDotQ4: return cpu::MatMulNTQ4Dots;
       case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDots;
       case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDots;
+      case WeightType::kDotQ5K: return cpu::MatMulNTQ5KDots;
       default: return nullptr;
     }
   };

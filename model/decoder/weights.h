@@ -39,9 +39,10 @@ enum class WeightType {
   kDotQ6K,   // q6k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ6KDot), zero padding included
   kQ8_0,     // a GGUF file's Q8_0 blocks (kernels/cpu/matmul.h Q8_0Weights: fp16 d, 32 int8), row-major
   kQ5K,      // q5k (a GGUF file's Q5_K blocks, kernels/cpu/q5k.h), row-major: 176 bytes per 256 weights
+  kDotQ5K,   // q5k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ5KDot), zero padding included
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
-// "q6k", "dot-q6k", "q8_0", "q5k".
+// "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k".
 const char* WeightTypeName(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table

@@ -405,28 +405,50 @@ std::vector<float> RunQ6KWidening(const Q6KProblem& p, const std::vector<float>&
   return y;
 }
 
-// q5k: random Q5_K blocks (every bit pattern is a valid one; d and dmin small fp16 values), row-major
-// as in a GGUF file (no packed form yet).
+// q5k: random Q5_K blocks (every bit pattern is a valid one; d and dmin small fp16 values), or blocks
+// whose q are all 31 (`fill` 0xff: every bit of qh and qs set) or all 0 (0x00): the largest products
+// there are, and int16 pairs that AVX2 must not saturate. Row-major as in a GGUF file, and packed.
 struct Q5KProblem {
   int rows, in, out;
   std::vector<float> x;
   std::vector<uint8_t> blocks;
+  std::vector<float> dequantized;
+  std::vector<uint8_t> packed;
   cpu::Q5KWeights weights() const { return {blocks.data()}; }
+  // |d sc q| + dmin m of weight (j, k): bounds the weight and both parts the kernels add.
+  double Magnitude(int j, int k) const {
+    const uint8_t* block = blocks.data() + (int64_t(j) * cpu::Q5KBlocksPerRow(in) + k / cpu::kQ5KBlock) * cpu::kQ5KBlockBytes;
+    const cpu::Q4KScales s = cpu::Q4KBlockScales(block);
+    const int sub = (k % cpu::kQ5KBlock) / cpu::kQ5KSub;
+    return std::abs(double(cpu::F16ToFloat(s.d)) * s.sc[sub] * cpu::Q5KBlockQ(block, k % cpu::kQ5KBlock)) +
+           double(cpu::F16ToFloat(s.dmin)) * s.m[sub];
+  }
 };
 
-Q5KProblem MakeQ5K(int rows, int in, int out, std::mt19937_64& rng) {
-  Q5KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<uint8_t>(size_t(cpu::Q5KBytes(out, in)))};
+Q5KProblem MakeQ5K(int rows, int in, int out, std::mt19937_64& rng, bool pack = true, int fill = -1) {
+  Q5KProblem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), std::vector<uint8_t>(size_t(cpu::Q5KBytes(out, in))),
+               std::vector<float>(size_t(out) * in), {}};
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f);
   for (int64_t b = 0; b < out * cpu::Q5KBlocksPerRow(in); ++b) {
     uint8_t* block = p.blocks.data() + b * cpu::kQ5KBlockBytes;
     const uint16_t d[2] = {cpu::FloatToF16(scale(rng)), cpu::FloatToF16(scale(rng))};
     std::memcpy(block, d, 4);
-    for (int64_t i = 4; i < cpu::kQ5KBlockBytes; ++i) block[i] = uint8_t(byte(rng));
+    for (int64_t i = 4; i < cpu::kQ5KBlockBytes; ++i) block[i] = uint8_t(fill >= 0 && i >= 16 ? fill : byte(rng));
+  }
+  cpu::DequantizeQ5K(p.weights(), in, 0, out, p.dequantized.data());
+  if (pack) {
+    p.packed.assign(size_t(cpu::Q5KDotPackedSize(out, in)), 0xff);
+    cpu::PackQ5KDot(p.weights(), out, in, p.packed.data());
   }
   return p;
 }
 
+std::vector<float> RunQ5KDot(const Q5KProblem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ5KDot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
 std::vector<float> RunQ5KWidening(const Q5KProblem& p, const std::vector<float>& x, int rows) {
   std::vector<float> y(size_t(rows) * p.out, NAN);
   cpu::MatMulNTQ5K(x.data(), rows, p.in, p.weights(), p.out, y.data());
@@ -540,9 +562,8 @@ TEST(CpuDotTest, Q5KWideningMatchesTheReferenceAtManyShapes) {
   for (int rows : kRows) {
     for (int in : kIns) {
       for (int out : kOuts) {
-        const Q5KProblem p = MakeQ5K(rows, in, out, rng);
-        std::vector<float> dequantized(size_t(out) * in);
-        cpu::DequantizeQ5K(p.weights(), in, 0, out, dequantized.data());
+        const Q5KProblem p = MakeQ5K(rows, in, out, rng, /*pack=*/false);
+        const std::vector<float>& dequantized = p.dequantized;
         for (int j = 0; j < out; ++j) {
           for (int k = 0; k < in; ++k) {
             ASSERT_EQ(dequantized[size_t(j) * in + k], cpu::Q5KWeightValue(p.weights(), in, j, k)) << j << ", " << k;
@@ -584,17 +605,21 @@ TEST(CpuDotTest, Q6KWideningMatchesTheReferenceAtManyShapes) {
   }
 }
 
-// The int8 kernel on random blocks and on the extremes (every q 63, every q 0) at every shape, past
-// the 256-value super-block too, and with an all-zero row of x (a zero q8_0 scale).
-TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
-  std::mt19937_64 rng(41);
+// A GGUF K-quant's int8 kernel on random blocks and on the extremes (make's `fill` 0xff: every q at its
+// largest; 0x00: every q 0) at every shape, past the 256-value super-block too, and with an all-zero
+// row of x (a zero q8_0 scale). make(rows, in, out, rng, fill) gives the problem, run(p, x, rows) the
+// kernel's y; weight(p, j, k) bounds weight (j, k) and the parts the kernel adds for it; `extra` fp32
+// roundings per element beyond one per input.
+template <typename Make, typename Run, typename Weight>
+void ExpectKQuantDotAtManyShapes(uint64_t seed, const Make& make, const Run& run, const Weight& weight, int extra) {
+  std::mt19937_64 rng(seed);
   int problem = 0;
   for (int rows : kRows) {
     for (int in : {1, 16, 17, 31, 33, 100, 256, 300, 600}) {
       for (int out : kOuts) {
         const int fill = problem % 5 == 3 ? 0xff : problem % 5 == 4 ? 0x00 : -1;
         ++problem;
-        Q6KProblem p = MakeQ6K(rows, in, out, rng, /*pack=*/true, fill);
+        auto p = make(rows, in, out, rng, fill);
         if (fill >= 0) {  // x at its largest magnitude in every block, one sign: the largest sums
           for (float& v : p.x) v = std::abs(v) + 1.0f;
         }
@@ -602,13 +627,19 @@ TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
         std::vector<float> exact(size_t(rows) * out), rounded(size_t(rows) * out);
         cpu::MatMulNTReference(p.x.data(), rows, in, p.dequantized.data(), out, exact.data());
         cpu::MatMulNTQ8ActivationsReference(p.x.data(), rows, in, p.dequantized.data(), out, rounded.data());
-        // Per sub-block of 16: the scale's product with x's and the multiply-add.
-        ExpectQ8ActivationBounds(p.x, rows, in, out, [&](int j, int k) { return double(p.dequantized[size_t(j) * in + k]); },
-                                 RunQ6KDot(p, p.x, rows), exact, rounded, /*extra=*/2);
-        if (HasFatalFailure()) return;
+        ExpectQ8ActivationBounds(p.x, rows, in, out, [&](int j, int k) { return weight(p, j, k); }, run(p, p.x, rows),
+                                 exact, rounded, extra);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
+}
+
+TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
+  // Per sub-block of 16: the scale's product with x's and the multiply-add.
+  ExpectKQuantDotAtManyShapes(
+      41, [](int rows, int in, int out, std::mt19937_64& rng, int fill) { return MakeQ6K(rows, in, out, rng, /*pack=*/true, fill); },
+      RunQ6KDot, [](const Q6KProblem& p, int j, int k) { return double(p.dequantized[size_t(j) * p.in + k]); }, /*extra=*/2);
 }
 
 // q4 is ggml's block_q4_0 (a GGUF file's Q4_0 bytes, read in place): per 32 weights the fp16 scale,
@@ -846,6 +877,45 @@ TEST_P(Int8PathTest, Q4KDotMatchesReferencesAtManyShapes) {
   }
 }
 
+TEST_P(Int8PathTest, Q5KDotMatchesReferencesAtManyShapes) {
+  // Per sub-block: the scale product, the multiply-add, the minimum's product and its subtraction.
+  ExpectKQuantDotAtManyShapes(
+      47, [](int rows, int in, int out, std::mt19937_64& rng, int fill) { return MakeQ5K(rows, in, out, rng, /*pack=*/true, fill); },
+      RunQ5KDot, [](const Q5KProblem& p, int j, int k) { return p.Magnitude(j, k); }, /*extra=*/8);
+}
+
+// PackQ5KDot's layout as matmul_dot.h states it, byte by byte on a hand-made row: q4k's record (d,
+// dmin, a byte per scale and minimum, the low 4 bits of q as q4k's nibbles) with the fifth bits of
+// vector v's low and high nibbles in bits 2v and 2v + 1 of the fifth vector, at the nibble's place.
+TEST(CpuDotTest, Q5KPacksItsFifthBitsWhereTheHeaderSays) {
+  std::mt19937_64 rng(48);
+  const Q5KProblem p = MakeQ5K(1, 512, 3, rng);
+  const int64_t record = 2880, head = 32 + 32 + 128 + 128;
+  ASSERT_EQ(cpu::Q5KDotPackedSize(3, 512), 2 * record);
+  for (int c = 0; c < 16; ++c) {
+    for (int b = 0; b < 2; ++b) {
+      const uint8_t* rec = p.packed.data() + b * record;
+      const uint8_t* block = c < 3 ? p.blocks.data() + (c * 2 + b) * cpu::kQ5KBlockBytes : nullptr;
+      const cpu::Q4KScales s = block ? cpu::Q4KBlockScales(block) : cpu::Q4KScales{};
+      uint16_t d, dmin;
+      std::memcpy(&d, rec + 2 * c, 2);
+      std::memcpy(&dmin, rec + 32 + 2 * c, 2);
+      ASSERT_EQ(d, s.d) << c;
+      ASSERT_EQ(dmin, s.dmin) << c;
+      for (int sub = 0; sub < 8; ++sub) {
+        ASSERT_EQ(rec[64 + 16 * sub + c], s.sc[sub]) << c << " " << sub;
+        ASSERT_EQ(rec[192 + 16 * sub + c], s.m[sub]) << c << " " << sub;
+        for (int i = 0; i < 32; ++i) {
+          const int q = block ? cpu::Q5KBlockQ(block, 32 * sub + i) : 0, v = (i % 16) / 4, high = i / 16;
+          const uint8_t* at = rec + head + sub * 320 + c * 4 + i % 4;
+          ASSERT_EQ((at[v * 64] >> (4 * high)) & 15, q & 15) << "column " << c << " block " << b << " value " << 32 * sub + i;
+          ASSERT_EQ((at[4 * 64] >> (2 * v + high)) & 1, q >> 4) << "column " << c << " block " << b << " value " << 32 * sub + i;
+        }
+      }
+    }
+  }
+}
+
 // Every row's result is bitwise the same alone, in a batch, in another order, with 1 or 2 threads.
 template <typename Problem, typename Runner>
 void ExpectInvariant(const Problem& p, const Runner& run) {
@@ -918,6 +988,12 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
       cpu::PackQ4KDot({q4k.blocks.data() + j0 * cpu::Q4KBytes(1, in)}, rows, in, packed.data());
       return packed;
     });
+    const Q5KProblem q5k = MakeQ5K(1, in, out, rng);
+    check("q5k", cpu::Q5KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
+      std::vector<uint8_t> packed(size_t(cpu::Q5KDotPackedSize(rows, in)), 0xff);
+      cpu::PackQ5KDot({q5k.blocks.data() + j0 * cpu::Q5KBytes(1, in)}, rows, in, packed.data());
+      return packed;
+    });
     const Q6KProblem q6k = MakeQ6K(1, in, out, rng);
     check("q6k", cpu::Q6KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
       std::vector<uint8_t> packed(size_t(cpu::Q6KDotPackedSize(rows, in)), 0xff);
@@ -954,7 +1030,7 @@ TEST(CpuDotTest, Q4KWideningIsBatchAndThreadInvariant) {
 
 TEST(CpuDotTest, Q5KWideningIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(46);
-  const Q5KProblem p = MakeQ5K(37, 1001, 301, rng);
+  const Q5KProblem p = MakeQ5K(37, 1001, 301, rng, /*pack=*/false);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ5KWidening(p, x, rows); });
 }
 
@@ -974,6 +1050,12 @@ TEST_P(Int8PathTest, Q4KIsBatchAndThreadInvariant) {
   std::mt19937_64 rng(22);
   const Q4KProblem p = MakeQ4K(37, 1001, 301, rng);
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ4KDot(p, x, rows); });
+}
+
+TEST_P(Int8PathTest, Q5KIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(49);
+  const Q5KProblem p = MakeQ5K(37, 1001, 301, rng);
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ5KDot(p, x, rows); });
 }
 
 TEST_P(Int8PathTest, Q8IsBatchAndThreadInvariant) {
@@ -1023,16 +1105,19 @@ TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   std::vector<Q8Problem> q8;
   std::vector<Q4Problem> q4;
   std::vector<Q4KProblem> q4k;
+  std::vector<Q5KProblem> q5k;
   std::vector<Q6KProblem> q6k;
   for (int out : kSeveralOuts) {
     q8.push_back(MakeQ8(37, 1001, out, rng));
     q4.push_back(MakeQ4(37, 1001, out, rng));
     q4k.push_back(MakeQ4K(37, 1001, out, rng));
+    q5k.push_back(MakeQ5K(37, 1001, out, rng));
     q6k.push_back(MakeQ6K(37, 1001, out, rng));
   }
   ExpectSeveralAreEachOnes(q8, RunQ8Dot, cpu::MatMulNTQ8Dots);
   ExpectSeveralAreEachOnes(q4, RunQ4Dot, cpu::MatMulNTQ4Dots);
   ExpectSeveralAreEachOnes(q4k, RunQ4KDot, cpu::MatMulNTQ4KDots);
+  ExpectSeveralAreEachOnes(q5k, RunQ5KDot, cpu::MatMulNTQ5KDots);
   ExpectSeveralAreEachOnes(q6k, RunQ6KDot, cpu::MatMulNTQ6KDots);
 }
 
@@ -1100,7 +1185,7 @@ std::vector<float> ReadFloats(const char* path) {
   return v;
 }
 
-// Every path gives the same bits as the widest one, for q8, q4, q4k and q6k, at every shape. Across
+// Every path gives the same bits as the widest one, for q8, q4, q4k, q5k and q6k, at every shape. Across
 // machines too (tests/cli/arm64_kernels.sh): with STEADY_INT8_RESULTS_OUT=FILE the widest path's
 // results are written there, with STEADY_INT8_RESULTS_IN=FILE they must equal that file's bit for
 // bit (x86-64's AVX-512 or AVX2 against AArch64's SDOT on the same inputs).
@@ -1116,9 +1201,11 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
         const Q8Problem q8 = MakeQ8(rows, in, out, rng);
         const Q4Problem q4 = MakeQ4(rows, in, out, rng);
         const Q4KProblem q4k = MakeQ4K(rows, in, out, rng);
+        const Q5KProblem q5k = MakeQ5K(rows, in, out, rng);
         const Q6KProblem q6k = MakeQ6K(rows, in, out, rng);
         const auto run_all = [&] {
-          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows), RunQ4Dot(q4, q4.x, rows), RunQ4KDot(q4k, q4k.x, rows),
+          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows),    RunQ4Dot(q4, q4.x, rows),
+                                                 RunQ4KDot(q4k, q4k.x, rows), RunQ5KDot(q5k, q5k.x, rows),
                                                  RunQ6KDot(q6k, q6k.x, rows)};
         };
         const std::vector<std::vector<float>> want = run_all();

@@ -4,7 +4,8 @@
 // BM_Bf16Widening/BM_Bf16Dot and BM_Q8Widening/BM_Q8Dot put the bf16 x bf16 and int8 x int8 kernels
 // (kernels/cpu/matmul_dot.h) beside the widening ones they replace, at Llama 3.2 1B's shapes;
 // BM_Q4Widening/BM_Q4Dot the q4 pair (q4_0: ggml's block_q4_0 row-major, and packed); BM_Q4KWidening/BM_Q4KDot the
-// q4k pair (kernels/cpu/q4k.h), BM_Q6KWidening/BM_Q6KDot the q6k pair (kernels/cpu/q6k.h, random
+// q4k pair (kernels/cpu/q4k.h), BM_Q5KWidening/BM_Q5KDot the q5k pair (kernels/cpu/q5k.h, random Q5_K
+// blocks), BM_Q6KWidening/BM_Q6KDot the q6k pair (kernels/cpu/q6k.h, random
 // Q6_K blocks). The int8 kernels run on each path the CPU has (the "path" argument:
 // 0 AVX512_VNNI, 1 AVX-VNNI, 2 AVX2, 3 Arm SMMLA, 4 Arm SDOT; cpu::Int8Path), skipped where it lacks
 // one. BM_MatVecsF64 is sliced_relu's fp64 score projections.
@@ -132,6 +133,7 @@ struct LowPrecisionWeights {
   std::vector<uint16_t> bf16_dot;  // packed for the dot-product kernels (PackBf16Dot, PackQ8Dot)
   std::vector<uint8_t> q8_dot, q4, q4_dot;  // q4: its blocks row-major (QuantizeQ4)
   std::vector<uint8_t> q4k, q4k_dot;  // q4k's blocks, and packed for VPDPBUSD
+  std::vector<uint8_t> q5k, q5k_dot;  // random Q5_K blocks, and packed
   std::vector<uint8_t> q6k, q6k_dot;  // random Q6_K blocks, and packed
   cpu::Q4KWeights q4k_weights() const { return {q4k.data()}; }
 };
@@ -151,6 +153,13 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   lw.q4.resize(size_t(cpu::Q4Bytes(out, in)));
   lw.q4k.resize(size_t(cpu::Q4KBytes(out, in)));
   lw.q6k.resize(size_t(cpu::Q6KBytes(out, in)));
+  lw.q5k.resize(size_t(cpu::Q5KBytes(out, in)));
+  for (int64_t b = 0; b < out * cpu::Q5KBlocksPerRow(in); ++b) {
+    uint8_t* block = lw.q5k.data() + b * cpu::kQ5KBlockBytes;
+    const uint16_t d[2] = {cpu::FloatToF16(1e-3f), cpu::FloatToF16(2e-3f)};
+    std::memcpy(block, d, 4);
+    for (int i = 4; i < cpu::kQ5KBlockBytes; ++i) block[i] = uint8_t(rng());
+  }
   for (int64_t b = 0; b < out * cpu::Q6KBlocksPerRow(in); ++b) {
     uint8_t* block = lw.q6k.data() + b * cpu::kQ6KBlockBytes;
     for (int i = 0; i < 208; ++i) block[i] = uint8_t(rng());
@@ -176,6 +185,8 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
     cpu::PackQ4Dot({lw.q4.data()}, out, in, lw.q4_dot.data());
     lw.q4k_dot.resize(size_t(cpu::Q4KDotPackedSize(out, in)));
     cpu::PackQ4KDot(lw.q4k_weights(), out, in, lw.q4k_dot.data());
+    lw.q5k_dot.resize(size_t(cpu::Q5KDotPackedSize(out, in)));
+    cpu::PackQ5KDot({lw.q5k.data()}, out, in, lw.q5k_dot.data());
     lw.q6k_dot.resize(size_t(cpu::Q6KDotPackedSize(out, in)));
     cpu::PackQ6KDot({lw.q6k.data()}, out, in, lw.q6k_dot.data());
   }
@@ -391,6 +402,22 @@ void BM_Q4KDot(benchmark::State& state) {
   });
   ReportPeakFraction(state);
 }
+// q5k is 176 bytes per 256 weights (5.5 bits; packed: 5.625, the scales a byte each).
+void BM_Q5KWidening(benchmark::State& state) {
+  RunLowPrecision(state, 5.5, cpu::SimdTargetName(), [](const float* x, int rows, int in,
+                                                       const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ5K(x, rows, in, {lw.q5k.data()}, out, y);
+  });
+}
+void BM_Q5KDot(benchmark::State& state) {
+  if (!UseInt8Path(state)) return;
+  WidestInt8PathAfter restore;
+  RunLowPrecision(state, 5.625, cpu::Int8DotPath(), [](const float* x, int rows, int in,
+                                                     const LowPrecisionWeights& lw, int out, float* y) {
+    cpu::MatMulNTQ5KDot(x, rows, in, lw.q5k_dot.data(), out, y);
+  });
+  ReportPeakFraction(state);
+}
 // q6k is 210 bytes per 256 weights (6.5625 bits), row-major or packed.
 void BM_Q6KWidening(benchmark::State& state) {
   RunLowPrecision(state, 6.5625, cpu::SimdTargetName(), [](const float* x, int rows, int in,
@@ -432,6 +459,8 @@ BENCHMARK(BM_Q4Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Uni
 BENCHMARK(BM_Q4Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q4KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q5KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Q5KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q6KWidening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q6KDot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Dot)->Apply(Int8DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();

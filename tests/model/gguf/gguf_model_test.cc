@@ -394,8 +394,8 @@ TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
 // gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q4_1 (held as bf16) for attn_output,
-// F32 elsewhere. --cpu-weights auto puts its q4k and q6k matrices on the int8 kernels and its bf16
-// and q5k ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
+// F32 elsewhere. --cpu-weights auto puts its q4k, q5k and q6k matrices on the int8 kernels and its
+// bf16 ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
 // on the widening kernels, whose logits are those of the file's values in fp32 (the F32 control's);
 // auto's are close to them but not the same bits (the packed matrices, and activations rounded to 8
 // bits or bf16, were read).
@@ -469,8 +469,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   std::sort(kernels.begin(), kernels.end());
   std::string on;
   for (const std::string& k : kernels) on += (on.empty() ? "" : " and ") + k;
-  // q5k, which has no int8 kernel, goes to the bf16 kernels.
-  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k and q6k weights on " + on + ")");
+  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k and q5k and q6k weights on " + on + ")");
   EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
 }
