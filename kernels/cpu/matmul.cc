@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q32.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -52,6 +53,13 @@ HWY_INLINE Q4KWeights Shift(Q4KWeights w, int64_t in, int64_t j) { return {w.blo
 HWY_INLINE Q5KWeights Shift(Q5KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q5KBytes(1, in)}; }
 HWY_INLINE Q6KWeights Shift(Q6KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q6KBytes(1, in)}; }
 HWY_INLINE Q8_0Weights Shift(Q8_0Weights w, int64_t in, int64_t j) { return {w.blocks + j * Q8_0Bytes(1, in)}; }
+// q4_1, q5_0 and q5_1 (q32.h): a type each, so that each one's loads are code of their own.
+template <Q32Type kType>
+struct Q32Rows {
+  const uint8_t* blocks;
+};
+template <Q32Type T>
+HWY_INLINE Q32Rows<T> Shift(Q32Rows<T> w, int64_t in, int64_t j) { return {w.blocks + j * Q32Bytes(T, 1, in)}; }
 
 // The fp16 value at p, widened exactly by the vector unit (F16C where there is one): the scalar
 // conversion's branches cost more than the weights' own arithmetic (a llama1b step: 60 ms, 22 ms
@@ -107,6 +115,36 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4Weights w, int64_t k) {
   bytes = i < 16 ? hn::And(bytes, hn::Set(du32, 15u)) : hn::ShiftRight<4>(bytes);
   const auto q = hn::Sub(hn::ConvertTo(d, hn::BitCast(di32, bytes)), hn::Set(d, 8.0f));
   return hn::Mul(q, hn::Set(d, WidenHalf(block)));
+}
+// q4_1, q5_0 and q5_1 (q32.h): a vector of lanes within one half of a block, its bytes' low or high
+// nibbles with (q5) their fifth bits from qh, then d (q - 16) (exact) or d q + m (rounded once), as
+// Q32WeightValue.
+template <class D, Q32Type T>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, Q32Rows<T> w, int64_t k) {
+  constexpr Q32Format f = Q32FormatOf(T);
+  const hn::RebindToSigned<D> di32;
+  const hn::RebindToUnsigned<D> du32;
+  const hn::Rebind<uint8_t, D> du8;
+  const int64_t b = k / kQ8Block;
+  const int i = int(k % kQ8Block);
+  const uint8_t* block = w.blocks + b * f.bytes;
+  auto q = hn::PromoteTo(du32, hn::LoadU(du8, block + f.qs + (i & 15)));
+  q = i < 16 ? hn::And(q, hn::Set(du32, 15u)) : hn::ShiftRight<4>(q);
+  if constexpr (f.fifth) {
+    uint32_t qh;
+    std::memcpy(&qh, block + (f.min ? 4 : 2), 4);
+    const auto high = hn::And(hn::Shr(hn::Set(du32, qh), hn::Iota(du32, uint32_t(i))), hn::Set(du32, 1u));
+    q = hn::Or(q, hn::ShiftLeft<4>(high));
+  }
+  const auto qf = hn::ConvertTo(d, hn::BitCast(di32, q));
+  if constexpr (f.min) {
+    const hn::CappedTag<float, 2> d2;  // d and m widened together (F16C where there is one)
+    const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+    const auto dm = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(block)));
+    return hn::MulAdd(qf, hn::Set(d, hn::GetLane(dm)), hn::Set(d, hn::ExtractLane(dm, 1)));
+  } else {
+    return hn::Mul(hn::Sub(qf, hn::Set(d, float(f.offset))), hn::Set(d, WidenHalf(block)));
+  }
 }
 // q4k (q4k.h) and q5k (q5k.h): q (lanes of u32) of sub-block s of `block` times the sub-block's
 // scale, less its minimum. Both are exact in fp32 and so is q times the scale, so the one rounding
@@ -176,6 +214,8 @@ HWY_INLINE float WeightValue(Q4Weights w, int64_t k) { return Q4WeightValue(w, k
 HWY_INLINE float WeightValue(Q4KWeights w, int64_t k) { return Q4KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q5KWeights w, int64_t k) { return Q5KWeightValue(w, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
+template <Q32Type T>
+HWY_INLINE float WeightValue(Q32Rows<T> w, int64_t k) { return Q32WeightValue({T, w.blocks}, k + 1, 0, k); }
 HWY_INLINE float WeightValue(Q8_0Weights w, int64_t k) {
   const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
   return float(int8_t(block[2 + k % kQ8Block])) * F16At(block);
@@ -204,6 +244,8 @@ HWY_INLINE void PrefetchRow(Q4KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q5KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q8_0Weights, int64_t, int, int64_t, int64_t) {}
+template <Q32Type T>
+HWY_INLINE void PrefetchRow(Q32Rows<T>, int64_t, int, int64_t, int64_t) {}
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
@@ -429,6 +471,16 @@ void MatMulNTQ8_0Columns(const float* x, int rows, int64_t in, Q8_0Weights w, in
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+// q32's three types, one exported function (the type chosen once a call).
+void MatMulNTQ32Columns(const float* x, int rows, int64_t in, Q32Weights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  switch (w.type) {
+    case Q32Type::kQ4_1: return ColumnRange(x, rows, in, Q32Rows<Q32Type::kQ4_1>{w.blocks}, out, begin, end, y);
+    case Q32Type::kQ5_0: return ColumnRange(x, rows, in, Q32Rows<Q32Type::kQ5_0>{w.blocks}, out, begin, end, y);
+    case Q32Type::kQ5_1: return ColumnRange(x, rows, in, Q32Rows<Q32Type::kQ5_1>{w.blocks}, out, begin, end, y);
+  }
+}
+
 // y[r, j0 : j0 + C vectors] = x[r, :] w[:, j0 : ...] for R rows of x and w [in, out] (input-major):
 // each output lane starts at zero and takes one fused multiply-add per k, in order of k. The last
 // vector of the block holds `tail` lanes when tail > 0 (copied through a zeroed buffer: the memory
@@ -531,6 +583,7 @@ HWY_EXPORT(MatMulNTQ4KColumns);
 HWY_EXPORT(MatMulNTQ5KColumns);
 HWY_EXPORT(MatMulNTQ6KColumns);
 HWY_EXPORT(MatMulNTQ8_0Columns);
+HWY_EXPORT(MatMulNTQ32Columns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
 HWY_EXPORT(MatMulNNRows);
@@ -598,6 +651,12 @@ void MatMulNTQ8_0(const float* x, int rows, int in, Q8_0Weights w, int out, floa
 void MatMulNTQ5K(const float* x, int rows, int in, Q5KWeights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ5KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ32(const float* x, int rows, int in, Q32Weights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ32Columns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

@@ -309,6 +309,24 @@ void MatMulNTQ5KDots(const float* x, int rows, int in, const DotProduct* product
 void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count) {
   CurrentInt8Kernels().q6k(x, rows, in, products, count);
 }
+void MatMulNTQ4_1Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q4_1(x, rows, in, products, count);
+}
+void MatMulNTQ5_0Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q5_0(x, rows, in, products, count);
+}
+void MatMulNTQ5_1Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  CurrentInt8Kernels().q5_1(x, rows, in, products, count);
+}
+
+void MatMulNTQ32Dot(Q32Type type, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
+  const DotProduct product{packed, out, y};
+  switch (type) {
+    case Q32Type::kQ4_1: return MatMulNTQ4_1Dots(x, rows, in, &product, 1);
+    case Q32Type::kQ5_0: return MatMulNTQ5_0Dots(x, rows, in, &product, 1);
+    case Q32Type::kQ5_1: return MatMulNTQ5_1Dots(x, rows, in, &product, 1);
+  }
+}
 
 void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
@@ -496,6 +514,34 @@ void PackQ4Dot(Q4Weights w, int64_t out, int64_t in, uint8_t* packed) {
         for (int i = 0; i < 16; ++i) rec[(i / 4) * 64 + c * 4 + i % 4] = bytes ? bytes[i] : uint8_t(0x88);
       }
       std::memcpy(rec + 256, scales, sizeof(scales));
+    }
+  });
+}
+
+int64_t Q32DotPackedSize(Q32Type type, int64_t out, int64_t in) {
+  const Q32Format f = Q32FormatOf(type);
+  return Groups(out) * Q8BlocksPerRow(in) * dot::Block32Record(f.fifth, f.min);
+}
+
+void PackQ32Dot(Q32Weights w, int64_t out, int64_t in, uint8_t* packed) {
+  const Q32Format f = Q32FormatOf(w.type);
+  const int64_t blocks = Q8BlocksPerRow(in), record = dot::Block32Record(f.fifth, f.min), scales = f.fifth ? 320 : 256;
+  ForEachGroup(out, in, [&](int64_t g) {
+    std::memset(packed + g * blocks * record, 0, size_t(blocks * record));  // missing columns: d = m = 0
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* rec = packed + (g * blocks + b) * record;
+      for (int c = 0; c < kGroup && g * kGroup + c < out; ++c) {
+        const uint8_t* block = w.blocks + ((g * kGroup + c) * blocks + b) * f.bytes;
+        std::memcpy(rec + scales + 2 * c, block, 2);
+        if (f.min) std::memcpy(rec + scales + 32 + 2 * c, block + 2, 2);
+        // Byte i of the 16 holds inputs i (low nibble) and 16 + i (high), as q4's; the fifth bits
+        // of both at the same place in the fifth vector, bits 2v and 2v + 1.
+        for (int i = 0; i < 16; ++i) {
+          const int lo = Q32BlockQ(w.type, block, i), hi = Q32BlockQ(w.type, block, 16 + i), v = i / 4;
+          rec[v * 64 + c * 4 + i % 4] = uint8_t((lo & 15) | ((hi & 15) << 4));
+          if (f.fifth) rec[4 * 64 + c * 4 + i % 4] |= uint8_t(((lo >> 4) << (2 * v)) | ((hi >> 4) << (2 * v + 1)));
+        }
+      }
     }
   });
 }

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q32.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -37,7 +38,7 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k, q5k, q6k weights) come in three x86 instruction paths and two Arm paths over
+// The int8 kernels (q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1 weights) come in three x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
@@ -51,7 +52,7 @@ const char* Bf16DotPath();
 //               instruction), one row as kArmDot;
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
-//  kNone:       no int8 kernel: q8, q4, q4k, q5k and q6k take the widening kernels.
+//  kNone:       no int8 kernel: every int8 format takes its widening kernel.
 enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
@@ -169,6 +170,22 @@ void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed);
 // for MatMulNTQ8Dot.
 void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
 
+// q32's types (kernels/cpu/q32.h: a GGUF file's Q4_1, Q5_0 and Q5_1) packed for the int8 kernels: per
+// group of 16 columns and block of 32 inputs, q4's 4 vectors of nibbles (the low 4 bits of q), for
+// q5_0 and q5_1 a vector of fifth bits as q5k's (the byte at the place of a nibble byte of vector v
+// holds the fifth bit of its low nibble in bit 2v and of its high nibble in bit 2v + 1), the 16
+// columns' fp16 d and, for q4_1 and q5_1, their fp16 m: 320, 352 and 384 bytes per 512 weights (5,
+// 5.5 and 6 bits a weight; the file's 5, 5.5 and 6).
+int64_t Q32DotPackedSize(Q32Type type, int64_t out, int64_t in);  // in bytes
+void PackQ32Dot(Q32Weights w, int64_t out, int64_t in, uint8_t* packed);
+// y = q8(x) w^T with packed q32 weights: x quantized as MatMulNTQ8Dot does, then per block the
+// products of q_x and q summed exactly in int32 from -16 * the block's sum of q_x for q5_0 (so that
+// they end at the sum of q_x (q - 16)), from 0 for the others, and added to y in fp32 as
+// sum * (d * scale_x), then for q4_1 and q5_1 m * (scale_x * the block's sum of q_x). Only where
+// Int8DotAvailable(). Against q8(x) times the weights, each element is off by a few fp32 roundings of
+// sum |q8(x)_k| (|d q_k| + |m|); against x times them, also by q8(x)'s error as for MatMulNTQ8Dot.
+void MatMulNTQ32Dot(Q32Type type, const float* x, int rows, int in, const uint8_t* packed, int out, float* y);
+
 // Several products of the same activations, y_i = x w_i^T, for matrices packed for one kernel with
 // the same `in`: each y_i bit for bit what the one-matrix call above gives it, with x rounded or
 // quantized once and the column groups of all of them shared out over the compute threads in one
@@ -176,7 +193,7 @@ void MatMulNTQ6KDot(const float* x, int rows, int in, const uint8_t* packed, int
 // or two, and one quantization). At most kMaxDotProducts products a call.
 inline constexpr int kMaxDotProducts = 8;
 struct DotProduct {
-  const void* packed;  // uint16_t values for bf16, bytes for q8, q4, q4k, q5k, q6k
+  const void* packed;  // uint16_t values for bf16, bytes for the int8 formats
   int out;             // its columns
   float* y;            // [rows, out]
 };
@@ -185,6 +202,9 @@ void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products
 void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ5KDots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ4_1Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ5_0Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ5_1Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the

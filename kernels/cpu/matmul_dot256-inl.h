@@ -143,15 +143,17 @@ STEADY_DOT256_TARGET inline void AddNibbleBlock(const Q8Rows& x, int r, int64_t 
   }
 }
 
-// Q4Op of matmul_dot512.cc on 8-column halves.
-struct Q4Op256 {
+// Block32Op (q4, q4_1, q5_0, q5_1) of matmul_dot512.cc on 8-column halves.
+template <bool kFifth, bool kMin, int kOffset>
+struct Block32Op256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 
-  Q4Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+  Block32Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
 
   template <int R, int C>
@@ -159,18 +161,30 @@ struct Q4Op256 {
     constexpr int H = 2 * C;
     for (int64_t b = b0; b < b1; ++b) {
       __m256i s[R][H];
-      Start(x, r, b, 8, s);
-      const uint8_t* wb = w + b * kQ4Record;
-      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ4Record, steps * kQ4Record, 0, kQ4Record);
-      AddNibbleBlock<R, H, false>(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kQ4Record + v * 64 + (h % 2) * 32; }, s);
+      Start(x, r, b, kOffset, s);
+      const uint8_t* wb = w + b * kRecord;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kRecord, steps * kRecord, 0, kRecord);
+      AddNibbleBlock<R, H, kFifth>(x, r, b, [&](int v, int h) { return wb + (h / 2) * steps * kRecord + v * 64 + (h % 2) * 32; }, s);
       __m256 ws[H];
       for (int h = 0; h < H; ++h) {
-        ws[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kQ4Record + 256 + (h % 2) * 16)));
+        ws[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kRecord + kScales + (h % 2) * 16)));
       }
       Scale(x, r, b, s, ws, acc);
+      if constexpr (kMin) {
+        for (int h = 0; h < H; ++h) {
+          const __m256 m = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + (h / 2) * steps * kRecord + kScales + 32 + (h % 2) * 16)));
+          for (int rr = 0; rr < R; ++rr) {
+            float* a = acc + rr * H * 8 + h * 8;
+            const int64_t i = (r + rr) * x.blocks + b;
+            _mm256_store_ps(a, _mm256_fmadd_ps(m, _mm256_set1_ps(x.xscale[i] * float(x.xsum[i])), _mm256_load_ps(a)));
+          }
+        }
+      }
     }
   }
 };
+using Q4Op256 = Block32Op256<false, false, 8>;
 
 // KQuantOp (q4k, q5k) of matmul_dot512.cc on 8-column halves.
 template <bool kFifth>

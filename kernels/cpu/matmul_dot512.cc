@@ -153,48 +153,6 @@ struct Q8Op {
   }
 };
 
-// int8 x 4-bit: as Q8Op (its tile, the fp32 sums in registers over a chunk), the weights' nibbles
-// (q_w + 8 in 0..15, unsigned) unpacked with a mask and a shift in the weight registers, the sums
-// starting at -8 * the block's sum of q_x, the scales widened from fp16.
-template <int kGroups>
-struct Q4Op {
-  Q8Rows x;
-  const uint8_t* w;  // packed, at the tile's first group
-  int64_t steps;     // blocks
-  static constexpr int64_t kChunk = 16;  // 16 blocks x 3 (or 4) groups x 288 bytes: 14 (18) KB in L1
-  static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
-
-  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
-
-  template <int R, int C>
-  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512 a[R][C];
-    LoadSums(acc, a);
-    for (int64_t b = b0; b < b1; ++b) {
-      __m512i s[R][C];
-      Start(x, r, b, 8, s);
-      const uint8_t* wb = w + b * kQ4Record;
-      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ4Record, steps * kQ4Record, 0, kQ4Record);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) {
-        __m512i raw[C], wv[C];
-        for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kQ4Record + v * 64);
-        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(raw[c], low);  // inputs 4v..4v+3
-        Add(x, r, b, v, wv, s);
-        for (int c = 0; c < C; ++c) wv[c] = _mm512_and_si512(_mm512_srli_epi16(raw[c], 4), low);  // 16 + 4v..
-        Add(x, r, b, v + 4, wv, s);
-      }
-      __m512 ws[C];
-      for (int c = 0; c < C; ++c) {
-        ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kQ4Record + 256)));
-      }
-      Scale(x, r, b, s, ws, a);
-    }
-    StoreSums(a, acc);
-  }
-};
-
 // Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
 // low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts: the bits they carry across a
 // byte are masked off.
@@ -211,6 +169,78 @@ STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
     default: return _mm512_and_si512(_mm512_srli_epi16(fv, 3), bit);
   }
 }
+
+// The low 4 bits of each byte of v (a 4-bit q); with kFifth (q5k, q5_0, q5_1) joined to bit m of the
+// fifth vector at `fifth`, (v & low) | its fifth bit in one VPTERNLOGD.
+template <bool kFifth>
+STEADY_DOT_TARGET inline __m512i Nibbles(__m512i v, __m512i low, const uint8_t* fifth, int m) {
+  if constexpr (!kFifth) return _mm512_and_si512(v, low);
+  return _mm512_ternarylogic_epi32(v, FifthBits(_mm512_loadu_si512(fifth), m), low, 0xEC);  // (a & c) | b
+}
+
+// int8 x blocks of 32 (q4; q32's q4_1, q5_0 and q5_1): as Q8Op (its tile, the fp32 sums in registers
+// over a chunk), the weights' nibbles (with kFifth joined to their fifth bits: q in 0..31, unsigned)
+// unpacked in the weight registers, the sums starting at -kOffset * the block's sum of q_x (q4: 8,
+// q5_0: 16) and scaled by the fp16 d widened, then with kMin the block's m times scale_x times its
+// sum of q_x added: acc += sum * (d * scale_x), acc += m * (scale_x * sum of q_x).
+template <int kGroups, bool kFifth, bool kMin, int kOffset>
+struct Block32Op {
+  Q8Rows x;
+  const uint8_t* w;  // packed, at the tile's first group
+  int64_t steps;     // blocks
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
+  static constexpr int64_t kChunk = 16;  // 16 blocks x 3 (or 4) groups x 288 (to 384) bytes: 14 (to 24) KB in L1
+  static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
+
+  Block32Op Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
+
+  template <int R, int C>
+  STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 a[R][C];
+    LoadSums(acc, a);
+    for (int64_t b = b0; b < b1; ++b) {
+      __m512i s[R][C];
+      Start(x, r, b, kOffset, s);
+      const uint8_t* wb = w + b * kRecord;
+      if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kRecord, steps * kRecord, 0, kRecord);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        __m512i raw[C], wv[C];
+        for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kRecord + v * 64);
+        for (int c = 0; c < C; ++c) wv[c] = Nibbles<kFifth>(raw[c], low, wb + c * steps * kRecord + 256, 2 * v);  // inputs 4v..4v+3
+        Add(x, r, b, v, wv, s);
+        for (int c = 0; c < C; ++c) {  // 16 + 4v..
+          wv[c] = Nibbles<kFifth>(_mm512_srli_epi16(raw[c], 4), low, wb + c * steps * kRecord + 256, 2 * v + 1);
+        }
+        Add(x, r, b, v + 4, wv, s);
+      }
+      __m512 ws[C];
+      for (int c = 0; c < C; ++c) {
+        ws[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kRecord + kScales)));
+      }
+      Scale(x, r, b, s, ws, a);
+      if constexpr (kMin) {
+        for (int c = 0; c < C; ++c) {
+          const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * steps * kRecord + kScales + 32)));
+          for (int rr = 0; rr < R; ++rr) {
+            const int64_t i = (r + rr) * x.blocks + b;
+            a[rr][c] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.xscale[i] * float(x.xsum[i])), a[rr][c]);
+          }
+        }
+      }
+    }
+    StoreSums(a, acc);
+  }
+};
+template <int kGroups>
+using Q4Op = Block32Op<kGroups, false, false, 8>;
+template <int kGroups>
+using Q4_1Op = Block32Op<kGroups, false, true, 0>;
+template <int kGroups>
+using Q5_0Op = Block32Op<kGroups, true, false, 16>;
+template <int kGroups>
+using Q5_1Op = Block32Op<kGroups, true, true, 0>;
 
 // int8 x q4k (kFifth false) and q5k (true): per sub-block (32 inputs, one q8_0 block of x) q times
 // q_x summed exactly in int32 as Q4Op does (no offset: q is unsigned; q5k's nibbles joined to their
@@ -232,13 +262,6 @@ struct KQuantOp {
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 
   KQuantOp Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
-  // The low 4 bits of each byte of v (q4k's q); q5k's joined to bit m of its sub-block s's fifth
-  // vector in the super-block record g, (v & low) | fifth in one VPTERNLOGD.
-  STEADY_DOT_TARGET static __m512i Nibbles(__m512i v, __m512i low, const uint8_t* g, int64_t s, int m) {
-    if constexpr (!kFifth) return _mm512_and_si512(v, low);
-    const __m512i fifth = FifthBits(_mm512_loadu_si512(g + kQ4KHead + s * kSubRecord + 4 * 64), m);
-    return _mm512_ternarylogic_epi32(v, fifth, low, 0xEC);  // (a & c) | b
-  }
 
   template <int R, int C>
   STEADY_DOT_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool ahead) const {
@@ -260,9 +283,10 @@ struct KQuantOp {
         for (int v = 0; v < 4; ++v) {
           __m512i raw[C], wv[C];
           for (int c = 0; c < C; ++c) raw[c] = _mm512_loadu_si512(wb + c * steps * kRecord + kQ4KHead + s * kSubRecord + v * 64);
-          for (int c = 0; c < C; ++c) wv[c] = Nibbles(raw[c], low, wb + c * steps * kRecord, s, 2 * v);
+          const auto fifth = [&](int c) { return wb + c * steps * kRecord + kQ4KHead + s * kSubRecord + 4 * 64; };
+          for (int c = 0; c < C; ++c) wv[c] = Nibbles<kFifth>(raw[c], low, fifth(c), 2 * v);
           Add(x, r, xb, v, wv, sums);
-          for (int c = 0; c < C; ++c) wv[c] = Nibbles(_mm512_srli_epi16(raw[c], 4), low, wb + c * steps * kRecord, s, 2 * v + 1);
+          for (int c = 0; c < C; ++c) wv[c] = Nibbles<kFifth>(_mm512_srli_epi16(raw[c], 4), low, fifth(c), 2 * v + 1);
           Add(x, r, xb, v + 4, wv, sums);
         }
         for (int c = 0; c < C; ++c) {
@@ -461,10 +485,19 @@ void Q5KDot512(const float* x, int rows, int in, const DotProduct* products, int
 void Q6KDot512(const float* x, int rows, int in, const DotProduct* products, int count) {
   Int8Dot<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
 }
+void Q4_1Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Int8Dot<Q4_1Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
+void Q5_0Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Int8Dot<Q5_0Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
+void Q5_1Dot512(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Int8Dot<Q5_1Op>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
 
 }  // namespace
 
-const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512, Q5KDot512, Q6KDot512};
+const Int8Kernels kAvx512VnniKernels = {Q8Dot512, Q4Dot512, Q4KDot512, Q5KDot512, Q6KDot512, Q4_1Dot512, Q5_0Dot512, Q5_1Dot512};
 
 }  // namespace steady::cpu::dot
 

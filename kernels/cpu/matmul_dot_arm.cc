@@ -152,32 +152,52 @@ STEADY_ARM_TARGET inline void AddNibbles(const Q8Rows& x, int r, int64_t xb, int
   Add(x, r, xb, v + 4, wv, s);
 }
 
-// Q4Op of matmul_dot512.cc: the sums start at -8 * the block's sum of q_x.
-struct Q4Op {
+// m * (scale_x * the block's sum of q_x) added to acc[rr][quarter q] for q4_1 and q5_1 (Block32Op of
+// matmul_dot512.cc), the fp16 m of each quarter at rec[q] + at.
+template <int R, int Q>
+STEADY_ARM_TARGET inline void AddMinimums(const Q8Rows& x, int r, int64_t b, const uint8_t* const (&rec)[Q], int64_t at,
+                                          float* acc) {
+  for (int q = 0; q < Q; ++q) {
+    const float32x4_t m = LoadF16(rec[q] + at + (q % 4) * 8);
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + (rr * Q + q) * 4;
+      const int64_t i = (r + rr) * x.blocks + b;
+      vst1q_f32(a, vfmaq_f32(vld1q_f32(a), m, vdupq_n_f32(x.xscale[i] * float(x.xsum[i]))));
+    }
+  }
+}
+
+// Block32Op (q4, q4_1, q5_0, q5_1) of matmul_dot512.cc: the sums start at -kOffset * the block's sum
+// of q_x; with kMin the blocks' m times scale_x times their sum of q_x after the scaled sums.
+template <bool kFifth, bool kMin, int kOffset>
+struct Block32Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
 
-  Q4Op Shift(int64_t groups) const { return {x, w + groups * steps * kQ4Record, steps}; }
+  Block32Op Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
 
   template <int R, int C>
   STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
     for (int64_t b = b0; b < b1; ++b) {
       int32x4_t s[R][Q];
-      Start(x, r, b, 8, s);
-      const uint8_t* wb = w + b * kQ4Record;
+      Start(x, r, b, kOffset, s);
+      const uint8_t* wb = w + b * kRecord;
       const uint8_t* rec[Q];
-      for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kQ4Record;
-      for (int v = 0; v < 4; ++v) AddNibbles<false>(x, r, b, v, rec, s);
+      for (int q = 0; q < Q; ++q) rec[q] = wb + (q / 4) * steps * kRecord;
+      for (int v = 0; v < 4; ++v) AddNibbles<kFifth>(x, r, b, v, rec, s);
       float32x4_t ws[Q];
-      for (int q = 0; q < Q; ++q) ws[q] = LoadF16(rec[q] + 256 + (q % 4) * 8);
+      for (int q = 0; q < Q; ++q) ws[q] = LoadF16(rec[q] + kScales + (q % 4) * 8);
       Scale(x, r, b, s, ws, acc);
+      if constexpr (kMin) AddMinimums<R>(x, r, b, rec, kScales + 32, acc);
     }
   }
 };
+using Q4Op = Block32Op<false, false, 8>;
 
 // q4k's and q5k's fp32 step for sub-block `sub` (x's block xb) of super-block record wb (the tile's
 // first group; groups `steps` records of `record` bytes apart), from the sums of q times q_x:
@@ -324,6 +344,15 @@ void Q5KDot(const float* x, int rows, int in, const DotProduct* products, int co
 void Q6KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Q6KOp>(x, rows, in, products, count, Q6KBlocksPerRow(in));
 }
+void Q4_1Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Block32Op<false, true, 0>>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
+void Q5_0Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Block32Op<true, false, 16>>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
+void Q5_1Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Block32Op<true, true, 0>>(x, rows, in, products, count, Q8BlocksPerRow(in));
+}
 
 }  // namespace sdot
 
@@ -430,20 +459,23 @@ struct Q8Format {
   }
 };
 
-// q4: the sums start at -8 * the block's sum of q_x.
-struct Q4Format {
-  static constexpr int64_t kRecord = kQ4Record, kChunk = 16;
+// q4, q4_1, q5_0 and q5_1 (sdot's Block32Op): the sums start at -kOffset * the block's sum of q_x.
+template <bool kFifth, bool kMin, int kOffset>
+struct Block32Format {
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256, kChunk = 16;
   template <int R, int Q>
   STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
-    NibbleHalves<false> halves;
-    for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kQ4Record;
+    NibbleHalves<kFifth> halves;
+    for (int q = 0; q < Q; ++q) halves.rec[q] = wb + (q / 4) * steps * kRecord;
     int32x4_t rows[R][Q];
-    BlockSums(x, r, b, -8, halves, rows);
+    BlockSums(x, r, b, -kOffset, halves, rows);
     float32x4_t ws[Q];
-    for (int q = 0; q < Q; ++q) ws[q] = sdot::LoadF16(halves.rec[q] + 256 + (q % 4) * 8);
+    for (int q = 0; q < Q; ++q) ws[q] = sdot::LoadF16(halves.rec[q] + kScales + (q % 4) * 8);
     sdot::Scale(x, r, b, rows, ws, acc);
+    if constexpr (kMin) sdot::AddMinimums<R>(x, r, b, halves.rec, kScales + 32, acc);
   }
 };
+using Q4Format = Block32Format<false, false, 8>;
 
 // q4k (kFifth false) and q5k (true): each sub-block's sums, then its fp32 step.
 template <bool kFifth>
@@ -504,6 +536,15 @@ void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int co
 }
 void Q5KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Op<KQuantFormat<true>>>(x, rows, in, products, count, Q5KBlocksPerRow(in), sdot::Q5KDot);
+}
+void Q4_1Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Block32Format<false, true, 0>>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q4_1Dot);
+}
+void Q5_0Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Block32Format<true, false, 16>>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q5_0Dot);
+}
+void Q5_1Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Block32Format<true, true, 0>>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q5_1Dot);
 }
 
 }  // namespace i8mm
@@ -622,9 +663,11 @@ struct Bf16MmlaOp {
 
 }  // namespace
 
-const Int8Kernels kArmDotKernels = {sdot::Q8Dot, sdot::Q4Dot, sdot::Q4KDot, sdot::Q5KDot, sdot::Q6KDot};
+const Int8Kernels kArmDotKernels = {sdot::Q8Dot,  sdot::Q4Dot,   sdot::Q4KDot,  sdot::Q5KDot,
+                                    sdot::Q6KDot, sdot::Q4_1Dot, sdot::Q5_0Dot, sdot::Q5_1Dot};
 // q6k on SDOT there too (the same bits): an SMMLA tile of its own is not written yet.
-const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot, i8mm::Q4Dot, i8mm::Q4KDot, i8mm::Q5KDot, sdot::Q6KDot};
+const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot,  i8mm::Q4Dot,   i8mm::Q4KDot,  i8mm::Q5KDot,
+                                     sdot::Q6KDot, i8mm::Q4_1Dot, i8mm::Q5_0Dot, i8mm::Q5_1Dot};
 
 // BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
 void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count) {

@@ -21,7 +21,11 @@ inline constexpr int kGroup = 16;     // output columns per packed group: one AV
 inline constexpr int kPassRows = 32;  // rows of x whose sums are kept (in L1) during a pass over the weights
 inline constexpr int kAheadTiles = 4;  // tiles of a pass that prefetch the next chunk (matmul_dot_driver-inl.h)
 inline constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block: 8 weight vectors, 16 scales
-inline constexpr int64_t kQ4Record = 4 * 64 + 32;  // 4 vectors of two nibbles, 16 fp16 scales
+// Per group and block of 32 of q4 and of q32's types (q4_1, q5_0, q5_1): 4 vectors of two nibbles,
+// then for the 5-bit types a vector of fifth bits as q5k's (below), the 16 columns' fp16 d and, for
+// q4_1 and q5_1, their fp16 m: 288, 320, 352 and 384 bytes per 512 weights.
+inline constexpr int64_t Block32Record(bool fifth, bool min) { return 4 * 64 + (fifth ? 64 : 0) + 32 + (min ? 32 : 0); }
+inline constexpr int64_t kQ4Record = Block32Record(false, false);
 // Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
 // minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.
 inline constexpr int64_t kQ4KHead = 32 + 32 + 128 + 128;
@@ -102,11 +106,11 @@ T* Scratch(std::vector<T>& v, size_t n) {
 }
 
 // One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots,
-// MatMulNTQ5KDots and MatMulNTQ6KDots of matmul_dot.h, each quantizing x itself, once for all its
-// products.
+// MatMulNTQ5KDots, MatMulNTQ6KDots and MatMulNTQ32Dots' three of matmul_dot.h, each quantizing x
+// itself, once for all its products.
 using Int8Kernel = void (*)(const float* x, int rows, int in, const DotProduct* products, int count);
 struct Int8Kernels {
-  Int8Kernel q8, q4, q4k, q5k, q6k;
+  Int8Kernel q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1;
 };
 // Each defined only where its instruction set is compiled (x86-64 or AArch64).
 extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc

@@ -52,7 +52,7 @@ class CpuBackend : public Backend {
     const bool bf16 = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.TypeNames() == "bf16");
     const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
-    // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k, q5k and q6k matrices as stored
+    // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k, q5k, q6k, q4_1, q5_0 and q5_1 matrices as stored
     // (a checkpoint's own bf16, a GGUF file's blocks: the same values; llama.cpp rounds the activations
     // for a quantized file as these kernels do). They round the activations, so under stored every
     // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
@@ -61,7 +61,9 @@ class CpuBackend : public Backend {
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
                       (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
                                                   own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ5K) ||
-                                                  own.Has(WeightType::kQ6K) || own.Has(WeightType::kQ8_0)));
+                                                  own.Has(WeightType::kQ6K) || own.Has(WeightType::kQ8_0) ||
+                                                  own.Has(WeightType::kQ4_1) || own.Has(WeightType::kQ5_0) ||
+                                                  own.Has(WeightType::kQ5_1)));
     const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));

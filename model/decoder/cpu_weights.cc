@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -134,6 +134,9 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
     if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
     if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;
     if (dot && to == WeightType::kQ5K && cpu::Int8DotAvailable()) to = WeightType::kDotQ5K;
+    if (dot && to == WeightType::kQ4_1 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4_1;
+    if (dot && to == WeightType::kQ5_0 && cpu::Int8DotAvailable()) to = WeightType::kDotQ5_0;
+    if (dot && to == WeightType::kQ5_1 && cpu::Int8DotAvailable()) to = WeightType::kDotQ5_1;
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -189,6 +192,9 @@ std::string CpuMatrices::TypeNames() const {
       case WeightType::kDotQ4K: names.insert("q4k"); break;
       case WeightType::kDotQ6K: names.insert("q6k"); break;
       case WeightType::kDotQ5K: names.insert("q5k"); break;
+      case WeightType::kDotQ4_1: names.insert("q4_1"); break;
+      case WeightType::kDotQ5_0: names.insert("q5_0"); break;
+      case WeightType::kDotQ5_1: names.insert("q5_1"); break;
       default: names.insert(WeightTypeName(w.type()));
     }
   });
@@ -207,7 +213,7 @@ std::string CpuMatrices::Kernels() const {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
     if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K ||
-        w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K) {
+        w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K || IsPackedQ32(w.type())) {
       names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
     }
   });

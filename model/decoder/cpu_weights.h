@@ -25,9 +25,9 @@ namespace steady {
 class Model;
 
 // auto: as stored, each matrix on the fastest kernel that reads its stored values unchanged: the
-// quantized ones (q8, q4, q4k, q5k, q6k: a GGUF file's Q8_0, Q5_0, Q4_0, Q4_K, Q5_K, Q6_K) packed for the int8 kernels where
+// quantized ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k: a GGUF file's blocks) packed for the int8 kernels where
 // the CPU has one (the activations quantized per 32 as llama.cpp's own dot products do), the bf16 ones
-// (a checkpoint's own, or a GGUF file's Q4_1 and Q5_1 values) on AMX tiles or VDPBF16PS where the
+// (a checkpoint's own, or a GGUF file's BF16 tensors) on AMX tiles or VDPBF16PS where the
 // CPU has them (the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
 // stored: as stored, every matrix on the widening kernels with fp32 activations (what comparisons
 // with another implementation's fp32 arithmetic need); f32; bf16 (half the bytes of fp32); q8 (8-bit
@@ -93,8 +93,8 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the q8, q4, q4k, q5k and q6k
-  // ones for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
+  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the quantized
+  // ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k) for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",
   // the int8 path's (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2") or "" (the

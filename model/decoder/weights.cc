@@ -50,8 +50,30 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kQ8_0: return "q8_0";
     case WeightType::kQ5K: return "q5k";
     case WeightType::kDotQ5K: return "dot-q5k";
+    case WeightType::kQ4_1: return "q4_1";
+    case WeightType::kQ5_0: return "q5_0";
+    case WeightType::kQ5_1: return "q5_1";
+    case WeightType::kDotQ4_1: return "dot-q4_1";
+    case WeightType::kDotQ5_0: return "dot-q5_0";
+    case WeightType::kDotQ5_1: return "dot-q5_1";
   }
   return "?";
+}
+
+std::optional<cpu::Q32Type> Q32TypeOf(WeightType t) {
+  switch (t) {
+    case WeightType::kQ4_1:
+    case WeightType::kDotQ4_1: return cpu::Q32Type::kQ4_1;
+    case WeightType::kQ5_0:
+    case WeightType::kDotQ5_0: return cpu::Q32Type::kQ5_0;
+    case WeightType::kQ5_1:
+    case WeightType::kDotQ5_1: return cpu::Q32Type::kQ5_1;
+    default: return std::nullopt;
+  }
+}
+
+bool IsPackedQ32(WeightType t) {
+  return t == WeightType::kDotQ4_1 || t == WeightType::kDotQ5_0 || t == WeightType::kDotQ5_1;
 }
 
 WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, const void* data,
@@ -92,6 +114,9 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
     case WeightType::kQ4K:
     case WeightType::kQ5K:
     case WeightType::kQ6K:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
     case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
@@ -115,6 +140,12 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kQ8_0: return cpu::Q8_0Bytes(rows_, cols_);
     case WeightType::kQ5K: return cpu::Q5KBytes(rows_, cols_);
     case WeightType::kDotQ5K: return cpu::Q5KDotPackedSize(rows_, cols_);
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1: return cpu::Q32Bytes(*Q32TypeOf(type_), rows_, cols_);
+    case WeightType::kDotQ4_1:
+    case WeightType::kDotQ5_0:
+    case WeightType::kDotQ5_1: return cpu::Q32DotPackedSize(*Q32TypeOf(type_), rows_, cols_);
   }
   return 0;
 }
@@ -132,6 +163,11 @@ cpu::Q6KWeights WeightMatrix::q6k() const {
 cpu::Q5KWeights WeightMatrix::q5k() const {
   STEADY_CHECK(type_ == WeightType::kQ5K);
   return {as<uint8_t>()};
+}
+
+cpu::Q32Weights WeightMatrix::q32() const {
+  STEADY_CHECK(Q32TypeOf(type_) && !IsPackedQ32(type_));
+  return {*Q32TypeOf(type_), as<uint8_t>()};
 }
 
 cpu::Q8_0Weights WeightMatrix::q8_0() const {
@@ -184,6 +220,13 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return cpu::DequantizeQ8_0(q8_0(), cols_, r0, r1, out);
     case WeightType::kQ5K:
       return cpu::DequantizeQ5K(q5k(), cols_, r0, r1, out);
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+      return cpu::DequantizeQ32(q32(), cols_, r0, r1, out);
+    case WeightType::kDotQ4_1:
+    case WeightType::kDotQ5_0:
+    case WeightType::kDotQ5_1:
     case WeightType::kDotQ4K:
     case WeightType::kDotQ5K:
     case WeightType::kDotQ6K:
@@ -249,6 +292,9 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
         if (type_ == WeightType::kQ8_0) {  // its own blocks, the same values: not quantized again
           return cpu::Q8_0ToQ8(q8_0(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
         }
+        if (type_ == WeightType::kQ5_0) {  // q - 16 and d: the same values
+          return cpu::Q5_0ToQ8(q32(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
+        }
         const std::vector<float> rows = RowsSlice(r0, r1);
         cpu::QuantizeQ8(rows.data(), r1 - r0, int(cols_), q + r0 * cols_, scales + r0 * blocks);
       });
@@ -311,6 +357,17 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(buffer);
       return type == WeightType::kQ4K ? m : m.ConvertTo(type);
     }
+    case WeightType::kDotQ4_1:
+    case WeightType::kDotQ5_0:
+    case WeightType::kDotQ5_1: {  // packed from a GGUF file's q4_1, q5_0 or q5_1 rows as they are
+      STEADY_CHECK(!IsPackedQ32(type_) && Q32TypeOf(type_) == Q32TypeOf(type) &&
+                   "ConvertTo: dot-q4_1, -q5_0 and -q5_1 pack a q4_1, q5_0 or q5_1 matrix; nothing quantizes to them");
+      auto packed = Buffer<uint8_t>(size_t(m.Bytes()));
+      cpu::PackQ32Dot(q32(), rows_, cols_, packed->data());
+      m.data_ = packed->data();
+      m.owner_ = std::move(packed);
+      return m;
+    }
     case WeightType::kDotQ5K:
     case WeightType::kDotQ6K: {  // packed from a GGUF file's q5k or q6k rows as they are
       const bool q6k_rows = type == WeightType::kDotQ6K;
@@ -330,9 +387,12 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
     case WeightType::kQ5K:
     case WeightType::kQ6K:
     case WeightType::kQ8_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k and q8_0 are a checkpoint's types, not conversion targets");
+  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k, q8_0, q4_1, q5_0 and q5_1 are a checkpoint's types, not conversion targets");
   return m;
 }
 
@@ -360,6 +420,12 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kQ5K: return cpu::MatMulNTQ5K(x, rows, in, w.q5k(), out, y);
     case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kDotQ5K: return cpu::MatMulNTQ5KDot(x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1: return cpu::MatMulNTQ32(x, rows, in, w.q32(), out, y);
+    case WeightType::kDotQ4_1:
+    case WeightType::kDotQ5_0:
+    case WeightType::kDotQ5_1: return cpu::MatMulNTQ32Dot(*Q32TypeOf(w.type()), x, rows, in, w.as<uint8_t>(), out, y);
   }
 }
 
@@ -373,6 +439,9 @@ void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) 
       case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDots;
       case WeightType::kDotQ6K: return cpu::MatMulNTQ6KDots;
       case WeightType::kDotQ5K: return cpu::MatMulNTQ5KDots;
+      case WeightType::kDotQ4_1: return cpu::MatMulNTQ4_1Dots;
+      case WeightType::kDotQ5_0: return cpu::MatMulNTQ5_0Dots;
+      case WeightType::kDotQ5_1: return cpu::MatMulNTQ5_1Dots;
       default: return nullptr;
     }
   };

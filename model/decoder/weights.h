@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q32.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -40,10 +42,20 @@ enum class WeightType {
   kQ8_0,     // a GGUF file's Q8_0 blocks (kernels/cpu/matmul.h Q8_0Weights: fp16 d, 32 int8), row-major
   kQ5K,      // q5k (a GGUF file's Q5_K blocks, kernels/cpu/q5k.h), row-major: 176 bytes per 256 weights
   kDotQ5K,   // q5k packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ5KDot), zero padding included
+  kQ4_1,     // a GGUF file's Q4_1 blocks (kernels/cpu/q32.h), row-major: 20 bytes per 32 weights
+  kQ5_0,     // a GGUF file's Q5_0 blocks (q32.h), row-major: 22 bytes per 32 weights
+  kQ5_1,     // a GGUF file's Q5_1 blocks (q32.h), row-major: 24 bytes per 32 weights
+  kDotQ4_1,  // q4_1, q5_0, q5_1 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ32Dot)
+  kDotQ5_0,
+  kDotQ5_1,
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
-// "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k".
+// "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k", "q4_1", "q5_0", "q5_1", "dot-q4_1", "dot-q5_0", "dot-q5_1".
 const char* WeightTypeName(WeightType t);
+// The q32 type (kernels/cpu/q32.h) of kQ4_1, kQ5_0, kQ5_1 and of their packed forms; nullopt for the others.
+std::optional<cpu::Q32Type> Q32TypeOf(WeightType t);
+// Whether t is one of the packed forms kDotQ4_1, kDotQ5_0, kDotQ5_1.
+bool IsPackedQ32(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
 // [vocab, hidden]. Immutable; copies share the bytes (and whatever keeps them alive).
@@ -68,8 +80,9 @@ class WeightMatrix {
   // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K, kDotQ4K,
   // or kDotQ6K from kQ6K): itself when already so, else a converted copy of its own (bf16: rounded
   // to nearest even; q8: QuantizeQ8 of the fp32 values, or from q8_0 its own blocks, exactly; AMX and dot-bf16: packed from bf16; dot-q8:
-  // packed from q8; q4 and q4k: quantized from the fp32 values; dot-q4, dot-q4k and dot-q6k: packed
-  // from q4 / q4k / q6k). Converted in parallel over the compute threads (the packing too, a column
+  // packed from q8, or from q5_0 its own values exactly; q4 and q4k: quantized from the fp32 values;
+  // dot-q4, dot-q4k, dot-q5k, dot-q6k and dot-q4_1, -q5_0, -q5_1: packed from q4 / q4k / q5k / q6k /
+  // q4_1, q5_0, q5_1). Converted in parallel over the compute threads (the packing too, a column
   // group per task).
   WeightMatrix ConvertTo(WeightType type) const;
 
@@ -91,6 +104,7 @@ class WeightMatrix {
   cpu::Q6KWeights q6k() const;     // kQ6K only
   cpu::Q8_0Weights q8_0() const;   // kQ8_0 only
   cpu::Q5KWeights q5k() const;     // kQ5K only
+  cpu::Q32Weights q32() const;     // kQ4_1, kQ5_0, kQ5_1 only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

@@ -16,8 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/check.h"
 #include "base/file_io.h"
-#include "kernels/cpu/matmul.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/gguf/dequantize.h"
 
@@ -133,18 +133,20 @@ class Mapper {
     const GgmlType type = GgmlType(t.type);
     // A type held in the file's own bytes, a view of the mapped tensor where no rows are permuted.
     const std::optional<WeightType> held = HeldAs(type);
-    if (held && heads == 0 && WeightMatrix::MatchesAlignment(*held, raw)) {
+    STEADY_CHECK(held.has_value() && "every type Find takes is held");
+    if (heads == 0 && WeightMatrix::MatchesAlignment(*held, raw)) {
       return WeightMatrix::View(*held, rows, cols, raw, file_.Owner(), file_.mapped());
     }
     // Otherwise a copy of the loader's own; the file's pages, read twice (the check and the copy), then
     // leave resident memory (they come back from the file if touched again).
-    WeightMatrix copy = Converted(type, t, raw, rows, cols, row_bytes, heads, row);
+    WeightMatrix copy = Copied(*held, raw, rows, cols, row_bytes, heads);
     if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));
     return copy;
   }
 
-  // The types held in the file's own bytes: F32, F16, BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_K as q4k,
-  // Q5_K as q5k, Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q4k.h, q5k.h, q6k.h).
+  // The types held in the file's own bytes: every type the loader takes (CanDequantize). F32, F16,
+  // BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_1, Q5_0 and Q5_1 as q4_1, q5_0 and q5_1, Q4_K as q4k, Q5_K
+  // as q5k, Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q32.h, q4k.h, q5k.h, q6k.h).
   static std::optional<WeightType> HeldAs(GgmlType type) {
     switch (type) {
       case GgmlType::kF32: return WeightType::kF32;
@@ -152,6 +154,9 @@ class Mapper {
       case GgmlType::kBF16: return WeightType::kBf16;
       case GgmlType::kQ8_0: return WeightType::kQ8_0;
       case GgmlType::kQ4_0: return WeightType::kQ4;
+      case GgmlType::kQ4_1: return WeightType::kQ4_1;
+      case GgmlType::kQ5_0: return WeightType::kQ5_0;
+      case GgmlType::kQ5_1: return WeightType::kQ5_1;
       case GgmlType::kQ4_K: return WeightType::kQ4K;
       case GgmlType::kQ5_K: return WeightType::kQ5K;
       case GgmlType::kQ6_K: return WeightType::kQ6K;
@@ -159,26 +164,12 @@ class Mapper {
     }
   }
 
-  // A copy of the tensor's rows (llama's q/k un-permuted): a type HeldAs names in its own bytes; Q5_0
-  // as q8 (the same values); Q4_1 and Q5_1 (a per-block minimum) as ggml's values rounded to
-  // bf16. `row` is scratch of `cols` floats.
-  static WeightMatrix Converted(GgmlType type, const GgufTensorInfo& t, const char* raw, int64_t rows, int64_t cols,
-                                int64_t row_bytes, int heads, std::vector<float>& row) {
-    if (const std::optional<WeightType> held = HeldAs(type)) {
-      auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
-      char* out = reinterpret_cast<char*>(buffer->data());
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
-      return WeightMatrix::Owned(*held, rows, cols, out, std::move(buffer));
-    }
-    if (type == GgmlType::kQ5_0) return ToQ5_0(raw, rows, cols, row_bytes, heads);
-    auto buffer = std::make_shared<std::vector<uint16_t>>(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      Dequantize(t.type, raw + SourceRow(r, rows, heads) * row_bytes, cols, row.data());
-      uint16_t* out = buffer->data() + r * cols;
-      for (int64_t k = 0; k < cols; ++k) out[k] = FloatToBFloat16(row[size_t(k)]);
-    }
-    const void* data = buffer->data();
-    return WeightMatrix::Owned(WeightType::kBf16, rows, cols, data, std::move(buffer));
+  // A copy of the tensor's rows (llama's q/k un-permuted) in its own bytes, held as `held`.
+  static WeightMatrix Copied(WeightType held, const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
+    auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
+    char* out = reinterpret_cast<char*>(buffer->data());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
+    return WeightMatrix::Owned(held, rows, cols, out, std::move(buffer));
   }
 
   // Tensors of the file that no weight asked for (rope_freqs is the config's).
@@ -200,35 +191,6 @@ class Mapper {
       }
     }
     return absl::OkStatus();
-  }
-
-  // Q5_0 (fp16 d, fifth bits, nibbles, value q - 16) as Steady's q8 blocks: int8 values [rows, cols],
-  // then fp32 scales [rows, cols / 32]. The same values exactly.
-  static WeightMatrix ToQ5_0(const char* raw, int64_t rows, int64_t cols, int64_t row_bytes, int heads) {
-    const int64_t blocks = cols / cpu::kQ8Block;
-    const size_t bytes = size_t(rows * cols) + size_t(rows * blocks) * sizeof(float);
-    auto buffer = std::make_shared<std::vector<float>>((bytes + 3) / 4);
-    int8_t* q = reinterpret_cast<int8_t*>(buffer->data());
-    float* scales = reinterpret_cast<float*>(q + rows * cols);
-    const int64_t block_bytes = row_bytes / blocks;
-    for (int64_t r = 0; r < rows; ++r) {
-      const char* src = raw + SourceRow(r, rows, heads) * row_bytes;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const auto* block = reinterpret_cast<const uint8_t*>(src + b * block_bytes);
-        uint16_t d;
-        std::memcpy(&d, block, 2);
-        scales[r * blocks + b] = HalfToFloat(d);
-        int8_t* out = q + r * cols + b * cpu::kQ8Block;
-        uint32_t qh;  // fifth bits in 4 bytes after d
-        std::memcpy(&qh, block + 2, 4);
-        for (int j = 0; j < 16; ++j) {
-          out[j] = int8_t(((block[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16);
-          out[j + 16] = int8_t(((block[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-        }
-      }
-    }
-    const void* data = buffer->data();
-    return WeightMatrix::Owned(WeightType::kQ8, rows, cols, data, std::move(buffer));
   }
 
   const GgufFile& file_;

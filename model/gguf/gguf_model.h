@@ -10,11 +10,10 @@
 //
 // llama's q and k rows (and biases) come back from the pair-interleaved order llama.cpp's converter
 // gives them to Hugging Face's rotate-half order. What each tensor type becomes at load:
-//   F32, F16, BF16   viewed in place in the mapped file (llama's q/k: a permuted copy, same type)
-//   Q8_0, Q5_0       Steady's q8 blocks (int8 values, one fp32 scale per 32): the same values exactly
-//   Q4_0             Steady's q4 (the same fp16 scales and nibbles, regrouped)
-//   Q4_K             Steady's q4k (the same d, dmin, six-bit scales and minimums, nibbles regrouped)
-//   Q4_1, Q5_1, Q5_K, Q6_K  bf16 (ggml's dequantized fp32 values, rounded to nearest even)
+// every type in its own bytes, viewed in place in the mapped file (llama's q/k: a permuted copy of
+// the same type): F32, F16, BF16 as themselves, Q8_0 as q8_0, Q4_0 as q4, Q4_1, Q5_0 and Q5_1 as
+// q4_1, q5_0 and q5_1, Q4_K, Q5_K and Q6_K as q4k, q5k and q6k (kernels/cpu: matmul.h, q32.h, q4k.h,
+// q5k.h, q6k.h), so their values are ggml's exactly.
 // Norms and biases are fp32 vectors. Every tensor must exist with its shape and finite values, and
 // every tensor of the file must be used; errors name the file, the tensor or key, and the reason.
 #ifndef STEADY_MODEL_GGUF_GGUF_MODEL_H_

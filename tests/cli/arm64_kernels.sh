@@ -29,7 +29,7 @@ if cmake -S "$src" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$src/cmake/aarch64-linux-
    cmake --build "$build" -j 2 > "$tmp/build.log" 2>&1; then
   pass "kernels/cpu and its tests cross-build for AArch64"
 else
-  tail -40 "$tmp/configure.log" "$tmp/build.log"
+  tail -n 40 "$tmp/configure.log" "$tmp/build.log"
   fail "kernels/cpu and its tests cross-build for AArch64"
   finish arm64_kernels
   exit

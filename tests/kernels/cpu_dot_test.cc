@@ -23,6 +23,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/q32.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -455,6 +456,66 @@ std::vector<float> RunQ5KWidening(const Q5KProblem& p, const std::vector<float>&
   return y;
 }
 
+// q4_1, q5_0, q5_1 (q32.h): random blocks of `type` (every bit pattern is a valid one; d a small fp16
+// value, m one of either sign), or blocks whose q are all at their largest (`fill` 0xff: every bit
+// of qh and qs set) or all 0 (0x00). Row-major as in a GGUF file, and packed.
+struct Q32Problem {
+  cpu::Q32Type type;
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<uint8_t> blocks;
+  std::vector<float> dequantized;
+  std::vector<uint8_t> packed;
+  cpu::Q32Weights weights() const { return {type, blocks.data()}; }
+  // |d (q - offset)| + |m| of weight (j, k): bounds the weight and both parts the kernels add.
+  double Magnitude(int j, int k) const {
+    const cpu::Q32Format f = cpu::Q32FormatOf(type);
+    const uint8_t* block = blocks.data() + (int64_t(j) * cpu::Q8BlocksPerRow(in) + k / 32) * f.bytes;
+    const int q = cpu::Q32BlockQ(type, block, k % 32) - f.offset;
+    return std::abs(double(cpu::F16At(block)) * q) + (f.min ? std::abs(double(cpu::F16At(block + 2))) : 0.0);
+  }
+};
+
+Q32Problem MakeQ32(cpu::Q32Type type, int rows, int in, int out, std::mt19937_64& rng, bool pack = true, int fill = -1) {
+  const cpu::Q32Format f = cpu::Q32FormatOf(type);
+  Q32Problem p{type, rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng),
+               std::vector<uint8_t>(size_t(cpu::Q32Bytes(type, out, in))), std::vector<float>(size_t(out) * in), {}};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f), min(-0.02f, 0.02f);
+  for (int64_t b = 0; b < out * cpu::Q8BlocksPerRow(in); ++b) {
+    uint8_t* block = p.blocks.data() + b * f.bytes;
+    const uint16_t dm[2] = {cpu::FloatToF16(scale(rng)), cpu::FloatToF16(min(rng))};
+    std::memcpy(block, dm, f.min ? 4 : 2);
+    for (int64_t i = f.min ? 4 : 2; i < f.bytes; ++i) block[i] = uint8_t(fill >= 0 ? fill : byte(rng));
+  }
+  cpu::DequantizeQ32(p.weights(), in, 0, out, p.dequantized.data());
+  if (pack) {
+    p.packed.assign(size_t(cpu::Q32DotPackedSize(type, out, in)), 0xff);
+    cpu::PackQ32Dot(p.weights(), out, in, p.packed.data());
+  }
+  return p;
+}
+
+std::vector<float> RunQ32Dot(const Q32Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ32Dot(p.type, x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
+std::vector<float> RunQ32Widening(const Q32Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTQ32(x.data(), rows, p.in, p.weights(), p.out, y.data());
+  return y;
+}
+// MatMulNTQ32Dots' three entry points, by type.
+void MatMulNTQ32Dots(cpu::Q32Type type, const float* x, int rows, int in, const cpu::DotProduct* products, int count) {
+  switch (type) {
+    case cpu::Q32Type::kQ4_1: return cpu::MatMulNTQ4_1Dots(x, rows, in, products, count);
+    case cpu::Q32Type::kQ5_0: return cpu::MatMulNTQ5_0Dots(x, rows, in, products, count);
+    case cpu::Q32Type::kQ5_1: return cpu::MatMulNTQ5_1Dots(x, rows, in, products, count);
+  }
+}
+const cpu::Q32Type kQ32Types[] = {cpu::Q32Type::kQ4_1, cpu::Q32Type::kQ5_0, cpu::Q32Type::kQ5_1};
+
 // q8_0 (a GGUF file's Q8_0 blocks, read in place) is q8 with its fp16 d as the fp32 scale: Q8_0ToQ8
 // gives those values (the packed int8 kernels' input), DequantizeQ8_0 q * d, and the widening kernel
 // on the blocks the bits of MatMulNTQ8 on the converted q8, at every row count and a partial last
@@ -584,6 +645,66 @@ TEST(CpuDotTest, Q5KWideningMatchesTheReferenceAtManyShapes) {
   }
 }
 
+// A block of each q32 type with chosen fields reads back as q32.h (ggml's block_q4_1, _q5_0, _q5_1)
+// says: weight i takes the low (i < 16) or high nibble of qs[i % 16] and bit i of qh as its fifth
+// bit; d (q - 16) for q5_0, d q + m for the others. The widening kernel gives the same values.
+TEST(CpuDotTest, Q32ReadsGgmlsBlockLayouts) {
+  for (cpu::Q32Type type : kQ32Types) {
+    const cpu::Q32Format f = cpu::Q32FormatOf(type);
+    std::vector<uint8_t> block(size_t(f.bytes), 0);
+    const uint16_t dm[2] = {cpu::FloatToF16(0.375f), cpu::FloatToF16(-0.625f)};
+    std::memcpy(block.data(), dm, f.min ? 4 : 2);
+    std::vector<int> want_q(32);
+    uint32_t qh = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = (i * 7 + 3) % (f.fifth ? 32 : 16);
+      want_q[size_t(i)] = q;
+      block[size_t(f.qs + i % 16)] |= uint8_t((q & 15) << (i < 16 ? 0 : 4));
+      qh |= uint32_t(q >> 4) << i;
+    }
+    if (f.fifth) std::memcpy(block.data() + (f.min ? 4 : 2), &qh, 4);
+    std::vector<float> values(32), unit(32 * 32, 0.0f);
+    cpu::DequantizeQ32({type, block.data()}, 32, 0, 1, values.data());
+    for (int i = 0; i < 32; ++i) unit[size_t(i) * 32 + i] = 1.0f;
+    std::vector<float> widened(32);
+    cpu::MatMulNTQ32(unit.data(), 32, 32, {type, block.data()}, 1, widened.data());
+    for (int i = 0; i < 32; ++i) {
+      const float want = f.min ? 0.375f * float(want_q[size_t(i)]) - 0.625f : 0.375f * float(want_q[size_t(i)] - 16);
+      ASSERT_EQ(cpu::Q32BlockQ(type, block.data(), i), want_q[size_t(i)]) << int(type) << " value " << i;
+      ASSERT_EQ(values[size_t(i)], want) << int(type) << " value " << i;
+      ASSERT_EQ(widened[size_t(i)], want) << int(type) << " value " << i;
+    }
+  }
+}
+
+TEST(CpuDotTest, Q32WideningMatchesTheReferenceAtManyShapes) {
+  std::mt19937_64 rng(51);
+  for (cpu::Q32Type type : kQ32Types) {
+    for (int rows : kRows) {
+      for (int in : kIns) {
+        for (int out : kOuts) {
+          const Q32Problem p = MakeQ32(type, rows, in, out, rng, /*pack=*/false);
+          for (int j = 0; j < out; ++j) {
+            for (int k = 0; k < in; ++k) {
+              ASSERT_EQ(p.dequantized[size_t(j) * in + k], cpu::Q32WeightValue(p.weights(), in, j, k)) << j << ", " << k;
+            }
+          }
+          const std::vector<float> got = RunQ32Widening(p, p.x, rows);
+          std::vector<float> want(size_t(rows) * out);
+          cpu::MatMulNTQ32Reference(p.x.data(), rows, in, p.weights(), out, want.data());
+          for (int r = 0; r < rows; ++r) {
+            for (int j = 0; j < out; ++j) {
+              const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return p.dequantized[size_t(jj) * in + k]; });
+              ASSERT_NEAR(got[size_t(r) * out + j], want[size_t(r) * out + j], 1e-30 + (in + 2) * kF32Eps * mag)
+                  << int(type) << " rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << ")";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuDotTest, Q6KWideningMatchesTheReferenceAtManyShapes) {
   std::mt19937_64 rng(40);
   for (int rows : kRows) {
@@ -605,13 +726,13 @@ TEST(CpuDotTest, Q6KWideningMatchesTheReferenceAtManyShapes) {
   }
 }
 
-// A GGUF K-quant's int8 kernel on random blocks and on the extremes (make's `fill` 0xff: every q at its
+// A GGUF block type's int8 kernel on random blocks and on the extremes (make's `fill` 0xff: every q at its
 // largest; 0x00: every q 0) at every shape, past the 256-value super-block too, and with an all-zero
 // row of x (a zero q8_0 scale). make(rows, in, out, rng, fill) gives the problem, run(p, x, rows) the
 // kernel's y; weight(p, j, k) bounds weight (j, k) and the parts the kernel adds for it; `extra` fp32
 // roundings per element beyond one per input.
 template <typename Make, typename Run, typename Weight>
-void ExpectKQuantDotAtManyShapes(uint64_t seed, const Make& make, const Run& run, const Weight& weight, int extra) {
+void ExpectBlockDotAtManyShapes(uint64_t seed, const Make& make, const Run& run, const Weight& weight, int extra) {
   std::mt19937_64 rng(seed);
   int problem = 0;
   for (int rows : kRows) {
@@ -637,7 +758,7 @@ void ExpectKQuantDotAtManyShapes(uint64_t seed, const Make& make, const Run& run
 
 TEST_P(Int8PathTest, Q6KDotMatchesReferencesAtManyShapes) {
   // Per sub-block of 16: the scale's product with x's and the multiply-add.
-  ExpectKQuantDotAtManyShapes(
+  ExpectBlockDotAtManyShapes(
       41, [](int rows, int in, int out, std::mt19937_64& rng, int fill) { return MakeQ6K(rows, in, out, rng, /*pack=*/true, fill); },
       RunQ6KDot, [](const Q6KProblem& p, int j, int k) { return double(p.dequantized[size_t(j) * p.in + k]); }, /*extra=*/2);
 }
@@ -879,9 +1000,22 @@ TEST_P(Int8PathTest, Q4KDotMatchesReferencesAtManyShapes) {
 
 TEST_P(Int8PathTest, Q5KDotMatchesReferencesAtManyShapes) {
   // Per sub-block: the scale product, the multiply-add, the minimum's product and its subtraction.
-  ExpectKQuantDotAtManyShapes(
+  ExpectBlockDotAtManyShapes(
       47, [](int rows, int in, int out, std::mt19937_64& rng, int fill) { return MakeQ5K(rows, in, out, rng, /*pack=*/true, fill); },
       RunQ5KDot, [](const Q5KProblem& p, int j, int k) { return p.Magnitude(j, k); }, /*extra=*/8);
+}
+
+TEST_P(Int8PathTest, Q32DotMatchesReferencesAtManyShapes) {
+  for (cpu::Q32Type type : kQ32Types) {
+    // Per block: the scale product and the multiply-add, the minimum's product and its addition.
+    ExpectBlockDotAtManyShapes(
+        52 + uint64_t(type),
+        [type](int rows, int in, int out, std::mt19937_64& rng, int fill) {
+          return MakeQ32(type, rows, in, out, rng, /*pack=*/true, fill);
+        },
+        RunQ32Dot, [](const Q32Problem& p, int j, int k) { return p.Magnitude(j, k); }, /*extra=*/4);
+    if (HasFatalFailure()) return;
+  }
 }
 
 // PackQ5KDot's layout as matmul_dot.h states it, byte by byte on a hand-made row: q4k's record (d,
@@ -994,6 +1128,14 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
       cpu::PackQ5KDot({q5k.blocks.data() + j0 * cpu::Q5KBytes(1, in)}, rows, in, packed.data());
       return packed;
     });
+    for (cpu::Q32Type type : kQ32Types) {
+      const Q32Problem q32 = MakeQ32(type, 1, in, out, rng);
+      check(type == cpu::Q32Type::kQ4_1 ? "q4_1" : type == cpu::Q32Type::kQ5_0 ? "q5_0" : "q5_1", cpu::Q32DotPackedSize(type, 16, in), [&](int64_t j0, int64_t rows) {
+        std::vector<uint8_t> packed(size_t(cpu::Q32DotPackedSize(type, rows, in)), 0xff);
+        cpu::PackQ32Dot({type, q32.blocks.data() + j0 * cpu::Q32Bytes(type, 1, in)}, rows, in, packed.data());
+        return packed;
+      });
+    }
     const Q6KProblem q6k = MakeQ6K(1, in, out, rng);
     check("q6k", cpu::Q6KDotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
       std::vector<uint8_t> packed(size_t(cpu::Q6KDotPackedSize(rows, in)), 0xff);
@@ -1058,6 +1200,24 @@ TEST_P(Int8PathTest, Q5KIsBatchAndThreadInvariant) {
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ5KDot(p, x, rows); });
 }
 
+TEST_P(Int8PathTest, Q32IsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(55);
+  for (cpu::Q32Type type : kQ32Types) {
+    const Q32Problem p = MakeQ32(type, 37, 1001, 301, rng);
+    ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ32Dot(p, x, rows); });
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(CpuDotTest, Q32WideningIsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(56);
+  for (cpu::Q32Type type : kQ32Types) {
+    const Q32Problem p = MakeQ32(type, 37, 1001, 301, rng, /*pack=*/false);
+    ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunQ32Widening(p, x, rows); });
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST_P(Int8PathTest, Q8IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(15);
   const Q8Problem p = MakeQ8(37, 1001, 301, rng);
@@ -1118,6 +1278,13 @@ TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   ExpectSeveralAreEachOnes(q4, RunQ4Dot, cpu::MatMulNTQ4Dots);
   ExpectSeveralAreEachOnes(q4k, RunQ4KDot, cpu::MatMulNTQ4KDots);
   ExpectSeveralAreEachOnes(q5k, RunQ5KDot, cpu::MatMulNTQ5KDots);
+  for (cpu::Q32Type type : kQ32Types) {
+    std::vector<Q32Problem> q32;
+    for (int out : kSeveralOuts) q32.push_back(MakeQ32(type, 37, 1001, out, rng));
+    ExpectSeveralAreEachOnes(q32, RunQ32Dot, [type](const float* x, int rows, int in, const cpu::DotProduct* products, int count) {
+      MatMulNTQ32Dots(type, x, rows, in, products, count);
+    });
+  }
   ExpectSeveralAreEachOnes(q6k, RunQ6KDot, cpu::MatMulNTQ6KDots);
 }
 
@@ -1185,7 +1352,7 @@ std::vector<float> ReadFloats(const char* path) {
   return v;
 }
 
-// Every path gives the same bits as the widest one, for q8, q4, q4k, q5k and q6k, at every shape. Across
+// Every path gives the same bits as the widest one, for every int8 format, at every shape. Across
 // machines too (tests/cli/arm64_kernels.sh): with STEADY_INT8_RESULTS_OUT=FILE the widest path's
 // results are written there, with STEADY_INT8_RESULTS_IN=FILE they must equal that file's bit for
 // bit (x86-64's AVX-512 or AVX2 against AArch64's SDOT on the same inputs).
@@ -1203,10 +1370,14 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
         const Q4KProblem q4k = MakeQ4K(rows, in, out, rng);
         const Q5KProblem q5k = MakeQ5K(rows, in, out, rng);
         const Q6KProblem q6k = MakeQ6K(rows, in, out, rng);
+        const Q32Problem q4_1 = MakeQ32(cpu::Q32Type::kQ4_1, rows, in, out, rng);
+        const Q32Problem q5_0 = MakeQ32(cpu::Q32Type::kQ5_0, rows, in, out, rng);
+        const Q32Problem q5_1 = MakeQ32(cpu::Q32Type::kQ5_1, rows, in, out, rng);
         const auto run_all = [&] {
-          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows),    RunQ4Dot(q4, q4.x, rows),
-                                                 RunQ4KDot(q4k, q4k.x, rows), RunQ5KDot(q5k, q5k.x, rows),
-                                                 RunQ6KDot(q6k, q6k.x, rows)};
+          return std::vector<std::vector<float>>{RunQ8Dot(q8, q8.x, rows),       RunQ4Dot(q4, q4.x, rows),
+                                                 RunQ4KDot(q4k, q4k.x, rows),    RunQ5KDot(q5k, q5k.x, rows),
+                                                 RunQ6KDot(q6k, q6k.x, rows),    RunQ32Dot(q4_1, q4_1.x, rows),
+                                                 RunQ32Dot(q5_0, q5_0.x, rows), RunQ32Dot(q5_1, q5_1.x, rows)};
         };
         const std::vector<std::vector<float>> want = run_all();
         for (const std::vector<float>& w : want) all.insert(all.end(), w.begin(), w.end());

@@ -280,8 +280,7 @@ std::string RandomQ6K(int64_t rows, int64_t cols, std::mt19937& rng) {
 
 // A quantized file and its F32 control: blocks(name, shape, &type) gives a matrix's raw blocks of
 // `type`, or "" to write its F32 values; the control holds ggml's values of those blocks (Dequantize:
-// bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32, rounded to bf16 for the types the loader
-// holds as bf16 (Q4_1, Q5_1).
+// bit for bit ggml's, tests/cli/gguf_llamacpp.sh) in F32.
 struct QuantizedFile {
   std::string quantized, control;
   size_t matrices = 0;  // written as blocks
@@ -297,9 +296,6 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
     std::vector<float>& x = values[name];
     x.resize(size_t(shape[0] * shape[1]));
     Dequantize(uint32_t(type), raw.data(), shape[0] * shape[1], x.data());
-    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1) {
-      for (float& e : x) e = BFloat16ToFloat(FloatToBFloat16(e));
-    }
     w.Raw(name, std::move(shape), uint32_t(type), raw);
   });
   file.control = ToGguf(m, arch, true, [&](Writer& w, const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
@@ -310,18 +306,26 @@ QuantizedFile QuantizedAndControl(const Model& m, const std::string& arch, const
 }
 
 // Blocks of 32 values of a matrix [rows, cols]: a random fp16 d of either sign (a multiple of
-// `unit`), then `bytes` random bytes: Q4_0's 16 of nibbles, Q8_0's 32 int8 (-128 included).
-std::string RandomBlocksOf32(int64_t rows, int64_t cols, float unit, int bytes, std::mt19937& rng) {
+// `unit`), with `min` an fp16 m (a negative multiple of 0.02), then `bytes` random bytes: Q4_0's 16
+// of nibbles, Q8_0's 32 int8 (-128 included), Q4_1's 16, Q5_0's and Q5_1's 4 of fifth bits and 16.
+std::string RandomBlocksOf32(int64_t rows, int64_t cols, float unit, int bytes, std::mt19937& rng, bool min = false) {
   std::string out;
   for (int64_t b = 0; b < rows * cols / cpu::kQ8Block; ++b) {
     const uint16_t d = FloatToHalf(unit * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
     out.append(reinterpret_cast<const char*>(&d), 2);
+    if (min) {
+      const uint16_t m = FloatToHalf(-0.02f * float(1 + rng() % 4));
+      out.append(reinterpret_cast<const char*>(&m), 2);
+    }
     for (int i = 0; i < bytes; ++i) out += char(rng() & 0xFF);
   }
   return out;
 }
 std::string RandomQ4_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.01f, 16, rng); }
 std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.0002f, 32, rng); }
+std::string RandomQ4_1(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 16, rng, true); }
+std::string RandomQ5_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 20, rng); }
+std::string RandomQ5_1(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 20, rng, true); }
 
 // Every matrix whose rows are whole blocks of `block` weights written in `type` by `random`: they
 // load as `held`, the file's own blocks (`block_bytes` per block, read in place where no rows are
@@ -391,14 +395,25 @@ TEST(GgufModel, Q8_0TensorsLoadAsQ8_0WithGgmlsValuesExactly) {
 TEST(GgufModel, Q4_0TensorsLoadAsQ4WithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ4_0, WeightType::kQ4, 32, 18, RandomQ4_0, /*intermediate=*/256, 6);
 }
+// Q4_1, Q5_0 and Q5_1 (llama.cpp's fallbacks for rows that are not whole K-quant super-blocks) as
+// q4_1, q5_0 and q5_1 (kernels/cpu/q32.h, 5, 5.5 and 6 bits a weight): until 2026-11-28 Q5_0 was a
+// q8 copy and Q4_1 and Q5_1 bf16 copies (not exact). q5_0's conversion to q8 keeps the values.
+TEST(GgufModel, Q4_1Q5_0AndQ5_1TensorsLoadInPlaceWithGgmlsValuesExactly) {
+  ExpectBlocksLoadInPlace(GgmlType::kQ4_1, WeightType::kQ4_1, 32, 20, RandomQ4_1, /*intermediate=*/256, 7);
+  ExpectBlocksLoadInPlace(GgmlType::kQ5_0, WeightType::kQ5_0, 32, 22, RandomQ5_0, /*intermediate=*/256, 8,
+                          [](const WeightMatrix& x, const WeightMatrix& y) {
+                            EXPECT_EQ(x.ConvertTo(WeightType::kQ8).ToFloat(), y.ToFloat());
+                          });
+  ExpectBlocksLoadInPlace(GgmlType::kQ5_1, WeightType::kQ5_1, 32, 24, RandomQ5_1, /*intermediate=*/256, 9);
+}
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
-// gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q4_1 (held as bf16) for attn_output,
-// F32 elsewhere. --cpu-weights auto puts its q4k, q5k and q6k matrices on the int8 kernels and its
-// bf16 ones on VDPBF16PS where the CPU has them, and says so; stored keeps them all
-// on the widening kernels, whose logits are those of the file's values in fp32 (the F32 control's);
-// auto's are close to them but not the same bits (the packed matrices, and activations rounded to 8
-// bits or bf16, were read).
+// gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q5_1 for attn_v and Q4_1 for attn_output
+// (llama.cpp's fallbacks where a row is not whole super-blocks), F32 elsewhere. --cpu-weights auto
+// puts every quantized matrix on the int8 kernels where the CPU has one, and says so; stored keeps
+// them all on the widening kernels, whose logits are those of the file's values in fp32 (the F32
+// control's); auto's are close to them but not the same bits (the packed matrices, and activations
+// rounded to 8 bits, were read).
 TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 8);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -413,26 +428,24 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
       *type = GgmlType::kQ5_K;
       return RandomQ5K(shape[0], shape[1], rng);
     }
+    if (name.find("attn_v") != std::string::npos) {
+      *type = GgmlType::kQ5_1;
+      return RandomQ5_1(shape[0], shape[1], rng);
+    }
     if (shape[1] % cpu::kQ4KBlock == 0) {
       *type = GgmlType::kQ4_K;
       return RandomQ4K(shape[0], shape[1], rng);
     }
-    *type = GgmlType::kQ4_1;  // per 32: fp16 d and m, 16 bytes of nibbles
-    std::string blocks;
-    for (int64_t b = 0; b < shape[0] * shape[1] / cpu::kQ8Block; ++b) {
-      const uint16_t d = FloatToHalf(0.003f * float(1 + rng() % 8)), min = FloatToHalf(-0.02f * float(1 + rng() % 4));
-      blocks.append(reinterpret_cast<const char*>(&d), 2);
-      blocks.append(reinterpret_cast<const char*>(&min), 2);
-      for (int i = 0; i < 16; ++i) blocks += char(rng() & 0xFF);
-    }
-    return blocks;
+    *type = GgmlType::kQ4_1;
+    return RandomQ4_1(shape[0], shape[1], rng);
   });
   auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q4_k_m.gguf"), std::nullopt);
   auto f = LoadGgufModel(*GgufFile::Parse(file.control, "f32.gguf"), std::nullopt);
   ASSERT_TRUE(q.ok()) << q.status();
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(q->layers()[0].wq.type(), WeightType::kQ4K);
-  EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kBf16);
+  EXPECT_EQ(q->layers()[0].wo.type(), WeightType::kQ4_1);
+  EXPECT_EQ(q->layers()[0].wv.type(), WeightType::kQ5_1);
   EXPECT_EQ(q->layers()[0].w_down.type(), WeightType::kQ6K);
   EXPECT_EQ(q->layers()[0].w_up.type(), WeightType::kQ5K);
 
@@ -452,24 +465,18 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   const std::vector<double> fast = step(*q, CpuWeights::kAuto, &auto_name);
   const std::vector<double> stored = step(*q, CpuWeights::kStored, &stored_name);
   const std::vector<double> reference = step(*f, CpuWeights::kAuto, &control_name);
-  EXPECT_EQ(stored_name, "cpu (bf16 and f32 and q4k and q5k and q6k weights)");
+  EXPECT_EQ(stored_name, "cpu (f32 and q4_1 and q4k and q5_1 and q5k and q6k weights)");
   EXPECT_EQ(control_name, "cpu");  // an F32 file: nothing quantized, nothing packed
   ASSERT_EQ(stored.size(), reference.size());
   ASSERT_EQ(fast.size(), reference.size());
   EXPECT_LT(testing::MaxRelError(stored, reference), 1e-5);
-  const bool int8 = cpu::Int8DotAvailable(), bf16 = cpu::Bf16DotAvailable();
-  if (!int8 && !bf16) {
+  if (!cpu::Int8DotAvailable()) {
     EXPECT_EQ(auto_name, stored_name);
     EXPECT_EQ(fast, stored);
-    GTEST_SKIP() << "no int8 or bf16 dot-product kernel on this CPU: auto kept the widening kernels";
+    GTEST_SKIP() << "no int8 dot-product kernel on this CPU: auto kept the widening kernels";
   }
-  std::vector<std::string> kernels;
-  if (bf16) kernels.push_back("AVX512_BF16");
-  if (int8) kernels.push_back(cpu::Int8PathExtension(cpu::WidestInt8Path()));
-  std::sort(kernels.begin(), kernels.end());
-  std::string on;
-  for (const std::string& k : kernels) on += (on.empty() ? "" : " and ") + k;
-  EXPECT_EQ(auto_name, "cpu (bf16 and f32 and q4k and q5k and q6k weights on " + on + ")");
+  EXPECT_EQ(auto_name, std::string("cpu (f32 and q4_1 and q4k and q5_1 and q5k and q6k weights on ") +
+                           cpu::Int8PathExtension(cpu::WidestInt8Path()) + ")");
   EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
 }
