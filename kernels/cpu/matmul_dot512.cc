@@ -31,7 +31,7 @@ namespace steady::cpu::dot {
 namespace {
 
 // The AVX-512 register tiles: bf16 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32
-// registers; the int8 kernels (q8, q4, q4k, q5k) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
+// registers; the int8 kernels (q8, the blocks of 32, the K-quants) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
 // weights + x (4 groups below 4 rows: Int8Dot).
 constexpr int kRegisterTileRows = 4;
 constexpr int kRegisterTileGroups = 4;

@@ -21,8 +21,21 @@ float Q32WeightValue(Q32Weights w, int64_t in, int64_t j, int64_t k) {
 }
 
 void DequantizeQ32(Q32Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
+  // BlockValue's arithmetic, d, m and qh read once a block.
+  const Q32Format f = Q32FormatOf(w.type);
+  const int64_t blocks = Q8BlocksPerRow(in);
   for (int64_t j = r0; j < r1; ++j) {
-    for (int64_t k = 0; k < in; ++k) out[(j - r0) * in + k] = Q32WeightValue(w, in, j, k);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = w.blocks + (j * blocks + b) * f.bytes;
+      const float d = F16At(block), m = f.min ? F16At(block + 2) : 0.0f;
+      uint32_t qh = 0;
+      if (f.fifth) std::memcpy(&qh, block + (f.min ? 4 : 2), 4);
+      float* row = out + (j - r0) * in + b * kQ8Block;
+      for (int i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) {
+        const int q = (((block[f.qs + i % 16] >> (4 * (i / 16))) & 15) | int((qh >> i) & 1) << 4) - f.offset;
+        row[i] = f.min ? d * float(q) + m : d * float(q);
+      }
+    }
   }
 }
 
