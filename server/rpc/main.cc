@@ -96,9 +96,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       with 6-bit sub-block scales and minimums, after llama.cpp's Q4_K: 4.625 bits
                       a weight, closer to fp32 than q4) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
-                      VDPBF16PS, q8, q4 and q4k on int8 dot products (AVX512_VNNI, else AVX-VNNI,
-                      else AVX2), where the CPU has them; activations rounded to bf16 / q8; the
-                      startup log names them), avxvnni or avx2 (as auto, the int8 formats on that
+                      VDPBF16PS, q8, q4, q4k and a GGUF file's quantized blocks on int8 dot
+                      products (AVX512_VNNI, else AVX-VNNI, else AVX2), where the CPU has
+                      them; activations rounded to bf16 / q8; the startup log names them),
+                      avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
                       where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
                       fp32 GEMM in OpenBLAS: a baseline to measure against)

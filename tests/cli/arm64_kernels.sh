@@ -4,7 +4,7 @@
 # run under qemu-user as three CPUs:
 #   max          every extension qemu has (SDOT, BF16, I8MM): the SMMLA, SDOT and BFDOT kernels;
 #   neoverse-n1  Graviton 2 / Ampere Altra: SDOT, no BF16 (bf16 widens);
-#   cortex-a72   Graviton 1: neither (q8, q4 and q4k widen).
+#   cortex-a72   Graviton 1: neither (every int8 format widens).
 # Then the int8 kernels' results on this x86-64 machine and on AArch64 must be the same bits
 # (CpuDotTest.Int8PathsGiveTheSameBits with STEADY_INT8_RESULTS_OUT / _IN). Emulated: correctness
 # only, no timings. Exit 77 (a visible skip) without the cross compiler or qemu.
