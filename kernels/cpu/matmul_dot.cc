@@ -319,13 +319,16 @@ void MatMulNTQ5_1Dots(const float* x, int rows, int in, const DotProduct* produc
   CurrentInt8Kernels().q5_1(x, rows, in, products, count);
 }
 
+void MatMulNTQ32Dots(Q32Type type, const float* x, int rows, int in, const DotProduct* products, int count) {
+  switch (type) {
+    case Q32Type::kQ4_1: return MatMulNTQ4_1Dots(x, rows, in, products, count);
+    case Q32Type::kQ5_0: return MatMulNTQ5_0Dots(x, rows, in, products, count);
+    case Q32Type::kQ5_1: return MatMulNTQ5_1Dots(x, rows, in, products, count);
+  }
+}
 void MatMulNTQ32Dot(Q32Type type, const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
-  switch (type) {
-    case Q32Type::kQ4_1: return MatMulNTQ4_1Dots(x, rows, in, &product, 1);
-    case Q32Type::kQ5_0: return MatMulNTQ5_0Dots(x, rows, in, &product, 1);
-    case Q32Type::kQ5_1: return MatMulNTQ5_1Dots(x, rows, in, &product, 1);
-  }
+  MatMulNTQ32Dots(type, x, rows, in, &product, 1);
 }
 
 void MatMulNTQ8Dot(const float* x, int rows, int in, const uint8_t* packed, int out, float* y) {
@@ -378,6 +381,18 @@ void PackQ6KDot(Q6KWeights w, int64_t out, int64_t in, uint8_t* packed) {
 
 namespace {
 
+// Column c's 32 q (0..15, or 0..31 with `fifth`) of a block or sub-block into the 4 nibble vectors at
+// `vectors` (byte i holds inputs i, low nibble, and 16 + i, high, as q4's) and, with `fifth`, their
+// fifth bits into the vector after them (bits 2v and 2v + 1 at the nibble byte's place), which the
+// record was zeroed for.
+void PackNibbles(const int (&q)[32], int c, bool fifth, uint8_t* vectors) {
+  for (int i = 0; i < 16; ++i) {
+    const int lo = q[i], hi = q[16 + i], v = i / 4, at = c * 4 + i % 4;
+    vectors[v * 64 + at] = uint8_t((lo & 15) | ((hi & 15) << 4));
+    if (fifth) vectors[4 * 64 + at] |= uint8_t(((lo >> 4) << (2 * v)) | ((hi >> 4) << (2 * v + 1)));
+  }
+}
+
 // q4k's and q5k's blocks (the same d, dmin and 6-bit numbers first; q_at reads q, up to 15 or 31)
 // into the packed records of KQuantRecord(kFifth), a column group at a time (template arguments, so
 // that the reader is inlined: packing runs at load over every weight).
@@ -397,15 +412,9 @@ void PackKQuantDot(const uint8_t* blocks, int64_t out, int64_t in, uint8_t* pack
         for (int sub = 0; sub < 8; ++sub) {
           rec[64 + 16 * sub + c] = s.sc[sub];
           rec[192 + 16 * sub + c] = s.m[sub];
-          // Byte i of a packed sub-block holds its inputs i (low nibble) and 16 + i (high); q5k's
-          // fifth bits of both at the same place in the fifth vector, bits 2v and 2v + 1.
-          uint8_t* nibbles = rec + kQ4KHead + sub * sub_record;
-          for (int i = 0; i < 16; ++i) {
-            const int lo = kQAt(block, 32 * sub + i), hi = kQAt(block, 32 * sub + 16 + i), v = i / 4;
-            const int64_t at = v * 64 + c * 4 + i % 4;
-            nibbles[at] = uint8_t((lo & 15) | ((hi & 15) << 4));
-            if (kFifth) nibbles[4 * 64 + c * 4 + i % 4] |= uint8_t(((lo >> 4) << (2 * v)) | ((hi >> 4) << (2 * v + 1)));
-          }
+          int q[32];
+          for (int i = 0; i < 32; ++i) q[i] = kQAt(block, 32 * sub + i);
+          PackNibbles(q, c, kFifth, rec + kQ4KHead + sub * sub_record);
         }
       }
     }
@@ -525,7 +534,7 @@ int64_t Q32DotPackedSize(Q32Type type, int64_t out, int64_t in) {
 
 void PackQ32Dot(Q32Weights w, int64_t out, int64_t in, uint8_t* packed) {
   const Q32Format f = Q32FormatOf(w.type);
-  const int64_t blocks = Q8BlocksPerRow(in), record = dot::Block32Record(f.fifth, f.min), scales = f.fifth ? 320 : 256;
+  const int64_t blocks = Q8BlocksPerRow(in), record = dot::Block32Record(f.fifth, f.min), scales = dot::Block32Scales(f.fifth);
   ForEachGroup(out, in, [&](int64_t g) {
     std::memset(packed + g * blocks * record, 0, size_t(blocks * record));  // missing columns: d = m = 0
     for (int64_t b = 0; b < blocks; ++b) {
@@ -534,13 +543,9 @@ void PackQ32Dot(Q32Weights w, int64_t out, int64_t in, uint8_t* packed) {
         const uint8_t* block = w.blocks + ((g * kGroup + c) * blocks + b) * f.bytes;
         std::memcpy(rec + scales + 2 * c, block, 2);
         if (f.min) std::memcpy(rec + scales + 32 + 2 * c, block + 2, 2);
-        // Byte i of the 16 holds inputs i (low nibble) and 16 + i (high), as q4's; the fifth bits
-        // of both at the same place in the fifth vector, bits 2v and 2v + 1.
-        for (int i = 0; i < 16; ++i) {
-          const int lo = Q32BlockQ(w.type, block, i), hi = Q32BlockQ(w.type, block, 16 + i), v = i / 4;
-          rec[v * 64 + c * 4 + i % 4] = uint8_t((lo & 15) | ((hi & 15) << 4));
-          if (f.fifth) rec[4 * 64 + c * 4 + i % 4] |= uint8_t(((lo >> 4) << (2 * v)) | ((hi >> 4) << (2 * v + 1)));
-        }
+        int q[32];
+        for (int i = 0; i < 32; ++i) q[i] = Q32BlockQ(w.type, block, i);
+        PackNibbles(q, c, f.fifth, rec);
       }
     }
   });

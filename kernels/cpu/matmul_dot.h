@@ -205,6 +205,7 @@ void MatMulNTQ5KDots(const float* x, int rows, int in, const DotProduct* product
 void MatMulNTQ4_1Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ5_0Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ5_1Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTQ32Dots(Q32Type type, const float* x, int rows, int in, const DotProduct* products, int count);  // by type
 void MatMulNTQ6KDots(const float* x, int rows, int in, const DotProduct* products, int count);
 
 // The double-precision product of the dequantized q8(x) and w [out, in] in fp32 (for q4: the

@@ -95,7 +95,7 @@ STEADY_DOT256_TARGET inline __m256i FifthBits(__m256i fv, int m) {
 
 // The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
 // ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v; with kFifth
-// (q5k) each nibble is joined to its fifth bit from half h of the fifth vector, fifth[h].
+// (q5k, q5_0, q5_1) each nibble is joined to its fifth bit from half h of the fifth vector, fifth[h].
 template <int R, int H, bool kFifth>
 STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t xb, int v, const __m256i (&raw)[H],
                                                 const __m256i (&fifth)[H], flavour::NibbleSums (&p)[R][H]) {
@@ -115,7 +115,7 @@ STEADY_DOT256_TARGET inline void AddNibblePairs(const Q8Rows& x, int r, int64_t 
   }
 }
 
-// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw_at(v, h); with kFifth, q5k's
+// s[rr][h] += the products of a block's 4 vectors of nibbles (at raw_at(v, h); with kFifth, the
 // fifth vector after them at raw_at(4, h)) and x's bytes of block xb. The nibble sums are widened
 // into s after every kRun vectors: AVX2 keeps them in int16 pairs, which hold 4 vectors' products
 // of 4-bit q (8 pairs of at most 15 * 127: 30480) but only 2 vectors' of 5-bit q (4 pairs of at
@@ -149,7 +149,7 @@ struct Block32Op256 {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
-  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = Block32Scales(kFifth);
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
 

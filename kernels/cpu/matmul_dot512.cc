@@ -188,7 +188,7 @@ struct Block32Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
-  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = Block32Scales(kFifth);
   static constexpr int64_t kChunk = 16;  // 16 blocks x 3 (or 4) groups x 288 (to 384) bytes: 14 (to 24) KB in L1
   static constexpr int kTileRows = kQ8TileRows, kTileGroups = kGroups;
 

@@ -126,8 +126,8 @@ STEADY_ARM_TARGET inline uint8x16_t FifthBits(uint8x16_t fv, int m) {
 }
 
 // s += the nibbles of vector v (low: inputs 4v..4v+3 of block xb, high: 16 + 4v..) of the quarters
-// at rec[q] (a record's nibble vectors, each group's) times rows r..r+R-1 of x; with kFifth (q5k)
-// each joined to its fifth bit from the fifth vector after the four.
+// at rec[q] (a record's nibble vectors, each group's) times rows r..r+R-1 of x; with kFifth (q5k,
+// q5_0, q5_1) each joined to its fifth bit from the fifth vector after the four.
 template <bool kFifth, int R, int Q>
 STEADY_ARM_TARGET inline void AddNibbles(const Q8Rows& x, int r, int64_t xb, int v, const uint8_t* const (&rec)[Q],
                                          int32x4_t (&s)[R][Q]) {
@@ -174,7 +174,7 @@ struct Block32Op {
   Q8Rows x;
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
-  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256;
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = Block32Scales(kFifth);
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = kArmTileRows, kTileGroups = kArmTileGroups;
 
@@ -462,7 +462,7 @@ struct Q8Format {
 // q4, q4_1, q5_0 and q5_1 (sdot's Block32Op): the sums start at -kOffset * the block's sum of q_x.
 template <bool kFifth, bool kMin, int kOffset>
 struct Block32Format {
-  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = kFifth ? 320 : 256, kChunk = 16;
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = Block32Scales(kFifth), kChunk = 16;
   template <int R, int Q>
   STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
     NibbleHalves<kFifth> halves;

@@ -24,7 +24,8 @@ inline constexpr int64_t kQ8Record = 8 * 64 + 64;  // bytes per group and block:
 // Per group and block of 32 of q4 and of q32's types (q4_1, q5_0, q5_1): 4 vectors of two nibbles,
 // then for the 5-bit types a vector of fifth bits as q5k's (below), the 16 columns' fp16 d and, for
 // q4_1 and q5_1, their fp16 m: 288, 320, 352 and 384 bytes per 512 weights.
-inline constexpr int64_t Block32Record(bool fifth, bool min) { return 4 * 64 + (fifth ? 64 : 0) + 32 + (min ? 32 : 0); }
+inline constexpr int64_t Block32Scales(bool fifth) { return 4 * 64 + (fifth ? 64 : 0); }  // where d starts (m 32 bytes on)
+inline constexpr int64_t Block32Record(bool fifth, bool min) { return Block32Scales(fifth) + 32 + (min ? 32 : 0); }
 inline constexpr int64_t kQ4Record = Block32Record(false, false);
 // Per group and q4k super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-blocks' 16 scales and 16
 // minimums (a byte each), then per sub-block 4 vectors of two nibbles: 2368 bytes per 4096 weights.

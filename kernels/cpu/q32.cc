@@ -5,36 +5,29 @@ namespace steady::cpu {
 
 namespace {
 
-// Weight i of a block: d (q - offset), exact, or d q + m, rounded once.
-float BlockValue(Q32Type t, const uint8_t* block, int i) {
+// Weight i of a block whose d and m are given: d (q - offset), exact, or d q + m, rounded once.
+float BlockValue(Q32Type t, const uint8_t* block, int i, float d, float m) {
   const Q32Format f = Q32FormatOf(t);
-  const float d = F16At(block);
-  const int q = Q32BlockQ(t, block, i) - f.offset;
-  return f.min ? d * float(q) + F16At(block + 2) : d * float(q);
+  const float q = float(Q32BlockQ(t, block, i) - f.offset);
+  return f.min ? d * q + m : d * q;
 }
+float MinOf(Q32Type t, const uint8_t* block) { return Q32FormatOf(t).min ? F16At(block + 2) : 0.0f; }
 
 }  // namespace
 
 float Q32WeightValue(Q32Weights w, int64_t in, int64_t j, int64_t k) {
   const uint8_t* block = w.blocks + (j * Q8BlocksPerRow(in) + k / kQ8Block) * Q32FormatOf(w.type).bytes;
-  return BlockValue(w.type, block, int(k % kQ8Block));
+  return BlockValue(w.type, block, int(k % kQ8Block), F16At(block), MinOf(w.type, block));
 }
 
 void DequantizeQ32(Q32Weights w, int64_t in, int64_t r0, int64_t r1, float* out) {
-  // BlockValue's arithmetic, d, m and qh read once a block.
-  const Q32Format f = Q32FormatOf(w.type);
-  const int64_t blocks = Q8BlocksPerRow(in);
+  const int64_t blocks = Q8BlocksPerRow(in), bytes = Q32FormatOf(w.type).bytes;
   for (int64_t j = r0; j < r1; ++j) {
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = w.blocks + (j * blocks + b) * f.bytes;
-      const float d = F16At(block), m = f.min ? F16At(block + 2) : 0.0f;
-      uint32_t qh = 0;
-      if (f.fifth) std::memcpy(&qh, block + (f.min ? 4 : 2), 4);
+      const uint8_t* block = w.blocks + (j * blocks + b) * bytes;
+      const float d = F16At(block), m = MinOf(w.type, block);  // widened once a block
       float* row = out + (j - r0) * in + b * kQ8Block;
-      for (int i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) {
-        const int q = (((block[f.qs + i % 16] >> (4 * (i / 16))) & 15) | int((qh >> i) & 1) << 4) - f.offset;
-        row[i] = f.min ? d * float(q) + m : d * float(q);
-      }
+      for (int i = 0; i < kQ8Block && b * kQ8Block + i < in; ++i) row[i] = BlockValue(w.type, block, i, d, m);
     }
   }
 }

@@ -59,11 +59,7 @@ class CpuBackend : public Backend {
     // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
     // and f16 matrices keep them under auto too.
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
-                      (w == CpuWeights::kAuto && (own.Has(WeightType::kQ8) || own.Has(WeightType::kQ4) ||
-                                                  own.Has(WeightType::kQ4K) || own.Has(WeightType::kQ5K) ||
-                                                  own.Has(WeightType::kQ6K) || own.Has(WeightType::kQ8_0) ||
-                                                  own.Has(WeightType::kQ4_1) || own.Has(WeightType::kQ5_0) ||
-                                                  own.Has(WeightType::kQ5_1)));
+                      (w == CpuWeights::kAuto && own.HasInt8Format());
     const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
                      ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));

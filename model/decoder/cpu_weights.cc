@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/check.h"
@@ -129,14 +130,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
   const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
-    if (dot && (to == WeightType::kQ8 || to == WeightType::kQ8_0) && cpu::Int8DotAvailable()) to = WeightType::kDotQ8;
-    if (dot && to == WeightType::kQ4 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4;
-    if (dot && to == WeightType::kQ4K && cpu::Int8DotAvailable()) to = WeightType::kDotQ4K;
-    if (dot && to == WeightType::kQ6K && cpu::Int8DotAvailable()) to = WeightType::kDotQ6K;
-    if (dot && to == WeightType::kQ5K && cpu::Int8DotAvailable()) to = WeightType::kDotQ5K;
-    if (dot && to == WeightType::kQ4_1 && cpu::Int8DotAvailable()) to = WeightType::kDotQ4_1;
-    if (dot && to == WeightType::kQ5_0 && cpu::Int8DotAvailable()) to = WeightType::kDotQ5_0;
-    if (dot && to == WeightType::kQ5_1 && cpu::Int8DotAvailable()) to = WeightType::kDotQ5_1;
+    if (dot && cpu::Int8DotAvailable()) to = Int8PackedType(to).value_or(to);
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
     // time, and come back from the page cache).
@@ -183,20 +177,10 @@ int64_t CpuMatrices::Weights() const {
 
 std::string CpuMatrices::TypeNames() const {
   std::set<std::string> names;
-  ForEach([&](const WeightMatrix& w) {
-    switch (w.type()) {
-      case WeightType::kAmxBf16:
-      case WeightType::kDotBf16: names.insert("bf16"); break;
-      case WeightType::kDotQ8: names.insert("q8"); break;
-      case WeightType::kDotQ4: names.insert("q4"); break;
-      case WeightType::kDotQ4K: names.insert("q4k"); break;
-      case WeightType::kDotQ6K: names.insert("q6k"); break;
-      case WeightType::kDotQ5K: names.insert("q5k"); break;
-      case WeightType::kDotQ4_1: names.insert("q4_1"); break;
-      case WeightType::kDotQ5_0: names.insert("q5_0"); break;
-      case WeightType::kDotQ5_1: names.insert("q5_1"); break;
-      default: names.insert(WeightTypeName(w.type()));
-    }
+  ForEach([&](const WeightMatrix& w) {  // a packed form by its format's name: "dot-q4k" as "q4k"
+    absl::string_view name = WeightTypeName(w.type());
+    if (!absl::ConsumePrefix(&name, "dot-")) absl::ConsumePrefix(&name, "amx-");
+    names.insert(std::string(name));
   });
   return absl::StrJoin(names, " and ");
 }
@@ -207,15 +191,18 @@ bool CpuMatrices::Has(WeightType type) const {
   return any;
 }
 
+bool CpuMatrices::HasInt8Format() const {
+  bool any = false;
+  ForEach([&](const WeightMatrix& w) { any = any || Int8PackedType(w.type()).has_value(); });
+  return any;
+}
+
 std::string CpuMatrices::Kernels() const {
   std::set<std::string> names;
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (w.type() == WeightType::kDotQ8 || w.type() == WeightType::kDotQ4 || w.type() == WeightType::kDotQ4K ||
-        w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K || IsPackedQ32(w.type())) {
-      names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
-    }
+    if (IsInt8Packed(w.type())) names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
   });
   return absl::StrJoin(names, " and ");
 }

@@ -76,6 +76,26 @@ bool IsPackedQ32(WeightType t) {
   return t == WeightType::kDotQ4_1 || t == WeightType::kDotQ5_0 || t == WeightType::kDotQ5_1;
 }
 
+std::optional<WeightType> Int8PackedType(WeightType t) {
+  switch (t) {
+    case WeightType::kQ8:
+    case WeightType::kQ8_0: return WeightType::kDotQ8;
+    case WeightType::kQ4: return WeightType::kDotQ4;
+    case WeightType::kQ4K: return WeightType::kDotQ4K;
+    case WeightType::kQ5K: return WeightType::kDotQ5K;
+    case WeightType::kQ6K: return WeightType::kDotQ6K;
+    case WeightType::kQ4_1: return WeightType::kDotQ4_1;
+    case WeightType::kQ5_0: return WeightType::kDotQ5_0;
+    case WeightType::kQ5_1: return WeightType::kDotQ5_1;
+    default: return std::nullopt;
+  }
+}
+
+bool IsInt8Packed(WeightType t) {
+  return t == WeightType::kDotQ8 || t == WeightType::kDotQ4 || t == WeightType::kDotQ4K || t == WeightType::kDotQ5K ||
+         t == WeightType::kDotQ6K || IsPackedQ32(t);
+}
+
 WeightMatrix WeightMatrix::View(WeightType type, int64_t rows, int64_t cols, const void* data,
                                 std::shared_ptr<const void> owner, bool mapped) {
   STEADY_CHECK(MatchesAlignment(type, data));

@@ -56,6 +56,10 @@ const char* WeightTypeName(WeightType t);
 std::optional<cpu::Q32Type> Q32TypeOf(WeightType t);
 // Whether t is one of the packed forms kDotQ4_1, kDotQ5_0, kDotQ5_1.
 bool IsPackedQ32(WeightType t);
+// The int8 kernels' packed form of a row-major int8 format (kQ8 and kQ8_0: kDotQ8, kQ4: kDotQ4, ...,
+// kQ5_1: kDotQ5_1); nullopt for the others. IsInt8Packed: t is one of those packed forms.
+std::optional<WeightType> Int8PackedType(WeightType t);
+bool IsInt8Packed(WeightType t);
 
 // A matrix [rows, cols]: a projection in PyTorch's Linear layout [out, in], or the embedding table
 // [vocab, hidden]. Immutable; copies share the bytes (and whatever keeps them alive).

@@ -506,14 +506,6 @@ std::vector<float> RunQ32Widening(const Q32Problem& p, const std::vector<float>&
   cpu::MatMulNTQ32(x.data(), rows, p.in, p.weights(), p.out, y.data());
   return y;
 }
-// MatMulNTQ32Dots' three entry points, by type.
-void MatMulNTQ32Dots(cpu::Q32Type type, const float* x, int rows, int in, const cpu::DotProduct* products, int count) {
-  switch (type) {
-    case cpu::Q32Type::kQ4_1: return cpu::MatMulNTQ4_1Dots(x, rows, in, products, count);
-    case cpu::Q32Type::kQ5_0: return cpu::MatMulNTQ5_0Dots(x, rows, in, products, count);
-    case cpu::Q32Type::kQ5_1: return cpu::MatMulNTQ5_1Dots(x, rows, in, products, count);
-  }
-}
 const cpu::Q32Type kQ32Types[] = {cpu::Q32Type::kQ4_1, cpu::Q32Type::kQ5_0, cpu::Q32Type::kQ5_1};
 
 // q8_0 (a GGUF file's Q8_0 blocks, read in place) is q8 with its fp16 d as the fp32 scale: Q8_0ToQ8
@@ -1282,7 +1274,7 @@ TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
     std::vector<Q32Problem> q32;
     for (int out : kSeveralOuts) q32.push_back(MakeQ32(type, 37, 1001, out, rng));
     ExpectSeveralAreEachOnes(q32, RunQ32Dot, [type](const float* x, int rows, int in, const cpu::DotProduct* products, int count) {
-      MatMulNTQ32Dots(type, x, rows, in, products, count);
+      cpu::MatMulNTQ32Dots(type, x, rows, in, products, count);
     });
   }
   ExpectSeveralAreEachOnes(q6k, RunQ6KDot, cpu::MatMulNTQ6KDots);
