@@ -274,6 +274,130 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, W w, int64_t 
   }
 }
 
+// The formats whose weights cost more to unpack than to multiply, widened a chunk at a time (C rows
+// of kChunk values into L1) before any row of x uses them: the K-quants, whose every vector
+// otherwise unpacked its sub-block's scale and minimum again, and did it again for each 4-row tile.
+// The values are LoadWeights' own, so the products and sums are the same bits either way.
+template <typename W>
+inline constexpr bool kWidenedByChunk = false;
+template <>
+inline constexpr bool kWidenedByChunk<Q4KWeights> = true;
+template <>
+inline constexpr bool kWidenedByChunk<Q5KWeights> = true;
+template <>
+inline constexpr bool kWidenedByChunk<Q6KWeights> = true;
+
+// C rows of widened weights, kChunk values each, from input k0 on (fp32, aligned).
+struct WidenedChunk {
+  const float* values;
+  int64_t k0;
+};
+HWY_INLINE WidenedChunk Shift(WidenedChunk w, int64_t, int64_t j) { return {w.values + j * kChunk, w.k0}; }
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWeights(D d, WidenedChunk w, int64_t k) {
+  return hn::Load(d, w.values + (k - w.k0));
+}
+
+// Weights [k0, k1) of one row of w widened into `out`, a vector at a time.
+template <typename W>
+HWY_INLINE void WidenChunk(W row, int64_t k0, int64_t k1, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  for (int64_t k = k0; k < k1; k += lanes) hn::Store(LoadWeights(d, row, k), d, out + (k - k0));
+}
+
+// out[i] = factor * float(v[i]) for the n (a multiple of 8) 8-bit integers v (uint8_t or int8_t), a
+// vector at a time: a super-block's scales (exact: an fp16 value times at most 8 bits).
+template <typename T>
+HWY_INLINE void TimesFactor(const T* v, int n, float factor, float* HWY_RESTRICT out) {
+  const hn::CappedTag<float, 8> d;
+  const hn::RebindToSigned<decltype(d)> di32;
+  const hn::Rebind<T, decltype(d)> d8;
+  for (int i = 0; i < n; i += int(hn::Lanes(d))) {
+    hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(d8, v + i))), hn::Set(d, factor)), d, out + i);
+  }
+}
+
+// q4k and q5k: a whole super-block (the chunk is one: kChunk == kQ4KBlock), its eight scales and
+// minimums unpacked and scaled once, then its values as ScaledLessMin gives them (the same
+// operations on the same numbers).
+template <bool kFifth>
+HWY_INLINE void WidenKQuantBlock(const uint8_t* block, const uint8_t* nibbles, const uint8_t* fifth, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di32;
+  const hn::RebindToUnsigned<decltype(d)> du32;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int lanes = int(hn::Lanes(d));
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(block)));
+  const Q4KScales sm = Q4KBlockScales(block);
+  HWY_ALIGN float scale[8], min[8];
+  TimesFactor(sm.sc, 8, hn::GetLane(dd), scale);
+  TimesFactor(sm.m, 8, hn::ExtractLane(dd, 1), min);
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < kQ4KSub; i += lanes) {
+      auto q = hn::PromoteTo(du32, hn::LoadU(du8, nibbles + 32 * (s / 2) + i));
+      q = s % 2 == 0 ? hn::And(q, hn::Set(du32, 15u)) : hn::ShiftRight<4>(q);
+      if constexpr (kFifth) {
+        const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, fifth + i)), s), hn::Set(du32, 1u));
+        q = hn::Or(q, hn::ShiftLeft<4>(high));
+      }
+      hn::Store(hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale[s]), hn::Set(d, -min[s])), d,
+                out + kQ4KSub * s + i);
+    }
+  }
+}
+static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock, "a chunk is one super-block");
+HWY_INLINE void WidenChunk(Q4KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+  const uint8_t* block = row.blocks + (k0 / kQ4KBlock) * kQ4KBlockBytes;
+  WidenKQuantBlock<false>(block, block + 16, nullptr, out);
+}
+HWY_INLINE void WidenChunk(Q5KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+  const uint8_t* block = row.blocks + (k0 / kQ5KBlock) * kQ5KBlockBytes;
+  WidenKQuantBlock<true>(block, block + 48, block + 16, out);
+}
+
+// q6k: a whole super-block, its sixteen scales times d once, then its values as LoadWeights gives them.
+HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di32;
+  const hn::RebindToUnsigned<decltype(d)> du32;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int lanes = int(hn::Lanes(d));
+  const uint8_t* block = row.blocks + (k0 / kQ6KBlock) * kQ6KBlockBytes;
+  HWY_ALIGN float scale[kQ6KBlock / kQ6KSub];
+  TimesFactor(reinterpret_cast<const int8_t*>(block + 192), kQ6KBlock / kQ6KSub, WidenHalf(block + 208), scale);
+  for (int half = 0; half < 2; ++half) {
+    for (int t = 0; t < 4; ++t) {
+      for (int l = 0; l < 32; l += lanes) {
+        auto low = hn::PromoteTo(du32, hn::LoadU(du8, block + 64 * half + l + 32 * (t % 2)));
+        low = t < 2 ? hn::And(low, hn::Set(du32, 15u)) : hn::ShiftRight<4>(low);
+        const auto high =
+            hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 128 + 32 * half + l)), 2 * t), hn::Set(du32, 3u));
+        const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<4>(high))), hn::Set(di32, 32));
+        const int i = 128 * half + 32 * t + l;
+        hn::Store(hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale[i / kQ6KSub])), d, out + i);
+      }
+    }
+  }
+}
+
+// acc += the chunk [k0, k1) of n rows of x (from xp) times C rows of w, 4 rows of x at a time.
+template <int C, typename W>
+HWY_INLINE void RowTiles(const float* xp, int n, int64_t in, W w, int64_t k0, int64_t k1, float* acc) {
+  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<float>()));
+  int r = 0;
+  for (; r + 4 <= n; r += 4) TileChunk<4, C>(xp + r * in, in, w, k0, k1, acc + r * C * lanes);
+  float* a = acc + r * C * lanes;
+  switch (n - r) {
+    case 3: TileChunk<3, C>(xp + r * in, in, w, k0, k1, a); break;
+    case 2: TileChunk<2, C>(xp + r * in, in, w, k0, k1, a); break;
+    case 1: TileChunk<1, C>(xp + r * in, in, w, k0, k1, a); break;
+    default: break;
+  }
+}
+
 // y[r, c] (row stride `out`) = dot(x[r, :], w[c, :]) for every row of x and C rows of w. Each
 // element's accumulator sums its own products lane by lane over whole vectors in order of k, then
 // its lanes, then the scalar tail: the same arithmetic whatever the number of rows, the tile it
@@ -295,14 +419,12 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, i
       if (n > 4 && k1 < vec_end) {
         for (int c = 0; c < C; ++c) PrefetchRow(w, in, c, k1, std::min(vec_end, k1 + kChunk));
       }
-      int r = 0;
-      for (; r + 4 <= n; r += 4) TileChunk<4, C>(xp + r * in, in, w, k0, k1, acc + r * C * lanes);
-      float* a = acc + r * C * lanes;
-      switch (n - r) {
-        case 3: TileChunk<3, C>(xp + r * in, in, w, k0, k1, a); break;
-        case 2: TileChunk<2, C>(xp + r * in, in, w, k0, k1, a); break;
-        case 1: TileChunk<1, C>(xp + r * in, in, w, k0, k1, a); break;
-        default: break;
+      if constexpr (kWidenedByChunk<W>) {
+        HWY_ALIGN float widened[C * kChunk];
+        for (int c = 0; c < C; ++c) WidenChunk(Shift(w, in, c), k0, k1, widened + c * kChunk);
+        RowTiles<C>(xp, n, in, WidenedChunk{widened, k0}, k0, k1, acc);
+      } else {
+        RowTiles<C>(xp, n, in, w, k0, k1, acc);
       }
     }
     for (int r = 0; r < n; ++r) {

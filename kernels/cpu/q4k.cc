@@ -30,19 +30,6 @@ uint16_t FloatToF16(float f) {
   return uint16_t(sign | h);
 }
 
-Q4KScales Q4KBlockScales(const uint8_t* block) {
-  Q4KScales s;
-  std::memcpy(&s.d, block, 2);
-  std::memcpy(&s.dmin, block + 2, 2);
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    Q4KSubScale(block, j, &sc, &m);
-    s.sc[j] = uint8_t(sc);
-    s.m[j] = uint8_t(m);
-  }
-  return s;
-}
-
 Q4KParts Q4KWeightParts(Q4KWeights w, int64_t in, int64_t j, int64_t k) {
   const uint8_t* block = w.blocks + j * Q4KBytes(1, in) + (k / kQ4KBlock) * kQ4KBlockBytes;
   const int i = int(k % kQ4KBlock), s = i / kQ4KSub;

@@ -17,6 +17,8 @@
 #define STEADY_KERNELS_CPU_Q4K_H_
 
 #include <cstdint>
+#include <bit>
+#include <cstring>
 
 namespace steady::cpu {
 
@@ -38,13 +40,31 @@ struct Q4KScales {
   uint16_t d, dmin;
   uint8_t sc[8], m[8];
 };
-Q4KScales Q4KBlockScales(const uint8_t* block);
 // Sub-block s's 6-bit scale and minimum, as ggml's get_scale_min_k4 reads them from the 12 bytes at
 // block + 4 (Q4KBlockScales unpacks all eight).
 inline void Q4KSubScale(const uint8_t* block, int s, int* sc, int* m) {
   const uint8_t* q = block + 4;
   *sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
   *m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+}
+// All eight, Q4KSubScale's bytes four at a time: with a, b, c the 12 bytes' three words, byte j of
+// sc[0..3] is a's & 63, of m[0..3] b's & 63, of sc[4..7] c's low nibble with a's top two bits above
+// it, of m[4..7] c's high nibble with b's top two bits (tests/kernels/cpu_dot_test.cc compares the two).
+inline Q4KScales Q4KBlockScales(const uint8_t* block) {
+  Q4KScales s;
+  std::memcpy(&s.d, block, 2);
+  std::memcpy(&s.dmin, block + 2, 2);
+  uint32_t a, b, c;
+  std::memcpy(&a, block + 4, 4);
+  std::memcpy(&b, block + 8, 4);
+  std::memcpy(&c, block + 12, 4);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t words[4] = {a & low6, (c & low4) | (((a >> 6) & low2) << 4), b & low6,
+                             ((c >> 4) & low4) | (((b >> 6) & low2) << 4)};
+  static_assert(std::endian::native == std::endian::little, "byte j of a word is sub-block j's");
+  std::memcpy(s.sc, words, 8);
+  std::memcpy(s.m, words + 2, 8);
+  return s;
 }
 // q (0..15) of value k (0..255) of a super-block.
 inline int Q4KBlockQ(const uint8_t* block, int k) {

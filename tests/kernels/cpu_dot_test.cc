@@ -7,6 +7,7 @@
 // keeps the widening kernels, which cpu_kernels_test checks against their references). The
 // backend's choice of them: cpu_dot_backend_test.cc.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -946,6 +947,59 @@ TEST(CpuDotTest, Q4WideningHoldsThePackedValuesAndMatchesTheReferences) {
           }
         }
       }
+    }
+  }
+}
+
+// The K-quants' widening kernels (a super-block widened at a time, its scales unpacked once) give the
+// fp32 kernel's bits on the dequantized weights: the same values in the same sums, at rows that take
+// one tile, several and a partial one, and rows that end inside a super-block. (Whole vectors of 16:
+// the scalar tail past the last vector is the same code in both, but the compiler vectorizes it for
+// plain fp32 rows, one multiply and one add, and fuses it elsewhere; the reference tests bound it.)
+TEST(CpuDotTest, KQuantWideningGivesTheFp32KernelsBitsOnTheDequantizedWeights) {
+  std::mt19937_64 rng(46);
+  const auto expect_bits = [](const std::vector<float>& got, const std::vector<float>& x, int rows, int in,
+                              const std::vector<float>& dequantized, int out, const char* format) {
+    std::vector<float> want(size_t(rows) * out, NAN);
+    cpu::MatMulNTSmallRows(x.data(), rows, in, dequantized.data(), out, want.data());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+          << format << " rows " << rows << " in " << in << " out " << out << " at " << i << ": " << got[i] << " against " << want[i];
+    }
+  };
+  for (int rows : {1, 3, 4, 5, 16, 32}) {
+    for (int in : {16, 48, 256, 592, 1024}) {
+      for (int out : {1, 5, 17}) {
+        const Q4KProblem q4k = MakeQ4K(rows, in, out, rng, /*pack=*/false);
+        expect_bits(RunQ4KWidening(q4k, q4k.x, rows), q4k.x, rows, in, q4k.dequantized, out, "q4k");
+        const Q5KProblem q5k = MakeQ5K(rows, in, out, rng, /*pack=*/false);
+        expect_bits(RunQ5KWidening(q5k, q5k.x, rows), q5k.x, rows, in, q5k.dequantized, out, "q5k");
+        const Q6KProblem q6k = MakeQ6K(rows, in, out, rng, /*pack=*/false);
+        expect_bits(RunQ6KWidening(q6k, q6k.x, rows), q6k.x, rows, in, q6k.dequantized, out, "q6k");
+      }
+    }
+  }
+}
+
+// Q4KBlockScales (four bytes at a time) unpacks what Q4KSubScale (ggml's get_scale_min_k4) reads, on
+// random scale bytes and on all-ones and all-zeros.
+TEST(CpuDotTest, Q4KBlockScalesReadWhatQ4KSubScaleReads) {
+  std::mt19937_64 rng(47);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 1000; ++trial) {
+    uint8_t block[cpu::kQ4KBlockBytes] = {};
+    for (int i = 0; i < 16; ++i) block[i] = uint8_t(trial == 0 ? 0xff : trial == 1 ? 0 : byte(rng));
+    const cpu::Q4KScales all = cpu::Q4KBlockScales(block);
+    uint16_t d, dmin;
+    std::memcpy(&d, block, 2);
+    std::memcpy(&dmin, block + 2, 2);
+    ASSERT_EQ(all.d, d);
+    ASSERT_EQ(all.dmin, dmin);
+    for (int s = 0; s < 8; ++s) {
+      int sc, m;
+      cpu::Q4KSubScale(block, s, &sc, &m);
+      ASSERT_EQ(all.sc[s], sc) << "trial " << trial << " sub-block " << s;
+      ASSERT_EQ(all.m[s], m) << "trial " << trial << " sub-block " << s;
     }
   }
 }
