@@ -77,9 +77,9 @@ std::string CpuWeightsName(CpuWeights w) {
   return "?";
 }
 
-std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm) {
+std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuWeights weights) {
   const std::string widening = absl::StrCat("widening fp32 (", cpu::SimdTargetName(), ")");
-  const bool fast = UsesDotKernels(gemm);
+  const bool fast = UsesDotKernels(gemm) && weights != CpuWeights::kStored;
   const cpu::Int8Path int8 = Int8PathFor(gemm);
   std::string bf16 = widening, q8 = widening;
   if (fast && cpu::AmxAvailable()) {

@@ -74,10 +74,11 @@ bool UsesDotKernels(CpuGemm gemm);
 cpu::Int8Path Int8PathFor(CpuGemm gemm);
 absl::Status CpuGemmAvailable(CpuGemm gemm);
 
-// The instruction path each weight format's decode GEMMs take on this CPU with `gemm`, as {format,
-// path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats) and q6k (a GGUF file's Q6_K),
-// e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports).
-std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm);
+// The instruction path each weight format's decode GEMMs take on this CPU with `gemm` and `weights`,
+// as {format, path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats) and a GGUF file's
+// q5k, q6k, q4_1, q5_0 and q5_1, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports). Under
+// stored every format takes the widening kernel, whatever the CPU has.
+std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuWeights weights);
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).
 struct CpuMatrices {

@@ -160,6 +160,11 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and sorted(r["cpu_gemm_paths"]) == ["bf16", "f32", "q4", "q4_1", "q4k", "q5_0", "q5_1", "q5k", "q6k", "q8"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
+# Under --cpu-weights stored every matrix keeps the widening kernels whatever the CPU has, and the
+# report says so (it named the int8 kernels there until 2026-11-29).
+run_bench "$tmp/stored.json" --context 64 --cpu-weights stored "${small[@]}" &&
+  "$py" -c 'import json,sys; p=json.load(open(sys.argv[1]))["cpu_gemm_paths"]; assert all(v.startswith("widening") for k, v in p.items() if k != "f32"), p' \
+    "$tmp/stored.json" && pass "bench: --cpu-weights stored reports the widening kernels" || fail "bench --cpu-weights stored paths"
 # bf16 and q8 matrices: the backend says so, and a step reads about a half and a quarter of the
 # weight bytes (against the f32 run above). bf16 goes on AMX tiles by default where the CPU has them
 # (--cpu-gemm simd: never).

@@ -332,10 +332,10 @@ nlohmann::json MeasurePrefill(Backend& b, int64_t total, int64_t chunk, TokenSou
   return out;
 }
 
-// {"f32": path, "bf16": path, "q8": path, "q4": path, "q4k": path}: the instruction path each --cpu-weights format takes here.
-nlohmann::json CpuGemmPathsJson(CpuGemm gemm) {
+// {"f32": path, "bf16": path, "q8": path, ...}: the instruction path each weight format takes here.
+nlohmann::json CpuGemmPathsJson(CpuGemm gemm, CpuWeights weights) {
   nlohmann::json paths = nlohmann::json::object();
-  for (const auto& [format, path] : CpuGemmPaths(gemm)) paths[format] = path;
+  for (const auto& [format, path] : CpuGemmPaths(gemm, weights)) paths[format] = path;
   return paths;
 }
 
@@ -458,7 +458,7 @@ absl::Status RunBench(const Flags& flags) {
           {"cpu_threads", cpu::ComputeThreads()},
           {"cpu_simd", cpu::SimdTargetName()},
           {"cpu_gemm", CpuGemmName(cpu_flags.cpu_gemm)},
-          {"cpu_gemm_paths", CpuGemmPathsJson(cpu_flags.cpu_gemm)},
+          {"cpu_gemm_paths", CpuGemmPathsJson(cpu_flags.cpu_gemm, cpu_flags.cpu_weights)},
           {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
                      {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
                      {"head_dim", c.head_dim}, {"vocab", c.vocab_size}, {"parameters", model->ParameterCount()}}},
