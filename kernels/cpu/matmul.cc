@@ -37,7 +37,8 @@ constexpr int64_t kChunk = 256;
 // The weight matrices the kernel reads, as fp32 values: fp32 as they are; bf16 bits (the top half
 // of an fp32) widened exactly; q8_0 blocks as q * the block's scale, rounded to fp32. Every product
 // below is the fp32 product of that value. Shift() moves a matrix to its row j, LoadWeights() reads
-// a vector of a row from column k, WeightValue() one weight.
+// a vector of a row from column k (the K-quants: WidenChunk() a super-block into L1, below),
+// WeightValue() one weight.
 HWY_INLINE const float* Shift(const float* w, int64_t in, int64_t j) { return w + j * in; }
 HWY_INLINE const uint16_t* Shift(const uint16_t* w, int64_t in, int64_t j) { return w + j * in; }
 // IEEE half-precision bits; a struct so that it overloads apart from bf16's uint16_t.
@@ -146,65 +147,6 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, Q32Rows<T> w, int64_t k) {
     return hn::Mul(hn::Sub(qf, hn::Set(d, float(f.offset))), hn::Set(d, WidenHalf(block)));
   }
 }
-// q4k (q4k.h) and q5k (q5k.h): q (lanes of u32) of sub-block s of `block` times the sub-block's
-// scale, less its minimum. Both are exact in fp32 and so is q times the scale, so the one rounding
-// (fused or not) gives Q4KWeightValue's and Q5KWeightValue's value.
-template <class D, class VU>
-HWY_INLINE hn::Vec<D> ScaledLessMin(D d, const uint8_t* block, int s, VU q) {
-  const hn::RebindToSigned<D> di32;
-  int sc, m;
-  Q4KSubScale(block, s, &sc, &m);
-  // d and dmin widened by the vector unit (F16C where there is one; exact, as F16ToFloat), then
-  // broadcast: the scalar conversion's branches cost more than the weights' own arithmetic.
-  const hn::CappedTag<float, 2> d2;
-  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  const auto dd = hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(block)));
-  const float scale = hn::GetLane(dd) * float(sc), min = hn::ExtractLane(dd, 1) * float(m);
-  return hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale), hn::Set(d, -min));
-}
-// q4k and q5k: a vector of lanes (4, 8 or 16) within sub-block s, consecutive bytes' low (even s) or
-// high (odd s) nibbles at `nibbles` (the block's 32-byte runs), and for q5k bit s of the same lanes'
-// qh bytes at `fifth` as 16.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKQuant(D d, const uint8_t* block, int s, int i, const uint8_t* nibbles, const uint8_t* fifth) {
-  const hn::RebindToUnsigned<D> du32;
-  const hn::Rebind<uint8_t, D> du8;
-  auto q = hn::PromoteTo(du32, hn::LoadU(du8, nibbles + 32 * (s / 2) + i));
-  q = s % 2 == 0 ? hn::And(q, hn::Set(du32, 15u)) : hn::ShiftRight<4>(q);
-  if (fifth) {
-    const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, fifth + i)), s), hn::Set(du32, 1u));
-    q = hn::Or(q, hn::ShiftLeft<4>(high));
-  }
-  return ScaledLessMin(d, block, s, q);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, Q4KWeights w, int64_t k) {
-  const uint8_t* block = w.blocks + (k / kQ4KBlock) * kQ4KBlockBytes;
-  return LoadKQuant(d, block, int(k % kQ4KBlock) / kQ4KSub, int(k % kQ4KSub), block + 16, nullptr);
-}
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, Q5KWeights w, int64_t k) {
-  const uint8_t* block = w.blocks + (k / kQ5KBlock) * kQ5KBlockBytes;
-  return LoadKQuant(d, block, int(k % kQ5KBlock) / kQ5KSub, int(k % kQ5KSub), block + 48, block + 16);
-}
-// q6k (q6k.h): a vector of lanes (4, 8 or 16) within one sub-block, which is 16 consecutive bytes of
-// ql (their low or high nibbles) and of qh (two of their bits): q - 32 times d * sc (exact), rounded
-// once, as Q6KWeightValue.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadWeights(D d, Q6KWeights w, int64_t k) {
-  const hn::RebindToSigned<D> di32;
-  const hn::RebindToUnsigned<D> du32;
-  const hn::Rebind<uint8_t, D> du8;
-  const uint8_t* block = w.blocks + (k / kQ6KBlock) * kQ6KBlockBytes;
-  const int i = int(k % kQ6KBlock), half = i / 128, t = (i % 128) / 32, l = i % 32;
-  auto low = hn::PromoteTo(du32, hn::LoadU(du8, block + 64 * half + l + 32 * (t % 2)));
-  low = t < 2 ? hn::And(low, hn::Set(du32, 15u)) : hn::ShiftRight<4>(low);
-  const auto high = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 128 + 32 * half + l)), 2 * t),
-                            hn::Set(du32, 3u));
-  const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<4>(high))), hn::Set(di32, 32));
-  const float scale = WidenHalf(block + 208) * float(int8_t(block[192 + i / kQ6KSub]));
-  return hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale));
-}
 HWY_INLINE float WeightValue(const float* w, int64_t k) { return w[k]; }
 HWY_INLINE float WeightValue(const uint16_t* w, int64_t k) { return hwy::F32FromBF16(hwy::bfloat16_t{w[k]}); }
 HWY_INLINE float WeightValue(F16Weights w, int64_t k) { return F16ToFloat(w.h[k]); }
@@ -275,9 +217,9 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, W w, int64_t 
 }
 
 // The formats whose weights cost more to unpack than to multiply, widened a chunk at a time (C rows
-// of kChunk values into L1) before any row of x uses them: the K-quants, whose every vector
-// otherwise unpacked its sub-block's scale and minimum again, and did it again for each 4-row tile.
-// The values are LoadWeights' own, so the products and sums are the same bits either way.
+// of kChunk values into L1, WidenChunk) before any row of x uses them: the K-quants. Read a vector at
+// a time, every vector unpacked its sub-block's scale and minimum with scalar code the vector work
+// waited on, and did it again for each 4-row tile (2026-11-29: 1.6-2x slower).
 template <typename W>
 inline constexpr bool kWidenedByChunk = false;
 template <>
@@ -298,14 +240,6 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, WidenedChunk w, int64_t k) {
   return hn::Load(d, w.values + (k - w.k0));
 }
 
-// Weights [k0, k1) of one row of w widened into `out`, a vector at a time.
-template <typename W>
-HWY_INLINE void WidenChunk(W row, int64_t k0, int64_t k1, float* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = int64_t(hn::Lanes(d));
-  for (int64_t k = k0; k < k1; k += lanes) hn::Store(LoadWeights(d, row, k), d, out + (k - k0));
-}
-
 // out[i] = factor * float(v[i]) for the n (a multiple of 8) 8-bit integers v (uint8_t or int8_t), a
 // vector at a time: a super-block's scales (exact: an fp16 value times at most 8 bits).
 template <typename T>
@@ -318,9 +252,11 @@ HWY_INLINE void TimesFactor(const T* v, int n, float factor, float* HWY_RESTRICT
   }
 }
 
-// q4k and q5k: a whole super-block (the chunk is one: kChunk == kQ4KBlock), its eight scales and
-// minimums unpacked and scaled once, then its values as ScaledLessMin gives them (the same
-// operations on the same numbers).
+// q4k (q4k.h) and q5k (q5k.h): the super-block at `block` (a chunk is one), its eight scales and
+// minimums unpacked and times d and dmin once (exact in fp32: 11 significant bits times 6), then
+// each value q * (d sc) - dmin m in one rounding (the product is exact), Q4KWeightValue's and
+// Q5KWeightValue's value: q is the nibbles' low (even sub-block s) or high (odd s) halves at
+// `nibbles` (the block's 32-byte runs) and for q5k bit s of the same lanes' qh bytes at `fifth` as 16.
 template <bool kFifth>
 HWY_INLINE void WidenKQuantBlock(const uint8_t* block, const uint8_t* nibbles, const uint8_t* fifth, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
@@ -349,17 +285,19 @@ HWY_INLINE void WidenKQuantBlock(const uint8_t* block, const uint8_t* nibbles, c
   }
 }
 static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock, "a chunk is one super-block");
-HWY_INLINE void WidenChunk(Q4KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+HWY_INLINE void WidenChunk(Q4KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const uint8_t* block = row.blocks + (k0 / kQ4KBlock) * kQ4KBlockBytes;
   WidenKQuantBlock<false>(block, block + 16, nullptr, out);
 }
-HWY_INLINE void WidenChunk(Q5KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+HWY_INLINE void WidenChunk(Q5KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const uint8_t* block = row.blocks + (k0 / kQ5KBlock) * kQ5KBlockBytes;
   WidenKQuantBlock<true>(block, block + 48, block + 16, out);
 }
 
-// q6k: a whole super-block, its sixteen scales times d once, then its values as LoadWeights gives them.
-HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, int64_t, float* HWY_RESTRICT out) {
+// q6k (q6k.h): the super-block, its sixteen scales times d once (exact), then each value (q - 32) *
+// (d sc) in one rounding, Q6KWeightValue's: value i is a sub-block's 16 consecutive bytes of ql (their
+// low or high nibbles) and of qh (two of their bits).
+HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di32;
   const hn::RebindToUnsigned<decltype(d)> du32;
@@ -421,7 +359,7 @@ HWY_NOINLINE void Columns(const float* x, int rows, int64_t in, W w, float* y, i
       }
       if constexpr (kWidenedByChunk<W>) {
         HWY_ALIGN float widened[C * kChunk];
-        for (int c = 0; c < C; ++c) WidenChunk(Shift(w, in, c), k0, k1, widened + c * kChunk);
+        for (int c = 0; c < C; ++c) WidenChunk(Shift(w, in, c), k0, widened + c * kChunk);
         RowTiles<C>(xp, n, in, WidenedChunk{widened, k0}, k0, k1, acc);
       } else {
         RowTiles<C>(xp, n, in, w, k0, k1, acc);

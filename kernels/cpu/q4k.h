@@ -16,8 +16,8 @@
 #ifndef STEADY_KERNELS_CPU_Q4K_H_
 #define STEADY_KERNELS_CPU_Q4K_H_
 
-#include <cstdint>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 
 namespace steady::cpu {
