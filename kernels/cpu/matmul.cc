@@ -216,19 +216,6 @@ HWY_INLINE void TileChunk(const float* HWY_RESTRICT x, int64_t in, W w, int64_t 
   }
 }
 
-// The formats whose weights cost more to unpack than to multiply, widened a chunk at a time (C rows
-// of kChunk values into L1, WidenChunk) before any row of x uses them: the K-quants. Read a vector at
-// a time, every vector unpacked its sub-block's scale and minimum with scalar code the vector work
-// waited on, and did it again for each 4-row tile (2026-11-29: 1.6-2x slower).
-template <typename W>
-inline constexpr bool kWidenedByChunk = false;
-template <>
-inline constexpr bool kWidenedByChunk<Q4KWeights> = true;
-template <>
-inline constexpr bool kWidenedByChunk<Q5KWeights> = true;
-template <>
-inline constexpr bool kWidenedByChunk<Q6KWeights> = true;
-
 // C rows of widened weights, kChunk values each, from input k0 on (fp32, aligned).
 struct WidenedChunk {
   const float* values;
@@ -320,6 +307,14 @@ HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, float* HWY_RESTRICT out) 
     }
   }
 }
+
+// The formats whose weights cost more to unpack than to multiply, widened a chunk at a time (C rows
+// of kChunk values into L1) before any row of x uses them: those with a WidenChunk above, the
+// K-quants. Read a vector at a time, every vector unpacked its sub-block's scale and minimum with
+// scalar code the vector work waited on, and did it again for each 4-row tile (2026-11-29: 1.6-2x
+// slower).
+template <typename W>
+inline constexpr bool kWidenedByChunk = requires(W row, float* out) { WidenChunk(row, int64_t{0}, out); };
 
 // acc += the chunk [k0, k1) of n rows of x (from xp) times C rows of w, 4 rows of x at a time.
 template <int C, typename W>

@@ -80,18 +80,10 @@ struct Q8Op256 {
 
 // matmul_dot512.cc's FifthBits on a half: bit m of every byte moved to bit 4.
 STEADY_DOT256_TARGET inline __m256i FifthBits(__m256i fv, int m) {
-  const __m256i bit = _mm256_set1_epi8(0x10);
-  switch (m) {
-    case 0: return _mm256_and_si256(_mm256_slli_epi16(fv, 4), bit);
-    case 1: return _mm256_and_si256(_mm256_slli_epi16(fv, 3), bit);
-    case 2: return _mm256_and_si256(_mm256_slli_epi16(fv, 2), bit);
-    case 3: return _mm256_and_si256(_mm256_slli_epi16(fv, 1), bit);
-    case 4: return _mm256_and_si256(fv, bit);
-    case 5: return _mm256_and_si256(_mm256_srli_epi16(fv, 1), bit);
-    case 6: return _mm256_and_si256(_mm256_srli_epi16(fv, 2), bit);
-    default: return _mm256_and_si256(_mm256_srli_epi16(fv, 3), bit);
-  }
+  const __m256i moved = m <= 4 ? _mm256_slli_epi16(fv, 4 - m) : _mm256_srli_epi16(fv, m - 4);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
 }
+
 
 // The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
 // ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v; with kFifth
@@ -241,14 +233,10 @@ struct KQuantOp256 {
 
 // matmul_dot512.cc's HighBits on a half.
 STEADY_DOT256_TARGET inline __m256i HighBits(__m256i hv, int v) {
-  const __m256i top = _mm256_set1_epi8(0x30);
-  switch (v) {
-    case 0: return _mm256_and_si256(_mm256_slli_epi16(hv, 4), top);
-    case 1: return _mm256_and_si256(_mm256_slli_epi16(hv, 2), top);
-    case 2: return _mm256_and_si256(hv, top);
-    default: return _mm256_and_si256(_mm256_srli_epi16(hv, 2), top);
-  }
+  const __m256i moved = v <= 2 ? _mm256_slli_epi16(hv, 4 - 2 * v) : _mm256_srli_epi16(hv, 2 * v - 4);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(0x30));
 }
+
 
 // Q6KOp of matmul_dot512.cc on 8-column halves. The 6-bit weights are unsigned like the nibbles and
 // take AddNibbles, two groups of 4 inputs at a time between NibbleStart and NibbleEnd (AVX2's int16
@@ -370,3 +358,13 @@ void Multiply(const float* x, int rows, int in, const DotProduct* products, int 
   auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), Op::StepsPerRow(in)}; };
   Run(make, rows, in, products, count);
 }
+
+// This path's kernels, one per format (matmul_dot_tiles.h Int8Kernels).
+constexpr Int8Kernels kKernels = {Multiply<Q8Op256>,
+                                  Multiply<Q4Op256>,
+                                  Multiply<KQuantOp256<false>>,
+                                  Multiply<KQuantOp256<true>>,
+                                  Multiply<Q6KOp256>,
+                                  Multiply<Block32Op256<false, true, 0>>,
+                                  Multiply<Block32Op256<true, false, 16>>,
+                                  Multiply<Block32Op256<true, true, 0>>};

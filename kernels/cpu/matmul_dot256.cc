@@ -88,22 +88,8 @@ STEADY_DOT256_TARGET inline __m256i NibbleEnd(__m256i s, __m256i p) { return Add
 
 }  // namespace
 
-const Int8Kernels kAvxVnniKernels = {avxvnni::Multiply<avxvnni::Q8Op256>,
-                                     avxvnni::Multiply<avxvnni::Q4Op256>,
-                                     avxvnni::Multiply<avxvnni::KQuantOp256<false>>,
-                                     avxvnni::Multiply<avxvnni::KQuantOp256<true>>,
-                                     avxvnni::Multiply<avxvnni::Q6KOp256>,
-                                     avxvnni::Multiply<avxvnni::Block32Op256<false, true, 0>>,
-                                     avxvnni::Multiply<avxvnni::Block32Op256<true, false, 16>>,
-                                     avxvnni::Multiply<avxvnni::Block32Op256<true, true, 0>>};
-const Int8Kernels kAvx2Kernels = {avx2::Multiply<avx2::Q8Op256>,
-                                  avx2::Multiply<avx2::Q4Op256>,
-                                  avx2::Multiply<avx2::KQuantOp256<false>>,
-                                  avx2::Multiply<avx2::KQuantOp256<true>>,
-                                  avx2::Multiply<avx2::Q6KOp256>,
-                                  avx2::Multiply<avx2::Block32Op256<false, true, 0>>,
-                                  avx2::Multiply<avx2::Block32Op256<true, false, 16>>,
-                                  avx2::Multiply<avx2::Block32Op256<true, true, 0>>};
+const Int8Kernels kAvxVnniKernels = avxvnni::kKernels;
+const Int8Kernels kAvx2Kernels = avx2::kKernels;
 
 }  // namespace steady::cpu::dot
 

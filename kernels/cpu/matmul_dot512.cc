@@ -154,21 +154,13 @@ struct Q8Op {
 };
 
 // Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
-// low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts: the bits they carry across a
-// byte are masked off.
+// low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts (by a count the callers' unrolled
+// loops make constant): the bits they carry across a byte are masked off.
 STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
-  const __m512i bit = _mm512_set1_epi8(0x10);
-  switch (m) {
-    case 0: return _mm512_and_si512(_mm512_slli_epi16(fv, 4), bit);
-    case 1: return _mm512_and_si512(_mm512_slli_epi16(fv, 3), bit);
-    case 2: return _mm512_and_si512(_mm512_slli_epi16(fv, 2), bit);
-    case 3: return _mm512_and_si512(_mm512_slli_epi16(fv, 1), bit);
-    case 4: return _mm512_and_si512(fv, bit);
-    case 5: return _mm512_and_si512(_mm512_srli_epi16(fv, 1), bit);
-    case 6: return _mm512_and_si512(_mm512_srli_epi16(fv, 2), bit);
-    default: return _mm512_and_si512(_mm512_srli_epi16(fv, 3), bit);
-  }
+  const __m512i moved = m <= 4 ? _mm512_slli_epi16(fv, 4 - m) : _mm512_srli_epi16(fv, m - 4);
+  return _mm512_and_si512(moved, _mm512_set1_epi8(0x10));
 }
+
 
 // The low 4 bits of each byte of v (a 4-bit q); with kFifth (q5k, q5_0, q5_1) joined to bit m of the
 // fifth vector at `fifth`, (v & low) | its fifth bit in one VPTERNLOGD.
@@ -317,14 +309,10 @@ using Q5KOp = KQuantOp<kGroups, true>;
 // Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (the others zero):
 // the top two bits of a 6-bit q. 16-bit shifts: the bits they carry across a byte are masked off.
 STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
-  const __m512i top = _mm512_set1_epi8(0x30);
-  switch (v) {
-    case 0: return _mm512_and_si512(_mm512_slli_epi16(hv, 4), top);
-    case 1: return _mm512_and_si512(_mm512_slli_epi16(hv, 2), top);
-    case 2: return _mm512_and_si512(hv, top);
-    default: return _mm512_and_si512(_mm512_srli_epi16(hv, 2), top);
-  }
+  const __m512i moved = v <= 2 ? _mm512_slli_epi16(hv, 4 - 2 * v) : _mm512_srli_epi16(hv, 2 * v - 4);
+  return _mm512_and_si512(moved, _mm512_set1_epi8(0x30));
 }
+
 
 // int8 x q6k: per sub-block of 16 (half of one q8_0 block of x) the 6-bit q (0..63, unsigned: a
 // nibble joined to its two high bits in the weight registers) times q_x summed exactly in int32,

@@ -41,7 +41,8 @@ struct Q4KScales {
   uint8_t sc[8], m[8];
 };
 // Sub-block s's 6-bit scale and minimum, as ggml's get_scale_min_k4 reads them from the 12 bytes at
-// block + 4 (Q4KBlockScales unpacks all eight).
+// block + 4: the plain reading, which Q4KBlockScales (all eight, what the kernels call) is tested
+// against.
 inline void Q4KSubScale(const uint8_t* block, int s, int* sc, int* m) {
   const uint8_t* q = block + 4;
   *sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
