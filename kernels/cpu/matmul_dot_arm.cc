@@ -261,6 +261,30 @@ STEADY_ARM_TARGET inline float32x4_t LoadS8(const uint8_t* p) {
   return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vcreate_s8(four)))));
 }
 
+// Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (matmul_dot512.cc's
+// HighBits): a left shift by 4 - 2v (right by 2 for v = 3), byte by byte.
+STEADY_ARM_TARGET inline uint8x16_t HighBits(uint8x16_t hv, int v) {
+  return vandq_u8(vshlq_u8(hv, vdupq_n_s8(int8_t(4 - 2 * v))), vdupq_n_u8(0x30));
+}
+
+// q6k's fp32 step for sub-block `sub` (16 inputs, half of x's block xb) of super-block record wb
+// (the tile's first group; groups `steps` records apart), from the sums of q times q_x:
+//     acc += sum * (d * sc * scale_x).
+template <int R, int Q>
+STEADY_ARM_TARGET inline void ScaleQ6K(const Q8Rows& x, int r, int64_t xb, int64_t sub, const uint8_t* wb, int64_t steps,
+                                       const int32x4_t (&sums)[R][Q], float* acc) {
+  for (int q = 0; q < Q; ++q) {
+    const uint8_t* g = wb + (q / 4) * steps * kQ6KRecord;
+    const int lane = (q % 4) * 4;  // the quarter's first column
+    const float32x4_t scale = vmulq_f32(LoadF16(g + 2 * lane), LoadS8(g + 32 + 16 * sub + lane));
+    for (int rr = 0; rr < R; ++rr) {
+      float* a = acc + (rr * Q + q) * 4;
+      const float dx = x.xscale[(r + rr) * x.blocks + xb];
+      vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx)));
+    }
+  }
+}
+
 // Q6KOp of matmul_dot512.cc on quarters: the 6-bit q (0..63) are non-negative signed bytes, the
 // sums start at -32 * the sub-block's sum of q_x; the byte shifts need no masking across bytes.
 struct Q6KOp {
@@ -275,7 +299,7 @@ struct Q6KOp {
   template <int R, int C>
   STEADY_ARM_TARGET void Tile(int r, int64_t b0, int64_t b1, float* acc, bool /*ahead*/) const {
     constexpr int Q = 4 * C;
-    const uint8x16_t low = vdupq_n_u8(0x0f), top = vdupq_n_u8(0x30);
+    const uint8x16_t low = vdupq_n_u8(0x0f);
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* wb = w + b * kQ6KRecord;
       const int64_t xblocks = std::min<int64_t>(8, x.blocks - 8 * b);
@@ -294,22 +318,11 @@ struct Q6KOp {
               const uint8_t* p = wb + (q / 4) * steps * kQ6KRecord + kQ6KHead + blk * kQ6KBlockRecord;
               const uint8x16_t nib = vld1q_u8(Quarter(p + (u / 2) * 64, q));
               const uint8x16_t lo = u % 2 == 0 ? vandq_u8(nib, low) : vshrq_n_u8(nib, 4);
-              // Bits 2v, 2v + 1 to 4, 5: a left shift by 4 - 2v (right by 2 for v = 3).
-              const uint8x16_t hi = vandq_u8(vshlq_u8(vld1q_u8(Quarter(p + 256 + h * 64, q)), vdupq_n_s8(int8_t(4 - 2 * v))), top);
-              wv[q] = vreinterpretq_s8_u8(vorrq_u8(lo, hi));
+              wv[q] = vreinterpretq_s8_u8(vorrq_u8(lo, HighBits(vld1q_u8(Quarter(p + 256 + h * 64, q)), v)));
             }
             Add(x, r, xb, u, wv, sums);
           }
-          for (int q = 0; q < Q; ++q) {
-            const uint8_t* g = wb + (q / 4) * steps * kQ6KRecord;
-            const int lane = (q % 4) * 4;  // the quarter's first column
-            const float32x4_t scale = vmulq_f32(LoadF16(g + 2 * lane), LoadS8(g + 32 + 16 * (2 * blk + h) + lane));
-            for (int rr = 0; rr < R; ++rr) {
-              float* a = acc + (rr * Q + q) * 4;
-              const float dx = x.xscale[(r + rr) * x.blocks + xb];
-              vst1q_f32(a, vfmaq_f32(vld1q_f32(a), vcvtq_f32_s32(sums[rr][q]), vmulq_n_f32(scale, dx)));
-            }
-          }
+          ScaleQ6K(x, r, xb, 2 * blk + h, wb, steps, sums, acc);
         }
       }
     }
@@ -370,18 +383,18 @@ namespace i8mm {
 // other path's bits.
 constexpr int kTileRows = 4, kTileGroups = 1;
 
-// rows[rr][q]: the exact sums over x's block xb (32 inputs) of row r + rr times the quarter's 4
-// columns, starting at `start` times the block's sum of q_x. halves(q, k, lo, hi) gives quarter q's
-// weights for inputs 8k..8k+3 (lo) and 8k+4..8k+7 (hi) as signed bytes, a column to a 32-bit lane.
+// rows[rr][q]: the exact sums over inputs 8 k0 .. 8 k1 - 1 of x's block xb of row r + rr times the
+// quarter's 4 columns. halves(q, k, lo, hi) gives quarter q's weights for inputs 8k..8k+3 (lo) and
+// 8k+4..8k+7 (hi) as signed bytes, a column to a 32-bit lane.
 template <int R, int Q, class Halves>
-STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int32_t start, Halves halves,
-                                        int32x4_t (&rows)[R][Q]) {
+STEADY_ARM_TARGET inline void Sums(const Q8Rows& x, int r, int64_t xb, int k0, int k1, Halves halves,
+                                   int32x4_t (&rows)[R][Q]) {
   constexpr int P = (R + 1) / 2;  // row pairs (an odd last row paired with itself)
   int32x4_t s[P][Q][2];           // [pair][quarter][columns 0-1 | 2-3]: rows (2p, 2p + 1) x 2 columns
   for (int p = 0; p < P; ++p) {
     for (int q = 0; q < Q; ++q) s[p][q][0] = s[p][q][1] = vdupq_n_s32(0);
   }
-  for (int k = 0; k < 4; ++k) {
+  for (int k = k0; k < k1; ++k) {
     int8x16_t xv[P];
     for (int p = 0; p < P; ++p) {
       const int r0 = r + 2 * p, r1 = std::min(r0 + 1, r + R - 1);
@@ -402,11 +415,20 @@ STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int3
     for (int q = 0; q < Q; ++q) {
       const int64x2_t a = vreinterpretq_s64_s32(s[p][q][0]), c = vreinterpretq_s64_s32(s[p][q][1]);
       for (int h = 0; h < 2 && 2 * p + h < R; ++h) {
-        const int rr = 2 * p + h;
-        const int32x4_t sums = vreinterpretq_s32_s64(h == 0 ? vzip1q_s64(a, c) : vzip2q_s64(a, c));
-        rows[rr][q] = start == 0 ? sums : vaddq_s32(sums, vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]));
+        rows[2 * p + h][q] = vreinterpretq_s32_s64(h == 0 ? vzip1q_s64(a, c) : vzip2q_s64(a, c));
       }
     }
+  }
+}
+// Sums over the whole block (32 inputs), starting at `start` times the block's sum of q_x.
+template <int R, int Q, class Halves>
+STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int32_t start, Halves halves,
+                                        int32x4_t (&rows)[R][Q]) {
+  Sums(x, r, xb, 0, 4, halves, rows);
+  if (start == 0) return;
+  for (int rr = 0; rr < R; ++rr) {
+    const int32x4_t first = vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]);
+    for (int q = 0; q < Q; ++q) rows[rr][q] = vaddq_s32(rows[rr][q], first);
   }
 }
 
@@ -494,6 +516,38 @@ struct KQuantFormat {
   }
 };
 
+// q6k (sdot's Q6KOp): each sub-block (16 inputs, half of x's block) its two steps of 8, the sums
+// starting at -32 * the half's sum of q_x. Inputs 8k..8k+7 are the low (8k..8k+3) and high (8k+4..)
+// nibbles of nibble vector k, joined to bits 2v and 2v + 1 (v = 2 (k % 2), then v + 1) of high-bit
+// vector k / 2.
+struct Q6KFormat {
+  static constexpr int64_t kRecord = kQ6KRecord, kChunk = 1;
+  template <int R, int Q>
+  STEADY_ARM_TARGET static void Step(const Q8Rows& x, int r, int64_t b, const uint8_t* wb, int64_t steps, float* acc) {
+    const int64_t xblocks = std::min<int64_t>(8, x.blocks - 8 * b);  // x's padding ends at its last block
+    for (int64_t blk = 0; blk < xblocks; ++blk) {
+      const int64_t xb = 8 * b + blk;
+      const auto halves = [&](int q, int k, int32x4_t& lo, int32x4_t& hi) {
+        const uint8_t* p = wb + (q / 4) * steps * kQ6KRecord + kQ6KHead + blk * kQ6KBlockRecord;
+        const uint8x16_t low = vdupq_n_u8(0x0f);
+        const uint8x16_t nib = vld1q_u8(Quarter(p + k * 64, q)), high = vld1q_u8(Quarter(p + 256 + (k / 2) * 64, q));
+        const int v = 2 * (k % 2);
+        lo = vreinterpretq_s32_u8(vorrq_u8(vandq_u8(nib, low), sdot::HighBits(high, v)));
+        hi = vreinterpretq_s32_u8(vorrq_u8(vshrq_n_u8(nib, 4), sdot::HighBits(high, v + 1)));
+      };
+      for (int h = 0; h < 2; ++h) {  // sub-block 2 blk + h: inputs 16h..16h+15, k = 2h, 2h + 1
+        int32x4_t rows[R][Q];
+        Sums(x, r, xb, 2 * h, 2 * h + 2, halves, rows);
+        for (int rr = 0; rr < R; ++rr) {
+          const int32x4_t first = vdupq_n_s32(-32 * x.HalfSum(r + rr, xb, h));
+          for (int q = 0; q < Q; ++q) rows[rr][q] = vaddq_s32(rows[rr][q], first);
+        }
+        sdot::ScaleQ6K(x, r, xb, 2 * blk + h, wb, steps, rows, acc);
+      }
+    }
+  }
+};
+
 // The driver's Op over a format's records.
 template <class Format>
 struct Op {
@@ -521,7 +575,8 @@ template <class Op>
 void Multiply(const float* x, int rows, int in, const DotProduct* products, int count, int64_t steps,
               Int8Kernel one_row) {
   if (rows < 2) return one_row(x, rows, in, products, count);
-  const Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRowScalar);
+  if constexpr (std::is_same_v<Op, i8mm::Op<Q6KFormat>>) xq = WithHalfSums(xq, rows);  // q6k's sub-blocks are half a block
   auto make = [&](const void* packed) { return Op{xq, static_cast<const uint8_t*>(packed), steps}; };
   Run(make, rows, in, products, count);
 }
@@ -536,6 +591,9 @@ void Q4KDot(const float* x, int rows, int in, const DotProduct* products, int co
 }
 void Q5KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Op<KQuantFormat<true>>>(x, rows, in, products, count, Q5KBlocksPerRow(in), sdot::Q5KDot);
+}
+void Q6KDot(const float* x, int rows, int in, const DotProduct* products, int count) {
+  Multiply<Op<Q6KFormat>>(x, rows, in, products, count, Q6KBlocksPerRow(in), sdot::Q6KDot);
 }
 void Q4_1Dot(const float* x, int rows, int in, const DotProduct* products, int count) {
   Multiply<Op<Block32Format<false, true, 0>>>(x, rows, in, products, count, Q8BlocksPerRow(in), sdot::Q4_1Dot);
@@ -665,9 +723,8 @@ struct Bf16MmlaOp {
 
 const Int8Kernels kArmDotKernels = {sdot::Q8Dot,  sdot::Q4Dot,   sdot::Q4KDot,  sdot::Q5KDot,
                                     sdot::Q6KDot, sdot::Q4_1Dot, sdot::Q5_0Dot, sdot::Q5_1Dot};
-// q6k on SDOT there too (the same bits): an SMMLA tile of its own is not written yet.
 const Int8Kernels kArmI8mmKernels = {i8mm::Q8Dot,  i8mm::Q4Dot,   i8mm::Q4KDot,  i8mm::Q5KDot,
-                                     sdot::Q6KDot, i8mm::Q4_1Dot, i8mm::Q5_0Dot, i8mm::Q5_1Dot};
+                                     i8mm::Q6KDot, i8mm::Q4_1Dot, i8mm::Q5_0Dot, i8mm::Q5_1Dot};
 
 // BFMMLA from two rows on (one row would leave half of each instruction idle), BFDOT for one.
 void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count) {

@@ -60,8 +60,8 @@ run_tests max cpu_dot_test "int8 path: arm_i8mm (SMMLA)" "int8 path: arm_dotprod
 run_tests neoverse-n1 cpu_dot_test "int8 path: arm_dotprod (SDOT)"
 run_tests cortex-a72 cpu_dot_test "no Arm dot-product extension (SDOT) on this CPU" "no bf16 dot product"
 
-# The same inputs through this machine's widest int8 path and through SMMLA (q8; SDOT for one row,
-# q4 and q4k), which the test itself compares with SDOT: the same bits.
+# The same inputs through this machine's widest int8 path and through SMMLA (every int8 format; SDOT for
+# one row), which the test itself compares with SDOT: the same bits.
 filter=--gtest_filter=CpuDotTest.Int8PathsGiveTheSameBits
 if STEADY_INT8_RESULTS_OUT="$tmp/x86.f32" "$bin/cpu_dot_test" "$filter" > "$tmp/native.log" 2>&1 && [ -s "$tmp/x86.f32" ]; then
   native=$(sed -n 's/^int8 results: //p' "$tmp/native.log")
