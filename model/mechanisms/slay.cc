@@ -44,37 +44,60 @@ absl::Status NormalizeAnchors(int rows, int dim, const std::string& name, std::v
   return absl::OkStatus();
 }
 
-// psi(u) into `psi` [R, P, M]; `poly` is scratch of P values.
+// psi of `rows` keys or queries u [rows, head_dim] of kv head g into psi [rows, R * P * M] (each row
+// [R, P, M]). Each row's values do not depend on the others: its anchor dot products run in order of
+// d (the anchors side by side, so they vectorize as independent sums), its projections by omega are
+// cpu::MatMulNN's, whose bits do not depend on the number of rows; several rows share one call a node.
 template <typename T>
-void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* poly, T* psi) {
+void FeaturesOfRows(const SlayParams& p, const AttnShape& s, int g, int rows, const T* u, T* psi) {
   const int dk = s.head_dim, P = p.anchors, M = p.features;
-  T norm2 = 0;
-  for (int d = 0; d < dk; ++d) norm2 += u[d] * u[d];
-  const T inv_norm = T(1) / std::max(std::sqrt(norm2), T(1e-12));  // u^ = u * inv_norm
+  const int64_t m = p.num_features();
+  thread_local std::vector<T> inv_norm, poly, proj;  // [rows], [rows, P], [rows, M]
+  inv_norm.resize(rows);
+  poly.resize(size_t(rows) * P);
+  proj.resize(size_t(rows) * M);
   const T inv_sqrt_p = T(1) / std::sqrt(T(P));
-  for (int a = 0; a < P; ++a) {
-    const float* dir = p.anchor_dirs.data() + size_t(a) * dk;
-    T dot = 0;
-    for (int d = 0; d < dk; ++d) dot += T(dir[d]) * u[d];
-    dot *= inv_norm;
-    poly[a] = dot * dot * inv_sqrt_p;
+  for (int i = 0; i < rows; ++i) {
+    const T* ui = u + int64_t(i) * dk;
+    T norm2 = 0;
+    for (int d = 0; d < dk; ++d) norm2 += ui[d] * ui[d];
+    inv_norm[i] = T(1) / std::max(std::sqrt(norm2), T(1e-12));  // u^ = u * inv_norm
+    T* dot = poly.data() + size_t(i) * P;
+    std::fill(dot, dot + P, T(0));
+    for (int d = 0; d < dk; ++d) {
+      for (int a = 0; a < P; ++a) dot[a] += T(p.anchor_dirs[size_t(a) * dk + d]) * ui[d];
+    }
+    for (int a = 0; a < P; ++a) {
+      const T x = dot[a] * inv_norm[i];
+      dot[a] = x * x * inv_sqrt_p;
+    }
   }
   const T inv_sqrt_m = T(1) / std::sqrt(T(M));
   for (int r = 0; r < p.nodes; ++r) {
-    // prf values go to the p = 0 row of this node's block first and are spread over the P rows
-    // from the last row back, so the p = 0 row is overwritten last.
-    T* prf = psi + size_t(r) * P * M;
-    // u . omega [head_dim, M]: SIMD in fp32, a plain loop in fp64 (cpu::MatMulNN).
-    cpu::MatMulNN(u, 1, dk, p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M, M, prf);
+    // u . omega [head_dim, M] for every row: SIMD in fp32, a plain loop in fp64 (cpu::MatMulNN).
+    cpu::MatMulNN(u, rows, dk, p.omega.data() + (size_t(r) * s.kv_heads + g) * dk * M, M, proj.data());
     const T sr = T(p.node_s[r]);
-    const T gain = std::sqrt(T(2) * sr) * inv_norm;
     const T amp = std::sqrt(T(p.node_w[r])) * inv_sqrt_m;
-    for (int i = 0; i < M; ++i) prf[i] = amp * std::exp(std::clamp(gain * prf[i] - sr, T(-20), T(20)));
-    for (int a = P - 1; a >= 0; --a) {
-      T* row = prf + size_t(a) * M;
-      for (int i = 0; i < M; ++i) row[i] = poly[a] * prf[i];
+    for (int i = 0; i < rows; ++i) {
+      const T gain = std::sqrt(T(2) * sr) * inv_norm[i];
+      const T* pr = proj.data() + size_t(i) * M;
+      T* block = psi + i * m + size_t(r) * P * M;  // this node's [P, M]
+      const T* pa = poly.data() + size_t(i) * P;
+      // prf values go to the p = 0 row of the block first and are spread over the P rows from the
+      // last row back, so the p = 0 row is overwritten last.
+      for (int j = 0; j < M; ++j) block[j] = amp * std::exp(std::clamp(gain * pr[j] - sr, T(-20), T(20)));
+      for (int a = P - 1; a >= 0; --a) {
+        T* row = block + size_t(a) * M;
+        for (int j = 0; j < M; ++j) row[j] = pa[a] * block[j];
+      }
     }
   }
+}
+
+// psi(u) of one key or query into `psi` [R, P, M].
+template <typename T>
+void FeaturesInto(const SlayParams& p, const AttnShape& s, int g, const T* u, T* psi) {
+  FeaturesOfRows(p, s, g, 1, u, psi);
 }
 
 size_t HeadFloats(const LayerAttention& a, const SlayParams& p) {
@@ -173,8 +196,7 @@ size_t StateFloats(const LayerAttention& a, const SlayParams& p) {
 
 template <typename T>
 void SlayFeatures(const SlayParams& p, const AttnShape& s, int kv_head, const T* u, T* psi) {
-  std::vector<T> poly(p.anchors);
-  FeaturesInto(p, s, kv_head, u, poly.data(), psi);
+  FeaturesInto(p, s, kv_head, u, psi);
 }
 
 template <typename T>
@@ -188,14 +210,12 @@ void Step(const LayerAttention& a, const SlayParams& p, const T* q, const T* k, 
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim;
   const int group = s.group();
-  std::vector<T> poly(p.anchors), psi_k(m), psi_q(size_t(group) * m), den(group);
+  std::vector<T> psi_k(m), psi_q(size_t(group) * m), den(group);
   for (int g = 0; g < s.kv_heads; ++g) {
     const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
-    FeaturesInto(p, s, g, k + g * s.head_dim, poly.data(), psi_k.data());
+    FeaturesInto(p, s, g, k + g * s.head_dim, psi_k.data());
     AddKey(m, dv, psi_k.data(), T(1), v + g * dv, h);
-    for (int i = 0; i < group; ++i) {
-      FeaturesInto(p, s, g, q + (g * group + i) * s.head_dim, poly.data(), psi_q.data() + size_t(i) * m);
-    }
+    FeaturesOfRows(p, s, g, group, q + g * group * s.head_dim, psi_q.data());  // the group's heads
     T* yg = y + g * group * dv;
     std::fill(yg, yg + group * dv, T(0));
     ReadStateGroup(m, dv, group, psi_q.data(), T(1), h, yg, den.data());  // the state read once per group
@@ -213,7 +233,7 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size, group = s.group();
-  std::vector<T> poly(p.anchors), psi_q, psi_k(size_t(L) * m), carried(L, T(1)), num, den;
+  std::vector<T> psi_q, psi_k(size_t(L) * m), carried(L, T(1)), num, den, rows;
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
     psi_q.resize(size_t(len) * group * m);
@@ -221,16 +241,11 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
     den.resize(size_t(len) * group);
     for (int g = 0; g < s.kv_heads; ++g) {
       const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
-      for (int j = 0; j < len; ++j) {
-        FeaturesInto(p, s, g, k + (size_t(c0 + j) * s.kv_heads + g) * s.head_dim, poly.data(),
-                     psi_k.data() + size_t(j) * m);
-      }
-      for (int t = 0; t < len; ++t) {  // row t * group + i: token t, the group's head i
-        for (int i = 0; i < group; ++i) {
-          FeaturesInto(p, s, g, q + (size_t(c0 + t) * s.heads + g * group + i) * s.head_dim, poly.data(),
-                       psi_q.data() + (size_t(t) * group + i) * m);
-        }
-      }
+      const int64_t k_row = int64_t(s.kv_heads) * s.head_dim, q_row = int64_t(s.heads) * s.head_dim;
+      FeaturesOfRows(p, s, g, len, Gather(len, s.head_dim, k + c0 * k_row + g * s.head_dim, k_row, &rows), psi_k.data());
+      // Row t * group + i: token t, the group's head i.
+      FeaturesOfRows(p, s, g, len * group,
+                     Gather(len, group * s.head_dim, q + c0 * q_row + g * group * s.head_dim, q_row, &rows), psi_q.data());
       // Outputs: carried state (keys before the chunk) plus the causal intra-chunk part.
       ChunkReads(m, dv, len, group, psi_q.data(), len, psi_k.data(), v + (size_t(c0) * s.kv_heads + g) * dv,
                  int64_t(s.kv_heads) * dv, nullptr, carried.data(), static_cast<const T*>(nullptr), h, num.data(),
@@ -257,15 +272,13 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
   // The same estimator as the recurrence, psi(Q) psi(K)^T causally masked, not the exact kernel.
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim;
-  std::vector<T> poly(p.anchors), psi_q(m), psi_k(size_t(n) * m);
+  std::vector<T> psi_q(m), psi_k(size_t(n) * m), rows;
   for (int g = 0; g < s.kv_heads; ++g) {
-    for (int j = 0; j < n; ++j) {
-      FeaturesInto(p, s, g, k + (size_t(j) * s.kv_heads + g) * s.head_dim, poly.data(),
-                   psi_k.data() + size_t(j) * m);
-    }
+    const int64_t k_row = int64_t(s.kv_heads) * s.head_dim;
+    FeaturesOfRows(p, s, g, n, Gather(n, s.head_dim, k + g * s.head_dim, k_row, &rows), psi_k.data());
     for (int t = 0; t < n; ++t) {
       for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
-        FeaturesInto(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, poly.data(), psi_q.data());
+        FeaturesInto(p, s, g, q + (size_t(t) * s.heads + hq) * s.head_dim, psi_q.data());
         T* yh = y + (size_t(t) * s.heads + hq) * dv;
         std::fill(yh, yh + dv, T(0));
         T den = 0;
@@ -296,20 +309,16 @@ void Steps(const LayerAttention& a, const SlayParams& p, int n, const T* q, cons
   const int64_t q_row = int64_t(s.heads) * s.head_dim, k_row = int64_t(s.kv_heads) * s.head_dim,
                 v_row = int64_t(s.kv_heads) * dv, y_row = int64_t(s.heads) * dv;
   ForEachKvHead(s.kv_heads, int64_t(n) * m * dv * (group + 1), [&](int g) {
-    thread_local std::vector<T> poly, psi_k, psi_q, den;  // [anchors], [n, m], [n, group, m], [n, group]
-    poly.resize(p.anchors);
+    thread_local std::vector<T> psi_k, psi_q, den, rows;  // [n, m], [n, group, m], [n, group], gathered rows
     psi_k.resize(size_t(n) * m);
     psi_q.resize(size_t(n) * group * m);
     den.resize(size_t(n) * group);
     const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
-    for (int t = 0; t < n; ++t) {
-      FeaturesInto(p, s, g, k + t * k_row + g * s.head_dim, poly.data(), psi_k.data() + size_t(t) * m);
-      for (int i = 0; i < group; ++i) {
-        FeaturesInto(p, s, g, q + t * q_row + (g * group + i) * s.head_dim, poly.data(),
-                     psi_q.data() + (size_t(t) * group + i) * m);
-      }
-      std::fill(y + t * y_row + g * group * dv, y + t * y_row + (g + 1) * group * dv, T(0));
-    }
+    // Every key's features, then every query's (row t * group + i: token t, the group's head i).
+    FeaturesOfRows(p, s, g, n, Gather(n, s.head_dim, k + g * s.head_dim, k_row, &rows), psi_k.data());
+    FeaturesOfRows(p, s, g, n * group, Gather(n, group * s.head_dim, q + g * group * s.head_dim, q_row, &rows),
+                   psi_q.data());
+    for (int t = 0; t < n; ++t) std::fill(y + t * y_row + g * group * dv, y + t * y_row + (g + 1) * group * dv, T(0));
     AddKeysAndReadInTurn(m, dv, n, psi_k.data(), v + g * dv, v_row, static_cast<const T*>(nullptr), group,
                          psi_q.data(), h, y + g * group * dv, y_row, den.data());
     for (int t = 0; t < n; ++t) {
