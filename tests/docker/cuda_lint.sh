@@ -21,14 +21,15 @@ for file in "$src/docker/Containerfile" "$src/docker/Containerfile.cuda"; do
   done < <(grep -E '^COPY ' "$file" | grep -v -- '--from=' | awk '{print $2}' | grep -v '^\.$'; grep -oE '/src/[A-Za-z0-9_./-]+' "$file" | sed 's|^/src/||' | sort -u)
   # Build targets.
   for t in $(grep -oE -- 'cmake --build [^&]*--target [A-Za-z0-9_ -]+' "$file" | sed 's/.*--target //'); do
-    echo "$targets" | grep -qx -- "$t" || { fail "$name builds target $t, which CMake does not define"; bad=1; }
+    grep -qx -- "$t" <<< "$targets" || { fail "$name builds target $t, which CMake does not define"; bad=1; }
   done
   # CMake options (-DNAME=...), except CMake's own.
   for o in $(grep -oE -- '-D[A-Z_]+=' "$file" | sed -E 's/^-D|=$//g' | grep -v '^CMAKE_' | sort -u); do
-    echo "$options" | grep -qx -- "$o" || { fail "$name sets -D$o, which no CMakeLists.txt declares"; bad=1; }
+    grep -qx -- "$o" <<< "$options" || { fail "$name sets -D$o, which no CMakeLists.txt declares"; bad=1; }
   done
   # steady-server and steady-cli flags in ENTRYPOINT / HEALTHCHECK.
-  # (The usage is read whole first: `grep -q` leaving a pipe early would fail the writer with SIGPIPE.)
+  # (Every list is searched as a here-string, never piped from echo: `grep -q` leaving a pipe early
+  # fails the writer with SIGPIPE under pipefail, and the suite once failed the target check so.)
   server_usage=$("$bin/steady-server" --help)
   for f in $(sed -n '/ENTRYPOINT \["steady-server"/,/\]/p' "$file" | grep -oE -- '"--[a-z-]+"' | tr -d '"' | sort -u); do
     grep -q -- "$f" <<< "$server_usage" || { fail "$name passes steady-server $f, which it does not accept"; bad=1; }
