@@ -84,7 +84,6 @@ STEADY_DOT256_TARGET inline __m256i FifthBits(__m256i fv, int m) {
   return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
 }
 
-
 // The nibbles of 4-bit weights: p[rr][h] += vector v's low nibbles (inputs 4v..4v+3) and its high
 // ones (16 + 4v..) times row r + rr's bytes of block xb. raw[h] is half h of vector v; with kFifth
 // (q5k, q5_0, q5_1) each nibble is joined to its fifth bit from half h of the fifth vector, fifth[h].
@@ -236,7 +235,6 @@ STEADY_DOT256_TARGET inline __m256i HighBits(__m256i hv, int v) {
   const __m256i moved = v <= 2 ? _mm256_slli_epi16(hv, 4 - 2 * v) : _mm256_srli_epi16(hv, 2 * v - 4);
   return _mm256_and_si256(moved, _mm256_set1_epi8(0x30));
 }
-
 
 // Q6KOp of matmul_dot512.cc on 8-column halves. The 6-bit weights are unsigned like the nibbles and
 // take AddNibbles, two groups of 4 inputs at a time between NibbleStart and NibbleEnd (AVX2's int16

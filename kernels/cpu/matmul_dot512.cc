@@ -161,7 +161,6 @@ STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
   return _mm512_and_si512(moved, _mm512_set1_epi8(0x10));
 }
 
-
 // The low 4 bits of each byte of v (a 4-bit q); with kFifth (q5k, q5_0, q5_1) joined to bit m of the
 // fifth vector at `fifth`, (v & low) | its fifth bit in one VPTERNLOGD.
 template <bool kFifth>
@@ -312,7 +311,6 @@ STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
   const __m512i moved = v <= 2 ? _mm512_slli_epi16(hv, 4 - 2 * v) : _mm512_srli_epi16(hv, 2 * v - 4);
   return _mm512_and_si512(moved, _mm512_set1_epi8(0x30));
 }
-
 
 // int8 x q6k: per sub-block of 16 (half of one q8_0 block of x) the 6-bit q (0..63, unsigned: a
 // nibble joined to its two high bits in the weight registers) times q_x summed exactly in int32,

@@ -420,16 +420,20 @@ STEADY_ARM_TARGET inline void Sums(const Q8Rows& x, int r, int64_t xb, int k0, i
     }
   }
 }
+// rows[rr][q] += first(rr) in every lane (where a row's sums start: exact in int32).
+template <int R, int Q, class First>
+STEADY_ARM_TARGET inline void AddFirst(First first, int32x4_t (&rows)[R][Q]) {
+  for (int rr = 0; rr < R; ++rr) {
+    const int32x4_t f = vdupq_n_s32(first(rr));
+    for (int q = 0; q < Q; ++q) rows[rr][q] = vaddq_s32(rows[rr][q], f);
+  }
+}
 // Sums over the whole block (32 inputs), starting at `start` times the block's sum of q_x.
 template <int R, int Q, class Halves>
 STEADY_ARM_TARGET inline void BlockSums(const Q8Rows& x, int r, int64_t xb, int32_t start, Halves halves,
                                         int32x4_t (&rows)[R][Q]) {
   Sums(x, r, xb, 0, 4, halves, rows);
-  if (start == 0) return;
-  for (int rr = 0; rr < R; ++rr) {
-    const int32x4_t first = vdupq_n_s32(start * x.xsum[(r + rr) * x.blocks + xb]);
-    for (int q = 0; q < Q; ++q) rows[rr][q] = vaddq_s32(rows[rr][q], first);
-  }
+  if (start != 0) AddFirst([&](int rr) { return start * x.xsum[(r + rr) * x.blocks + xb]; }, rows);
 }
 
 // The nibble halves of a 4-bit record (q4's block, q4k's sub-block: vector v holds inputs 4v..4v+3
@@ -538,10 +542,7 @@ struct Q6KFormat {
       for (int h = 0; h < 2; ++h) {  // sub-block 2 blk + h: inputs 16h..16h+15, k = 2h, 2h + 1
         int32x4_t rows[R][Q];
         Sums(x, r, xb, 2 * h, 2 * h + 2, halves, rows);
-        for (int rr = 0; rr < R; ++rr) {
-          const int32x4_t first = vdupq_n_s32(-32 * x.HalfSum(r + rr, xb, h));
-          for (int q = 0; q < Q; ++q) rows[rr][q] = vaddq_s32(rows[rr][q], first);
-        }
+        AddFirst([&](int rr) { return -32 * x.HalfSum(r + rr, xb, h); }, rows);
         sdot::ScaleQ6K(x, r, xb, 2 * blk + h, wb, steps, rows, acc);
       }
     }

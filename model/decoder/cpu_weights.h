@@ -106,8 +106,9 @@ struct CpuMatrices {
   int64_t Weights() const;
   // The matrices' types, e.g. "bf16" or "f32 and bf16" (a checkpoint may mix them).
   std::string TypeNames() const;
-  // Whether any matrix is of `type`; of a row-major int8 format (one with an Int8PackedType).
+  // Whether any matrix is of `type`.
   bool Has(WeightType type) const;
+  // Whether any matrix is of a row-major int8 format (one with an Int8PackedType).
   bool HasInt8Format() const;
 
  private:

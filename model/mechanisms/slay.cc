@@ -233,6 +233,7 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
              StateView<T> st, T* y) {
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim, L = a.chunk_size, group = s.group();
+  const int64_t k_row = int64_t(s.kv_heads) * s.head_dim, q_row = int64_t(s.heads) * s.head_dim;
   std::vector<T> psi_q, psi_k(size_t(L) * m), carried(L, T(1)), num, den, rows;
   for (int c0 = 0; c0 < n; c0 += L) {
     const int len = std::min(L, n - c0);
@@ -241,7 +242,6 @@ void Chunked(const LayerAttention& a, const SlayParams& p, int n, const T* q, co
     den.resize(size_t(len) * group);
     for (int g = 0; g < s.kv_heads; ++g) {
       const FeatureState<T> h = HeadAt(a, p, st.fixed, g);
-      const int64_t k_row = int64_t(s.kv_heads) * s.head_dim, q_row = int64_t(s.heads) * s.head_dim;
       FeaturesOfRows(p, s, g, len, Gather(len, s.head_dim, k + c0 * k_row + g * s.head_dim, k_row, &rows), psi_k.data());
       // Row t * group + i: token t, the group's head i.
       FeaturesOfRows(p, s, g, len * group,
@@ -272,9 +272,9 @@ void Parallel(const LayerAttention& a, const SlayParams& p, int n, const T* q, c
   // The same estimator as the recurrence, psi(Q) psi(K)^T causally masked, not the exact kernel.
   const AttnShape& s = a.shape;
   const int m = p.num_features(), dv = s.value_dim;
+  const int64_t k_row = int64_t(s.kv_heads) * s.head_dim;
   std::vector<T> psi_q(m), psi_k(size_t(n) * m), rows;
   for (int g = 0; g < s.kv_heads; ++g) {
-    const int64_t k_row = int64_t(s.kv_heads) * s.head_dim;
     FeaturesOfRows(p, s, g, n, Gather(n, s.head_dim, k + g * s.head_dim, k_row, &rows), psi_k.data());
     for (int t = 0; t < n; ++t) {
       for (int hq = g * s.group(); hq < (g + 1) * s.group(); ++hq) {
