@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 
@@ -33,32 +34,36 @@ constexpr int64_t kTileValues = 16 * kAmxBlock;       // bf16 values in one 32x1
 constexpr long kArchReqXcompPerm = 0x1023;            // linux/arch/x86/include/uapi/asm/prctl.h
 constexpr int kXfeatureXtileData = 18;
 
-bool ProbeAmx() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE: xgetbv works
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
-  const bool avx512 = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F, BW, VL
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-  const bool avx512_bf16 = a & (1u << 5);
-  if (!(amx_bf16 && amx_tile && avx512 && avx512_bf16)) return false;
-  unsigned lo = 0, hi = 0;
-  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0xe6u) != 0xe6u) return false;  // the OS saves SSE, AVX and AVX-512 state
-  // Linux hands out the 8 KB of tile data per process on request (since 5.16).
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
-}
-
-// The LDTILECFG operand: palette 1, all eight tiles 16 rows by 64 bytes. Tiles 0-3 accumulate
-// (fp32), the others hold 16 rows x 32 inputs of x or a 32x16 weight tile (bf16 pairs).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
+// What this process may run on AMX tiles: each instruction set with AVX-512 F, BW and VL (the
+// kernels' other half) and, for bf16, AVX512_BF16 (rounding the activations).
+struct AmxSupport {
+  bool bf16 = false, int8 = false;
 };
 
+AmxSupport ProbeAmx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return {};  // OSXSAVE: xgetbv works
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return {};
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F, BW, VL
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return {};
+  const bool avx512_bf16 = a & (1u << 5);
+  if (!(amx_tile && avx512 && (amx_bf16 || amx_int8))) return {};
+  unsigned lo = 0, hi = 0;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0xe6u) != 0xe6u) return {};  // the OS saves SSE, AVX and AVX-512 state
+  // Linux hands out the 8 KB of tile data per process on request (since 5.16).
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) != 0) return {};
+  return {amx_bf16 && avx512_bf16, amx_int8};
+}
+
+const AmxSupport& Support() {
+  static const AmxSupport support = ProbeAmx();
+  return support;
+}
+
+// Tiles 0-3 accumulate (fp32), the others hold 16 rows x 32 inputs of x or a 32x16 weight tile
+// (bf16 pairs): all eight 16 rows by 64 bytes.
 STEADY_AMX_TARGET void ConfigureTiles() {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
@@ -176,8 +181,15 @@ int64_t GroupCount(int out) { return (int64_t(out) + kAmxGroup - 1) / kAmxGroup;
 
 bool AmxAvailable() {
 #if defined(__x86_64__)
-  static const bool available = ProbeAmx();
-  return available;
+  return Support().bf16;
+#else
+  return false;
+#endif
+}
+
+bool AmxInt8Available() {
+#if defined(__x86_64__)
+  return Support().int8;
 #else
   return false;
 #endif

@@ -14,6 +14,9 @@ namespace steady::cpu {
 // Whether this process can run the AMX kernel: the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16, and
 // the kernel granted the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool AmxAvailable();
+// Whether it can run the AMX-INT8 kernels (TDPBSUD: kernels/cpu/matmul_dot.h's Int8Path::kAmxInt8):
+// AMX-TILE, AMX-INT8 and AVX-512 F/BW/VL, and the tile data state granted.
+bool AmxInt8Available();
 
 // Weights in the tile layout: output columns in groups of kAmxGroup (four tiles of 16 columns) and
 // inputs in blocks of 32, each 32x16 tile 1 KB with input pairs side by side (what TDPBF16PS reads),

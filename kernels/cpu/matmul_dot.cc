@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul_dot_tiles.h"
 #include "kernels/cpu/parallel.h"
 
@@ -52,6 +53,11 @@ bool HasAvx512Base() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
+// Whether the CPU has AMX-INT8 (and AVX512_VNNI, for the fp32 step and the kernels of fewer rows).
+bool AmxInt8Hardware() {
+  static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512vnni") && AmxInt8Available();
+  return ok;
+}
 #elif defined(__aarch64__)
 // The kernel's hardware capability bits (what /proc/cpuinfo's Features line lists).
 bool HasHwcap(unsigned long type, unsigned long bit) { return (getauxval(type) & bit) != 0; }
@@ -81,11 +87,10 @@ const char* Bf16DotPath() {
 bool Int8PathAvailable(Int8Path path) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool avx512_vnni = HasAvx512Base() && __builtin_cpu_supports("avx512vnni");
   switch (path) {
-    case Int8Path::kAvx512Vnni: {
-      static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512vnni");
-      return ok;
-    }
+    case Int8Path::kAmxInt8: return AmxInt8Hardware() || (avx512_vnni && AmxInt8TileModel());
+    case Int8Path::kAvx512Vnni: return avx512_vnni;
     case Int8Path::kAvxVnni: {
       static const bool ok = avx2 && __builtin_cpu_supports("avxvnni");
       return ok;
@@ -104,7 +109,12 @@ bool Int8PathAvailable(Int8Path path) {
   return path == Int8Path::kNone;
 }
 
+Int8Path KQuantPath(Int8Path path) { return path == Int8Path::kAmxInt8 ? Int8Path::kAvx512Vnni : path; }
+
 Int8Path WidestInt8Path() {
+#if defined(__x86_64__)
+  if (AmxInt8Hardware()) return Int8Path::kAmxInt8;
+#endif
   for (Int8Path p : {Int8Path::kAvx512Vnni, Int8Path::kAvxVnni, Int8Path::kAvx2, Int8Path::kArmI8mm, Int8Path::kArmDot}) {
     if (Int8PathAvailable(p)) return p;
   }
@@ -118,7 +128,15 @@ std::atomic<Int8Path>& Int8PathSetting() {
   return path;
 }
 
+std::atomic<bool>& TileModelSetting() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
 }  // namespace
+
+void SetAmxInt8TileModel(bool on) { TileModelSetting().store(on, std::memory_order_relaxed); }
+bool AmxInt8TileModel() { return TileModelSetting().load(std::memory_order_relaxed); }
 
 void SetInt8Path(Int8Path path) {
   STEADY_CHECK(Int8PathAvailable(path));
@@ -129,6 +147,7 @@ Int8Path CurrentInt8Path() { return Int8PathSetting().load(std::memory_order_rel
 const char* Int8PathName(Int8Path path) {
   static const std::string widening = std::string("widening fp32 (") + SimdTargetName() + ")";
   switch (path) {
+    case Int8Path::kAmxInt8: return AmxInt8TileModel() ? "amx_int8 (TDPBSUD on the tile model)" : "amx_int8 (TDPBSUD)";
     case Int8Path::kAvx512Vnni: return "avx512_vnni (VPDPBUSD)";
     case Int8Path::kAvxVnni: return "avx_vnni (VPDPBUSD ymm)";
     case Int8Path::kAvx2: return "avx2 (VPMADDUBSW)";
@@ -141,6 +160,7 @@ const char* Int8PathName(Int8Path path) {
 
 const char* Int8PathExtension(Int8Path path) {
   switch (path) {
+    case Int8Path::kAmxInt8: return "AMX_INT8";
     case Int8Path::kAvx512Vnni: return "AVX512_VNNI";
     case Int8Path::kAvxVnni: return "AVX_VNNI";
     case Int8Path::kAvx2: return "AVX2";
@@ -278,6 +298,7 @@ namespace {
 const dot::Int8Kernels& CurrentInt8Kernels() {
   switch (CurrentInt8Path()) {
 #if defined(__x86_64__)
+    case Int8Path::kAmxInt8: return AmxInt8TileModel() ? dot::kAmxInt8ModelKernels : dot::kAmxInt8Kernels;
     case Int8Path::kAvx512Vnni: return dot::kAvx512VnniKernels;
     case Int8Path::kAvxVnni: return dot::kAvxVnniKernels;
     case Int8Path::kAvx2: return dot::kAvx2Kernels;

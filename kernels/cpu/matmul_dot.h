@@ -38,10 +38,13 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
 
-// The int8 kernels (q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1 weights) come in three x86 instruction paths and two Arm paths over
+// The int8 kernels (q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1 weights) come in four x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
+//  kAmxInt8:    TDPBSUD on AMX tiles (AMX-INT8: Sapphire Rapids and later Xeons; matmul_dot_amx.cc),
+//               16 rows x 64 columns x a block at a time, for q8, q4, q4_1, q5_0 and q5_1 from 4 rows;
+//               fewer rows and the K-quants on kAvx512Vnni's kernels;
 //  kAvx512Vnni: VPDPBUSD on 512-bit vectors (AVX512_VNNI + AVX512BW/VL/DQ: Ice Lake and later
 //               Xeons, AMD Zen 4/5);
 //  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
@@ -53,16 +56,24 @@ const char* Bf16DotPath();
 //  kArmDot:     SDOT on 128-bit NEON vectors (AArch64's dot-product extension, Armv8.2+: Graviton 2-4,
 //               Ampere Altra, every Neoverse core);
 //  kNone:       no int8 kernel: every int8 format takes its widening kernel.
-enum class Int8Path { kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
+enum class Int8Path { kAmxInt8, kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
+// The path the K-quants (q4k, q5k, q6k) take under `path`: kAvx512Vnni under kAmxInt8 (their sub-block
+// scales would need the tiles' sums stored every 16 or 32 inputs), else `path` itself.
+Int8Path KQuantPath(Int8Path path);
 Int8Path WidestInt8Path();              // the first of the list this CPU has
+// For tests on CPUs without AMX: kAmxInt8's kernels run on AmxTileModel (kernels/cpu/amx_tiles.h, the
+// tile instructions in plain C++, a thousand times slower), and kAmxInt8 is available wherever
+// kAvx512Vnni is, though never the widest. Process-wide, like SetInt8Path.
+void SetAmxInt8TileModel(bool on);
+bool AmxInt8TileModel();
 // The path the int8 kernels take: by default the widest this CPU has. SetInt8Path (a path the CPU
 // has, else a CHECK failure) is process-wide like the thread count: the CPU backend sets it from
 // --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
 void SetInt8Path(Int8Path path);
 Int8Path CurrentInt8Path();
-// E.g. "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_i8mm (SMMLA)",
-// "arm_dotprod (SDOT)" or "widening fp32 (AVX2)"; and the extension alone ("AVX512_VNNI", "AVX_VNNI",
+// E.g. "amx_int8 (TDPBSUD)", "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_i8mm (SMMLA)",
+// "arm_dotprod (SDOT)" or "widening fp32 (AVX2)"; and the extension alone ("AMX_INT8", "AVX512_VNNI", "AVX_VNNI",
 // "AVX2", "I8MM", "DOTPROD"; "" for kNone).
 const char* Int8PathName(Int8Path path);
 const char* Int8PathExtension(Int8Path path);

@@ -30,6 +30,8 @@
 namespace steady::cpu::dot {
 namespace {
 
+#include "kernels/cpu/matmul_dot512-inl.h"
+
 // The AVX-512 register tiles: bf16 4 rows x 4 groups, 16 accumulators + 4 weights + x of 32
 // registers; the int8 kernels (q8, the blocks of 32, the K-quants) 4 rows x 3 groups, 12 int32 sums + 12 fp32 sums + 3
 // weights + x (4 groups below 4 rows: Int8Dot).
@@ -101,10 +103,6 @@ STEADY_DOT_TARGET void StoreSums(const __m512 (&a)[R][C], float* acc) {
     for (int c = 0; c < C; ++c) _mm512_store_ps(acc + (rr * C + c) * 16, a[rr][c]);
   }
 }
-// sum + s * (ws * xscale) in fp32: a block's int32 sums into the running fp32 sums.
-STEADY_DOT_TARGET inline __m512 ScaleOne(__m512i s, __m512 ws, float xscale, __m512 sum) {
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(xscale)), sum);
-}
 // a[rr][c] += s[rr][c] * (ws[c] * scale_x(row r + rr, block b)), in fp32.
 template <int R, int C>
 STEADY_DOT_TARGET void Scale(const Q8Rows& x, int r, int64_t b, const __m512i (&s)[R][C], const __m512 (&ws)[C],
@@ -152,22 +150,6 @@ struct Q8Op {
     StoreSums(a, acc);
   }
 };
-
-// Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
-// low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts (by a count the callers' unrolled
-// loops make constant): the bits they carry across a byte are masked off.
-STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
-  const __m512i moved = m <= 4 ? _mm512_slli_epi16(fv, 4 - m) : _mm512_srli_epi16(fv, m - 4);
-  return _mm512_and_si512(moved, _mm512_set1_epi8(0x10));
-}
-
-// The low 4 bits of each byte of v (a 4-bit q); with kFifth (q5k, q5_0, q5_1) joined to bit m of the
-// fifth vector at `fifth`, (v & low) | its fifth bit in one VPTERNLOGD.
-template <bool kFifth>
-STEADY_DOT_TARGET inline __m512i Nibbles(__m512i v, __m512i low, const uint8_t* fifth, int m) {
-  if constexpr (!kFifth) return _mm512_and_si512(v, low);
-  return _mm512_ternarylogic_epi32(v, FifthBits(_mm512_loadu_si512(fifth), m), low, 0xEC);  // (a & c) | b
-}
 
 // int8 x blocks of 32 (q4; q32's q4_1, q5_0 and q5_1): as Q8Op (its tile, the fp32 sums in registers
 // over a chunk), the weights' nibbles (with kFifth joined to their fifth bits: q in 0..31, unsigned)
@@ -399,11 +381,13 @@ STEADY_DOT_TARGET void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
 // Each lane's low byte, sign-extended.
 STEADY_DOT_TARGET inline __m512i LowByte(__m512i v) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24); }
 
+}  // namespace
+
 // QuantizeQ8 of one row, a block at a time (the same arithmetic: scale = max |x| / 127, q = x * (1 /
 // scale) rounded to nearest even, as lrint does, kept to its low byte as int8_t(lrint) does), with
 // each block's sum of the stored q. (Only a block whose 1 / scale overflows, max |x| < 4e-37, makes a
 // q outside -127..127: x * inf converts to INT_MIN, whose low byte is 0.)
-STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
+STEADY_DOT_TARGET void QuantizeRow512(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums) {
   for (int64_t b = 0; b * kQ8Block < in; ++b) {
     const int64_t k0 = b * kQ8Block, left = in - k0;
     const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
@@ -421,8 +405,6 @@ STEADY_DOT_TARGET void QuantizeRow(const float* x, int64_t in, int8_t* q, float*
   }
 }
 
-}  // namespace
-
 void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count) {
   const Bf16Rows xb = RoundRows(x, rows, in, RoundToBf16);
   auto make = [&](const void* packed) { return Bf16Op{xb.x, static_cast<const uint16_t*>(packed), xb.pairs}; };
@@ -436,7 +418,7 @@ namespace {
 template <class MakeOp>
 void Quantized(const float* x, int rows, int in, const DotProduct* products, int count, bool half_sums,
                const MakeOp& make) {
-  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow);
+  Q8Rows xq = QuantizeRows(x, rows, in, QuantizeRow512);
   if (half_sums) xq = WithHalfSums(xq, rows);
   Run([&](const void* packed) { return make(xq, static_cast<const uint8_t*>(packed)); }, rows, in, products, count);
 }

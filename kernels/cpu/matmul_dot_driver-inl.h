@@ -62,55 +62,12 @@ STEADY_DRIVER_TARGET void GroupRange(const Op& op, int rows, int64_t out, int64_
 }
 
 // Several products of the same rows of x (DotProducts, matmul_dot.h), make(packed) giving each one's
-// Op: their column groups are split over the compute threads in one call, in runs of whole tiles,
-// so a decode step's q, k and v wait at the pool's barrier once. No output's arithmetic depends on
-// the split or on the other products.
+// Op: their column groups split over the compute threads in runs of whole tiles (SplitGroups).
 template <class MakeOp>
 void Run(const MakeOp& make, int rows, int in, const DotProduct* products, int count) {
   using Op = std::decay_t<decltype(make(nullptr))>;
-  constexpr int64_t kTile = Op::kTileGroups;
-  STEADY_CHECK(count >= 1 && count <= kMaxDotProducts);
-  int64_t groups = 0, outs = 0;
-  for (int i = 0; i < count; ++i) {
-    groups += Groups(products[i].out);
-    outs += products[i].out;
-  }
-  auto range = [&](int i, int64_t g0, int64_t g1) {
+  SplitGroups(Op::kTileGroups, rows, in, products, count, [&](int i, int64_t g0, int64_t g1) {
     const DotProduct& p = products[i];
     GroupRange(make(p.packed), rows, p.out, g0, g1, p.y);
-  };
-  if (int64_t(rows) * in * outs < kMinParallelWork) {
-    for (int i = 0; i < count; ++i) range(i, 0, Groups(products[i].out));
-    return;
-  }
-  // Tasks shrink as the work left does (a share 1 / (2 threads) of it each, whole tiles): the
-  // threads claim them in order, so the last ones are short and no thread waits long for another
-  // (with equal tasks of about a quarter of a thread's share, the pool's wait at the end of a
-  // 16-session q8 step's GEMMs was 5.8% of the profile; shrinking, 4.6%).
-  const int threads = ComputeThreads();
-  struct Task {
-    int product;
-    int64_t g0, g1;
-  };
-  // This thread's list, read by the pool's threads until ParallelFor returns; the tasks never call
-  // Run, so it is not rewritten meanwhile (checked).
-  thread_local std::vector<Task> tasks;
-  thread_local bool listed = false;
-  STEADY_CHECK(!listed);
-  listed = true;
-  tasks.clear();
-  int64_t left = groups;
-  for (int i = 0; i < count; ++i) {
-    const int64_t n = Groups(products[i].out);
-    for (int64_t g = 0; g < n;) {
-      const int64_t size = std::max<int64_t>(kTile, (left / (2 * threads) + kTile - 1) / kTile * kTile);
-      const int64_t end = std::min(n, g + size);
-      tasks.push_back({i, g, end});
-      left -= end - g;
-      g = end;
-    }
-  }
-  const Task* list = tasks.data();
-  ParallelFor(int(tasks.size()), [&](int t) { range(list[t].product, list[t].g0, list[t].g1); });
-  listed = false;
+  });
 }

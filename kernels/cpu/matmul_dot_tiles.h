@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/parallel.h"
 
 #include "kernels/cpu/matmul_dot.h"
 
@@ -86,6 +87,8 @@ Q8Rows WithHalfSums(Q8Rows x, int rows);
 // QuantizeQ8's own loop (kernels/cpu/matmul.h) as a QuantizeRowFn, for the instruction sets with no
 // quantizer of their own: the same q, scales and sums as the vector quantizers.
 void QuantizeRowScalar(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
+// The AVX-512 quantizer (matmul_dot512.cc; only where AVX512BW/DQ run), the same q, scales and sums.
+void QuantizeRow512(const float* x, int64_t in, int8_t* q, float* scales, int32_t* sums);
 
 // The activations of the bf16 kernels: each row rounded to bf16 (FloatToBf16's arithmetic), two
 // values to a 32-bit unit, an odd tail padded with zero.
@@ -106,6 +109,54 @@ T* Scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// Several products of the same rows of x (DotProducts, matmul_dot.h): range(i, g0, g1) computes
+// product i's column groups [g0, g1), and the groups of all of them are split over the compute threads
+// in one call, in runs of whole tiles of `tile` groups, so a decode step's q, k and v wait at the
+// pool's barrier once. No output's arithmetic may depend on the split or on the other products.
+template <class Range>
+void SplitGroups(int64_t tile, int rows, int in, const DotProduct* products, int count, const Range& range) {
+  STEADY_CHECK(count >= 1 && count <= kMaxDotProducts);
+  int64_t groups = 0, outs = 0;
+  for (int i = 0; i < count; ++i) {
+    groups += Groups(products[i].out);
+    outs += products[i].out;
+  }
+  if (int64_t(rows) * in * outs < kMinParallelWork) {
+    for (int i = 0; i < count; ++i) range(i, 0, Groups(products[i].out));
+    return;
+  }
+  // Tasks shrink as the work left does (a share 1 / (2 threads) of it each, whole tiles): the
+  // threads claim them in order, so the last ones are short and no thread waits long for another
+  // (with equal tasks of about a quarter of a thread's share, the pool's wait at the end of a
+  // 16-session q8 step's GEMMs was 5.8% of the profile; shrinking, 4.6%).
+  const int threads = ComputeThreads();
+  struct Task {
+    int product;
+    int64_t g0, g1;
+  };
+  // This thread's list, read by the pool's threads until ParallelFor returns; the tasks never call
+  // SplitGroups, so it is not rewritten meanwhile (checked).
+  thread_local std::vector<Task> tasks;
+  thread_local bool listed = false;
+  STEADY_CHECK(!listed);
+  listed = true;
+  tasks.clear();
+  int64_t left = groups;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = Groups(products[i].out);
+    for (int64_t g = 0; g < n;) {
+      const int64_t size = std::max<int64_t>(tile, (left / (2 * threads) + tile - 1) / tile * tile);
+      const int64_t end = std::min(n, g + size);
+      tasks.push_back({i, g, end});
+      left -= end - g;
+      g = end;
+    }
+  }
+  const Task* list = tasks.data();
+  ParallelFor(int(tasks.size()), [&](int t) { range(list[t].product, list[t].g0, list[t].g1); });
+  listed = false;
+}
+
 // One instruction path's int8 kernels: MatMulNTQ8Dots, MatMulNTQ4Dots, MatMulNTQ4KDots,
 // MatMulNTQ5KDots, MatMulNTQ6KDots and MatMulNTQ32Dots' three of matmul_dot.h, each quantizing x
 // itself, once for all its products.
@@ -114,7 +165,9 @@ struct Int8Kernels {
   Int8Kernel q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1;
 };
 // Each defined only where its instruction set is compiled (x86-64 or AArch64).
-extern const Int8Kernels kAvx512VnniKernels;  // matmul_dot512.cc
+extern const Int8Kernels kAmxInt8Kernels;       // matmul_dot_amx.cc (TDPBSUD; fewer rows and the K-quants on VPDPBUSD)
+extern const Int8Kernels kAmxInt8ModelKernels;  // the same on AmxTileModel (amx_tiles.h), for CPUs without AMX
+extern const Int8Kernels kAvx512VnniKernels;    // matmul_dot512.cc
 extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
 extern const Int8Kernels kAvx2Kernels;        // matmul_dot256.cc
 extern const Int8Kernels kArmDotKernels;      // matmul_dot_arm.cc

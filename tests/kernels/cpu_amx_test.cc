@@ -1,16 +1,20 @@
 // The AMX bf16 GEMM (kernels/cpu/amx.h) against its plain reference, its batch and thread
-// invariance, and the CPU backend's choice of it (--cpu-gemm). Every test reports SKIPPED on a CPU
-// (or a kernel) without AMX.
+// invariance, and the CPU backend's choice of it (--cpu-gemm): every such test reports SKIPPED on a
+// CPU (or a kernel) without AMX. And the model of the tile instructions the int8 kernels are tested on
+// where the CPU has no AMX (kernels/cpu/amx_tiles.h; the kernels themselves: cpu_dot_test's AMX_INT8
+// path): its TDPBSUD against the instruction's definition written out per output, and its faults.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "model/backend/backend.h"
@@ -153,6 +157,130 @@ TEST(CpuAmxTest, TheBackendTakesAmxForBf16UnlessTold) {
   }
   EXPECT_EQ(packed.Bytes(), 2 * values);
   EXPECT_GE(values, packed.Weights());
+}
+
+// A configuration for TDPBSUD of `rows` rows of 4 * k bytes by k rows of 4 * n bytes into `rows` x n
+// int32: tile 0 accumulates, 1 and 2 are the sources.
+cpu::TileConfig DotConfig(int rows, int k, int n) {
+  cpu::TileConfig config;
+  config.rows[0] = uint8_t(rows), config.bytes_per_row[0] = uint16_t(4 * n);
+  config.rows[1] = uint8_t(rows), config.bytes_per_row[1] = uint16_t(4 * k);
+  config.rows[2] = uint8_t(k), config.bytes_per_row[2] = uint16_t(4 * n);
+  return config;
+}
+
+// c[m][n] = start[m][n] + sum over i < 4k of int8(a[m][i]) * uint8(b[i / 4][4n + i % 4]), for random
+// bytes (both signs, 0 and 255, -128 and 127 among them) at full and partial shapes, loaded from and
+// stored to rows further apart than they are long; rows and bytes past the shape stay untouched.
+TEST(AmxTileModelTest, DotSignedUnsignedIsTheInstructionsSum) {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const auto& [rows, k, n] : {std::tuple{16, 16, 16}, std::tuple{16, 8, 16}, std::tuple{5, 3, 7}, std::tuple{1, 1, 1}}) {
+    constexpr int kStride = 80;  // bytes between rows in memory
+    std::vector<uint8_t> a(16 * kStride), b(16 * kStride);
+    std::vector<int32_t> start(16 * kStride / 4), c(16 * kStride / 4, 12345);
+    for (uint8_t& v : a) v = uint8_t(byte(rng));
+    for (uint8_t& v : b) v = uint8_t(byte(rng));
+    a[0] = 0x80, a[1] = 0x7f, b[0] = 0xff, b[1] = 0;  // -128, 127, 255, 0
+    for (int32_t& v : start) v = byte(rng) * 1000 - 128000;
+    cpu::AmxTileModel::LoadConfig(DotConfig(rows, k, n));
+    cpu::AmxTileModel::Load(0, start.data(), kStride);
+    cpu::AmxTileModel::Load(1, a.data(), kStride);
+    cpu::AmxTileModel::Load(2, b.data(), kStride);
+    cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
+    cpu::AmxTileModel::Store(0, c.data(), kStride);
+    cpu::AmxTileModel::Release();
+    for (int m = 0; m < 16; ++m) {
+      for (int j = 0; j < kStride / 4; ++j) {
+        const int32_t got = c[size_t(m) * kStride / 4 + j];
+        if (m >= rows || j >= n) {
+          ASSERT_EQ(got, 12345) << "written past the tile's shape at row " << m << " column " << j;
+          continue;
+        }
+        int64_t want = start[size_t(m) * kStride / 4 + j];
+        for (int i = 0; i < 4 * k; ++i) want += int64_t(int8_t(a[size_t(m) * kStride + i])) * b[size_t(i / 4) * kStride + 4 * j + i % 4];
+        ASSERT_EQ(got, want) << "shape " << rows << " x " << k << " x " << n << " at (" << m << ", " << j << ")";
+      }
+    }
+  }
+}
+
+// TILEZERO clears the accumulator; signed bytes of -1 against unsigned ones.
+TEST(AmxTileModelTest, ZeroClearsTheAccumulator) {
+  cpu::AmxTileModel::LoadConfig(DotConfig(2, 1, 2));
+  const int32_t ones[2][2] = {{7, 7}, {7, 7}};
+  const uint8_t a[2][4] = {{1, 2, 3, 4}, {0xff, 0xff, 0xff, 0xff}};  // row 1: four -1s
+  const uint8_t b[1][8] = {{1, 1, 1, 1, 2, 2, 2, 2}};
+  cpu::AmxTileModel::Load(0, ones, sizeof(ones[0]));
+  cpu::AmxTileModel::Zero(0);
+  cpu::AmxTileModel::Load(1, a, sizeof(a[0]));
+  cpu::AmxTileModel::Load(2, b, sizeof(b[0]));
+  cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
+  int32_t c[2][2] = {};
+  cpu::AmxTileModel::Store(0, c, sizeof(c[0]));
+  cpu::AmxTileModel::Release();
+  EXPECT_EQ(c[0][0], 10);
+  EXPECT_EQ(c[0][1], 20);
+  EXPECT_EQ(c[1][0], -4);
+  EXPECT_EQ(c[1][1], -8);
+}
+
+// Where the instructions fault, the model fails a CHECK: a tile used before LDTILECFG or after
+// TILERELEASE, or left out of the configuration; shapes that do not fit together; a source that is
+// also the accumulator; a configuration past palette 1's 16 rows x 64 bytes.
+TEST(AmxTileModelTest, FaultsWhereTheInstructionsDo) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  int32_t buffer[16 * 16] = {};
+  EXPECT_DEATH(cpu::AmxTileModel::Zero(0), "before LDTILECFG");
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(DotConfig(4, 2, 4));
+        cpu::AmxTileModel::Release();
+        cpu::AmxTileModel::Store(0, buffer, 64);
+      },
+      "before LDTILECFG");
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(DotConfig(4, 2, 4));
+        cpu::AmxTileModel::Load(5, buffer, 64);
+      },
+      "leaves out");
+  cpu::TileConfig rows_differ = DotConfig(4, 2, 4);
+  rows_differ.rows[1] = 3;
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(rows_differ);
+        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
+      },
+      "differ in rows");
+  cpu::TileConfig k_differs = DotConfig(4, 2, 4);
+  k_differs.rows[2] = 3;
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(k_differs);
+        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
+      },
+      "not the second's rows");
+  cpu::TileConfig columns_differ = DotConfig(4, 2, 4);
+  columns_differ.bytes_per_row[2] = 12;
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(columns_differ);
+        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
+      },
+      "differ in bytes per row");
+  EXPECT_DEATH(
+      {
+        cpu::AmxTileModel::LoadConfig(DotConfig(4, 4, 4));
+        cpu::AmxTileModel::DotSignedUnsigned(0, 0, 2);
+      },
+      "must differ");
+  cpu::TileConfig too_tall = DotConfig(4, 2, 4);
+  too_tall.rows[0] = 17;
+  EXPECT_DEATH(cpu::AmxTileModel::LoadConfig(too_tall), "larger than palette 1");
+  cpu::TileConfig no_bytes = DotConfig(4, 2, 4);
+  no_bytes.bytes_per_row[3] = 0, no_bytes.rows[3] = 2;
+  EXPECT_DEATH(cpu::AmxTileModel::LoadConfig(no_bytes), "rows but no bytes");
 }
 
 }  // namespace

@@ -42,10 +42,11 @@ struct ThreadsGuard {
 };
 
 // The int8 paths, widest first, and what a CPU needs for each (the skip messages).
-constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2,
+constexpr cpu::Int8Path kInt8Paths[] = {cpu::Int8Path::kAmxInt8, cpu::Int8Path::kAvx512Vnni, cpu::Int8Path::kAvxVnni, cpu::Int8Path::kAvx2,
                                         cpu::Int8Path::kArmI8mm, cpu::Int8Path::kArmDot};
 const char* Missing(cpu::Int8Path path) {
   switch (path) {
+    case cpu::Int8Path::kAmxInt8: return "no AMX-INT8 on this CPU, nor AVX512_VNNI for its kernels on the tile model";
     case cpu::Int8Path::kAvx512Vnni: return "no AVX512_VNNI (+ AVX512BW/VL/DQ) on this CPU";
     case cpu::Int8Path::kAvxVnni: return "no AVX-VNNI (+ AVX2, FMA, F16C) on this CPU";
     case cpu::Int8Path::kAvx2: return "no AVX2 (+ FMA, F16C) on this CPU";
@@ -57,15 +58,26 @@ const char* Missing(cpu::Int8Path path) {
 }
 constexpr const char* kNoBf16Dot = "no bf16 dot product (AVX512_BF16, Arm BF16) on this CPU";
 
+// Whether `path` runs here, AMX-INT8 on the tile model (cpu::SetAmxInt8TileModel) where the CPU has no
+// AMX: its kernels' code runs on every CPU with AVX512_VNNI.
+bool UsePath(cpu::Int8Path path) {
+  cpu::SetAmxInt8TileModel(path == cpu::Int8Path::kAmxInt8 && cpu::WidestInt8Path() != path);
+  return cpu::Int8PathAvailable(path);
+}
+void WidestPathAgain() {
+  cpu::SetAmxInt8TileModel(false);
+  cpu::SetInt8Path(cpu::WidestInt8Path());
+}
+
 // The int8 kernels on one path (the test's parameter); the widest path again afterwards.
 class Int8PathTest : public ::testing::TestWithParam<cpu::Int8Path> {
  protected:
   void SetUp() override {
-    if (!cpu::Int8PathAvailable(GetParam())) GTEST_SKIP() << Missing(GetParam());
+    if (!UsePath(GetParam())) GTEST_SKIP() << Missing(GetParam());
     cpu::SetInt8Path(GetParam());
     std::printf("int8 path: %s\n", cpu::Int8DotPath());
   }
-  void TearDown() override { cpu::SetInt8Path(cpu::WidestInt8Path()); }
+  void TearDown() override { WidestPathAgain(); }
 };
 INSTANTIATE_TEST_SUITE_P(Paths, Int8PathTest, ::testing::ValuesIn(kInt8Paths),
                          [](const ::testing::TestParamInfo<cpu::Int8Path>& info) {
@@ -1428,14 +1440,18 @@ TEST(CpuDotTest, Int8PathsGiveTheSameBits) {
         const std::vector<std::vector<float>> want = run_all();
         for (const std::vector<float>& w : want) all.insert(all.end(), w.begin(), w.end());
         for (cpu::Int8Path path : kInt8Paths) {
-          if (path == widest || !cpu::Int8PathAvailable(path)) continue;
+          if (path == widest || !UsePath(path)) {
+            WidestPathAgain();
+            continue;
+          }
           cpu::SetInt8Path(path);
+          const std::string name = cpu::Int8PathName(path);
           const std::vector<std::vector<float>> got = run_all();
-          cpu::SetInt8Path(widest);
+          WidestPathAgain();
           ++compared;
           for (size_t f = 0; f < got.size(); ++f) {
             for (size_t i = 0; i < got[f].size(); ++i) {
-              ASSERT_EQ(got[f][i], want[f][i]) << cpu::Int8PathName(path) << " format " << f << " rows " << rows << " in "
+              ASSERT_EQ(got[f][i], want[f][i]) << name << " format " << f << " rows " << rows << " in "
                                                << in << " out " << out << " at " << i;
             }
           }

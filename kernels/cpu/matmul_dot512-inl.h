@@ -1,0 +1,24 @@
+// The AVX-512 helpers the int8 kernels on VPDPBUSD (matmul_dot512.cc) and on AMX tiles
+// (matmul_dot_amx.cc) share, so that both do the same arithmetic per output lane. Included inside
+// namespace steady::cpu::dot after defining STEADY_DOT_TARGET. No include guard, on purpose.
+
+// sum + s * (ws * xscale) in fp32: a block's int32 sums into the running fp32 sums.
+STEADY_DOT_TARGET inline __m512 ScaleOne(__m512i s, __m512 ws, float xscale, __m512 sum) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(xscale)), sum);
+}
+
+// Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
+// low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts (by a count the callers' unrolled
+// loops make constant): the bits they carry across a byte are masked off.
+STEADY_DOT_TARGET inline __m512i FifthBits(__m512i fv, int m) {
+  const __m512i moved = m <= 4 ? _mm512_slli_epi16(fv, 4 - m) : _mm512_srli_epi16(fv, m - 4);
+  return _mm512_and_si512(moved, _mm512_set1_epi8(0x10));
+}
+
+// The low 4 bits of each byte of v (a 4-bit q); with kFifth (q5k, q5_0, q5_1) joined to bit m of the
+// fifth vector at `fifth`, (v & low) | its fifth bit in one VPTERNLOGD.
+template <bool kFifth>
+STEADY_DOT_TARGET inline __m512i Nibbles(__m512i v, __m512i low, const uint8_t* fifth, int m) {
+  if constexpr (!kFifth) return _mm512_and_si512(v, low);
+  return _mm512_ternarylogic_epi32(v, FifthBits(_mm512_loadu_si512(fifth), m), low, 0xEC);  // (a & c) | b
+}
