@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadDraftModelFromFlags(const Flags& flag
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
                                                   // --cpu-weights auto|f32|bf16|q8|q4|q4k, --cpu-gemm
 // --threads, --cpu-weights and --cpu-gemm into `options` (the CPU backend's; the other fields are
-// left alone); a --cpu-gemm path this CPU lacks (avxvnni, avx2, armdot) is an error naming the extension.
+// left alone); a --cpu-gemm path this CPU lacks (avx512vnni, avxvnni, avx2, armdot) is an error naming the extension.
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);
 extern const std::set<std::string> kCudaFlags;  // --cuda-weights bf16|f32, --cuda-kv bf16|f32 (default bf16 both)
 // --cuda-weights f32 (cuda_bf16 off: fp32 weights and GEMMs, the reference precision) and --cuda-kv f32

@@ -30,16 +30,18 @@ absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
   if (name == "auto") return CpuGemm::kAuto;
   if (name == "simd") return CpuGemm::kSimd;
   if (name == "openblas") return CpuGemm::kOpenBlas;
+  if (name == "avx512vnni") return CpuGemm::kAvx512Vnni;
   if (name == "avxvnni") return CpuGemm::kAvxVnni;
   if (name == "avx2") return CpuGemm::kAvx2;
   if (name == "armdot") return CpuGemm::kArmDot;
-  return absl::InvalidArgumentError(absl::StrCat("--cpu-gemm: expected auto, simd, openblas, avxvnni, avx2 or armdot, got \"",
+  return absl::InvalidArgumentError(absl::StrCat("--cpu-gemm: expected auto, simd, openblas, avx512vnni, avxvnni, avx2 or armdot, got \"",
                                                  std::string(name), "\""));
 }
 
 bool UsesDotKernels(CpuGemm gemm) { return gemm != CpuGemm::kSimd && gemm != CpuGemm::kOpenBlas; }
 
 cpu::Int8Path Int8PathFor(CpuGemm gemm) {
+  if (gemm == CpuGemm::kAvx512Vnni) return cpu::Int8Path::kAvx512Vnni;
   if (gemm == CpuGemm::kAvxVnni) return cpu::Int8Path::kAvxVnni;
   if (gemm == CpuGemm::kAvx2) return cpu::Int8Path::kAvx2;
   if (gemm == CpuGemm::kArmDot) return cpu::Int8Path::kArmDot;
@@ -57,6 +59,7 @@ std::string CpuGemmName(CpuGemm g) {
     case CpuGemm::kAuto: return "auto";
     case CpuGemm::kSimd: return "simd";
     case CpuGemm::kOpenBlas: return "openblas";
+    case CpuGemm::kAvx512Vnni: return "avx512vnni";
     case CpuGemm::kAvxVnni: return "avxvnni";
     case CpuGemm::kAvx2: return "avx2";
     case CpuGemm::kArmDot: return "armdot";
@@ -88,11 +91,12 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
     bf16 = cpu::Bf16DotPath();
   }
   if (fast && int8 != cpu::Int8Path::kNone) q8 = cpu::Int8PathName(int8);
+  const std::string kquant = fast && int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(cpu::KQuantPath(int8)) : q8;
   const std::string f32 = gemm == CpuGemm::kOpenBlas
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", kquant}, {"q5k", kquant}, {"q6k", kquant}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -202,7 +206,11 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (IsInt8Packed(w.type())) names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
+    const bool k_quant = w.type() == WeightType::kDotQ4K || w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K;
+    if (IsInt8Packed(w.type())) {
+      const cpu::Int8Path path = cpu::CurrentInt8Path();
+      names.insert(cpu::Int8PathExtension(k_quant ? cpu::KQuantPath(path) : path));
+    }
   });
   return absl::StrJoin(names, " and ");
 }

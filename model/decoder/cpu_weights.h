@@ -53,9 +53,11 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
 //         kernels/cpu/amx.h; not with --cpu-weights stored); else, for --cpu-weights auto, bf16, q8,
 //         q4 or q4k, VDPBF16PS where the CPU has AVX512_BF16 and the widest int8 kernel it has
-//         (AVX512_VNNI, AVX-VNNI or AVX2; activations rounded to bf16 / quantized to q8_0,
+//         (AMX-INT8, AVX512_VNNI, AVX-VNNI or AVX2; activations rounded to bf16 / quantized to q8_0,
 //         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
 //         to 32 rows and OpenBLAS above;
+//  kAvx512Vnni: as kAuto, with the int8 kernels on AVX512_VNNI's VPDPBUSD where the CPU has AMX-INT8
+//         too (to compare the paths on one CPU; the same results);
 //  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
 //         where the CPU has a wider one (to compare the paths on one CPU; the same results);
 //  kArmDot: as kAuto, the int8 formats on SDOT where the CPU has SMMLA too (the same results);
@@ -63,8 +65,8 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
 //         against; bf16 and q8 weights still take the SIMD kernel).
-enum class CpuGemm { kAuto, kSimd, kOpenBlas, kAvxVnni, kAvx2, kArmDot };
-// "auto", "simd", "openblas", "avxvnni", "avx2" or "armdot"; anything else is an error naming the flag's values.
+enum class CpuGemm { kAuto, kSimd, kOpenBlas, kAvx512Vnni, kAvxVnni, kAvx2, kArmDot };
+// "auto", "simd", "openblas", "avx512vnni", "avxvnni", "avx2" or "armdot"; anything else is an error naming the flag's values.
 absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
 std::string CpuGemmName(CpuGemm g);
 // Whether `gemm` packs bf16, q8 and q4k matrices for AMX and the dot-product kernels (all but simd

@@ -57,7 +57,7 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                     [--max-prompt-tokens N] [--max-new-tokens N] [--max-sessions N]
                     [--speculative off|ngram|draft [--draft-model DIR] [--draft-tokens K] [--ngram-history N]]
                     [--drain-timeout SECONDS] [--device cpu|cuda|auto] [--threads N]
-                    [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--max-context N]
+                    [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avx512vnni|avxvnni|avx2|armdot] [--max-context N]
                     [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--api-keys FILE]
                     [--snapshot-key-file FILE [--allow-unsigned-imports]]
 
@@ -97,9 +97,10 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       a weight, closer to fp32 than q4) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
                       VDPBF16PS, q8, q4, q4k and a GGUF file's quantized blocks on int8 dot
-                      products (AVX512_VNNI, else AVX-VNNI, else AVX2), where the CPU has
-                      them; activations rounded to bf16 / q8; the startup log names them),
-                      avxvnni or avx2 (as auto, the int8 formats on that
+                      products (AMX-INT8 tiles, else AVX512_VNNI, else AVX-VNNI, else AVX2),
+                      where the CPU has them; activations rounded to bf16 / q8; the startup log
+                      names them), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
+                      CPU has AMX-INT8 too: the same results), avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
                       where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
                       fp32 GEMM in OpenBLAS: a baseline to measure against)

@@ -20,7 +20,7 @@ tok="$src/tests/data/tokenizer/tokenizer.model"
 a=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights stored 2> /dev/null)
 b=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights bf16 --cpu-gemm simd 2> /dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "generate --cpu-weights bf16 on bf16 weights = f32" || fail "bf16 generate: '$a' vs '$b'"
-expect_error "generate --cpu-gemm amx refused" "--cpu-gemm: expected auto, simd, openblas, avxvnni, avx2 or armdot" "$steady" generate --model "$tmp/t" --prompt x --cpu-gemm amx
+expect_error "generate --cpu-gemm amx refused" "--cpu-gemm: expected auto, simd, openblas, avx512vnni, avxvnni, avx2 or armdot" "$steady" generate --model "$tmp/t" --prompt x --cpu-gemm amx
 "$steady" generate --model "$tmp/m" --prompt "This License" --max-tokens 8 --cpu-weights q8 > "$tmp/q8.txt" 2> "$tmp/err" &&
   [ -s "$tmp/q8.txt" ] && pass "generate --cpu-weights q8" || fail "generate q8: $(cat "$tmp/err")"
 if "$steady" generate --model "$tmp/m" --prompt "x" --max-tokens 2 --cpu-weights f8 > /dev/null 2> "$tmp/err"; then

@@ -103,8 +103,12 @@ TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnVdpbf16ps) {
   EXPECT_LT(testing::MaxRelError(fast, stored), 0.05);
 }
 
-// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
-std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
+// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here), for `weights`
+// (the K-quants stay on AVX512_VNNI where the widest is AMX-INT8).
+std::string WidestInt8(CpuWeights weights = CpuWeights::kQ8) {
+  const cpu::Int8Path widest = cpu::WidestInt8Path();
+  return cpu::Int8PathExtension(weights == CpuWeights::kQ4K ? cpu::KQuantPath(widest) : widest);
+}
 
 TEST(CpuDotBackendTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path;
@@ -112,13 +116,14 @@ TEST(CpuDotBackendTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
                                   WeightType::kDotQ8);
 }
 
-// --cpu-gemm avxvnni, avx2 and armdot put q8, q4 and q4k on that path (the name says so) and give
+// --cpu-gemm avx512vnni, avxvnni, avx2 and armdot put q8, q4 and q4k on that path (the name says so) and give
 // the logits of auto's path bit for bit; the widest path again afterwards. A path this CPU lacks is
 // refused.
 TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
   int compared = 0;
-  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2},
+  for (const auto& [gemm, path] : {std::pair{CpuGemm::kAvx512Vnni, cpu::Int8Path::kAvx512Vnni},
+                                   std::pair{CpuGemm::kAvxVnni, cpu::Int8Path::kAvxVnni}, std::pair{CpuGemm::kAvx2, cpu::Int8Path::kAvx2},
                                    std::pair{CpuGemm::kArmDot, cpu::Int8Path::kArmDot}}) {
     if (!cpu::Int8PathAvailable(path)) {
       std::printf("skipped --cpu-gemm %s: this CPU lacks %s\n", CpuGemmName(gemm).c_str(), cpu::Int8PathExtension(path));
@@ -134,7 +139,7 @@ TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
       EXPECT_EQ(cpu::CurrentInt8Path(), cpu::WidestInt8Path());
       const std::string format = CpuWeightsName(weights);
       EXPECT_EQ(forced_name, "cpu (" + format + " weights on " + cpu::Int8PathExtension(path) + ")");
-      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8() + ")");
+      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8(weights) + ")");
       EXPECT_EQ(forced, widest) << format << " on " << cpu::Int8PathName(path);
       ++compared;
     }
@@ -211,7 +216,7 @@ TEST(CpuDotBackendTest, TheBackendServesQ4K) {
   cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path << ": the widening kernel only";
-  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8() + ")");
+  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8(CpuWeights::kQ4K) + ")");
   const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
   const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
   std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",

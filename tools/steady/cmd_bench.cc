@@ -514,7 +514,7 @@ absl::Status RunBench(const Flags& flags) {
 Command BenchCommand() {
   return {"bench", R"(usage: steady bench (--preset tiny|llama1b | --config FILE | --model DIR|FILE.gguf) --batch B[,B...]
                     --context L[,L...] [--device D] [--threads N] [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k]
-                    [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
+                    [--cpu-gemm auto|simd|openblas|avx512vnni|avxvnni|avx2|armdot] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                     [--steps N] [--prefill-tokens N[,N...]] [--prefill-chunk C] [--copy-bytes N] [--seed S] [--json]
                     [--verify-rows K[,K...]]
                     [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
@@ -522,8 +522,9 @@ Command BenchCommand() {
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8|q4|q4k: the
 CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block scales) (weight bytes count them so; auto, the default: as stored, bf16 and a GGUF file's quantized blocks on the dot-product kernels; stored: as stored, the widening kernels); --cpu-gemm: auto (AMX
-tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8, q4, q4k and a GGUF file's quantized blocks on VPDPBUSD with
-AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avxvnni or avx2 (as auto,
+tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8, q4, q4k and a GGUF file's quantized blocks on TDPBSUD with
+AMX-INT8, else VPDPBUSD with AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avx512vnni (the int8 formats on VPDPBUSD where
+AMX-INT8 is there too), avxvnni or avx2 (as auto,
 the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
 the small-row kernel), for baselines in the same run (docs/cpu.md); the report names each format's
 path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +

@@ -93,7 +93,7 @@ absl::Status RunEval(const Flags& flags) {
 
 Command EvalCommand() {
   return {"eval", R"(usage: steady eval --model DIR|FILE.gguf --data FILE [--max-tokens N] [--context N] [--json] [--device D] [--threads N] [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k]
-                   [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
+                   [--cpu-gemm auto|simd|openblas|avx512vnni|avxvnni|avx2|armdot] [--cuda-weights bf16|f32] [--cuda-kv bf16|f32]
                    [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Perplexity of a text file through the recurrent (decode) path, and state bytes per session;
@@ -102,7 +102,7 @@ matrices in bf16, 8-bit or 4-bit blocks (q4k: with sub-block scales) (the perple
 docs/cpu.md; the default, auto, reads them as the checkpoint stores them, bf16 and a GGUF file's quantized blocks on the dot-product kernels;
 stored keeps every matrix on the widening kernels); --cpu-gemm simd keeps bf16
 off AMX tiles and bf16/q8/q4k off the dot-product kernels (which also round the activations to bf16/q8);
-avxvnni and avx2 put the int8 formats on that 256-bit path, armdot the int8 formats on SDOT where
+avx512vnni puts the int8 formats on VPDPBUSD where AMX-INT8 is there too, avxvnni and avx2 on that 256-bit path, armdot the int8 formats on SDOT where
 SMMLA is there too (the same results as auto's). On the GPU,
 --cuda-weights f32 runs the fp32 reference path, --cuda-kv f32 keeps softmax's KV cache in fp32.
 )",

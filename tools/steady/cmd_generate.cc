@@ -197,7 +197,7 @@ Command GenerateCommand() {
                        [--json-object | --json-schema FILE | --grammar FILE]
                        [--speculative off|ngram|draft [--draft-model DIR] [--draft-tokens K]]
                        [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
-                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot]
+                       [--device cpu|cuda|auto] [--threads N] [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avx512vnni|avxvnni|avx2|armdot]
 
 Streams generated text to stdout; usage figures to stderr. --prompt-ids: the prompt as token ids
 (BOS is put in front unless they begin with it), no tokenizer needed; --json: instead of the text
@@ -210,8 +210,8 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
 (auto, the default: fp32, bf16 or f16, memory-mapped; bf16 and a GGUF file's quantized blocks on the dot-product kernels;
 stored: every matrix on the widening kernels, fp32 arithmetic), or converted to f32, bf16, q8 (8-bit blocks) q4 (4-bit blocks) or q4k (4-bit with sub-block scales);
---cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8, q4, q4k and a GGUF file's quantized blocks on int8 dot products: AVX512_VNNI, else AVX-VNNI,
-else AVX2, where the CPU has them), avxvnni or avx2 (as auto, the int8 formats on that 256-bit path: the same
+--cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, q8, q4, q4k and a GGUF file's quantized blocks on int8 dot products: AMX-INT8 tiles, else AVX512_VNNI, else AVX-VNNI,
+else AVX2, where the CPU has them), avx512vnni (as auto, the int8 formats on VPDPBUSD where the CPU has AMX-INT8 too), avxvnni or avx2 (as auto, the int8 formats on that 256-bit path: the same
 results), armdot (as auto, the int8 formats on SDOT where the CPU has SMMLA too), simd (the widening kernels only) or openblas (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template as steady-server

@@ -69,7 +69,7 @@ absl::Status RunLogits(const Flags& flags) {
 
 Command LogitsCommand() {
   return {"logits", R"(usage: steady logits --model DIR|FILE.gguf --ids I[,I...] [--out FILE] [--device D] [--threads N]
-                     [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avxvnni|avx2|armdot] [--cuda-weights bf16|f32]
+                     [--cpu-weights auto|stored|f32|bf16|q8|q4|q4k] [--cpu-gemm auto|simd|openblas|avx512vnni|avxvnni|avx2|armdot] [--cuda-weights bf16|f32]
                      [--cuda-kv bf16|f32] [--mechanism NAME [--order P] [--scale S] [--param key=value ...]]
 
 Runs the token ids as one prompt through the --device backend (no tokenizer) and prints one JSON
