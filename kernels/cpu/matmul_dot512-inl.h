@@ -7,6 +7,21 @@ STEADY_DOT_TARGET inline __m512 ScaleOne(__m512i s, __m512 ws, float xscale, __m
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, _mm512_set1_ps(xscale)), sum);
 }
 
+// A q4k/q5k super-block's scales for sub-block s, 16 columns: d * sc and dmin * m (the record's head at
+// `head`: fp16 d, fp16 dmin, then the sub-blocks' scales and minimums, a byte each).
+STEADY_DOT_TARGET inline void KQuantScales(const uint8_t* head, int64_t s, __m512& scale, __m512& min) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32)));
+  scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 64 + 16 * s)))));
+  min = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 192 + 16 * s)))));
+}
+// sum + s * (scale * xscale) - min * (xscale * xsum) in fp32: a K-quant sub-block's int32 sums (and
+// its minimum's share, xsum the sub-block's sum of q_x) into the running fp32 sums.
+STEADY_DOT_TARGET inline __m512 KQuantOne(__m512i s, __m512 scale, __m512 min, float xscale, int32_t xsum, __m512 sum) {
+  sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(xscale)), sum);
+  return _mm512_fnmadd_ps(min, _mm512_set1_ps(xscale * float(xsum)), sum);
+}
+
 // Bit m of every byte of q5k's fifth vector moved to bit 4 (the others zero): the fifth bit of the
 // low (even m) or high (odd m) nibbles of vector m / 2. 16-bit shifts (by a count the callers' unrolled
 // loops make constant): the bits they carry across a byte are masked off.

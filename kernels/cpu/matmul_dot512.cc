@@ -263,18 +263,11 @@ struct KQuantOp {
           Add(x, r, xb, v + 4, wv, sums);
         }
         for (int c = 0; c < C; ++c) {
-          const uint8_t* g = wb + c * steps * kRecord;
-          const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-          const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
-          const __m512 scale = _mm512_mul_ps(
-              d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 64 + 16 * s)))));
-          const __m512 min = _mm512_mul_ps(
-              dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 192 + 16 * s)))));
+          __m512 scale, min;
+          KQuantScales(wb + c * steps * kRecord, s, scale, min);
           for (int rr = 0; rr < R; ++rr) {
             const int64_t i = (r + rr) * x.blocks + xb;
-            const float dx = x.xscale[i];
-            a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), a[rr][c]);
-            a[rr][c] = _mm512_fnmadd_ps(min, _mm512_set1_ps(dx * float(x.xsum[i])), a[rr][c]);
+            a[rr][c] = KQuantOne(sums[rr][c], scale, min, x.xscale[i], x.xsum[i], a[rr][c]);
           }
         }
       }

@@ -10,9 +10,10 @@
 // (loaded from a start tile; the weights are stored + 128 for q8, q4's nibbles are 0..15 for q - 8,
 // ...), so that they end at the exact sum of q_x q_w, and are stored after every block for the fp32
 // step: acc += sum * (scale_w * scale_x) per block, in the order of the blocks, the accumulators in L1.
-// q8, q4 and q32's q4_1, q5_0 and q5_1 (nibbles and fifth bits unpacked into a tile's 512 bytes per
-// group and block) run on the tiles from kAmxMinRows rows; fewer rows, and the K-quants (whose
-// sub-block scales the fp32 step would need per 16 or 32 inputs), take the VPDPBUSD kernels.
+// Every format whose blocks are 32 inputs (q8, q4, q4k, q5k and q32's q4_1, q5_0, q5_1; the 4- and
+// 5-bit ones unpacked into a tile's 512 bytes per group and block, as VPDPBUSD's kernels unpack them
+// into registers) runs on the tiles from kAmxMinRows rows; fewer rows, and q6k (sub-blocks of 16
+// inputs), take the VPDPBUSD kernels.
 //
 // The kernel is a template over its tiles: AmxTiles (the instructions) or AmxTileModel (amx_tiles.h:
 // plain C++), on which it runs and is tested on CPUs without AMX (SetAmxInt8TileModel).
@@ -104,51 +105,98 @@ TileConfig Int8Config() {
   return config;
 }
 
-// The formats, as the kernel reads a group's packed block: where its weight tile is (Weights, which
-// may unpack into `tile`, 512 bytes), what its sums start at (-kOffset * the block's sum of q_x) and
-// its fp32 step (Scales, and Min for the formats with a minimum).
+// The fp32 sums acc[rr] (rows rr < m, kAmxGroups * 16 floats apart) += each row's int32 sums of
+// block b times ws * scale_x, then with kMin + mins * (scale_x * the block's sum of q_x): the VPDPBUSD
+// kernels' per-lane arithmetic (matmul_dot512.cc Q8Op, Block32Op).
+template <bool kMin>
+STEADY_DOT_TARGET inline void BlockStep(const Q8Rows& x, int r0, int m, int64_t b, __m512 ws, __m512 mins,
+                                        const int32_t (*sums)[16], float* acc) {
+  for (int rr = 0; rr < m; ++rr) {
+    float* a = acc + rr * kAmxGroups * kGroup;
+    const int64_t i = (r0 + rr) * x.blocks + b;
+    __m512 sum = ScaleOne(_mm512_load_si512(sums[rr]), ws, x.xscale[i], _mm512_load_ps(a));
+    if constexpr (kMin) sum = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.xscale[i] * float(x.xsum[i])), sum);
+    _mm512_store_ps(a, sum);
+  }
+}
+
+// The formats, as the kernel reads a group's packed weights (`group`, its records for every step of
+// the input; Steps of them for x's blocks): where block b's weight tile is (Weights, which may unpack
+// into `tile`, 512 bytes), what the block's sums start at (-kOffset * its sum of q_x) and its fp32
+// step (Step, for rows r0 .. r0 + m - 1).
 struct Q8Format {
   static constexpr int64_t kRecord = kQ8Record;
   static constexpr int32_t kOffset = 128;
-  static constexpr bool kMin = false;
-  STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* record, uint8_t*) { return record; }
-  STEADY_DOT_TARGET static __m512 Scales(const uint8_t* record) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(record + 512));
+  static int64_t Steps(int64_t blocks) { return blocks; }
+  STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* group, int64_t b, uint8_t*) { return group + b * kRecord; }
+  STEADY_DOT_TARGET static void Step(const uint8_t* group, int64_t b, const Q8Rows& x, int r0, int m,
+                                     const int32_t (*sums)[16], float* acc) {
+    const __m512 ws = _mm512_loadu_ps(reinterpret_cast<const float*>(group + b * kRecord + 512));
+    BlockStep<false>(x, r0, m, b, ws, ws, sums, acc);
   }
-  STEADY_DOT_TARGET static __m512 Min(const uint8_t*) { return _mm512_setzero_ps(); }
 };
 
-// q4 and q32's types: Block32Op's records (matmul_dot512.cc), the nibbles (with kFifth their fifth
-// bits) unpacked to one byte each: vector v's low nibbles are inputs 4v..4v+3, its high ones
-// 16 + 4v.., tile rows v and v + 4.
-template <bool kFifth, bool kMinimum, int kOffsetValue>
+// Vector v of a 4-bit block (with kFifth its fifth bits, 64 bytes after v = 3's vector) unpacked to
+// a byte per input: its low nibbles are inputs 4v..4v+3, its high ones 16 + 4v.., tile rows v and v + 4.
+template <bool kFifth>
+STEADY_DOT_TARGET inline const uint8_t* UnpackNibbles(const uint8_t* nibbles, uint8_t* tile) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int v = 0; v < 4; ++v) {
+    const __m512i raw = _mm512_loadu_si512(nibbles + v * 64);
+    _mm512_store_si512(tile + v * 64, Nibbles<kFifth>(raw, low, nibbles + 256, 2 * v));
+    _mm512_store_si512(tile + (v + 4) * 64, Nibbles<kFifth>(_mm512_srli_epi16(raw, 4), low, nibbles + 256, 2 * v + 1));
+  }
+  return tile;
+}
+
+// q4 and q32's types: Block32Op's records (matmul_dot512.cc), the nibbles unpacked.
+template <bool kFifth, bool kMin, int kOffsetValue>
 struct Block32Format {
-  static constexpr int64_t kRecord = Block32Record(kFifth, kMinimum), kScalesAt = Block32Scales(kFifth);
+  static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScalesAt = Block32Scales(kFifth);
   static constexpr int32_t kOffset = kOffsetValue;
-  static constexpr bool kMin = kMinimum;
-  STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* record, uint8_t* tile) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    for (int v = 0; v < 4; ++v) {
-      const __m512i raw = _mm512_loadu_si512(record + v * 64);
-      _mm512_store_si512(tile + v * 64, Nibbles<kFifth>(raw, low, record + 256, 2 * v));
-      _mm512_store_si512(tile + (v + 4) * 64, Nibbles<kFifth>(_mm512_srli_epi16(raw, 4), low, record + 256, 2 * v + 1));
+  static int64_t Steps(int64_t blocks) { return blocks; }
+  STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* group, int64_t b, uint8_t* tile) {
+    return UnpackNibbles<kFifth>(group + b * kRecord, tile);
+  }
+  STEADY_DOT_TARGET static void Step(const uint8_t* group, int64_t b, const Q8Rows& x, int r0, int m,
+                                     const int32_t (*sums)[16], float* acc) {
+    const uint8_t* scales = group + b * kRecord + kScalesAt;
+    const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+    const __m512 mins = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32))) : ws;
+    BlockStep<kMin>(x, r0, m, b, ws, mins, sums, acc);
+  }
+};
+
+// q4k and q5k: KQuantOp's records (matmul_dot512.cc), a super-block of 8 sub-blocks of 32 (one q8_0
+// block of x each) a step, the sub-block's nibbles unpacked; the sums start at 0 (q is unsigned) and
+// the fp32 step is KQuantOp's (KQuantOne): acc += sum * (d * sc * scale_x), then - (dmin * m) *
+// (scale_x * the sub-block's sum of q_x).
+template <bool kFifth>
+struct KQuantFormat {
+  static constexpr int64_t kRecord = KQuantRecord(kFifth), kSubRecord = KQuantSubRecord(kFifth);
+  static constexpr int32_t kOffset = 0;
+  static int64_t Steps(int64_t blocks) { return (blocks + 7) / 8; }
+  STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* group, int64_t b, uint8_t* tile) {
+    return UnpackNibbles<kFifth>(group + (b / 8) * kRecord + kQ4KHead + (b % 8) * kSubRecord, tile);
+  }
+  STEADY_DOT_TARGET static void Step(const uint8_t* group, int64_t b, const Q8Rows& x, int r0, int m,
+                                     const int32_t (*sums)[16], float* acc) {
+    __m512 scale, min;
+    KQuantScales(group + (b / 8) * kRecord, b % 8, scale, min);
+    for (int rr = 0; rr < m; ++rr) {
+      float* a = acc + rr * kAmxGroups * kGroup;
+      const int64_t i = (r0 + rr) * x.blocks + b;
+      _mm512_store_ps(a, KQuantOne(_mm512_load_si512(sums[rr]), scale, min, x.xscale[i], x.xsum[i], _mm512_load_ps(a)));
     }
-    return tile;
-  }
-  STEADY_DOT_TARGET static __m512 Scales(const uint8_t* record) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + kScalesAt)));
-  }
-  STEADY_DOT_TARGET static __m512 Min(const uint8_t* record) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + kScalesAt + 32)));
   }
 };
 
 // y's columns of groups [g0, g1) of one product: per tile of kAmxGroups groups and pass of 16 rows,
-// every block through the tiles and then the fp32 step. x.x has whole passes of rows (zero padded).
+// every block of x through the tiles and then the fp32 step. x.x has whole passes of rows (zero padded).
 template <class Tiles, class Format>
 STEADY_AMX_INT8_TARGET void Groups(const Q8Rows& x, int rows, const uint8_t* packed, int64_t out, int64_t g0,
                                    int64_t g1, float* y) {
-  const int64_t steps = x.blocks;
+  const int64_t blocks = x.blocks, group_bytes = Format::Steps(blocks) * Format::kRecord;
   alignas(64) int32_t start[kAmxRows][16];
   alignas(64) int32_t sums[kAmxGroups][kAmxRows][16];
   alignas(64) uint8_t unpacked[kAmxGroups][512];
@@ -156,33 +204,23 @@ STEADY_AMX_INT8_TARGET void Groups(const Q8Rows& x, int rows, const uint8_t* pac
   Tiles::LoadConfig(Int8Config());
   for (int64_t g = g0; g < g1; g += kAmxGroups) {
     const int groups = int(std::min<int64_t>(kAmxGroups, g1 - g));
-    const uint8_t* w = packed + g * steps * Format::kRecord;  // group g + c's block b: (c * steps + b) records on
+    const uint8_t* w = packed + g * group_bytes;  // group g + c's weights: c * group_bytes on
     for (int r0 = 0; r0 < rows; r0 += kAmxRows) {
       const int m = std::min(kAmxRows, rows - r0);
       std::memset(acc, 0, sizeof(acc));
-      for (int64_t b = 0; b < steps; ++b) {
+      for (int64_t b = 0; b < blocks; ++b) {
         for (int rr = 0; rr < kAmxRows; ++rr) {
-          const int32_t s = rr < m ? -Format::kOffset * x.xsum[(r0 + rr) * steps + b] : 0;
+          const int32_t s = rr < m ? -Format::kOffset * x.xsum[(r0 + rr) * blocks + b] : 0;
           _mm512_store_si512(start[rr], _mm512_set1_epi32(s));
         }
-        Tiles::Load(kRowsTile, x.x + (r0 * steps + b) * kQ8Block, steps * kQ8Block);
+        Tiles::Load(kRowsTile, x.x + (r0 * blocks + b) * kQ8Block, blocks * kQ8Block);
         for (int c = 0; c < groups; ++c) {
           Tiles::Load(c, start, sizeof(start[0]));
-          Tiles::Load(WeightTile(c), Format::Weights(w + (c * steps + b) * Format::kRecord, unpacked[c]), 64);
+          Tiles::Load(WeightTile(c), Format::Weights(w + c * group_bytes, b, unpacked[c]), 64);
           Tiles::DotSignedUnsigned(c, kRowsTile, WeightTile(c));
         }
         for (int c = 0; c < groups; ++c) Tiles::Store(c, sums[c], sizeof(sums[c][0]));
-        for (int c = 0; c < groups; ++c) {
-          const uint8_t* record = w + (c * steps + b) * Format::kRecord;
-          const __m512 ws = Format::Scales(record);
-          for (int rr = 0; rr < m; ++rr) {
-            float* a = &acc[rr][c * kGroup];
-            const int64_t i = (r0 + rr) * steps + b;
-            __m512 sum = ScaleOne(_mm512_load_si512(sums[c][rr]), ws, x.xscale[i], _mm512_load_ps(a));
-            if constexpr (Format::kMin) sum = _mm512_fmadd_ps(Format::Min(record), _mm512_set1_ps(x.xscale[i] * float(x.xsum[i])), sum);
-            _mm512_store_ps(a, sum);
-          }
-        }
+        for (int c = 0; c < groups; ++c) Format::Step(w + c * group_bytes, b, x, r0, m, sums[c], &acc[0][c * kGroup]);
       }
       const int64_t cols = std::min<int64_t>(groups * kGroup, out - g * kGroup);
       for (int rr = 0; rr < m; ++rr) std::memcpy(y + (r0 + rr) * out + g * kGroup, acc[rr], sizeof(float) * cols);
@@ -224,8 +262,8 @@ template <class Tiles>
 constexpr Int8Kernels kTileKernels = {
     Kernel<Tiles, Q8Format, &Int8Kernels::q8>,
     Kernel<Tiles, Block32Format<false, false, 8>, &Int8Kernels::q4>,
-    Vnni<&Int8Kernels::q4k>,
-    Vnni<&Int8Kernels::q5k>,
+    Kernel<Tiles, KQuantFormat<false>, &Int8Kernels::q4k>,
+    Kernel<Tiles, KQuantFormat<true>, &Int8Kernels::q5k>,
     Vnni<&Int8Kernels::q6k>,
     Kernel<Tiles, Block32Format<false, true, 0>, &Int8Kernels::q4_1>,
     Kernel<Tiles, Block32Format<true, false, 16>, &Int8Kernels::q5_0>,

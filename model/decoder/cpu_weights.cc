@@ -91,12 +91,12 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
     bf16 = cpu::Bf16DotPath();
   }
   if (fast && int8 != cpu::Int8Path::kNone) q8 = cpu::Int8PathName(int8);
-  const std::string kquant = fast && int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(cpu::KQuantPath(int8)) : q8;
+  const std::string q6k = fast && int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(cpu::Q6KPath(int8)) : q8;
   const std::string f32 = gemm == CpuGemm::kOpenBlas
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", kquant}, {"q5k", kquant}, {"q6k", kquant}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q6k}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -206,10 +206,9 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    const bool k_quant = w.type() == WeightType::kDotQ4K || w.type() == WeightType::kDotQ5K || w.type() == WeightType::kDotQ6K;
     if (IsInt8Packed(w.type())) {
       const cpu::Int8Path path = cpu::CurrentInt8Path();
-      names.insert(cpu::Int8PathExtension(k_quant ? cpu::KQuantPath(path) : path));
+      names.insert(cpu::Int8PathExtension(w.type() == WeightType::kDotQ6K ? cpu::Q6KPath(path) : path));
     }
   });
   return absl::StrJoin(names, " and ");

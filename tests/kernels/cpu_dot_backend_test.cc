@@ -103,12 +103,8 @@ TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnVdpbf16ps) {
   EXPECT_LT(testing::MaxRelError(fast, stored), 0.05);
 }
 
-// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here), for `weights`
-// (the K-quants stay on AVX512_VNNI where the widest is AMX-INT8).
-std::string WidestInt8(CpuWeights weights = CpuWeights::kQ8) {
-  const cpu::Int8Path widest = cpu::WidestInt8Path();
-  return cpu::Int8PathExtension(weights == CpuWeights::kQ4K ? cpu::KQuantPath(widest) : widest);
-}
+// The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
+std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
 
 TEST(CpuDotBackendTest, TheBackendTakesTheInt8KernelsForQ8UnlessTold) {
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path;
@@ -139,7 +135,7 @@ TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
       EXPECT_EQ(cpu::CurrentInt8Path(), cpu::WidestInt8Path());
       const std::string format = CpuWeightsName(weights);
       EXPECT_EQ(forced_name, "cpu (" + format + " weights on " + cpu::Int8PathExtension(path) + ")");
-      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8(weights) + ")");
+      EXPECT_EQ(auto_name, "cpu (" + format + " weights on " + WidestInt8() + ")");
       EXPECT_EQ(forced, widest) << format << " on " << cpu::Int8PathName(path);
       ++compared;
     }
@@ -216,7 +212,7 @@ TEST(CpuDotBackendTest, TheBackendServesQ4K) {
   cpu::MatMulNTQ4KReference(x.data(), 1, int(w.cols()), w.q4k(), int(w.rows()), want.data());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
   if (!cpu::Int8DotAvailable()) GTEST_SKIP() << kNoInt8Path << ": the widening kernel only";
-  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8(CpuWeights::kQ4K) + ")");
+  EXPECT_EQ(dot_name, "cpu (q4k weights on " + WidestInt8() + ")");
   const std::vector<double> q4 = BackendStep(m, CpuWeights::kQ4, CpuGemm::kAuto, &q4_name);
   const double dot_err = testing::MaxRelError(dot, f32), q4_err = testing::MaxRelError(q4, f32);
   std::printf("max error of the logits against fp32 weights', of their spread: q4k %.3f (widening %.3f), q4 %.3f\n",
