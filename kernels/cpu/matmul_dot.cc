@@ -109,8 +109,6 @@ bool Int8PathAvailable(Int8Path path) {
   return path == Int8Path::kNone;
 }
 
-Int8Path Q6KPath(Int8Path path) { return path == Int8Path::kAmxInt8 ? Int8Path::kAvx512Vnni : path; }
-
 Int8Path WidestInt8Path() {
 #if defined(__x86_64__)
   if (AmxInt8Hardware()) return Int8Path::kAmxInt8;

@@ -43,8 +43,8 @@ const char* Bf16DotPath();
 // does the same fp32 arithmetic per output, so all of them give the same bits (tested, the Arm path
 // against x86's results on the same inputs: tests/cli/arm64_kernels.sh):
 //  kAmxInt8:    TDPBSUD on AMX tiles (AMX-INT8: Sapphire Rapids and later Xeons; matmul_dot_amx.cc),
-//               16 rows x 64 columns x a block of 32 at a time, for every format but q6k from 4
-//               rows; fewer rows and q6k on kAvx512Vnni's kernels;
+//               16 rows x 64 columns x a block of 32 at a time (q6k: 32 columns x two halves of
+//               16) from 4 rows, fewer rows on kAvx512Vnni's kernels;
 //  kAvx512Vnni: VPDPBUSD on 512-bit vectors (AVX512_VNNI + AVX512BW/VL/DQ: Ice Lake and later
 //               Xeons, AMD Zen 4/5);
 //  kAvxVnni:    the VEX-encoded VPDPBUSD on 256-bit vectors (AVX-VNNI: Alder/Raptor Lake, Xeon 6
@@ -58,9 +58,6 @@ const char* Bf16DotPath();
 //  kNone:       no int8 kernel: every int8 format takes its widening kernel.
 enum class Int8Path { kAmxInt8, kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
-// The path q6k takes under `path`: kAvx512Vnni under kAmxInt8 (its sub-blocks of 16 inputs would need
-// tiles of their own shape), else `path` itself.
-Int8Path Q6KPath(Int8Path path);
 Int8Path WidestInt8Path();              // the first of the list this CPU has
 // For tests on CPUs without AMX: kAmxInt8's kernels run on AmxTileModel (kernels/cpu/amx_tiles.h, the
 // tile instructions in plain C++, a thousand times slower), and kAmxInt8 is available wherever

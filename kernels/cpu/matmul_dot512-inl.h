@@ -37,3 +37,10 @@ STEADY_DOT_TARGET inline __m512i Nibbles(__m512i v, __m512i low, const uint8_t* 
   if constexpr (!kFifth) return _mm512_and_si512(v, low);
   return _mm512_ternarylogic_epi32(v, FifthBits(_mm512_loadu_si512(fifth), m), low, 0xEC);  // (a & c) | b
 }
+
+// Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (the others zero):
+// the top two bits of a 6-bit q. 16-bit shifts: the bits they carry across a byte are masked off.
+STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
+  const __m512i moved = v <= 2 ? _mm512_slli_epi16(hv, 4 - 2 * v) : _mm512_srli_epi16(hv, 2 * v - 4);
+  return _mm512_and_si512(moved, _mm512_set1_epi8(0x30));
+}

@@ -280,13 +280,6 @@ using Q4KOp = KQuantOp<kGroups, false>;
 template <int kGroups>
 using Q5KOp = KQuantOp<kGroups, true>;
 
-// Bits 2v and 2v + 1 of every byte of q6k's high-bit vector moved to bits 4 and 5 (the others zero):
-// the top two bits of a 6-bit q. 16-bit shifts: the bits they carry across a byte are masked off.
-STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
-  const __m512i moved = v <= 2 ? _mm512_slli_epi16(hv, 4 - 2 * v) : _mm512_srli_epi16(hv, 2 * v - 4);
-  return _mm512_and_si512(moved, _mm512_set1_epi8(0x30));
-}
-
 // int8 x q6k: per sub-block of 16 (half of one q8_0 block of x) the 6-bit q (0..63, unsigned: a
 // nibble joined to its two high bits in the weight registers) times q_x summed exactly in int32,
 // the sums starting at -32 * the sub-block's sum of q_x, then in fp32

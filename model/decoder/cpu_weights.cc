@@ -91,12 +91,11 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
     bf16 = cpu::Bf16DotPath();
   }
   if (fast && int8 != cpu::Int8Path::kNone) q8 = cpu::Int8PathName(int8);
-  const std::string q6k = fast && int8 != cpu::Int8Path::kNone ? cpu::Int8PathName(cpu::Q6KPath(int8)) : q8;
   const std::string f32 = gemm == CpuGemm::kOpenBlas
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q6k}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
+  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -206,10 +205,7 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
-    if (IsInt8Packed(w.type())) {
-      const cpu::Int8Path path = cpu::CurrentInt8Path();
-      names.insert(cpu::Int8PathExtension(w.type() == WeightType::kDotQ6K ? cpu::Q6KPath(path) : path));
-    }
+    if (IsInt8Packed(w.type())) names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
   });
   return absl::StrJoin(names, " and ");
 }
