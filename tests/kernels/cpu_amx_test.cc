@@ -245,36 +245,25 @@ TEST(AmxTileModelTest, FaultsWhereTheInstructionsDo) {
         cpu::AmxTileModel::Load(5, buffer, 64);
       },
       "leaves out");
+  // TDPBSUD(c, a, b) under `config` dies with `message`.
+  const auto dot_dies = [](const cpu::TileConfig& config, int c, int a, int b, const char* message) {
+    EXPECT_DEATH(
+        {
+          cpu::AmxTileModel::LoadConfig(config);
+          cpu::AmxTileModel::DotSignedUnsigned(c, a, b);
+        },
+        message);
+  };
   cpu::TileConfig rows_differ = DotConfig(4, 2, 4);
   rows_differ.rows[1] = 3;
-  EXPECT_DEATH(
-      {
-        cpu::AmxTileModel::LoadConfig(rows_differ);
-        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
-      },
-      "differ in rows");
+  dot_dies(rows_differ, 0, 1, 2, "differ in rows");
   cpu::TileConfig k_differs = DotConfig(4, 2, 4);
   k_differs.rows[2] = 3;
-  EXPECT_DEATH(
-      {
-        cpu::AmxTileModel::LoadConfig(k_differs);
-        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
-      },
-      "not the second's rows");
+  dot_dies(k_differs, 0, 1, 2, "not the second's rows");
   cpu::TileConfig columns_differ = DotConfig(4, 2, 4);
   columns_differ.bytes_per_row[2] = 12;
-  EXPECT_DEATH(
-      {
-        cpu::AmxTileModel::LoadConfig(columns_differ);
-        cpu::AmxTileModel::DotSignedUnsigned(0, 1, 2);
-      },
-      "differ in bytes per row");
-  EXPECT_DEATH(
-      {
-        cpu::AmxTileModel::LoadConfig(DotConfig(4, 4, 4));
-        cpu::AmxTileModel::DotSignedUnsigned(0, 0, 2);
-      },
-      "must differ");
+  dot_dies(columns_differ, 0, 1, 2, "differ in bytes per row");
+  dot_dies(DotConfig(4, 4, 4), 0, 0, 2, "must differ");
   cpu::TileConfig too_tall = DotConfig(4, 2, 4);
   too_tall.rows[0] = 17;
   EXPECT_DEATH(cpu::AmxTileModel::LoadConfig(too_tall), "larger than palette 1");

@@ -5,6 +5,7 @@
 // instructions these tests skip naming them.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,7 +29,9 @@ constexpr char kNoInt8Path[] = "no int8 path (AVX2 + FMA + F16C at least) on thi
 
 // The logits of one step of two sessions (12 and 3 prompt tokens) through the CPU backend; `name`
 // gets the backend's name.
-std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm, std::string* name) {
+// With `path`, the int8 kernels take it once the backend is made (which sets --cpu-gemm's path).
+std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm, std::string* name,
+                                std::optional<cpu::Int8Path> path = std::nullopt) {
   BackendOptions o;
   o.slots = 2;
   o.cpu_weights = weights;
@@ -37,6 +40,7 @@ std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm
   EXPECT_TRUE(backend.ok()) << backend.status();
   if (!backend.ok()) return {};
   *name = (*backend)->Name();
+  if (path) cpu::SetInt8Path(*path);
   std::vector<float> logits;
   (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
   return std::vector<double>(logits.begin(), logits.end());
@@ -141,6 +145,25 @@ TEST(CpuDotBackendTest, TheBackendForcesAnInt8Path) {
     }
   }
   if (compared == 0) GTEST_SKIP() << "no second int8 path on this CPU";
+}
+
+// A whole step (a 12-token and a 3-token prompt, every projection and the head) on the AMX-INT8
+// kernels gives VPDPBUSD's logits bit for bit, for q8, q4 and q4k: on the tiles where the CPU has
+// AMX-INT8, else on the tile model (cpu::SetAmxInt8TileModel).
+TEST(CpuDotBackendTest, AmxInt8GivesVpdpbusdsLogits) {
+  if (!cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni)) GTEST_SKIP() << "no AVX512_VNNI on this CPU";
+  const bool model = !cpu::Int8PathAvailable(cpu::Int8Path::kAmxInt8);
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  for (CpuWeights weights : {CpuWeights::kQ8, CpuWeights::kQ4, CpuWeights::kQ4K}) {
+    std::string vnni_name, amx_name;
+    const std::vector<double> vnni = BackendStep(m, weights, CpuGemm::kAvx512Vnni, &vnni_name);
+    cpu::SetAmxInt8TileModel(model);
+    const std::vector<double> amx = BackendStep(m, weights, CpuGemm::kAuto, &amx_name, cpu::Int8Path::kAmxInt8);
+    cpu::SetAmxInt8TileModel(false);
+    cpu::SetInt8Path(cpu::WidestInt8Path());
+    ASSERT_FALSE(vnni.empty());
+    EXPECT_EQ(amx, vnni) << CpuWeightsName(weights) << (model ? " on the tile model" : " on AMX tiles");
+  }
 }
 
 // --cpu-weights q4 packs every matrix as q4 (about 4.5 bits a weight), names VNNI, and its logits
