@@ -60,7 +60,7 @@ enum class Int8Path { kAmxInt8, kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot,
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
 // For tests on CPUs without AMX: kAmxInt8's kernels run on AmxTileModel (kernels/cpu/amx_tiles.h, the
-// tile instructions in plain C++, a thousand times slower), and kAmxInt8 is available wherever
+// tile instructions in plain C++, far slower), and kAmxInt8 is available wherever
 // kAvx512Vnni is, though never the widest. Process-wide, like SetInt8Path.
 void SetAmxInt8TileModel(bool on);
 bool AmxInt8TileModel();
@@ -69,9 +69,9 @@ bool AmxInt8TileModel();
 // --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
 void SetInt8Path(Int8Path path);
 Int8Path CurrentInt8Path();
-// E.g. "amx_int8 (TDPBSUD)", "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)", "arm_i8mm (SMMLA)",
-// "arm_dotprod (SDOT)" or "widening fp32 (AVX2)"; and the extension alone ("AMX_INT8", "AVX512_VNNI", "AVX_VNNI",
-// "AVX2", "I8MM", "DOTPROD"; "" for kNone).
+// E.g. "amx_int8 (TDPBSUD)", "avx512_vnni (VPDPBUSD)", "avx_vnni (VPDPBUSD ymm)", "avx2 (VPMADDUBSW)",
+// "arm_i8mm (SMMLA)", "arm_dotprod (SDOT)" or "widening fp32 (AVX2)"; and the extension alone
+// ("AMX_INT8", "AVX512_VNNI", "AVX_VNNI", "AVX2", "I8MM", "DOTPROD"; "" for kNone).
 const char* Int8PathName(Int8Path path);
 const char* Int8PathExtension(Int8Path path);
 // Whether the current path is an int8 kernel (the int8 kernels below may only be called then),
