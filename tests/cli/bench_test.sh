@@ -183,11 +183,12 @@ assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (
 }
 reduced_weights bf16 "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm simd
 reduced_weights q8-simd "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8 --cpu-gemm simd
-# By default q8, q4 and q4k go to the widest int8 path the CPU has (AVX512_VNNI, AVX-VNNI, AVX2),
+# By default q8, q4 and q4k go to the widest int8 path the CPU has (AMX-INT8, AVX512_VNNI, AVX-VNNI, AVX2),
 # and bf16 to AMX tiles where it has them, else to VDPBF16PS where it has AVX512_BF16
 # (kernels/cpu/matmul_dot.h).
 int8=""
-if grep -qw avx512_vnni /proc/cpuinfo; then int8=AVX512_VNNI
+if grep -qw amx_int8 /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo; then int8=AMX_INT8
+elif grep -qw avx512_vnni /proc/cpuinfo; then int8=AVX512_VNNI
 elif grep -qw avx_vnni /proc/cpuinfo; then int8=AVX_VNNI
 elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then int8=AVX2
 fi
@@ -208,9 +209,9 @@ reduced_weights q4k-simd "cpu (q4k weights)" 0.15 0.35 --cpu-weights q4k --cpu-g
 if [ -n "$int8" ]; then
   reduced_weights q4k "cpu (q4k weights on $int8)" 0.15 0.35 --cpu-weights q4k
 fi
-# --cpu-gemm avxvnni / avx2 force that 256-bit int8 path (the name and the report say so), or are
-# refused naming the extension the CPU lacks.
-for path in avxvnni:avx_vnni:AVX_VNNI avx2:avx2:AVX2; do
+# --cpu-gemm avx512vnni / avxvnni / avx2 force that int8 path (the name and the report say so), or
+# are refused naming the extension the CPU lacks.
+for path in avx512vnni:avx512_vnni:AVX512_VNNI avxvnni:avx_vnni:AVX_VNNI avx2:avx2:AVX2; do
   IFS=: read -r gemm flag ext <<< "$path"
   if grep -qw "$flag" /proc/cpuinfo; then
     reduced_weights "q8-$gemm" "cpu (q8 weights on $ext)" 0.2 0.35 --cpu-weights q8 --cpu-gemm "$gemm" &&
