@@ -70,7 +70,7 @@ STEADY_AMX_TARGET void ConfigureTiles() {
     config.bytes_per_row[t] = 64;
     config.rows[t] = kTileRows;
   }
-  _tile_loadconfig(&config);
+  LoadTileConfig(config);
 }
 
 // xb[padded_rows, in_pad] = bf16(x[rows, in]) rounded to nearest even, zero beyond rows and in.

@@ -22,6 +22,14 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+#if defined(__x86_64__)
+// LDTILECFG of the whole 64-byte operand. Not GCC 12's _tile_loadconfig: its asm names only the
+// operand's first 8 bytes as read, so once inlined the compiler may drop the stores of the rows and
+// bytes per row (it did, for the int8 kernel: every tile left unconfigured, and the first TILELOADD
+// faults).
+inline void LoadTileConfig(const TileConfig& config) { asm volatile("ldtilecfg %0" : : "m"(config)); }
+#endif
+
 inline constexpr int kTiles = 8;          // palette 1
 inline constexpr int kTileMaxRows = 16;
 inline constexpr int kTileMaxBytes = 64;  // per row

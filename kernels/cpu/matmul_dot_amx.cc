@@ -69,9 +69,12 @@ struct TileRoles {
 // The instructions, for AmxTiles' tile numbers (GCC's tile intrinsics take the number as a literal,
 // so each operation is a switch over the tiles the kernel uses; inlined, with a constant tile).
 struct AmxTiles {
-  STEADY_AMX_INT8_TARGET static void LoadConfig(const TileConfig& config) { _tile_loadconfig(&config); }
+  STEADY_AMX_INT8_TARGET static void LoadConfig(const TileConfig& config) { LoadTileConfig(config); }
   STEADY_AMX_INT8_TARGET static void Release() { _tile_release(); }
+  // GCC's TILELOADD asm names no memory as read: the barrier keeps the stores of what it loads (the
+  // start tile, unpacked weights) before it.
   STEADY_AMX_INT8_TARGET static inline void Load(int t, const void* base, int64_t stride) {
+    asm volatile("" : : : "memory");
     switch (t) {
       case 0: _tile_loadd(0, base, stride); break;
       case 1: _tile_loadd(1, base, stride); break;

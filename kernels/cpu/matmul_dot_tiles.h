@@ -165,7 +165,7 @@ struct Int8Kernels {
   Int8Kernel q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1;
 };
 // Each defined only where its instruction set is compiled (x86-64 or AArch64).
-extern const Int8Kernels kAmxInt8Kernels;       // matmul_dot_amx.cc (TDPBSUD; fewer rows and the K-quants on VPDPBUSD)
+extern const Int8Kernels kAmxInt8Kernels;       // matmul_dot_amx.cc (TDPBSUD; 1-3 rows on VPDPBUSD)
 extern const Int8Kernels kAmxInt8ModelKernels;  // the same on AmxTileModel (amx_tiles.h), for CPUs without AMX
 extern const Int8Kernels kAvx512VnniKernels;    // matmul_dot512.cc
 extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
