@@ -69,7 +69,10 @@ struct TileRoles {
 // The instructions, for AmxTiles' tile numbers (GCC's tile intrinsics take the number as a literal,
 // so each operation is a switch over the tiles the kernel uses; inlined, with a constant tile).
 struct AmxTiles {
-  STEADY_AMX_INT8_TARGET static void LoadConfig(const TileConfig& config) { LoadTileConfig(config); }
+  // Not inlined, as a second guard: the caller must have the whole configuration in memory.
+  __attribute__((noinline)) STEADY_AMX_INT8_TARGET static void LoadConfig(const TileConfig& config) {
+    LoadTileConfig(config);
+  }
   STEADY_AMX_INT8_TARGET static void Release() { _tile_release(); }
   // GCC's TILELOADD asm names no memory as read: the barrier keeps the stores of what it loads (the
   // start tile, unpacked weights) before it.
