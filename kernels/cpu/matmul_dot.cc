@@ -55,7 +55,7 @@ bool HasAvx512Base() {
 }
 // Whether the CPU has AMX-INT8 (and AVX512_VNNI, for the fp32 step and the kernels of fewer rows).
 bool AmxInt8Hardware() {
-  static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512vnni") && AmxInt8Available();
+  static const bool ok = Int8PathAvailable(Int8Path::kAvx512Vnni) && AmxInt8Available();
   return ok;
 }
 #elif defined(__aarch64__)

@@ -44,3 +44,18 @@ STEADY_DOT_TARGET inline __m512i HighBits(__m512i hv, int v) {
   const __m512i moved = v <= 2 ? _mm512_slli_epi16(hv, 4 - 2 * v) : _mm512_srli_epi16(hv, 2 * v - 4);
   return _mm512_and_si512(moved, _mm512_set1_epi8(0x30));
 }
+
+// Inputs 4u..4u+3 of a q6k block of 32 (`block`: its 4 nibble vectors, then its 2 high-bit vectors)
+// for 16 columns: nibble vector u / 2's low (even u) or high nibbles joined to their two high bits,
+// q in 0..63.
+STEADY_DOT_TARGET inline __m512i Q6KFour(const uint8_t* block, int u, __m512i low) {
+  const __m512i nibbles = _mm512_loadu_si512(block + (u / 2) * 64);
+  const __m512i q = _mm512_and_si512(u % 2 == 0 ? nibbles : _mm512_srli_epi16(nibbles, 4), low);
+  return _mm512_or_si512(q, HighBits(_mm512_loadu_si512(block + 256 + (u / 4) * 64), u % 4));
+}
+// A q6k super-block's d * sc of sub-block s (0..15) for 16 columns (the record's head at `head`: fp16
+// d, then the sub-blocks' int8 scales), exact.
+STEADY_DOT_TARGET inline __m512 Q6KScale(const uint8_t* head, int64_t s) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 32 + 16 * s)))));
+}

@@ -320,23 +320,12 @@ struct Q6KOp {
           for (int v = 0; v < 4; ++v) {
             const int u = 4 * h + v;
             __m512i wv[C];
-            for (int c = 0; c < C; ++c) {
-              const uint8_t* p = rb + c * steps * kQ6KRecord;
-              const __m512i nib = _mm512_loadu_si512(p + (u / 2) * 64);
-              const __m512i lo = u % 2 == 0 ? _mm512_and_si512(nib, low) : _mm512_and_si512(_mm512_srli_epi16(nib, 4), low);
-              wv[c] = _mm512_or_si512(lo, HighBits(_mm512_loadu_si512(p + 256 + h * 64), v));
-            }
+            for (int c = 0; c < C; ++c) wv[c] = Q6KFour(rb + c * steps * kQ6KRecord, u, low);
             Add(x, r, xb, u, wv, sums);
           }
           for (int c = 0; c < C; ++c) {
-            const uint8_t* g = wb + c * steps * kQ6KRecord;
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-            const __m512 scale = _mm512_mul_ps(
-                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * (2 * blk + h))))));
-            for (int rr = 0; rr < R; ++rr) {
-              const float dx = x.xscale[(r + rr) * x.blocks + xb];
-              a[rr][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[rr][c]), _mm512_mul_ps(scale, _mm512_set1_ps(dx)), a[rr][c]);
-            }
+            const __m512 scale = Q6KScale(wb + c * steps * kQ6KRecord, 2 * blk + h);
+            for (int rr = 0; rr < R; ++rr) a[rr][c] = ScaleOne(sums[rr][c], scale, x.xscale[(r + rr) * x.blocks + xb], a[rr][c]);
           }
         }
       }

@@ -207,7 +207,7 @@ struct KQuantFormat {
 };
 
 // q6k: Q6KOp's records (matmul_dot512.cc), a super-block a step; each block of 32 unpacked (its
-// nibble vector u / 2, low or high nibbles, joined to its two high bits: HighBits) into 8 rows of 4
+// nibble vector u / 2, low or high nibbles, joined to its two high bits: Q6KFour) into 8 rows of 4
 // inputs, the two sub-blocks of 16 halves of it; each sub-block's sums start at -32 * its sum of q_x
 // (q is 0..63 for q - 32) and its fp32 step is Q6KOp's: acc += sum * (d * sc * scale_x).
 struct Q6KFormat {
@@ -218,19 +218,12 @@ struct Q6KFormat {
   STEADY_DOT_TARGET static const uint8_t* Weights(const uint8_t* group, int64_t b, uint8_t* tile) {
     const uint8_t* block = group + (b / 8) * kRecord + kQ6KHead + (b % 8) * kQ6KBlockRecord;
     const __m512i low = _mm512_set1_epi8(0x0f);
-    for (int u = 0; u < 8; ++u) {
-      const __m512i nibbles = _mm512_loadu_si512(block + (u / 2) * 64);
-      const __m512i q = _mm512_and_si512(u % 2 == 0 ? nibbles : _mm512_srli_epi16(nibbles, 4), low);
-      _mm512_store_si512(tile + u * 64, _mm512_or_si512(q, HighBits(_mm512_loadu_si512(block + 256 + (u / 4) * 64), u % 4)));
-    }
+    for (int u = 0; u < 8; ++u) _mm512_store_si512(tile + u * 64, Q6KFour(block, u, low));
     return tile;
   }
   STEADY_DOT_TARGET static void Step(const uint8_t* group, int64_t b, int h, const Q8Rows& x, int r0, int m,
                                      const int32_t (*sums)[16], float* acc) {
-    const uint8_t* head = group + (b / 8) * kRecord;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
-    const __m512 scale = _mm512_mul_ps(
-        d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 32 + 16 * (2 * (b % 8) + h))))));
+    const __m512 scale = Q6KScale(group + (b / 8) * kRecord, 2 * (b % 8) + h);
     BlockStep<false>(x, r0, m, b, scale, scale, sums, acc);
   }
 };
