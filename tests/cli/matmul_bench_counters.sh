@@ -2,14 +2,15 @@
 # matmul_bench's issue-rate benchmark and its peak_fraction counter (docs/cpu.md, "VPDPBUSD's issue
 # rate, measured in the tree"): on a CPU with AVX512_VNNI every BM_VpdpbusdIssue variant reports a
 # positive rate under its label, and an AVX512_VNNI kernel reports a finite, positive share of the
-# peak measured in the same process; elsewhere the issue benchmark says why it skipped. No timing is
+# peak measured in the same process; elsewhere the issue benchmark says why it skipped. The same for
+# BM_Vdpbf16psIssue and the bf16 kernel on AVX512_BF16. No timing is
 # compared with another (that is the benchmark's job, not a test's).
 # Usage: matmul_bench_counters.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
 source "$(dirname "$0")/lib.bash"
 
-"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Q8Dot/rows:4/in:2048/out:2048/path:0' \
+"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Vdpbf16psIssue|BM_(Q8Dot/rows:4/in:2048/out:2048/path:0|Bf16Dot/rows:4/in:2048/out:2048/)' \
   --benchmark_min_time=0.01 --benchmark_format=json > "$tmp/out.json" 2> "$tmp/err" ||
   fail "matmul_bench exited with $?: $(tail -3 "$tmp/err")"
 
@@ -36,7 +37,40 @@ else:
     else:
         f = dot[0].get("peak_fraction")
         print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the q8 kernel's peak_fraction {f}")
+bf16 = [r for r in runs if r["name"].startswith("BM_Vdpbf16psIssue")]
+bf16_dot = [r for r in runs if r["name"].startswith("BM_Bf16Dot")]
+if len(bf16) != 1 or len(bf16_dot) != 1:
+    print(f"FAIL one BM_Vdpbf16psIssue and one BM_Bf16Dot run, got {len(bf16)} and {len(bf16_dot)}")
+elif bf16[0].get("error_occurred"):
+    msgs = {bf16[0].get("error_message"), bf16_dot[0].get("error_message")}
+    print(("ok" if msgs == {"no AVX512_BF16 on this CPU"} else "FAIL") + f" no AVX512_BF16 here: both skipped, {msgs}")
+else:
+    r = bf16[0]
+    ok = r.get("G_VDPBF16PS_per_s", 0) > 0 and abs(r.get("bf16_GMACs", 0) - 32 * r["G_VDPBF16PS_per_s"]) <= 1e-6 * r["bf16_GMACs"]
+    print(("ok" if ok else "FAIL") + f" VDPBF16PS's rate, 32 multiply-adds each: {r.get('G_VDPBF16PS_per_s')}, {r.get('bf16_GMACs')}")
+    f = bf16_dot[0].get("peak_fraction")
+    print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the bf16 kernel's peak_fraction {f}")
 PY
+# --threads=N sets the compute threads (the counter says so); a bad count is refused, naming it.
+"$bin/matmul_bench" --threads=1 --benchmark_filter='BM_Q8Dot/rows:1/in:2048/out:2048/path:0|BM_Bf16Dot/rows:1/in:2048/out:2048/' \
+  --benchmark_min_time=0.01 --benchmark_format=json > "$tmp/one.json" 2> "$tmp/err" ||
+  fail "matmul_bench --threads=1 exited with $?: $(tail -3 "$tmp/err")"
+/usr/bin/python3 - "$tmp/one.json" >> "$tmp/checks" <<'PY' || true
+import json, sys
+runs = [r for r in json.load(open(sys.argv[1]))["benchmarks"] if not r.get("error_occurred")]
+threads = {r.get("threads") for r in runs}
+print(("ok" if runs and threads == {1} else "FAIL") + f" --threads=1: every run on one thread {threads}")
+PY
+for bad in 0 x 2y; do
+  if "$bin/matmul_bench" --threads=$bad --benchmark_filter=none > "$tmp/bad.out" 2>&1; then
+    echo "FAIL --threads=$bad was accepted" >> "$tmp/checks"
+  elif grep -q "thread count from 1 to 4096, got '$bad'" "$tmp/bad.out"; then
+    echo "ok --threads=$bad refused, naming it" >> "$tmp/checks"
+  else
+    echo "FAIL --threads=$bad: $(head -2 "$tmp/bad.out")" >> "$tmp/checks"
+  fi
+done
+
 while read -r status rest; do
   if [ "$status" = ok ]; then pass "$rest"; else fail "$rest"; fi
 done < "$tmp/checks"

@@ -16,11 +16,15 @@
 // every compute thread at once. Its int8 multiply-adds a second, alone, are the peak the AVX512_VNNI
 // kernels' `peak_fraction` counter divides by, measured once in the same process (docs/cpu.md:
 // "VPDPBUSD's issue rate, measured in the tree"); with the others beside them, how much of it is left.
+// BM_Vdpbf16psIssue is the same loop with 12 VDPBF16PS (32 bf16 multiply-adds each): the peak the
+// AVX512_BF16 kernel's `peak_fraction` divides by.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -193,15 +197,21 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   return lw;
 }
 
-// What runs beside the 12 VPDPBUSD of BM_VpdpbusdIssue's loop (4 of each a turn).
-enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack };
+// What runs beside the 12 VPDPBUSD of BM_VpdpbusdIssue's loop (4 of each a turn); kBf16: 12
+// VDPBF16PS in their place and nothing beside (BM_Vdpbf16psIssue).
+enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack, kBf16 };
 constexpr int64_t kIssueTurns = 1 << 24;  // turns of the loop per thread and iteration
+#if defined(__x86_64__)
+constexpr bool kX86 = true;
+#else
+constexpr bool kX86 = false;
+#endif
 
 #if defined(__x86_64__)
 // One thread's turns of 12 VPDPBUSD (and 4 of kBeside), each into an accumulator of its own so that
 // none waits for another; the empty asm keeps every register live and the loop from being folded.
 template <Beside kBeside>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t IssueLoop(int64_t turns) {
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512bf16"))) int32_t IssueLoop(int64_t turns) {
   __m512i a0 = _mm512_set1_epi32(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
           a9 = a0, a10 = a0, a11 = a0;
   __m512i e0 = _mm512_set1_epi32(3), e1 = e0, e2 = e0, e3 = e0;
@@ -209,7 +219,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t IssueLoop(int64_t
   const __m512i w = _mm512_set1_epi32(0x01020304), x = _mm512_set1_epi32(0x01010101), low = _mm512_set1_epi8(0x0f);
   const __m512 m = _mm512_set1_ps(0.999f);
   for (int64_t t = 0; t < turns; ++t) {
-#define STEADY_DP(acc) acc = _mm512_dpbusd_epi32(acc, w, x);
+#define STEADY_DP(acc)                                                                                                   \
+  acc = kBeside == Beside::kBf16 ? _mm512_castps_si512(_mm512_dpbf16_ps(_mm512_castsi512_ps(acc), (__m512bh)w, (__m512bh)x)) \
+                                 : _mm512_dpbusd_epi32(acc, w, x);
     STEADY_DP(a0) STEADY_DP(a1) STEADY_DP(a2) STEADY_DP(a3) STEADY_DP(a4) STEADY_DP(a5)
     STEADY_DP(a6) STEADY_DP(a7) STEADY_DP(a8) STEADY_DP(a9) STEADY_DP(a10) STEADY_DP(a11)
 #undef STEADY_DP
@@ -246,13 +258,18 @@ int32_t IssueLoop(Beside beside, int64_t turns) {
     case Beside::kVpmulld: return IssueLoop<Beside::kVpmulld>(turns);
     case Beside::kCvt: return IssueLoop<Beside::kCvt>(turns);
     case Beside::kUnpack: return IssueLoop<Beside::kUnpack>(turns);
+    case Beside::kBf16: return IssueLoop<Beside::kBf16>(turns);
   }
   return 0;
 }
 #endif
 
-// The loop on every compute thread at once, `turns` each: the seconds it took.
-double IssueSeconds(Beside beside, int64_t turns) {
+// The loop on every compute thread at once, `turns` each: the seconds it took, and its
+// instructions (VPDPBUSD, or VDPBF16PS) a second.
+struct IssueRun {
+  double seconds = 0, rate = 0;
+};
+IssueRun RunIssue(Beside beside, int64_t turns) {
   std::atomic<int32_t> sink{0};
   const auto start = std::chrono::steady_clock::now();
 #if defined(__x86_64__)
@@ -261,22 +278,28 @@ double IssueSeconds(Beside beside, int64_t turns) {
   (void)beside, (void)turns;  // BM_VpdpbusdIssue skips and ReportPeakFraction never asks off x86
 #endif
   benchmark::DoNotOptimize(sink.load());
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  IssueRun run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.rate = 12.0 * double(turns) * cpu::ComputeThreads() / run.seconds;
+  return run;
 }
-// VPDPBUSD a second of `turns` turns on every compute thread in `seconds`.
-double IssueRate(int64_t turns, double seconds) { return 12.0 * double(turns) * cpu::ComputeThreads() / seconds; }
 
-// The int8 multiply-adds a second of VPDPBUSD alone on every compute thread (64 a VPDPBUSD), the
-// best of three runs of about a tenth of a second each, measured at the first call.
+// The multiply-adds a second of `loop` alone (kNothing: VPDPBUSD, 64 int8 ones each; kBf16:
+// VDPBF16PS, 32 bf16 ones) on every compute thread, the best of three runs of about a tenth of a
+// second each.
+double MeasurePeak(Beside loop, double macs_per_instruction) {
+  double best = 0;
+  RunIssue(loop, kIssueTurns / 16);  // warm up
+  for (int i = 0; i < 3; ++i) best = std::max(best, macs_per_instruction * RunIssue(loop, kIssueTurns / 8).rate);
+  return best;
+}
+// Each measured at its first call.
 double Int8Peak() {
-  static const double peak = [] {
-    double best = 0;
-    IssueSeconds(Beside::kNothing, kIssueTurns / 16);  // warm up
-    for (int i = 0; i < 3; ++i) {
-      best = std::max(best, 64.0 * IssueRate(kIssueTurns / 8, IssueSeconds(Beside::kNothing, kIssueTurns / 8)));
-    }
-    return best;
-  }();
+  static const double peak = MeasurePeak(Beside::kNothing, 64);
+  return peak;
+}
+double Bf16Peak() {
+  static const double peak = MeasurePeak(Beside::kBf16, 32);
   return peak;
 }
 
@@ -285,9 +308,9 @@ void BM_VpdpbusdIssue(benchmark::State& state) {
   const auto beside = Beside(state.range(0));
   double rate = 0;  // the best iteration's
   for (auto _ : state) {
-    const double seconds = IssueSeconds(beside, kIssueTurns / 8);
-    state.SetIterationTime(seconds);
-    rate = std::max(rate, IssueRate(kIssueTurns / 8, seconds));
+    const IssueRun run = RunIssue(beside, kIssueTurns / 8);
+    state.SetIterationTime(run.seconds);
+    rate = std::max(rate, run.rate);
   }
   state.counters["G_VPDPBUSD_per_s"] = rate / 1e9;
   state.counters["int8_GMACs"] = 64 * rate / 1e9;
@@ -298,6 +321,21 @@ void BM_VpdpbusdIssue(benchmark::State& state) {
 }
 BENCHMARK(BM_VpdpbusdIssue)->DenseRange(0, 5)->ArgNames({"beside"})->Unit(benchmark::kMillisecond)->UseManualTime()
     ->Iterations(5);
+
+// The same loop with 12 VDPBF16PS: the peak the bf16 kernel's `peak_fraction` divides by.
+void BM_Vdpbf16psIssue(benchmark::State& state) {
+  if (!kX86 || !cpu::Bf16DotAvailable()) return state.SkipWithError("no AVX512_BF16 on this CPU");
+  double rate = 0;
+  for (auto _ : state) {
+    const IssueRun run = RunIssue(Beside::kBf16, kIssueTurns / 8);
+    state.SetIterationTime(run.seconds);
+    rate = std::max(rate, run.rate);
+  }
+  state.counters["G_VDPBF16PS_per_s"] = rate / 1e9;
+  state.counters["bf16_GMACs"] = 32 * rate / 1e9;
+  state.counters["threads"] = cpu::ComputeThreads();
+}
+BENCHMARK(BM_Vdpbf16psIssue)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
 
 template <typename Fn>
 void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char* label, const Fn& fn) {
@@ -317,12 +355,15 @@ void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char
   state.SetLabel(label);
 }
 
-// An int8 kernel on AVX512_VNNI: its multiply-adds a second as a share of Int8Peak() (a rate counter
-// of multiply-adds / peak per iteration is that share; the console prints it with a "/s").
-void ReportPeakFraction(benchmark::State& state) {
-  if (cpu::CurrentInt8Path() != cpu::Int8Path::kAvx512Vnni) return;
+// A kernel's multiply-adds a second as a share of `peak` (a rate counter of multiply-adds / peak per
+// iteration is that share; the console prints it with a "/s"): an int8 kernel on AVX512_VNNI
+// against Int8Peak(), the bf16 kernel against Bf16Peak().
+void ReportPeakFraction(benchmark::State& state, double peak) {
   const double macs = double(state.range(0)) * double(state.range(1)) * double(state.range(2));
-  state.counters["peak_fraction"] = benchmark::Counter(macs / Int8Peak(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] = benchmark::Counter(macs / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+void ReportPeakFraction(benchmark::State& state) {
+  if (cpu::CurrentInt8Path() == cpu::Int8Path::kAvx512Vnni) ReportPeakFraction(state, Int8Peak());
 }
 
 void BM_Bf16Widening(benchmark::State& state) {
@@ -337,6 +378,7 @@ void BM_Bf16Dot(benchmark::State& state) {
                                                      int out, float* y) {
     cpu::MatMulNTBf16Dot(x, rows, in, lw.bf16_dot.data(), out, y);
   });
+  if (kX86) ReportPeakFraction(state, Bf16Peak());  // AVX512_BF16 here (the Arm kernels have no issue loop)
 }
 // q8_0 is 9 bytes per 8 weights: the int8 values and an fp32 scale per 32.
 void BM_Q8Widening(benchmark::State& state) {
@@ -493,4 +535,27 @@ BENCHMARK(BM_OpenBlas)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(ben
 }  // namespace
 }  // namespace steady
 
-BENCHMARK_MAIN();
+// Google Benchmark's main, after taking `--threads=N` (the compute threads, as steady's --threads;
+// every core by default) out of the arguments.
+int main(int argc, char** argv) {
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    char* end = nullptr;
+    const long n = std::strtol(argv[i] + 10, &end, 10);
+    if (end == argv[i] + 10 || *end != '\0' || n < 1 || n > 4096) {
+      std::fprintf(stderr, "matmul_bench: --threads wants a thread count from 1 to 4096, got '%s'\n", argv[i] + 10);
+      return 2;
+    }
+    steady::cpu::SetComputeThreads(int(n));
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
