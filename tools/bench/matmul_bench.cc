@@ -23,17 +23,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "base/flags.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
@@ -303,15 +303,20 @@ double Bf16Peak() {
   return peak;
 }
 
-void BM_VpdpbusdIssue(benchmark::State& state) {
-  if (!cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni)) return state.SkipWithError("no AVX512_VNNI on this CPU");
-  const auto beside = Beside(state.range(0));
-  double rate = 0;  // the best iteration's
+// The benchmark's iterations of the loop (each timed as its own): the best one's rate.
+double BestIssueRate(benchmark::State& state, Beside loop) {
+  double rate = 0;
   for (auto _ : state) {
-    const IssueRun run = RunIssue(beside, kIssueTurns / 8);
+    const IssueRun run = RunIssue(loop, kIssueTurns / 8);
     state.SetIterationTime(run.seconds);
     rate = std::max(rate, run.rate);
   }
+  return rate;
+}
+
+void BM_VpdpbusdIssue(benchmark::State& state) {
+  if (!cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni)) return state.SkipWithError("no AVX512_VNNI on this CPU");
+  const double rate = BestIssueRate(state, Beside(state.range(0)));
   state.counters["G_VPDPBUSD_per_s"] = rate / 1e9;
   state.counters["int8_GMACs"] = 64 * rate / 1e9;
   state.counters["threads"] = cpu::ComputeThreads();
@@ -325,12 +330,7 @@ BENCHMARK(BM_VpdpbusdIssue)->DenseRange(0, 5)->ArgNames({"beside"})->Unit(benchm
 // The same loop with 12 VDPBF16PS: the peak the bf16 kernel's `peak_fraction` divides by.
 void BM_Vdpbf16psIssue(benchmark::State& state) {
   if (!kX86 || !cpu::Bf16DotAvailable()) return state.SkipWithError("no AVX512_BF16 on this CPU");
-  double rate = 0;
-  for (auto _ : state) {
-    const IssueRun run = RunIssue(Beside::kBf16, kIssueTurns / 8);
-    state.SetIterationTime(run.seconds);
-    rate = std::max(rate, run.rate);
-  }
+  const double rate = BestIssueRate(state, Beside::kBf16);
   state.counters["G_VDPBF16PS_per_s"] = rate / 1e9;
   state.counters["bf16_GMACs"] = 32 * rate / 1e9;
   state.counters["threads"] = cpu::ComputeThreads();
@@ -535,24 +535,28 @@ BENCHMARK(BM_OpenBlas)->Apply(Shapes)->ArgNames({"rows", "in", "out"})->Unit(ben
 }  // namespace
 }  // namespace steady
 
-// Google Benchmark's main, after taking `--threads=N` (the compute threads, as steady's --threads;
+// Google Benchmark's main, after taking `--threads=N` or `--threads N` (the compute threads, as steady's --threads;
 // every core by default) out of the arguments.
 int main(int argc, char** argv) {
+  std::vector<std::string> ours;  // --threads=N, or --threads N
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) != 0) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      ours.push_back(argv[i]);
+    } else if (std::strcmp(argv[i], "--threads") == 0) {
+      ours.push_back(argv[i]);
+      if (i + 1 < argc) ours.push_back(argv[++i]);
+    } else {
       argv[kept++] = argv[i];
-      continue;
     }
-    char* end = nullptr;
-    const long n = std::strtol(argv[i] + 10, &end, 10);
-    if (end == argv[i] + 10 || *end != '\0' || n < 1 || n > 4096) {
-      std::fprintf(stderr, "matmul_bench: --threads wants a thread count from 1 to 4096, got '%s'\n", argv[i] + 10);
-      return 2;
-    }
-    steady::cpu::SetComputeThreads(int(n));
   }
   argc = kept;
+  const std::string usage = "usage: matmul_bench [--threads=N] [Google Benchmark flags]\n";
+  const absl::StatusOr<steady::Flags> flags = steady::Flags::Parse(ours, {.with_value = {"threads"}});
+  steady::ExitOnUsageError(argv[0], flags.status(), usage);
+  const absl::StatusOr<int64_t> threads = flags->GetInt("threads", 0, 1, 4096);
+  steady::ExitOnUsageError(argv[0], threads.status(), usage);
+  if (*threads > 0) steady::cpu::SetComputeThreads(int(*threads));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
