@@ -11,7 +11,7 @@
 # (prefill attention vs PyTorch SDPA at 8K/32K/128K, logits vs Hugging Face transformers, the other
 # mechanisms' decode), sanitize (compute-sanitizer memcheck, racecheck, synccheck); a comma list runs
 # several in one call. short: the steps of tests and bench that matter most (SHORT_STEPS), within a
-# 510 s budget, so that a 15-minute lease keeps room for the machine's start and one rerun. Every part starts with `preflight`: the device, the bundle unpacked, cuBLAS
+# 530 s budget: with the machine's start and the transfers, about what a 15-minute lease holds. Every part starts with `preflight`: the device, the bundle unpacked, cuBLAS
 # found among the image's usual CUDA folders (lib64, lib, targets/x86_64-linux/lib, Python's
 # nvidia/*/lib, then a search) and every binary loaded, naming what is missing.
 #
@@ -36,9 +36,10 @@ export DRY=${GPU_DRY_RUN:-0}
 export PYTHON=${PYTHON:-python3}  # the image's, with PyTorch and transformers
 PART=${PART:-tests}
 PART_NAME=$PART
-# PART=short: every GPU test, the shipped models' perplexity cuda vs cpu and the two headline decode
-# rows (batch 1..256 at 32K; constant state vs the KV cache by context), in that order.
-SHORT_STEPS=ops,backend,backend_cuda,engine,eval,decode_taylor3_batch,decode_softmax_context
+# PART=short: every GPU test, the shipped models' perplexity cuda vs cpu and the headline decode
+# rows (batch 1..256 at 32K; constant state against the KV cache at 1K, 32K and 128K: taylor's 32K
+# row is the batch step's), in that order.
+SHORT_STEPS=ops,backend,backend_cuda,engine,eval,decode_taylor3_batch,decode_taylor3_context,decode_softmax_context
 KEEP=
 if [[ $PART == short ]]; then
   PART=tests,bench
@@ -46,7 +47,7 @@ if [[ $PART == short ]]; then
 fi
 OUT=${OUT:-gpu-out}
 BUNDLE=${BUNDLE:-gpu-bundle/steady-gpu.tar.xz}
-BUDGET_S=${GPU_BUDGET_S:-$([[ -n $KEEP ]] && echo 510 || echo 540)}
+BUDGET_S=${GPU_BUDGET_S:-$([[ -n $KEEP ]] && echo 530 || echo 540)}
 RESERVE_S=${RESERVE_S:-20}
 ONLY=${ONLY:-}
 PLAN_ONLY=0
@@ -103,7 +104,7 @@ preflight() {
     for d in "${dirs[@]}"; do
       [[ -e $d/$l ]] && { found=$d/$l; break; }
     done
-    [[ -n $found ]] || found=$(timeout 60 find / -xdev -name "$l" -not -path '/proc/*' 2> /dev/null | head -n1)
+    [[ -n $found ]] || found=$(timeout 30 find / -xdev -name "$l" -not -path '/proc/*' 2> /dev/null | head -n1)
     if [[ -n $found ]]; then
       echo "$l: $found"
       ln -sf "$(realpath "$found")" "$WORK/cuda-libs/$l"
@@ -117,10 +118,28 @@ preflight() {
     missing=$(LD_LIBRARY_PATH=$WORK/cuda-libs ldd "$f" 2>&1 | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
     [[ -n $missing ]] && bad+=("$(basename "$f") misses ${missing% }")
   done
-  LD_LIBRARY_PATH=$WORK/cuda-libs "$WORK/bundle/bin/cuda_ops_test" --gtest_filter='CudaDeviceTest.*' 2>&1 | grep -m1 'CUDA device available' ||
+  # "no" is a dry run's answer; on the device only "yes" will do.
+  local device_line
+  device_line=$(LD_LIBRARY_PATH=$WORK/cuda-libs "$WORK/bundle/bin/cuda_ops_test" --gtest_filter='CudaDeviceTest.*' 2>&1 |
+    grep -m1 'CUDA device available')
+  echo "${device_line:-cuda_ops_test printed no device line}"
+  if [[ -z $device_line ]]; then
     bad+=("cuda_ops_test did not run")
-  command -v compute-sanitizer > /dev/null && compute-sanitizer --version | tail -n1 || echo "compute-sanitizer: not on PATH"
-  timeout 90 "$PYTHON" -c 'import torch, transformers; print("python3", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "transformers", transformers.__version__)' 2>&1 | tail -n1
+  elif ((!DRY)) && [[ $device_line != *": yes"* ]]; then
+    bad+=("cuda_ops_test sees no CUDA device")
+  fi
+  # compute-sanitizer: on PATH, else in the toolkit's folders.
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer ||
+    ls -d ${CUDA_HOME:-/nonexistent}/bin/compute-sanitizer /usr/local/cuda/bin/compute-sanitizer \
+      /usr/local/cuda-1*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2> /dev/null | head -n1)
+  if [[ -n $sanitizer ]]; then
+    echo "export SANITIZER=$sanitizer" >> "$WORK/env.sh"
+    "$sanitizer" --version | tail -n1
+  else
+    echo "compute-sanitizer: not found (PATH, CUDA_HOME, /usr/local/cuda*/bin)"
+  fi
+  timeout 60 "$PYTHON" -c 'import torch, transformers; print("python3", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "transformers", transformers.__version__)' 2>&1 | tail -n1
   if ((${#bad[@]} > 0)); then
     echo "FAIL: $(printf '%s; ' "${bad[@]}")"
     return 1
@@ -134,23 +153,43 @@ run_tests() {
 }
 
 # The shipped models' perplexity through the decode path, on the GPU (bf16) and the CPU, on 4,096
-# tokens of the repository's own English.
+# tokens of the repository's own English; each model's CPU eval beside its GPU eval (the device has
+# 16 cores). A model whose mechanism has no CUDA kernels (window_dark) is refused by --device cuda:
+# counted as refused, not failed. Every eval ends by the step's own deadline (its `timeout` is a
+# process group of its own, which the step's timeout would not reach: it would run on into the
+# next step's timings).
+eval_one() {  # DEVICE MODEL_DIR TOKENS
+  local d=$1 m=$2 dev=$1 left
+  ((DRY)) && dev=cpu
+  left=$((STEP_DEADLINE - $(date +%s) - 2))
+  ((left > 120)) && left=120
+  ((left >= 1)) || return 124
+  timeout "$left" "$BIN/steady" eval --model "$m" --data "$WORK/eval.txt" --max-tokens "$3" --device "$dev" --json \
+    > "$LOGS/eval/$(basename "$m")-$d.json" 2> "$LOGS/eval/$(basename "$m")-$d.err"
+}
 eval_shipped() {
-  local m d n=0 failed=0 tokens=4096
+  local m name n=0 failed=0 refused=() tokens=4096 cpu_pid rc_cuda rc_cpu
   ((DRY)) && tokens=128
   mkdir -p "$LOGS/eval"
   cat "$ROOT/README.md" "$ROOT"/docs/*.md | head -c 30000 > "$WORK/eval.txt"
   for m in "$ROOT"/models/*/; do
     [[ -f $m/config.json ]] || continue
-    for d in cuda cpu; do
-      local dev=$d
-      ((DRY)) && dev=cpu
-      timeout 120 "$BIN/steady" eval --model "$m" --data "$WORK/eval.txt" --max-tokens "$tokens" --device "$dev" --json \
-        > "$LOGS/eval/$(basename "$m")-$d.json" 2> "$LOGS/eval/$(basename "$m")-$d.err" || failed=$((failed + 1))
-      n=$((n + 1))
-    done
+    name=$(basename "$m")
+    eval_one cpu "$m" "$tokens" &
+    cpu_pid=$!
+    eval_one cuda "$m" "$tokens"
+    rc_cuda=$?
+    wait "$cpu_pid"
+    rc_cpu=$?
+    n=$((n + 2))
+    ((rc_cpu == 0)) || failed=$((failed + 1))
+    if ((rc_cuda != 0)) && grep -q "no CUDA kernels" "$LOGS/eval/$name-cuda.err"; then
+      refused+=("$name")
+    elif ((rc_cuda != 0)); then
+      failed=$((failed + 1))
+    fi
   done
-  echo "$((n - failed)) of $n evals ran (eval/*.json)"
+  echo "$((n - failed - ${#refused[@]})) of $n evals ran (eval/*.json)${refused:+; refused by --device cuda (no kernels for their mechanism): ${refused[*]}}"
   ((failed == 0))
 }
 
@@ -175,7 +214,7 @@ sdpa() {
   local extra=()
   ((DRY)) && extra=(--device cpu --lengths 256,512 --reps 1)
   "$PYTHON" -c 'import torch' 2> /dev/null || { echo "no PyTorch on this python3"; return 77; }
-  PYTHONUNBUFFERED=1 "$PYTHON" "$ROOT/tools/bench/sdpa_compare.py" --out "$LOGS/sdpa.json" "${extra[@]}"
+  env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 "$PYTHON" "$ROOT/tools/bench/sdpa_compare.py" --out "$LOGS/sdpa.json" "${extra[@]}"
 }
 
 # Steady's logits against Hugging Face transformers' own Llama/Qwen on random checkpoints.
@@ -183,8 +222,11 @@ hf() {
   local extra=(--device "$DEVICE")
   ((DRY)) && extra+=(--tiny)
   [[ -n ${HF_GENERATOR:-} ]] && extra+=(--generator "$HF_GENERATOR")
-  PYTHONUNBUFFERED=1 "$PYTHON" "$ROOT/tools/bench/hf_compare.py" --steady "$BIN/steady" --work "$WORK/hf" \
-    --out "$LOGS/hf_compare.json" "${extra[@]}"
+  # PyTorch loads its own CUDA libraries: the folder of the toolkit's goes to Steady's binary alone.
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$BIN/steady" > "$WORK/steady-run"
+  chmod +x "$WORK/steady-run"
+  env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 "$PYTHON" "$ROOT/tools/bench/hf_compare.py" --steady "$WORK/steady-run" \
+    --work "$WORK/hf" --out "$LOGS/hf_compare.json" "${extra[@]}"
 }
 
 # sanitize TOOL BINARY FILTER [TOOL FLAGS...]: compute-sanitizer over a test binary's filtered tests.
@@ -198,21 +240,21 @@ sanitize() {
     echo "dry run: would run compute-sanitizer --tool $tool${*:+ $*} over $n tests of $binary"
     return 0
   fi
-  command -v compute-sanitizer > /dev/null || { echo "compute-sanitizer is not on PATH"; return 1; }
-  STEADY_CUDA_SYNC_CHECK=1 compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" "$BIN/$binary" \
+  [[ -n ${SANITIZER:-} ]] || { echo "compute-sanitizer was not found (preflight's log says where it looked)"; return 1; }
+  STEADY_CUDA_SYNC_CHECK=1 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$@" "$BIN/$binary" \
     --gtest_filter="$filter"
   local rc=$?
   echo "$n tests of $binary under $tool: rc $rc"
   return $rc
 }
 
-export -f preflight run_tests eval_shipped bench sdpa hf sanitize
+export -f preflight run_tests eval_one eval_shipped bench sdpa hf sanitize
 
 # --- the parts ---------------------------------------------------------------------------------
 # step NAME EXPECTED_S TIMEOUT_S COMMAND...: in order of importance within each part (a part cut
 # short by its budget loses its last steps).
 plan() {
-  step preflight 20 120 preflight
+  step preflight 20 150 preflight
   local p
   for p in ${PART//,/ }; do
     case $p in
@@ -226,8 +268,9 @@ plan() {
       bench)
         step decode_taylor3_batch 80 180 bench decode_taylor3_batch --mechanism taylor --order 3 \
           --batch 1,4,16,64,128,256 --context 32768 --steps 20 --prefill-tokens 0
-        step decode_taylor3_context 45 120 bench decode_taylor3_context --mechanism taylor --order 3 --batch 1 \
-          --context 1024,32768,131072 --steps 20 --prefill-tokens 0
+        # 32K: decode_taylor3_batch's batch-1 row (gpu_report.py pairs rows by context across steps).
+        step decode_taylor3_context 20 90 bench decode_taylor3_context --mechanism taylor --order 3 --batch 1 \
+          --context 1024,131072 --steps 10 --prefill-tokens 0
         step decode_softmax_context 75 180 bench decode_softmax_context --batch 1 --context 1024,32768,131072 \
           --steps 20 --prefill-tokens 0
         step decode_softmax_batch16 45 150 bench decode_softmax_batch16 --batch 16 --context 32768 --steps 20 \
@@ -346,8 +389,21 @@ write_summary() {
   mv "$OUT/summary.md.tmp" "$OUT/summary.md"
 }
 
+# Every log in one archive; past 15 MB (a returned file may have 16 MiB) every log over 1 MB keeps
+# its first and last 500 KB.
 archive() {
-  tar -czf "$OUT/$ARCHIVE_NAME.tmp" -C "$WORK" logs 2> /dev/null && mv "$OUT/$ARCHIVE_NAME.tmp" "$OUT/$ARCHIVE_NAME"
+  tar -czf "$OUT/$ARCHIVE_NAME.tmp" -C "$WORK" logs 2> /dev/null || return
+  if (($(stat -c %s "$OUT/$ARCHIVE_NAME.tmp") > 15000000)); then
+    rm -rf "$WORK/cut"
+    mkdir -p "$WORK/cut"
+    cp -r "$LOGS" "$WORK/cut/logs"
+    find "$WORK/cut/logs" -type f -size +1M -exec sh -c 'for f; do
+      { head -c 500000 "$f"; printf "\n[... cut to its first and last 500 KB: the archive was over 15 MB ...]\n"; tail -c 500000 "$f"; } > "$f.cut" && mv "$f.cut" "$f"
+    done' _ {} +
+    tar -czf "$OUT/$ARCHIVE_NAME.tmp" -C "$WORK/cut" logs 2> /dev/null || return
+    rm -rf "$WORK/cut"
+  fi
+  mv "$OUT/$ARCHIVE_NAME.tmp" "$OUT/$ARCHIVE_NAME"
 }
 
 # What the device tool returns of $OUT: at most 8 files, 2 folders down, plain names, 16 MiB each.

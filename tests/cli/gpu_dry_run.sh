@@ -80,8 +80,8 @@ for member in ("logs/preflight.log", "logs/tests/cuda_ops_test/results.tsv", "lo
     assert member in names, "the archive lacks " + member
 PY
 
-# 5. Each PART's plan fits a call: expected times within 85% of its budget (540 s; short's 510 s,
-# which leaves a 15-minute lease room for the machine's start and a rerun), no step allowed past the
+# 5. Each PART's plan fits a call: expected times within 85% of its budget (540 s; short's 530 s,
+# about what a 15-minute lease holds besides the machine's start), no step allowed past the
 # budget less the reserve for the report.
 for part in tests bench compare sanitize short; do
   plan=$(PART=$part scripts/gpu_session.sh --plan)

@@ -2,7 +2,8 @@
 # Each test: `source "$(dirname "$0")/lib.bash"`, then pass/fail per check and `finish NAME` last.
 # A test's processes go in `started_pids` and are killed on exit with the temp dir `tmp`.
 
-tmp=$(mktemp -d)
+# Without it (TMPDIR naming a folder that does not exist) every "$tmp/..." would land in /.
+tmp=$(mktemp -d) && [[ -d $tmp ]] || { echo "FAIL - mktemp -d failed (TMPDIR=${TMPDIR:-unset})" >&2; exit 1; }
 started_pids=()
 passes=0
 fails=0
