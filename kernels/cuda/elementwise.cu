@@ -94,6 +94,13 @@ __global__ void AddInPlaceKernel(float* x, const float* __restrict__ y, int64_t 
   }
 }
 
+__global__ void AddBiasRowsKernel(float* y, const float* __restrict__ bias, int64_t total, int n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    y[i] += bias[i % n];
+  }
+}
+
 // One block per output row.
 __global__ void GatherRowsKernel(const float* __restrict__ table, int dim, const int32_t* __restrict__ ids,
                                  float* __restrict__ out) {
@@ -166,6 +173,14 @@ void AddInPlace(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   AddInPlaceKernel<<<FlatBlocks(n), kFlatThreads, 0, stream>>>(x, y, n);
   STEADY_CUDA_CHECK_LAUNCH("AddInPlaceKernel", stream);
+}
+
+void AddBiasRows(float* y, const float* bias, int rows, int n, cudaStream_t stream) {
+  STEADY_CHECK(rows >= 0 && n > 0);
+  const int64_t total = int64_t(rows) * n;
+  if (total == 0) return;
+  AddBiasRowsKernel<<<FlatBlocks(total), kFlatThreads, 0, stream>>>(y, bias, total, n);
+  STEADY_CUDA_CHECK_LAUNCH("AddBiasRowsKernel", stream);
 }
 
 void GatherRows(const float* table, int dim, const int32_t* ids, int rows, float* out,

@@ -42,6 +42,9 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStrea
 
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);
+// y[r, i] += bias[i] for r < rows, i < n: a projection's bias after its GEMM (Qwen2's q, k and v;
+// Llama's with attention_bias or mlp_bias), as the CPU adds it.
+void AddBiasRows(float* y, const float* bias, int rows, int n, cudaStream_t stream);
 
 // out[r, :] = table[ids[r], :]; table [vocab, dim]. ids must lie in [0, vocab) (checked by the
 // caller on the host, as on the CPU path).

@@ -62,6 +62,8 @@ std::vector<float> ToFloats(const std::vector<double>& v) { return std::vector<f
 struct DeviceLayer {
   DeviceBuffer attn_norm, mlp_norm, q_norm, k_norm;              // fp32
   DeviceBuffer wq, wk, wv, wo, w_gate, w_up, w_down;             // bf16 (fp32 with cuda_bf16 off)
+  // fp32 biases, empty where the architecture has none (Model's LayerWeights).
+  DeviceBuffer q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
   // Mechanism tables (device arrays behind the pointers in the structs below).
   std::vector<DeviceBuffer> tables;
   cuda::LinearStateLayout state;  // pool pointer filled per step
@@ -163,6 +165,10 @@ class CudaBackend : public Backend {
       cuda::MatMulNT(*blas_, static_cast<const float*>(x), rows, in, w.as<float>(), out, y);
     }
   }
+  // y[r, :] += bias for the rows of a GEMM's output; nothing where the layer has no such bias.
+  void AddBias(const DeviceBuffer& bias, int rows, int n, float* y) {
+    if (bias.bytes() > 0) cuda::AddBiasRows(y, bias.as<float>(), rows, n, stream_);
+  }
   // A matrix from the model's storage (a checkpoint's mapping): bf16 bytes go up as they are; other
   // types through fp32 on the host, one matrix at a time. The host pages are released after.
   DeviceBuffer UploadWeight(const WeightMatrix& host) {
@@ -232,7 +238,6 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
   if (s.value_dim > cuda::kLinearMaxValueDim) {
     return unsupported(absl::StrCat("head_dim ", s.value_dim, " is above the kernels' ", cuda::kLinearMaxValueDim));
   }
-  if (c.qkv_bias || c.o_bias || c.mlp_bias) return unsupported("projection biases have no CUDA kernels yet");
   d->attn_norm = UploadVector(w.attn_norm, stream_);
   d->mlp_norm = UploadVector(w.mlp_norm, stream_);
   if (c.qk_norm) {
@@ -245,6 +250,13 @@ absl::Status CudaBackend::InitLayer(int l, const LayerWeights& w, DeviceLayer* d
     weight_bytes_ += int64_t(dst->bytes());
   }
   weight_bytes_ += int64_t(d->attn_norm.bytes() + d->mlp_norm.bytes() + d->q_norm.bytes() + d->k_norm.bytes());
+  for (auto [src, dst] : {std::pair{&w.q_bias, &d->q_bias}, {&w.k_bias, &d->k_bias}, {&w.v_bias, &d->v_bias},
+                          {&w.o_bias, &d->o_bias}, {&w.gate_bias, &d->gate_bias}, {&w.up_bias, &d->up_bias},
+                          {&w.down_bias, &d->down_bias}}) {
+    if (src->empty()) continue;
+    *dst = UploadVector(*src, stream_);
+    weight_bytes_ += int64_t(dst->bytes());
+  }
 
   cuda::LinearStateLayout& st = d->state;
   st.slot_floats = int64_t(slot_floats_);
@@ -674,6 +686,9 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
     Linear(in, rows, hidden, d.wq, q_dim, q);
     Linear(in, rows, hidden, d.wk, kv_dim, k);
     Linear(in, rows, hidden, d.wv, kv_dim, v);
+    AddBias(d.q_bias, rows, q_dim, q);
+    AddBias(d.k_bias, rows, kv_dim, k);
+    AddBias(d.v_bias, rows, kv_dim, v);
     if (c.qk_norm) {
       cuda::RmsNorm(q, d.q_norm.as<float>(), rows * c.num_heads, hd, eps, q, stream_);
       cuda::RmsNorm(k, d.k_norm.as<float>(), rows * c.num_kv_heads, hd, eps, k, stream_);
@@ -684,13 +699,17 @@ void CudaBackend::EnqueueStep(const StepLayout& layout, const char* dmeta) {
     }
     Attention(d, batch, rows, d_seg_pos, long_segments, q, k, v, att);
     Linear(GemmInput(att, int64_t(rows) * q_dim), rows, q_dim, d.wo, hidden, proj);
+    AddBias(d.o_bias, rows, hidden, proj);
     cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
     cuda::RmsNorm(x, d.mlp_norm.as<float>(), rows, hidden, eps, h, stream_);
     in = GemmInput(h, int64_t(rows) * hidden);
     Linear(in, rows, hidden, d.w_gate, inter, gate);
     Linear(in, rows, hidden, d.w_up, inter, up);
+    AddBias(d.gate_bias, rows, inter, gate);
+    AddBias(d.up_bias, rows, inter, up);
     cuda::SwiGlu(gate, up, int64_t(rows) * inter, gate, stream_);
     Linear(GemmInput(gate, int64_t(rows) * inter), rows, inter, d.w_down, hidden, proj);
+    AddBias(d.down_bias, rows, hidden, proj);
     cuda::AddInPlace(x, proj, int64_t(rows) * hidden, stream_);
   }
   // Final norm and LM head on the rows whose logits are wanted.

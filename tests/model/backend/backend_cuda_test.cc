@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU backend where backend_test.cc's short runs on tiny shapes do not
 // reach: 4K+ token contexts, the llama1b layer shape, graph buckets above 8, decode steps of one or
-// two sessions (split over strips of state rows), and a step naming one slot twice. Without a GPU
-// every case reports SKIPPED (scripts/gpu_check.sh counts a skip as a failure on a GPU machine).
+// two sessions (split over strips of state rows), projection biases, and a step naming one slot
+// twice. Without a GPU every case reports SKIPPED (scripts/gpu_check.sh counts a skip as a failure
+// on a GPU machine).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -70,6 +71,35 @@ TEST(CudaBackendShapes, Llama1bLayers) {
       o.max_context = 64;
       o.cuda_bf16 = bf16;
       const Divergence d = Compare(m, o, steps);
+      EXPECT_LT(d.logits, bf16 ? 3e-2 : 1e-4);
+      EXPECT_LT(d.state, bf16 ? 3e-2 : 1e-4);
+    }
+  }
+}
+
+// Projection biases (Qwen2's q, k and v; Llama's attention_bias and mlp_bias: o, gate, up, down),
+// added after their GEMMs as the CPU adds them: a prompt and decode steps of two sessions, taylor and
+// softmax, fp32 within fp32 rounding and bf16 within bf16 rounding of the CPU.
+TEST(CudaBackendBiases, EveryProjectionBiasMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [mechanism, params] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"taylor", {{"order", 2}}}, {"softmax", nlohmann::json::object()}}) {
+    SCOPED_TRACE(mechanism);
+    ModelConfig c = testing::TinyConfig(mechanism, params, kWide);
+    c.qkv_bias = c.o_bias = c.mlp_bias = true;
+    auto m = Model::Random(c, TestSeed());
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_FALSE(m->layers()[0].q_bias.empty() || m->layers()[0].down_bias.empty());
+    std::mt19937_64 rng(TestSeed() + 41);
+    std::vector<std::vector<Segment>> steps = {{{0, RandomTokens(23, rng), false}, {1, RandomTokens(5, rng), true}}};
+    for (int t = 0; t < 4; ++t) steps.push_back({{0, RandomTokens(1, rng), false}, {1, RandomTokens(1, rng), false}});
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+      BackendOptions o;
+      o.slots = 2;
+      o.max_context = 64;
+      o.cuda_bf16 = bf16;
+      const Divergence d = Compare(*m, o, steps);
       EXPECT_LT(d.logits, bf16 ? 3e-2 : 1e-4);
       EXPECT_LT(d.state, bf16 ? 3e-2 : 1e-4);
     }
