@@ -74,17 +74,19 @@ void ExpectClose(const Problem& p, const std::vector<float>& got, const std::vec
   }
 }
 
+// On every SIMD target this CPU has (AVX2's and SSE4's 3-column tiles as well as AVX-512's 4).
 TEST(CpuMatMulTest, SmallRowsMatchTheReferenceAtEveryShape) {
   std::mt19937_64 rng(testing::TestSeed());
-  for (int rows : {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64}) {
-    for (int in : {1, 7, 16, 33, 64, 257}) {
-      for (int out : {1, 3, 5, 47, 48, 49, 130}) {
-        const Problem p = MakeProblem(rows, in, out, rng);
-        ExpectClose(p, Multiply(p, cpu::MatMulNTSmallRows), Multiply(p, cpu::MatMulNTReference));
+  ForEachTarget([&] {
+    for (int rows : {1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 64}) {
+      for (int in : {1, 7, 16, 33, 64, 257}) {
+        for (int out : {1, 3, 5, 47, 48, 49, 130}) {
+          const Problem p = MakeProblem(rows, in, out, rng);
+          ExpectClose(p, Multiply(p, cpu::MatMulNTSmallRows), Multiply(p, cpu::MatMulNTReference));
+        }
       }
     }
-  }
-  SUCCEED() << "SIMD target " << cpu::SimdTargetName();
+  });
 }
 
 TEST(CpuMatMulTest, MatMulNTMatchesTheReferenceOnBothSidesOfTheSmallRowLimit) {
@@ -256,36 +258,65 @@ TEST(CpuMatMulTest, Fp64MatVecMatchesTheReference) {
   }
 }
 
-// bf16 weights: the kernel against a double-precision product with the same stored weights, at
-// any row count (prefill too), and each row's result independent of the batch.
-TEST(CpuMatMulTest, Bf16WeightsMatchTheReferenceAndTheBatch) {
+// The 16-bit weight formats the widening kernels read as stored: bf16 and IEEE half (f16 checkpoints).
+using HalfKernel = void (*)(const float*, int, int, const uint16_t*, int, float*);
+struct HalfFormat {
+  const char* name;
+  uint16_t (*round)(float);
+  float (*widen)(uint16_t);
+  HalfKernel kernel, reference;
+};
+const HalfFormat kHalfFormats[] = {
+    {"bf16", cpu::FloatToBf16, cpu::Bf16ToFloat, cpu::MatMulNTBf16, cpu::MatMulNTBf16Reference},
+    {"f16", cpu::FloatToF16, cpu::F16ToFloat, cpu::MatMulNTF16, cpu::MatMulNTF16Reference}};
+
+// p's weights rounded to the format; p->w becomes the values as stored (for the error bound).
+std::vector<uint16_t> RoundWeights(const HalfFormat& f, Problem* p) {
+  std::vector<uint16_t> w16(p->w.size());
+  for (size_t i = 0; i < w16.size(); ++i) {
+    w16[i] = f.round(p->w[i]);
+    p->w[i] = f.widen(w16[i]);
+  }
+  return w16;
+}
+
+// bf16 and f16 weights: the kernel against a double-precision product with the same stored weights,
+// on every SIMD target (AVX2's and SSE4's 3-column tiles as well as AVX-512's 4), at any row count
+// (prefill too) and column count around the tiles' edges, and each row's result independent of the
+// batch.
+TEST(CpuMatMulTest, SixteenBitWeightsMatchTheReferenceAndTheBatchOnEveryTarget) {
   std::mt19937_64 rng(testing::TestSeed());
-  for (int rows : {1, 3, 4, 16, 33, 100}) {
-    for (int in : {7, 64, 257}) {
-      Problem p = MakeProblem(rows, in, 97, rng);
-      std::vector<uint16_t> w16(p.w.size());
-      for (size_t i = 0; i < w16.size(); ++i) {
-        w16[i] = cpu::FloatToBf16(p.w[i]);
-        p.w[i] = cpu::Bf16ToFloat(w16[i]);  // the weights as stored, for the error bound
+  for (const HalfFormat& f : kHalfFormats) {
+    SCOPED_TRACE(f.name);
+    ForEachTarget([&] {
+      for (int rows : {1, 2, 3, 4, 5, 16, 33, 100}) {
+        for (int in : {1, 7, 64, 257}) {
+          for (int out : {1, 3, 47, 48, 49, 97, 130}) {
+            Problem p = MakeProblem(rows, in, out, rng);
+            const std::vector<uint16_t> w16 = RoundWeights(f, &p);
+            std::vector<float> got(size_t(rows) * out, NAN), want(got.size()), alone(out, NAN);
+            f.kernel(p.x.data(), rows, in, w16.data(), out, got.data());
+            f.reference(p.x.data(), rows, in, w16.data(), out, want.data());
+            ExpectClose(p, got, want);
+            const int r = rows - 1;
+            f.kernel(p.x.data() + size_t(r) * in, 1, in, w16.data(), out, alone.data());
+            ASSERT_EQ(0, std::memcmp(alone.data(), got.data() + size_t(r) * out, alone.size() * sizeof(float)))
+                << "the last row alone differs from the same row in a batch of " << rows << " (in " << in << ", out "
+                << out << ")";
+          }
+        }
       }
-      std::vector<float> got(size_t(rows) * p.out), want(got.size()), alone(p.out);
-      cpu::MatMulNTBf16(p.x.data(), rows, in, w16.data(), p.out, got.data());
-      cpu::MatMulNTBf16Reference(p.x.data(), rows, in, w16.data(), p.out, want.data());
-      ExpectClose(p, got, want);
-      const int r = rows - 1;
-      cpu::MatMulNTBf16(p.x.data() + size_t(r) * in, 1, in, w16.data(), p.out, alone.data());
-      EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + size_t(r) * p.out, alone.size() * sizeof(float)))
-          << "the last row alone differs from the same row in a batch of " << rows;
-    }
+    });
   }
 }
 
 // q8_0 weights: quantization within half a step of each weight, the kernel against a double
-// reference, and (up to 32 rows) bit for bit the fp32 kernel on the dequantized weights.
+// reference, and (up to 32 rows) bit for bit the fp32 kernel on the dequantized weights, on every
+// SIMD target.
 TEST(CpuMatMulTest, Q8WeightsQuantizeWithinHalfAStepAndMatchTheFp32Kernel) {
   std::mt19937_64 rng(testing::TestSeed());
-  for (int in : {5, 32, 64, 100, 257}) {
-    const int out = 41, blocks = (in + cpu::kQ8Block - 1) / cpu::kQ8Block;
+  for (const auto [in, out] : {std::pair{5, 41}, {32, 41}, {64, 41}, {100, 41}, {257, 41}, {64, 1}, {100, 48}, {257, 130}}) {
+    const int blocks = (in + cpu::kQ8Block - 1) / cpu::kQ8Block;
     std::vector<float> w = testing::RandomNormal<float>(size_t(out) * in, rng);
     w[3] = 0.0f;
     for (int k = 0; k < std::min(in, cpu::kQ8Block); ++k) w[size_t(out - 1) * in + k] = 0.0f;  // an all-zero block
@@ -304,18 +335,20 @@ TEST(CpuMatMulTest, Q8WeightsQuantizeWithinHalfAStepAndMatchTheFp32Kernel) {
         ASSERT_LE(std::abs(int(q[i])), 127);
       }
     }
-    for (int rows : {1, 4, 16, 32, 45}) {
-      Problem p = MakeProblem(rows, in, out, rng);
-      p.w = dequantized;
-      std::vector<float> got(size_t(rows) * out), want(got.size()), fp32(got.size());
-      cpu::MatMulNTQ8(p.x.data(), rows, in, {q.data(), scales.data()}, out, got.data());
-      cpu::MatMulNTQ8Reference(p.x.data(), rows, in, {q.data(), scales.data()}, out, want.data());
-      ExpectClose(p, got, want);
-      if (rows <= cpu::kSmallRowsMax) {
-        cpu::MatMulNTSmallRows(p.x.data(), rows, in, dequantized.data(), out, fp32.data());
-        EXPECT_EQ(0, std::memcmp(got.data(), fp32.data(), got.size() * sizeof(float))) << rows << " x " << in;
+    ForEachTarget([&] {
+      for (int rows : {1, 4, 16, 32, 45}) {
+        Problem p = MakeProblem(rows, in, out, rng);
+        p.w = dequantized;
+        std::vector<float> got(size_t(rows) * out), want(got.size()), fp32(got.size());
+        cpu::MatMulNTQ8(p.x.data(), rows, in, {q.data(), scales.data()}, out, got.data());
+        cpu::MatMulNTQ8Reference(p.x.data(), rows, in, {q.data(), scales.data()}, out, want.data());
+        ExpectClose(p, got, want);
+        if (rows <= cpu::kSmallRowsMax) {
+          cpu::MatMulNTSmallRows(p.x.data(), rows, in, dequantized.data(), out, fp32.data());
+          EXPECT_EQ(0, std::memcmp(got.data(), fp32.data(), got.size() * sizeof(float))) << rows << " x " << in;
+        }
       }
-    }
+    });
   }
 }
 
@@ -340,6 +373,37 @@ TEST(CpuMatMulTest, ThreadCountDoesNotChangeABit) {
     cpu::SetComputeThreads(threads);
     EXPECT_EQ(cpu::ComputeThreads(), threads);
     EXPECT_EQ(Multiply(p, cpu::MatMulNTSmallRows), one) << threads << " threads";
+  }
+}
+
+// The same for the widening kernels of the stored formats: bf16, f16 and q8_0 weights.
+TEST(CpuMatMulTest, ThreadCountDoesNotChangeABitOfTheWideningKernels) {
+  ThreadsGuard restore;
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int rows : {1, 16, 45}) {
+    Problem p = MakeProblem(rows, 200, 1000, rng);
+    for (const HalfFormat& f : kHalfFormats) {
+      const std::vector<uint16_t> w16 = RoundWeights(f, &p);
+      std::vector<float> one(size_t(rows) * p.out), got(one.size());
+      cpu::SetComputeThreads(1);
+      f.kernel(p.x.data(), rows, p.in, w16.data(), p.out, one.data());
+      for (int threads : {2, 3, 8}) {
+        cpu::SetComputeThreads(threads);
+        f.kernel(p.x.data(), rows, p.in, w16.data(), p.out, got.data());
+        EXPECT_EQ(got, one) << f.name << ", " << rows << " rows, " << threads << " threads";
+      }
+    }
+    const int blocks = (p.in + cpu::kQ8Block - 1) / cpu::kQ8Block;
+    std::vector<int8_t> q(p.w.size());
+    std::vector<float> scales(size_t(p.out) * blocks), one(size_t(rows) * p.out), got(one.size());
+    cpu::QuantizeQ8(p.w.data(), p.out, p.in, q.data(), scales.data());
+    cpu::SetComputeThreads(1);
+    cpu::MatMulNTQ8(p.x.data(), rows, p.in, {q.data(), scales.data()}, p.out, one.data());
+    for (int threads : {2, 3, 8}) {
+      cpu::SetComputeThreads(threads);
+      cpu::MatMulNTQ8(p.x.data(), rows, p.in, {q.data(), scales.data()}, p.out, got.data());
+      EXPECT_EQ(got, one) << "q8, " << rows << " rows, " << threads << " threads";
+    }
   }
 }
 
