@@ -84,6 +84,14 @@ const char* Bf16DotPath() {
   static const std::string path = Bf16DotAvailable() ? kDot : std::string("widening fp32 (") + SimdTargetName() + ")";
   return path.c_str();
 }
+const char* Bf16DotExtension() {
+#if defined(__aarch64__)
+  constexpr const char* kExtension = "BF16";
+#else
+  constexpr const char* kExtension = "AVX512_BF16";
+#endif
+  return Bf16DotAvailable() ? kExtension : "";
+}
 bool Int8PathAvailable(Int8Path path) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");

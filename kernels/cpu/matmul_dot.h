@@ -37,6 +37,9 @@ bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16
 // The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)",
 // "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
 const char* Bf16DotPath();
+// The extension alone: "AVX512_BF16", "BF16" (AArch64's) or "" (the widening kernels), for the
+// backend's name.
+const char* Bf16DotExtension();
 
 // The int8 kernels (q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1 weights) come in four x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then
@@ -57,6 +60,9 @@ const char* Bf16DotPath();
 //               Ampere Altra, every Neoverse core);
 //  kNone:       no int8 kernel: every int8 format takes its widening kernel.
 enum class Int8Path { kAmxInt8, kAvx512Vnni, kAvxVnni, kAvx2, kArmI8mm, kArmDot, kNone };
+// kAmxInt8 runs on the tiles from this many rows, fewer rows on kAvx512Vnni's kernels (their 1-3
+// row tiles).
+constexpr int kAmxInt8MinRows = 4;
 bool Int8PathAvailable(Int8Path path);  // cpuid, once; kNone always
 Int8Path WidestInt8Path();              // the first of the list this CPU has
 // For tests on CPUs without AMX: kAmxInt8's kernels run on AmxTileModel (kernels/cpu/amx_tiles.h, the

@@ -10,7 +10,7 @@
 // (loaded from a start tile; the weights are stored + 128 for q8, q4's nibbles are 0..15 for q - 8,
 // ...), so that they end at the exact sum of q_x q_w, and are stored after every block for the fp32
 // step: acc += sum * (scale_w * scale_x) per block, in the order of the blocks, the accumulators in L1.
-// Every int8 format runs on the tiles from kAmxMinRows rows, fewer rows on the VPDPBUSD kernels; the
+// Every int8 format runs on the tiles from kAmxInt8MinRows rows, fewer rows on the VPDPBUSD kernels; the
 // 4- to 6-bit ones are unpacked into a tile's 512 bytes per group and block (as VPDPBUSD's kernels
 // unpack them into registers), and q6k's blocks split into its two sub-blocks of 16 (TileRoles).
 //
@@ -40,7 +40,6 @@ namespace {
 
 constexpr int kAccumulators = 4;  // tiles 0-3: 16 rows x 16 int32 sums each
 constexpr int kAmxRows = 16;      // rows per pass: the tiles' height
-constexpr int kAmxMinRows = 4;    // below, the VPDPBUSD kernels (their 1-3 row tiles)
 
 // The tiles of a format whose blocks of 32 inputs split into kSplit sub-blocks (1, or q6k's 2 of 16):
 // kAccumulators / kSplit column groups a pass, group c's sums of sub-block h in tile c * kSplit + h;
@@ -296,11 +295,11 @@ void OnTiles(const float* x, int rows, int in, const DotProduct* products, int c
   });
 }
 
-// On the tiles from kAmxMinRows rows (on the model at every row count, so that the tests reach the
+// On the tiles from kAmxInt8MinRows rows (on the model at every row count, so that the tests reach the
 // tiles' code with 1-3 rows too), else the VPDPBUSD kernel `vnni` names.
 template <class Tiles, class Format, Int8Kernel Int8Kernels::*vnni>
 void Kernel(const float* x, int rows, int in, const DotProduct* products, int count) {
-  if (rows < kAmxMinRows && std::is_same_v<Tiles, AmxTiles>) return (kAvx512VnniKernels.*vnni)(x, rows, in, products, count);
+  if (rows < kAmxInt8MinRows && std::is_same_v<Tiles, AmxTiles>) return (kAvx512VnniKernels.*vnni)(x, rows, in, products, count);
   OnTiles<Tiles, Format>(x, rows, in, products, count);
 }
 

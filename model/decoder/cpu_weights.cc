@@ -10,6 +10,7 @@
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_dot.h"
+#include "kernels/cpu/parallel.h"
 #include "model/decoder/model.h"
 
 namespace steady {
@@ -86,16 +87,34 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   const cpu::Int8Path int8 = Int8PathFor(gemm);
   std::string bf16 = widening, q8 = widening;
   if (fast && cpu::AmxAvailable()) {
+    // The backend puts bf16 on the tiles for --cpu-weights bf16 and for a checkpoint that is bf16
+    // throughout; a checkpoint's bf16 matrices beside others take VDPBF16PS.
     bf16 = "amx_bf16 (TDPBF16PS)";
+    if (weights == CpuWeights::kAuto) absl::StrAppend(&bf16, " where every matrix is bf16, else ", cpu::Bf16DotPath());
   } else if (fast && cpu::Bf16DotAvailable()) {
     bf16 = cpu::Bf16DotPath();
   }
-  if (fast && int8 != cpu::Int8Path::kNone) q8 = cpu::Int8PathName(int8);
+  if (fast && int8 != cpu::Int8Path::kNone) {
+    q8 = cpu::Int8PathName(int8);
+    if (int8 == cpu::Int8Path::kAmxInt8) {
+      absl::StrAppend(&q8, " from ", cpu::kAmxInt8MinRows, " rows, ", cpu::Int8PathName(cpu::Int8Path::kAvx512Vnni),
+                      " below");
+    }
+  }
   const std::string f32 = gemm == CpuGemm::kOpenBlas
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  return {{"f32", f32}, {"bf16", bf16}, {"q8", q8}, {"q4", q8}, {"q4k", q8}, {"q5k", q8}, {"q6k", q8}, {"q4_1", q8}, {"q5_0", q8}, {"q5_1", q8}};
+  // f16 matrices (a checkpoint's own) keep the widening kernels under every setting.
+  return {{"f32", f32},  {"bf16", bf16}, {"f16", widening}, {"q8", q8},     {"q8_0", q8},   {"q4", q8},
+          {"q4k", q8},   {"q5k", q8},    {"q6k", q8},       {"q4_1", q8},   {"q5_0", q8},   {"q5_1", q8}};
+}
+
+std::string CpuKernelsSummary(CpuGemm gemm, CpuWeights weights) {
+  std::vector<std::string> paths;
+  for (const auto& [format, path] : CpuGemmPaths(gemm, weights)) paths.push_back(absl::StrCat(format, ": ", path));
+  return absl::StrCat(cpu::ComputeThreads(), " threads, ", cpu::SimdTargetName(), ", --cpu-gemm ", CpuGemmName(gemm),
+                      ", --cpu-weights ", CpuWeightsName(weights), "; ", absl::StrJoin(paths, "; "));
 }
 
 std::optional<WeightType> ConvertedType(CpuWeights precision) {
@@ -204,7 +223,7 @@ std::string CpuMatrices::Kernels() const {
   std::set<std::string> names;
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
-    if (w.type() == WeightType::kDotBf16) names.insert("AVX512_BF16");
+    if (w.type() == WeightType::kDotBf16) names.insert(cpu::Bf16DotExtension());
     if (IsInt8Packed(w.type())) names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
   });
   return absl::StrJoin(names, " and ");

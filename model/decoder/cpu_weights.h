@@ -77,10 +77,15 @@ cpu::Int8Path Int8PathFor(CpuGemm gemm);
 absl::Status CpuGemmAvailable(CpuGemm gemm);
 
 // The instruction path each weight format's decode GEMMs take on this CPU with `gemm` and `weights`,
-// as {format, path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats) and a GGUF file's
-// q5k, q6k, q4_1, q5_0 and q5_1, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench reports). Under
-// stored every format takes the widening kernel, whatever the CPU has.
+// as {format, path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats), a checkpoint's f16
+// and a GGUF file's q8_0, q5k, q6k, q4_1, q5_0 and q5_1, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench
+// reports, the server's log). Under stored every format but f32 takes the widening kernel, whatever
+// the CPU has; f16 always does.
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuWeights weights);
+// One line for a log: the compute threads, the SIMD target, the flags and CpuGemmPaths, e.g. "2
+// threads, AVX3_ZEN4, --cpu-gemm auto, --cpu-weights auto; f32: ...; bf16: ...; q8: ..." (the
+// server's startup log).
+std::string CpuKernelsSummary(CpuGemm gemm, CpuWeights weights);
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).
 struct CpuMatrices {
@@ -99,8 +104,9 @@ struct CpuMatrices {
   // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the quantized
   // ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k) for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
-  // The CPU extensions the packed matrices run on, for the backend's name: "AMX", "AVX512_BF16",
-  // the int8 path's (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2") or "" (the
+  // The CPU extensions the packed matrices run on, for the backend's name: "AMX", the bf16 dot
+  // kernels' (cpu::Bf16DotExtension: "AVX512_BF16", Arm's "BF16"), the int8 path's
+  // (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2", "I8MM", "DOTPROD") or "" (the
   // widening kernels).
   std::string Kernels() const;
   int64_t Bytes() const;

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
 #include "base/status.h"
+#include "model/decoder/cpu_weights.h"
 #include "model/decoder/model.h"
 #include "model/load.h"
 #include "model/model_flags.h"
@@ -375,6 +376,11 @@ absl::Status Run(int argc, char** argv) {
   if (server == nullptr) return absl::UnavailableError("cannot start the gRPC server");
   (*listener)->Start(acceptor.get());
   const int bound_port = (*listener)->port();
+  // Which instruction path each weight format takes on this CPU (docs/cpu.md), before the line a
+  // supervisor waits for.
+  if (absl::StartsWith((*engine)->device(), "cpu")) {
+    std::fprintf(stderr, "steady-server: cpu kernels: %s\n", CpuKernelsSummary(engine_options->cpu_gemm, engine_options->cpu_weights).c_str());
+  }
   std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d%s\n", service_options.model_name.c_str(),
                model->DescribeAttention()[0].value("mechanism", "").c_str(), (*engine)->device().c_str(), host.c_str(),
                bound_port, flags->Has("tls-cert") ? " (TLS)" : "");

@@ -79,8 +79,12 @@ void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_
 TEST(CpuDotBackendTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
-  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, "cpu (bf16 weights on AVX512_BF16)", "cpu (bf16 weights)",
-                                  WeightType::kDotBf16);
+#if defined(__aarch64__)
+  const char* kName = "cpu (bf16 weights on BF16)";  // BFMMLA and BFDOT
+#else
+  const char* kName = "cpu (bf16 weights on AVX512_BF16)";
+#endif
+  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, kName, "cpu (bf16 weights)", WeightType::kDotBf16);
 }
 
 // A checkpoint saved in bf16, read as stored: --cpu-weights auto packs its matrices for VDPBF16PS (as
