@@ -262,17 +262,20 @@ struct Q6KOp256 {
           PrefetchGroups<C>(wb + kChunk * kQ6KRecord, steps * kQ6KRecord, blk * kQ6KRecord / 8, (blk + 1) * kQ6KRecord / 8);
         }
         const uint8_t* rb = wb + kQ6KHead + blk * kQ6KBlockRecord;
+        #pragma GCC unroll 2
         for (int hb = 0; hb < 2; ++hb) {  // sub-block 2 blk + hb
           __m256i sums[R][H];
           for (int rr = 0; rr < R; ++rr) {
             const __m256i start = _mm256_set1_epi32(-32 * x.HalfSum(r + rr, xb, hb));
             for (int h = 0; h < H; ++h) sums[rr][h] = start;
           }
+          #pragma GCC unroll 2
           for (int pair = 0; pair < 2; ++pair) {
             flavour::NibbleSums p[R][H];
             for (int rr = 0; rr < R; ++rr) {
               for (int h = 0; h < H; ++h) p[rr][h] = flavour::NibbleStart(sums[rr][h]);
             }
+            #pragma GCC unroll 2
             for (int v = 2 * pair; v < 2 * pair + 2; ++v) {
               const int u = 4 * hb + v;
               __m256i wv[H];
