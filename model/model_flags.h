@@ -35,7 +35,7 @@ absl::Status SpeculationFromFlags(const Flags& flags, Speculation* mode, int* dr
 // target's (CheckSameTokenizer: FAILED_PRECONDITION naming the difference). Null without the flag.
 absl::StatusOr<std::unique_ptr<Model>> LoadDraftModelFromFlags(const Flags& flags, const Tokenizer& target_tokenizer);
 extern const std::set<std::string> kDeviceFlags;  // --device cpu|cuda|auto (default auto), --threads N (0: all cores),
-                                                  // --cpu-weights auto|f32|bf16|q8|q4|q4k, --cpu-gemm
+                                                  // --cpu-weights auto|stored|f32|bf16|q8|q4|q4k, --cpu-gemm
 // --threads, --cpu-weights and --cpu-gemm into `options` (the CPU backend's; the other fields are
 // left alone); a --cpu-gemm path this CPU lacks (avx512vnni, avxvnni, avx2, armdot) is an error naming the extension.
 absl::Status CpuOptionsFromFlags(const Flags& flags, BackendOptions* options);

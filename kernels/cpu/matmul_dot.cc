@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,29 @@ const char* Bf16DotExtension() {
   constexpr const char* kExtension = "AVX512_BF16";
 #endif
   return Bf16DotAvailable() ? kExtension : "";
+}
+std::string CpuModelName() {
+  static const std::string name = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, model, family, number, implementer, part;
+    // The first processor's block: every core of a server CPU is the same model.
+    while (std::getline(in, line) && !line.empty()) {
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+      key.erase(key.find_last_not_of(" \t") + 1);
+      value.erase(0, value.find_first_not_of(' '));
+      if (key == "model name") model = value;
+      if (key == "cpu family") family = value;
+      if (key == "model") number = value;
+      if (key == "CPU implementer") implementer = value;
+      if (key == "CPU part") part = value;
+    }
+    if (!model.empty()) return family.empty() ? model : model + " (family " + family + ", model " + number + ")";
+    if (!implementer.empty()) return "implementer " + implementer + ", part " + part;
+    return std::string("unknown");
+  }();
+  return name;
 }
 bool Int8PathAvailable(Int8Path path) {
 #if defined(__x86_64__)

@@ -22,6 +22,7 @@
 #define STEADY_KERNELS_CPU_MATMUL_DOT_H_
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q32.h"
@@ -40,6 +41,10 @@ const char* Bf16DotPath();
 // The extension alone: "AVX512_BF16", "BF16" (AArch64's) or "" (the widening kernels), for the
 // backend's name.
 const char* Bf16DotExtension();
+// This CPU as /proc/cpuinfo names it, for reports: "AMD EPYC 9R14 (family 25, model 17)" on x86 (the
+// family and model tell a VM's generic "AMD EPYC" apart: Zen 4 is family 25), "implementer 0x41,
+// part 0xd40" on Arm; "unknown" where it cannot be read.
+std::string CpuModelName();
 
 // The int8 kernels (q8, q4, q4k, q5k, q6k, q4_1, q5_0, q5_1 weights) come in four x86 instruction paths and two Arm paths over
 // one packed layout, widest first; each sums the int8 products of a block exactly in int32 and then

@@ -113,7 +113,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
 std::string CpuKernelsSummary(CpuGemm gemm, CpuWeights weights) {
   std::vector<std::string> paths;
   for (const auto& [format, path] : CpuGemmPaths(gemm, weights)) paths.push_back(absl::StrCat(format, ": ", path));
-  return absl::StrCat(cpu::ComputeThreads(), " threads, ", cpu::SimdTargetName(), ", --cpu-gemm ", CpuGemmName(gemm),
+  return absl::StrCat(cpu::CpuModelName(), ", ", cpu::ComputeThreads(), " threads, ", cpu::SimdTargetName(), ", --cpu-gemm ", CpuGemmName(gemm),
                       ", --cpu-weights ", CpuWeightsName(weights), "; ", absl::StrJoin(paths, "; "));
 }
 

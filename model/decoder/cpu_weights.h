@@ -82,9 +82,9 @@ absl::Status CpuGemmAvailable(CpuGemm gemm);
 // reports, the server's log). Under stored every format but f32 takes the widening kernel, whatever
 // the CPU has; f16 always does.
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuWeights weights);
-// One line for a log: the compute threads, the SIMD target, the flags and CpuGemmPaths, e.g. "2
-// threads, AVX3_ZEN4, --cpu-gemm auto, --cpu-weights auto; f32: ...; bf16: ...; q8: ..." (the
-// server's startup log).
+// One line for a log: the CPU, the compute threads, the SIMD target, the flags and CpuGemmPaths,
+// e.g. "AMD EPYC (family 25, model 17), 2 threads, AVX3_ZEN4, --cpu-gemm auto, --cpu-weights auto;
+// f32: ...; bf16: ...; q8: ..." (the server's startup log).
 std::string CpuKernelsSummary(CpuGemm gemm, CpuWeights weights);
 // Every projection matrix of a model as the CPU backend reads it, in the fp32 layout [out, in].
 // A matrix already in the wanted type is the Model's own (shared, not copied).

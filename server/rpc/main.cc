@@ -97,14 +97,15 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       with 6-bit sub-block scales and minimums, after llama.cpp's Q4_K: 4.625 bits
                       a weight, closer to fp32 than q4) (docs/cpu.md)
   --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
-                      VDPBF16PS, q8, q4, q4k and a GGUF file's quantized blocks on int8 dot
-                      products (AMX-INT8 tiles, else AVX512_VNNI, else AVX-VNNI, else AVX2),
-                      where the CPU has them; activations rounded to bf16 / q8; the startup log
-                      names them), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
+                      VDPBF16PS (on Arm BFMMLA/BFDOT), q8, q4, q4k and a GGUF file's quantized
+                      blocks on int8 dot products (AMX-INT8 tiles, else AVX512_VNNI, else
+                      AVX-VNNI, else AVX2; on Arm SMMLA, else SDOT), where the CPU has them;
+                      activations rounded to bf16 / q8; the startup log names each format's path), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
                       CPU has AMX-INT8 too: the same results), avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
                       where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
-                      fp32 GEMM in OpenBLAS: a baseline to measure against)
+                      fp32 GEMM in OpenBLAS, and as simd for the other formats: a baseline to
+                      measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;
                       default 8192); a request that would pass it is refused
   --mechanism NAME    serve the checkpoint's weights with another attention mechanism (with

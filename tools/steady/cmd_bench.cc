@@ -354,6 +354,7 @@ void PrintTable(const nlohmann::json& r) {
   if (absl::StartsWith(r["device"].get<std::string>(), "cpu")) {
     std::vector<std::string> paths;
     for (const auto& [format, path] : r["cpu_gemm_paths"].items()) paths.push_back(absl::StrCat(format, ": ", path.get<std::string>()));
+    row("cpu", r["cpu_model"].get<std::string>());
     row("cpu gemm paths", absl::StrJoin(paths, "; "));
   }
   row("model", m["source"].get<std::string>());
@@ -457,6 +458,7 @@ absl::Status RunBench(const Flags& flags) {
           {"device", b.Name()},
           {"cpu_threads", cpu::ComputeThreads()},
           {"cpu_simd", cpu::SimdTargetName()},
+          {"cpu_model", cpu::CpuModelName()},
           {"cpu_gemm", CpuGemmName(cpu_flags.cpu_gemm)},
           {"cpu_gemm_paths", CpuGemmPathsJson(cpu_flags.cpu_gemm, cpu_flags.cpu_weights)},
           {"model", {{"source", source}, {"hidden", c.hidden_size}, {"intermediate", c.intermediate_size},
@@ -526,7 +528,7 @@ tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; 
 AMX-INT8, else VPDPBUSD with AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avx512vnni (the int8 formats on VPDPBUSD where
 AMX-INT8 is there too), avxvnni or avx2 (as auto,
 the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
-the small-row kernel), for baselines in the same run (docs/cpu.md); the report names each format's
+the small-row kernel; as simd for the other formats), for baselines in the same run (docs/cpu.md); the report names each format's
 path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a
 sliding window's W if larger, then the position set to L; a KV cache: L random rows in every slot, refused on the cpu backend above 4 GB;
