@@ -3,14 +3,15 @@
 # rate, measured in the tree"): on a CPU with AVX512_VNNI every BM_VpdpbusdIssue variant reports a
 # positive rate under its label, and an AVX512_VNNI kernel reports a finite, positive share of the
 # peak measured in the same process; elsewhere the issue benchmark says why it skipped. The same for
-# BM_Vdpbf16psIssue and the bf16 kernel on AVX512_BF16. No timing is
+# BM_Vdpbf16psIssue and the bf16 kernel on AVX512_BF16, and for BM_MaddubswIssue and the AVX2 q8
+# kernel. No timing is
 # compared with another (that is the benchmark's job, not a test's).
 # Usage: matmul_bench_counters.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
 source "$(dirname "$0")/lib.bash"
 
-"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Vdpbf16psIssue|BM_(Q8Dot/rows:4/in:2048/out:2048/path:0|Bf16Dot/rows:4/in:2048/out:2048/)' \
+"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Vdpbf16psIssue|BM_MaddubswIssue|BM_(Q8Dot/rows:4/in:2048/out:2048/path:(0|2)|Bf16Dot/rows:4/in:2048/out:2048/)' \
   --benchmark_min_time=0.01 --benchmark_format=json > "$tmp/out.json" 2> "$tmp/err" ||
   fail "matmul_bench exited with $?: $(tail -3 "$tmp/err")"
 
@@ -18,7 +19,7 @@ source "$(dirname "$0")/lib.bash"
 import json, math, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
 issue = [r for r in runs if r["name"].startswith("BM_VpdpbusdIssue")]
-dot = [r for r in runs if r["name"].startswith("BM_Q8Dot")]
+dot = [r for r in runs if r["name"].startswith("BM_Q8Dot") and "/path:0/" in r["name"]]
 labels = {"alone", "+4 VFMADD231PS", "+4 VMULPS", "+4 VPMULLD", "+4 VCVTDQ2PS", "+4 VPSRLW and VPANDD"}
 if len(issue) != 6:
     print(f"FAIL six BM_VpdpbusdIssue variants, got {len(issue)}")
@@ -37,6 +38,20 @@ else:
     else:
         f = dot[0].get("peak_fraction")
         print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the q8 kernel's peak_fraction {f}")
+# AVX2's products (VPMADDUBSW, VPMADDWD, VPADDD: 32 multiply-adds each) and the AVX2 q8 kernel's share.
+avx2 = [r for r in runs if r["name"].startswith("BM_MaddubswIssue")]
+avx2_dot = [r for r in runs if r["name"].startswith("BM_Q8Dot") and "/path:2/" in r["name"]]
+if len(avx2) != 1 or len(avx2_dot) != 1:
+    print(f"FAIL one BM_MaddubswIssue and one AVX2 BM_Q8Dot run, got {len(avx2)} and {len(avx2_dot)}")
+elif avx2[0].get("error_occurred"):
+    msg = avx2[0].get("error_message")
+    print(("ok" if msg == "no AVX2 on this CPU" and avx2_dot[0].get("error_occurred") else "FAIL") + f" no AVX2 here: both skipped ({msg})")
+else:
+    r = avx2[0]
+    ok = r.get("G_products_per_s", 0) > 0 and abs(r.get("int8_GMACs", 0) - 32 * r["G_products_per_s"]) <= 1e-6 * r["int8_GMACs"]
+    print(("ok" if ok else "FAIL") + f" AVX2's products a second, 32 multiply-adds each: {r.get('G_products_per_s')}, {r.get('int8_GMACs')}")
+    f = avx2_dot[0].get("peak_fraction")
+    print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the AVX2 q8 kernel's peak_fraction {f}")
 bf16 = [r for r in runs if r["name"].startswith("BM_Vdpbf16psIssue")]
 bf16_dot = [r for r in runs if r["name"].startswith("BM_Bf16Dot")]
 if len(bf16) != 1 or len(bf16_dot) != 1:

@@ -198,8 +198,9 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
 }
 
 // What runs beside the 12 VPDPBUSD of BM_VpdpbusdIssue's loop (4 of each a turn); kBf16: 12
-// VDPBF16PS in their place and nothing beside (BM_Vdpbf16psIssue).
-enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack, kBf16 };
+// VDPBF16PS in their place and nothing beside (BM_Vdpbf16psIssue); kAvx2Product: 12 of AVX2's int8
+// products in their place (BM_MaddubswIssue).
+enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack, kBf16, kAvx2Product };
 constexpr int64_t kIssueTurns = 1 << 24;  // turns of the loop per thread and iteration
 #if defined(__x86_64__)
 constexpr bool kX86 = true;
@@ -250,8 +251,32 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512bf16"))) int32_t IssueL
   return lanes[0];  // a lane of every register: nothing folds away
 }
 
+// 12 AVX2 int8 products a turn, each VPMADDUBSW, VPMADDWD by ones and VPADDD into an accumulator of
+// its own (32 int8 multiply-adds: what the AVX2 kernels take where VPDPBUSD takes one instruction for
+// 64), each product reading its accumulator so that none is computed once for all; 12 chains of a
+// few cycles' latency keep the pipes full.
+__attribute__((target("avx2"))) int32_t Avx2ProductLoop(int64_t turns) {
+  __m256i a0 = _mm256_set1_epi32(0x01020304), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+          a9 = a0, a10 = a0, a11 = a0;
+  const __m256i w = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  for (int64_t t = 0; t < turns; ++t) {
+#define STEADY_P(acc) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(acc, w), ones));
+    STEADY_P(a0) STEADY_P(a1) STEADY_P(a2) STEADY_P(a3) STEADY_P(a4) STEADY_P(a5)
+    STEADY_P(a6) STEADY_P(a7) STEADY_P(a8) STEADY_P(a9) STEADY_P(a10) STEADY_P(a11)
+#undef STEADY_P
+    __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8),
+                     "+x"(a9), "+x"(a10), "+x"(a11));
+  }
+  __m256i sum = a0;
+  for (__m256i v : {a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11}) sum = _mm256_add_epi32(sum, v);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  return lanes[0];
+}
+
 int32_t IssueLoop(Beside beside, int64_t turns) {
   switch (beside) {
+    case Beside::kAvx2Product: return Avx2ProductLoop(turns);
     case Beside::kNothing: return IssueLoop<Beside::kNothing>(turns);
     case Beside::kFma: return IssueLoop<Beside::kFma>(turns);
     case Beside::kMulps: return IssueLoop<Beside::kMulps>(turns);
@@ -302,6 +327,10 @@ double Bf16Peak() {
   static const double peak = MeasurePeak(Beside::kBf16, 32);
   return peak;
 }
+double Avx2Int8Peak() {
+  static const double peak = MeasurePeak(Beside::kAvx2Product, 32);
+  return peak;
+}
 
 // The benchmark's iterations of the loop (each timed as its own): the best one's rate.
 double BestIssueRate(benchmark::State& state, Beside loop) {
@@ -337,6 +366,18 @@ void BM_Vdpbf16psIssue(benchmark::State& state) {
 }
 BENCHMARK(BM_Vdpbf16psIssue)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
 
+// The same loop with 12 of AVX2's int8 products (VPMADDUBSW, VPMADDWD, VPADDD: 32 multiply-adds):
+// the peak the AVX2 int8 kernels' `peak_fraction` divides by (the kernels add a VPSIGNB per product
+// and a VPXOR and VPABSB per weight vector, on other pipes).
+void BM_MaddubswIssue(benchmark::State& state) {
+  if (!kX86 || !cpu::Int8PathAvailable(cpu::Int8Path::kAvx2)) return state.SkipWithError("no AVX2 on this CPU");
+  const double rate = BestIssueRate(state, Beside::kAvx2Product);
+  state.counters["G_products_per_s"] = rate / 1e9;
+  state.counters["int8_GMACs"] = 32 * rate / 1e9;
+  state.counters["threads"] = cpu::ComputeThreads();
+}
+BENCHMARK(BM_MaddubswIssue)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
+
 template <typename Fn>
 void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char* label, const Fn& fn) {
   const int rows = int(state.range(0)), in = int(state.range(1)), out = int(state.range(2));
@@ -357,13 +398,14 @@ void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char
 
 // A kernel's multiply-adds a second as a share of `peak` (a rate counter of multiply-adds / peak per
 // iteration is that share; the console prints it with a "/s"): an int8 kernel on AVX512_VNNI
-// against Int8Peak(), the bf16 kernel against Bf16Peak().
+// against Int8Peak(), on AVX2 against Avx2Int8Peak(), the bf16 kernel against Bf16Peak().
 void ReportPeakFraction(benchmark::State& state, double peak) {
   const double macs = double(state.range(0)) * double(state.range(1)) * double(state.range(2));
   state.counters["peak_fraction"] = benchmark::Counter(macs / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
 void ReportPeakFraction(benchmark::State& state) {
   if (cpu::CurrentInt8Path() == cpu::Int8Path::kAvx512Vnni) ReportPeakFraction(state, Int8Peak());
+  if (cpu::CurrentInt8Path() == cpu::Int8Path::kAvx2) ReportPeakFraction(state, Avx2Int8Peak());
 }
 
 void BM_Bf16Widening(benchmark::State& state) {
