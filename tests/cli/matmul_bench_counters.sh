@@ -20,6 +20,14 @@ import json, math, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
 issue = [r for r in runs if r["name"].startswith("BM_VpdpbusdIssue")]
 dot = [r for r in runs if r["name"].startswith("BM_Q8Dot") and "/path:0/" in r["name"]]
+
+def rate_and_share(issue, kernel, rate_key, macs_key, per, what, kernel_name):
+    """An issue loop's positive rate, `per` multiply-adds an instruction, and its kernel's share of it."""
+    rate, macs = issue.get(rate_key, 0), issue.get(macs_key, 0)
+    ok = rate > 0 and abs(macs - per * rate) <= 1e-6 * macs
+    print(("ok" if ok else "FAIL") + f" {what} a second, {per} multiply-adds each: {rate}, {macs}")
+    f = kernel.get("peak_fraction")
+    print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" {kernel_name}'s peak_fraction {f}")
 labels = {"alone", "+4 VFMADD231PS", "+4 VMULPS", "+4 VPMULLD", "+4 VCVTDQ2PS", "+4 VPSRLW and VPANDD"}
 if len(issue) != 6:
     print(f"FAIL six BM_VpdpbusdIssue variants, got {len(issue)}")
@@ -47,11 +55,7 @@ elif avx2[0].get("error_occurred"):
     msg = avx2[0].get("error_message")
     print(("ok" if msg == "no AVX2 on this CPU" and avx2_dot[0].get("error_occurred") else "FAIL") + f" no AVX2 here: both skipped ({msg})")
 else:
-    r = avx2[0]
-    ok = r.get("G_products_per_s", 0) > 0 and abs(r.get("int8_GMACs", 0) - 32 * r["G_products_per_s"]) <= 1e-6 * r["int8_GMACs"]
-    print(("ok" if ok else "FAIL") + f" AVX2's products a second, 32 multiply-adds each: {r.get('G_products_per_s')}, {r.get('int8_GMACs')}")
-    f = avx2_dot[0].get("peak_fraction")
-    print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the AVX2 q8 kernel's peak_fraction {f}")
+    rate_and_share(avx2[0], avx2_dot[0], "G_products_per_s", "int8_GMACs", 32, "AVX2's products", "the AVX2 q8 kernel")
 bf16 = [r for r in runs if r["name"].startswith("BM_Vdpbf16psIssue")]
 bf16_dot = [r for r in runs if r["name"].startswith("BM_Bf16Dot")]
 if len(bf16) != 1 or len(bf16_dot) != 1:
@@ -62,11 +66,7 @@ elif bf16[0].get("error_occurred"):
     print(("ok" if msg == "no AVX512_BF16 on this CPU" and f is None else "FAIL") +
           f" no AVX512_BF16 here: the issue loop skipped ({msg}), no bf16 peak_fraction ({f})")
 else:
-    r = bf16[0]
-    ok = r.get("G_VDPBF16PS_per_s", 0) > 0 and abs(r.get("bf16_GMACs", 0) - 32 * r["G_VDPBF16PS_per_s"]) <= 1e-6 * r["bf16_GMACs"]
-    print(("ok" if ok else "FAIL") + f" VDPBF16PS's rate, 32 multiply-adds each: {r.get('G_VDPBF16PS_per_s')}, {r.get('bf16_GMACs')}")
-    f = bf16_dot[0].get("peak_fraction")
-    print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the bf16 kernel's peak_fraction {f}")
+    rate_and_share(bf16[0], bf16_dot[0], "G_VDPBF16PS_per_s", "bf16_GMACs", 32, "VDPBF16PS", "the bf16 kernel")
 PY
 # --threads=N sets the compute threads (the counter says so; the widening kernel runs on every CPU);
 # a bad count is refused, naming it.

@@ -22,6 +22,21 @@ using testing::TinyModel;
 #define SKIP_WITHOUT_GPU() \
   if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device (CudaBackendBuilt=" << CudaBackendBuilt() << ")"
 
+// `steps` of two sessions through both backends: fp32 within fp32 rounding of the CPU, the serving
+// bf16 path within bf16 rounding.
+void ExpectCloseInBothPrecisions(const Model& m, const std::vector<std::vector<Segment>>& steps) {
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    BackendOptions o;
+    o.slots = 2;
+    o.max_context = 64;
+    o.cuda_bf16 = bf16;
+    const Divergence d = Compare(m, o, steps);
+    EXPECT_LT(d.logits, bf16 ? 3e-2 : 1e-4);
+    EXPECT_LT(d.state, bf16 ? 3e-2 : 1e-4);
+  }
+}
+
 // 4,096 tokens of prompt in 8 steps of 512 (the chunked prefill, crossing 32 chunks), then 300
 // decode steps of the one session (split over the state's rows, or over softmax's cached context):
 // logits and states stay within fp32 rounding of the CPU's, with RoPE at positions past 4K.
@@ -64,16 +79,7 @@ TEST(CudaBackendShapes, Llama1bLayers) {
     std::vector<std::vector<Segment>> steps = {{{0, RandomTokens(40, rng), false}, {1, RandomTokens(7, rng), true}}};
     for (int t = 0; t < 3; ++t) steps.push_back({{1, RandomTokens(1, rng), false}, {0, RandomTokens(1, rng), false}});
     for (int t = 0; t < 2; ++t) steps.push_back({{1, RandomTokens(1, rng), false}});
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(bf16 ? "bf16" : "fp32");
-      BackendOptions o;
-      o.slots = 2;
-      o.max_context = 64;
-      o.cuda_bf16 = bf16;
-      const Divergence d = Compare(m, o, steps);
-      EXPECT_LT(d.logits, bf16 ? 3e-2 : 1e-4);
-      EXPECT_LT(d.state, bf16 ? 3e-2 : 1e-4);
-    }
+    ExpectCloseInBothPrecisions(m, steps);
   }
 }
 
@@ -93,16 +99,7 @@ TEST(CudaBackendBiases, EveryProjectionBiasMatchesTheCpu) {
     std::mt19937_64 rng(TestSeed() + 41);
     std::vector<std::vector<Segment>> steps = {{{0, RandomTokens(23, rng), false}, {1, RandomTokens(5, rng), true}}};
     for (int t = 0; t < 4; ++t) steps.push_back({{0, RandomTokens(1, rng), false}, {1, RandomTokens(1, rng), false}});
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(bf16 ? "bf16" : "fp32");
-      BackendOptions o;
-      o.slots = 2;
-      o.max_context = 64;
-      o.cuda_bf16 = bf16;
-      const Divergence d = Compare(*m, o, steps);
-      EXPECT_LT(d.logits, bf16 ? 3e-2 : 1e-4);
-      EXPECT_LT(d.state, bf16 ? 3e-2 : 1e-4);
-    }
+    ExpectCloseInBothPrecisions(*m, steps);
   }
 }
 
