@@ -76,23 +76,20 @@ bool Bf16DotAvailable() {
 #endif
   return ok;
 }
-const char* Bf16DotPath() {
+// The bf16 dot kernels' path and extension names on this architecture.
 #if defined(__aarch64__)
-  constexpr const char* kDot = "arm_bf16 (BFMMLA, BFDOT)";
+constexpr const char* kBf16DotPath = "arm_bf16 (BFMMLA, BFDOT)";
+constexpr const char* kBf16DotExtension = "BF16";
 #else
-  constexpr const char* kDot = "avx512_bf16 (VDPBF16PS)";
+constexpr const char* kBf16DotPath = "avx512_bf16 (VDPBF16PS)";
+constexpr const char* kBf16DotExtension = "AVX512_BF16";
 #endif
-  static const std::string path = Bf16DotAvailable() ? kDot : std::string("widening fp32 (") + SimdTargetName() + ")";
+const char* Bf16DotPath() {
+  static const std::string path =
+      Bf16DotAvailable() ? kBf16DotPath : std::string("widening fp32 (") + SimdTargetName() + ")";
   return path.c_str();
 }
-const char* Bf16DotExtension() {
-#if defined(__aarch64__)
-  constexpr const char* kExtension = "BF16";
-#else
-  constexpr const char* kExtension = "AVX512_BF16";
-#endif
-  return Bf16DotAvailable() ? kExtension : "";
-}
+const char* Bf16DotExtension() { return Bf16DotAvailable() ? kBf16DotExtension : ""; }
 std::string CpuModelName() {
   static const std::string name = [] {
     std::ifstream in("/proc/cpuinfo");

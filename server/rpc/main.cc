@@ -100,7 +100,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       VDPBF16PS (on Arm BFMMLA/BFDOT), q8, q4, q4k and a GGUF file's quantized
                       blocks on int8 dot products (AMX-INT8 tiles, else AVX512_VNNI, else
                       AVX-VNNI, else AVX2; on Arm SMMLA, else SDOT), where the CPU has them;
-                      activations rounded to bf16 / q8; the startup log names each format's path), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
+                      activations rounded to bf16 / q8; the startup log names each format's
+                      path), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
                       CPU has AMX-INT8 too: the same results), avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
                       where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
@@ -380,7 +381,8 @@ absl::Status Run(int argc, char** argv) {
   // Which instruction path each weight format takes on this CPU (docs/cpu.md), before the line a
   // supervisor waits for.
   if (absl::StartsWith((*engine)->device(), "cpu")) {
-    std::fprintf(stderr, "steady-server: cpu kernels: %s\n", CpuKernelsSummary(engine_options->cpu_gemm, engine_options->cpu_weights).c_str());
+    std::fprintf(stderr, "steady-server: cpu kernels: %s\n",
+                 CpuKernelsSummary(engine_options->cpu_gemm, engine_options->cpu_weights).c_str());
   }
   std::fprintf(stderr, "steady-server: model %s (%s) on %s, listening on %s:%d%s\n", service_options.model_name.c_str(),
                model->DescribeAttention()[0].value("mechanism", "").c_str(), (*engine)->device().c_str(), host.c_str(),
