@@ -50,7 +50,7 @@ class CpuBackend : public Backend {
     const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kStored);
     const CpuWeights w = options.cpu_weights;
     const bool bf16 = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.TypeNames() == "bf16");
-    const bool amx = bf16 && UsesDotKernels(options.cpu_gemm) && cpu::AmxAvailable();
+    const bool amx = bf16 && UsesAmxTiles(options.cpu_gemm) && cpu::AmxAvailable();
     // Elsewhere --cpu-weights bf16, q8, q4 and q4k go to the dot-product kernels where the CPU has them
     // (packed: a copy either way), and so do auto's bf16, q8, q4, q4k, q5k, q6k, q4_1, q5_0 and q5_1 matrices as stored
     // (a checkpoint's own bf16, a GGUF file's blocks: the same values; llama.cpp rounds the activations

@@ -41,6 +41,8 @@ absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name) {
 
 bool UsesDotKernels(CpuGemm gemm) { return gemm != CpuGemm::kSimd && gemm != CpuGemm::kOpenBlas; }
 
+bool UsesAmxTiles(CpuGemm gemm) { return gemm == CpuGemm::kAuto; }
+
 cpu::Int8Path Int8PathFor(CpuGemm gemm) {
   if (gemm == CpuGemm::kAvx512Vnni) return cpu::Int8Path::kAvx512Vnni;
   if (gemm == CpuGemm::kAvxVnni) return cpu::Int8Path::kAvxVnni;
@@ -86,7 +88,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   const bool fast = UsesDotKernels(gemm) && weights != CpuWeights::kStored;
   const cpu::Int8Path int8 = Int8PathFor(gemm);
   std::string bf16 = widening, q8 = widening;
-  if (fast && cpu::AmxAvailable()) {
+  if (fast && UsesAmxTiles(gemm) && cpu::AmxAvailable()) {
     // The backend puts bf16 on the tiles for --cpu-weights bf16 and for a checkpoint that is bf16
     // throughout; a checkpoint's bf16 matrices beside others take VDPBF16PS.
     bf16 = "amx_bf16 (TDPBF16PS)";

@@ -61,6 +61,9 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 //  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
 //         where the CPU has a wider one (to compare the paths on one CPU; the same results);
 //  kArmDot: as kAuto, the int8 formats on SDOT where the CPU has SMMLA too (the same results);
+//  these four (the named dot-product paths) also keep bf16 off AMX tiles: on VDPBF16PS where the
+//         CPU has AVX512_BF16, else the widening kernel (AMX against VDPBF16PS on one CPU; results
+//         within bf16 rounding, not the same bits: the tiles sum in another order);
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
@@ -73,6 +76,8 @@ std::string CpuGemmName(CpuGemm g);
 // and openblas); the int8 kernels' path it sets (cpu::SetInt8Path: process-wide, as the thread
 // count), and whether this CPU has it (else an error naming the flag).
 bool UsesDotKernels(CpuGemm gemm);
+// Whether `gemm` puts bf16 matrices on AMX tiles where the CPU has them (auto only).
+bool UsesAmxTiles(CpuGemm gemm);
 cpu::Int8Path Int8PathFor(CpuGemm gemm);
 absl::Status CpuGemmAvailable(CpuGemm gemm);
 

@@ -104,7 +104,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       path), avx512vnni (as auto, the int8 formats on VPDPBUSD where the
                       CPU has AMX-INT8 too: the same results), avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
-                      where the CPU has SMMLA too: the same results), simd (the widening kernels), openblas (every
+                      where the CPU has SMMLA too: the same results); these four keep bf16 off
+                      AMX tiles (VDPBF16PS where the CPU has it), simd (the widening kernels), openblas (every
                       fp32 GEMM in OpenBLAS, and as simd for the other formats: a baseline to
                       measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;

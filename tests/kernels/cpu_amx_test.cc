@@ -16,6 +16,7 @@
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_dot.h"
 #include "kernels/cpu/parallel.h"
 #include "model/backend/backend.h"
 #include "model/decoder/cpu_weights.h"
@@ -138,7 +139,7 @@ TEST(CpuAmxTest, TheBackendTakesAmxForBf16UnlessTold) {
     (*backend)->Forward({{0, std::vector<int32_t>(12, 9), false}, {1, {4, 5, 6}, false}}, &logits);
     return logits;
   };
-  std::string amx_name, simd_name;
+  std::string amx_name, simd_name, dot_name;
   const std::vector<float> amx = step(CpuGemm::kAuto, &amx_name), simd = step(CpuGemm::kSimd, &simd_name);
   EXPECT_EQ(amx_name, "cpu (bf16 weights on AMX)");
   EXPECT_EQ(simd_name, "cpu (bf16 weights)");
@@ -146,6 +147,15 @@ TEST(CpuAmxTest, TheBackendTakesAmxForBf16UnlessTold) {
   const double err = testing::MaxRelError({amx.begin(), amx.end()}, {simd.begin(), simd.end()});
   EXPECT_GT(err, 0.0) << "the AMX matrices were not read";
   EXPECT_LT(err, 0.05) << "bf16 activations moved the logits by this fraction of their spread";
+  // avx512vnni keeps bf16 off the tiles: on VDPBF16PS (Sapphire Rapids has AVX512_BF16), whose sums
+  // run in another order than the tiles'.
+  if (cpu::Bf16DotAvailable() && cpu::Int8PathAvailable(cpu::Int8Path::kAvx512Vnni)) {
+    const std::vector<float> dot = step(CpuGemm::kAvx512Vnni, &dot_name);
+    EXPECT_EQ(dot_name, "cpu (bf16 weights on AVX512_BF16)");
+    ASSERT_EQ(dot.size(), amx.size());
+    const double dot_err = testing::MaxRelError({dot.begin(), dot.end()}, {amx.begin(), amx.end()});
+    EXPECT_LT(dot_err, 0.05) << "VDPBF16PS against the tiles, a fraction of the logits' spread";
+  }
   // The packed copy replaces the row-major one: two bytes a packed value, padding included.
   const CpuMatrices packed = CpuMatrices::From(m, CpuWeights::kBf16, /*amx=*/true);
   int64_t values = packed.lm_head.Bytes() / 2;

@@ -50,11 +50,12 @@ std::vector<double> BackendStep(const Model& m, CpuWeights weights, CpuGemm gemm
 // kernels (and says so in its name), simd keeps the widening kernels on the same stored weights. Both
 // steps' logits are close to the fp32 weights' (the rounding of weights and activations moves them a
 // little), and the dot step's differ from the widening one's (the packed matrices were read).
+// `dot_gemm` is the --cpu-gemm that takes them (auto, or avx512vnni for bf16 where auto takes AMX).
 void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_name, const std::string& simd_name,
-                                     WeightType packed_type) {
+                                     WeightType packed_type, CpuGemm dot_gemm = CpuGemm::kAuto) {
   const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
   std::string dot_got, simd_got, f32_got;
-  const std::vector<double> dot = BackendStep(m, weights, CpuGemm::kAuto, &dot_got);
+  const std::vector<double> dot = BackendStep(m, weights, dot_gemm, &dot_got);
   const std::vector<double> simd = BackendStep(m, weights, CpuGemm::kSimd, &simd_got);
   const std::vector<double> f32 = BackendStep(m, CpuWeights::kF32, CpuGemm::kSimd, &f32_got);
   EXPECT_EQ(dot_got, dot_name);
@@ -76,15 +77,34 @@ void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_
   EXPECT_GE(packed.Bytes(), CpuMatrices::From(m, weights).Bytes());
 }
 
+// Where the CPU has AMX, auto puts bf16 on the tiles (cpu_amx_test) and avx512vnni on VDPBF16PS.
 TEST(CpuDotBackendTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
   if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
-  if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
 #if defined(__aarch64__)
   const char* kName = "cpu (bf16 weights on BF16)";  // BFMMLA and BFDOT
 #else
   const char* kName = "cpu (bf16 weights on AVX512_BF16)";
 #endif
-  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, kName, "cpu (bf16 weights)", WeightType::kDotBf16);
+  const CpuGemm gemm = cpu::AmxAvailable() ? CpuGemm::kAvx512Vnni : CpuGemm::kAuto;
+  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, kName, "cpu (bf16 weights)", WeightType::kDotBf16, gemm);
+}
+
+// Only auto puts bf16 on AMX tiles: every other --cpu-gemm value's paths say so on any CPU (an AMX
+// one checks the AMX wording), and auto's bf16 path names the tiles exactly where the CPU has them.
+TEST(CpuDotBackendTest, OnlyAutoPutsBf16OnAmxTiles) {
+  for (const char* name : {"auto", "simd", "openblas", "avx512vnni", "avxvnni", "avx2", "armdot"}) {
+    auto gemm = ParseCpuGemm(name);
+    ASSERT_TRUE(gemm.ok()) << gemm.status();
+    EXPECT_EQ(UsesAmxTiles(*gemm), *gemm == CpuGemm::kAuto) << name;
+    for (const CpuWeights weights : {CpuWeights::kAuto, CpuWeights::kBf16}) {
+      std::string bf16;
+      for (const auto& [format, path] : CpuGemmPaths(*gemm, weights)) {
+        if (format == "bf16") bf16 = path;
+      }
+      const bool tiles = bf16.find("amx") != std::string::npos;
+      EXPECT_EQ(tiles, *gemm == CpuGemm::kAuto && cpu::AmxAvailable()) << name << ": " << bf16;
+    }
+  }
 }
 
 // A checkpoint saved in bf16, read as stored: --cpu-weights auto packs its matrices for VDPBF16PS (as

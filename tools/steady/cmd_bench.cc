@@ -527,7 +527,7 @@ CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block
 tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8, q4, q4k and a GGUF file's quantized blocks on TDPBSUD with
 AMX-INT8, else VPDPBUSD with AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avx512vnni (the int8 formats on VPDPBUSD where
 AMX-INT8 is there too), avxvnni or avx2 (as auto,
-the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
+the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), these four with bf16 off AMX tiles (on VDPBF16PS where the CPU has it), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
 the small-row kernel; as simd for the other formats), for baselines in the same run (docs/cpu.md); the report names each format's
 path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a
