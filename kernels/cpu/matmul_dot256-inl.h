@@ -8,6 +8,8 @@
 //   Q8Weights8 LoadQ8(const uint8_t* p)  8 columns' 4 q8 weights (stored + 128) at p, made ready for
 //   __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x)  s + per column the exact sum of the 4 products
 //   kQ8Offset  what the q8 sums start at, times the block's sum of q_x (VPDPBUSD: -128, AVX2: 0);
+//   kNibblesAheadAlone  whether the 4- to 6-bit formats' tiles prefetch the next chunk in a pass of
+//     one tile too (matmul_dot_driver-inl.h);
 //   NibbleSums, NibbleStart(s), AddNibbles(p, w, x), NibbleEnd(s, p)  the same for a block of
 //     unsigned weights in 0..15: sums p that start from the int32 sums s, take a vector of nibbles
 //     at a time, and end added to s.
@@ -51,6 +53,7 @@ struct Q8Op256 {
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr bool kAheadAlone = false;  // q8 reads at the copy bandwidth alone
 
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
@@ -143,6 +146,7 @@ struct Block32Op256 {
   static constexpr int64_t kRecord = Block32Record(kFifth, kMin), kScales = Block32Scales(kFifth);
   static constexpr int64_t kChunk = 16;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr bool kAheadAlone = flavour::kNibblesAheadAlone;
 
   Block32Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }
@@ -186,6 +190,7 @@ struct KQuantOp256 {
   static constexpr int64_t kRecord = KQuantRecord(kFifth), kSubRecord = KQuantSubRecord(kFifth);
   static constexpr int64_t kChunk = 2;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr bool kAheadAlone = flavour::kNibblesAheadAlone;
 
   KQuantOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q4KBlocksPerRow(in); }
@@ -245,6 +250,7 @@ struct Q6KOp256 {
   int64_t steps;     // super-blocks
   static constexpr int64_t kChunk = 1;
   static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr bool kAheadAlone = flavour::kNibblesAheadAlone;
 
   Q6KOp256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ6KRecord, steps}; }
   static int64_t StepsPerRow(int in) { return Q6KBlocksPerRow(in); }

@@ -20,8 +20,19 @@
 // the next chunk's weights as they go: a request for a line already on its way costs little, while one
 // tile asking for all of them came out slower, as did a share of the lines per tile or two chunks
 // ahead; with every tile of a 32-row pass asking, the 4-bit kernels lost 4-7% at 64 rows. At one tile
-// per chunk the reads stream and the hardware keeps up, so no tile asks (asking there cost up to 5%).
-// kAheadTiles is in matmul_dot_tiles.h.
+// per chunk the reads stream and the hardware keeps up, so no tile asks (asking there cost up to 5%),
+// except for an Op with kAheadAlone (the AVX2 4- to 6-bit kernels, whose reads at one row fell
+// behind: matmul_dot256.cc). kAheadTiles is in matmul_dot_tiles.h.
+
+// Whether Op's tiles prefetch the next chunk where a pass is one tile (Op::kAheadAlone; else no).
+template <class Op>
+constexpr bool AheadAlone() {
+  if constexpr (requires { Op::kAheadAlone; }) {
+    return Op::kAheadAlone;
+  } else {
+    return false;
+  }
+}
 
 // y[r, c * 16 + l] (row stride `out`; only the first `valid` columns) for every row of x and the C
 // groups at op. Each output is one lane's running sum over the steps in order, whatever the tile.
@@ -31,7 +42,7 @@ STEADY_DRIVER_TARGET void Columns(const Op& op, int rows, float* y, int64_t out,
   alignas(64) float acc[kPassRows * C * kGroup];
   for (int r0 = 0; r0 < rows; r0 += kPassRows) {
     const int n = std::min(kPassRows, rows - r0);
-    const bool ahead = n > kRows;
+    const bool ahead = n > kRows || AheadAlone<Op>();
     auto asks = [&](int r) { return ahead && r < kAheadTiles * kRows; };  // the first kAheadTiles tiles
     std::memset(acc, 0, sizeof(float) * n * C * kGroup);
     for (int64_t s0 = 0; s0 < op.steps; s0 += Op::kChunk) {
