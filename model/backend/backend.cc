@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/check.h"
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
@@ -252,19 +256,50 @@ absl::Status CheckDevice(std::string_view device) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// /proc/meminfo's MemAvailable in bytes (what Linux can hand out without swapping, reclaimable cache
+// included), or nothing where it cannot be read.
+std::optional<int64_t> AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// The CPU backend's state pool takes every slot's fixed state at once (zero-filled: each page
+// touched). Where that passes the memory available, RESOURCE_EXHAUSTED naming the sizes, instead of
+// std::bad_alloc or the OOM killer later.
+absl::Status CheckCpuStateMemory(const Model& model, int slots) {
+  const double per_slot = double(model.StateFloats()) * sizeof(float), total = per_slot * slots;
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  if (!available || total <= double(*available)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "backend: %d session slots of %.3g GB of state each (%.3g GB in all) need more memory than this "
+      "machine has available (%.3g GB): fewer slots (--batch, --state-memory) or a smaller state "
+      "(a lower --order, fewer features)",
+      slots, per_slot / 1e9, total / 1e9, double(*available) / 1e9));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
                                                      const BackendOptions& options) {
   if (options.slots < 1) return absl::InvalidArgumentError("backend: slots must be >= 1");
   if (options.cpu_threads < 0) return absl::InvalidArgumentError("backend: cpu_threads must be >= 0");
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   cpu::SetComputeThreads(options.cpu_threads);
-  if (device == "cpu") return MakeCpuBackend(model, options);
   if (device == "cuda") return MakeCudaBackend(model, options);
-  if (CudaDevicePresent()) {
+  if (device == "auto" && CudaDevicePresent()) {
     auto cuda = MakeCudaBackend(model, options);
     // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
     if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;
   }
+  if (absl::Status s = CheckCpuStateMemory(model, options.slots); !s.ok()) return s;
   return MakeCpuBackend(model, options);
 }
 

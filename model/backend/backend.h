@@ -160,7 +160,8 @@ bool CudaDevicePresent();
 absl::Status CheckDevice(std::string_view device);
 
 // "cpu", "cuda" or "auto" (cuda when built and a device is visible, else cpu). "cuda" without a
-// build or a device, or for a model with a mechanism the CUDA backend lacks, is an error naming why.
+// build or a device, or for a model with a mechanism the CUDA backend lacks, is an error naming why;
+// so is a CPU backend whose slots' states would pass the memory available (RESOURCE_EXHAUSTED).
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
                                                      const BackendOptions& options = {});
 

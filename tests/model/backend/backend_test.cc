@@ -54,6 +54,26 @@ TEST(BackendTest, DeviceNamesAreCheckedAndAutoRunsWhereItCan) {
   }
 }
 
+// Slots whose states pass the memory available are refused naming the sizes, before anything is
+// allocated (a billion slots of a tiny model's state: terabytes); a few slots are not.
+TEST(BackendTest, CpuSlotsBeyondTheMemoryAreRefused) {
+  const Model m = TinyModel("taylor", {{"order", 3}}, 1);
+  BackendOptions huge;
+  huge.slots = 1 << 30;
+  for (const char* device : {"cpu", "auto"}) {
+    if (std::string(device) == "auto" && CudaDevicePresent()) continue;  // auto takes the GPU there
+    auto refused = MakeBackend(m, device, huge);
+    ASSERT_FALSE(refused.ok()) << device;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+    for (const char* needle : {"1073741824 session slots of", "need more memory than this machine has available"}) {
+      EXPECT_NE(refused.status().message().find(needle), std::string::npos) << refused.status();
+    }
+  }
+  BackendOptions few;
+  few.slots = 4;
+  EXPECT_TRUE(MakeBackend(m, "cpu", few).ok());
+}
+
 TEST(BackendTest, CpuBackendIsModelForward) {
   const Model m = TinyModel("slay", {}, TestSeed());
   std::mt19937_64 rng(TestSeed());
