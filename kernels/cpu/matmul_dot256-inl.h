@@ -5,6 +5,7 @@
 // Before including, the flavour's namespace defines:
 //   STEADY_DOT256_TARGET  the target attribute of every function here;
 //   kTileRows, kTileGroups  the register tile (16 ymm registers: accumulators, weights, temporaries);
+//   kQ8TileRows, kQ8TileGroups  q8's own;
 //   Q8Weights8 LoadQ8(const uint8_t* p)  8 columns' 4 q8 weights (stored + 128) at p, made ready for
 //   __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x)  s + per column the exact sum of the 4 products
 //   kQ8Offset  what the q8 sums start at, times the block's sum of q_x (VPDPBUSD: -128, AVX2: 0);
@@ -52,7 +53,7 @@ struct Q8Op256 {
   const uint8_t* w;  // packed, at the tile's first group
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;
-  static constexpr int kTileRows = flavour::kTileRows, kTileGroups = flavour::kTileGroups;
+  static constexpr int kTileRows = flavour::kQ8TileRows, kTileGroups = flavour::kQ8TileGroups;
   static constexpr bool kAheadAlone = false;  // q8 reads at the copy bandwidth alone
 
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
@@ -66,12 +67,14 @@ struct Q8Op256 {
       Start(x, r, b, flavour::kQ8Offset, s);
       const uint8_t* wb = w + b * kQ8Record;
       if (ahead && b + kChunk < steps) PrefetchGroups<C>(wb + kChunk * kQ8Record, steps * kQ8Record, 0, kQ8Record);
+      // Each weight vector's products with every row before the next vector is loaded: AVX2's
+      // two-register weights are live one at a time (fewer accumulators spilled).
       for (int u = 0; u < 8; ++u) {
-        flavour::Q8Weights8 wv[H];
-        for (int h = 0; h < H; ++h) wv[h] = flavour::LoadQ8(wb + (h / 2) * steps * kQ8Record + u * 64 + (h % 2) * 32);
-        for (int rr = 0; rr < R; ++rr) {
-          const __m256i xv = Broadcast4(x, r + rr, b, u);
-          for (int h = 0; h < H; ++h) s[rr][h] = flavour::AddQ8(s[rr][h], wv[h], xv);
+        __m256i xv[R];
+        for (int rr = 0; rr < R; ++rr) xv[rr] = Broadcast4(x, r + rr, b, u);
+        for (int h = 0; h < H; ++h) {
+          const flavour::Q8Weights8 wv = flavour::LoadQ8(wb + (h / 2) * steps * kQ8Record + u * 64 + (h % 2) * 32);
+          for (int rr = 0; rr < R; ++rr) s[rr][h] = flavour::AddQ8(s[rr][h], wv, xv[rr]);
         }
       }
       __m256 ws[H];

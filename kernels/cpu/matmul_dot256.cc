@@ -35,6 +35,7 @@ namespace flavour {
 // 2 rows x 2 groups: 8 accumulators, 4 weight vectors, x (a VPDPBUSD has a few cycles' latency: one
 // row alone still has 4 chains of sums to overlap; 4 x 1 was slower at one row in matmul_bench).
 constexpr int kTileRows = 2, kTileGroups = 2;
+constexpr int kQ8TileRows = 2, kQ8TileGroups = 2;  // q8's tile, the same here
 using Q8Weights8 = __m256i;  // q_w + 128
 constexpr int32_t kQ8Offset = 128;
 constexpr bool kNibblesAheadAlone = false;  // not measured on a CPU with AVX-VNNI
@@ -54,9 +55,13 @@ STEADY_DOT256_TARGET inline __m256i NibbleEnd(__m256i, __m256i p) { return p; }
 namespace avx2 {
 #define STEADY_DOT256_TARGET __attribute__((target("avx2,fma,f16c")))
 namespace flavour {
-// 2 rows x 2 groups, as AVX-VNNI (more registers than the 16 there are, yet in matmul_bench at
-// 2048 x 8192 faster than 4 x 1 or 2 x 1 at 1 and 16 rows: q8 at 16 rows 2.0 ms against 2.3-2.5).
+// The 4- to 6-bit formats: 2 rows x 2 groups, as AVX-VNNI (more registers than the 16 there are, yet
+// in matmul_bench at 2048 x 8192 faster than 4 x 1 or 2 x 1 at 1 and 16 rows: q4k at 16 rows 3463 us
+// against 2878-3242 in alternated rounds, 2026-11-29). q8, whose weights take two registers a vector
+// (magnitude and sign): 4 rows x 1 group, 8-15% faster at 4 to 64 rows (q8 at 16 rows 2048 x 8192
+// 3164 us against 3514, medians of 8 alternated rounds; one row the same; docs/benchmarks.md).
 constexpr int kTileRows = 2, kTileGroups = 2;
+constexpr int kQ8TileRows = 4, kQ8TileGroups = 1;
 struct Q8Weights8 {
   __m256i magnitude;  // |q_w|, 0..128 as unsigned bytes
   __m256i sign;       // q_w
