@@ -68,8 +68,8 @@ struct Q8Weights8 {
 };
 constexpr int32_t kQ8Offset = 0;
 // At one row the 4-bit kernels' reads from memory ran behind the hardware prefetchers (Zen 4 with
-// AVX-512 masked, 2026-11-29: 2048 x 128256 q4 4.6 ms with the requests against 5.8, q4k 5.5 against
-// 6.6, q6k 7.7 against 11.4; a llama1b q4k step(1) 17.9 against 19.9 ms). q8's step was no faster.
+// AVX-512 masked, 2026-11-29: 2048 x 128256 q4 4.8 ms with the requests against 5.7, q4k 5.3 against
+// 6.1, q6k 7.5 against 9.9; a llama1b q4k step(1) 17.9 against 19.9 ms). q8's step was no faster.
 constexpr bool kNibblesAheadAlone = true;
 STEADY_DOT256_TARGET inline Q8Weights8 LoadQ8(const uint8_t* p) {
   const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi8(-128));
