@@ -271,21 +271,24 @@ std::optional<int64_t> AvailableMemoryBytes() {
   return std::nullopt;
 }
 
-// The CPU backend's state pool takes every slot's fixed state at once (zero-filled: each page
-// touched). Where that passes the memory available, RESOURCE_EXHAUSTED naming the sizes, instead of
-// std::bad_alloc or the OOM killer later.
+// e.g. "2.11 MB", "3.19 GB", "2.21 TB".
+std::string ByteSize(double bytes) {
+  if (bytes < 1e9) return absl::StrFormat("%.2f MB", bytes / 1e6);
+  if (bytes < 1e12) return absl::StrFormat("%.2f GB", bytes / 1e9);
+  return absl::StrFormat("%.2f TB", bytes / 1e12);
+}
+
+}  // namespace
+
 absl::Status CheckCpuStateMemory(const Model& model, int slots) {
   const double per_slot = double(model.StateFloats()) * sizeof(float), total = per_slot * slots;
   const std::optional<int64_t> available = AvailableMemoryBytes();
   if (!available || total <= double(*available)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "backend: %d session slots of %.3g GB of state each (%.3g GB in all) need more memory than this "
-      "machine has available (%.3g GB): fewer slots (--batch, --state-memory) or a smaller state "
-      "(a lower --order, fewer features)",
-      slots, per_slot / 1e9, total / 1e9, double(*available) / 1e9));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "backend: ", slots, " session slots of ", ByteSize(per_slot), " of state each (", ByteSize(total),
+      " in all) need more memory than this machine has available (", ByteSize(double(*available)),
+      "): fewer slots (--batch, --state-memory) or a smaller state (a lower --order, fewer features)"));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::string_view device,
                                                      const BackendOptions& options) {

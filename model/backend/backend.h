@@ -159,6 +159,12 @@ bool CudaDevicePresent();
 // backend built and a GPU visible; otherwise the error MakeBackend would give.
 absl::Status CheckDevice(std::string_view device);
 
+// The CPU backend's state pool takes every slot's fixed state at once (zero-filled: each page
+// touched). Where `slots` states pass the memory available (/proc/meminfo's MemAvailable),
+// RESOURCE_EXHAUSTED naming the sizes, instead of std::bad_alloc or the OOM killer later; MakeBackend
+// checks it for every CPU backend, steady bench for its largest batch before the first.
+absl::Status CheckCpuStateMemory(const Model& model, int slots);
+
 // "cpu", "cuda" or "auto" (cuda when built and a device is visible, else cpu). "cuda" without a
 // build or a device, or for a model with a mechanism the CUDA backend lacks, is an error naming why;
 // so is a CPU backend whose slots' states would pass the memory available (RESOURCE_EXHAUSTED).

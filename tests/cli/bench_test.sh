@@ -113,6 +113,11 @@ base=(bench --device cpu --steps 1 --prefill-tokens 0)
 expect_error "bench: batch 0" 2 "--batch" "$steady" "${base[@]}" --preset tiny --batch 0 --context 8
 expect_error "bench: negative context" 2 "--context" "$steady" "${base[@]}" --preset tiny --batch 1 --context -1
 expect_error "bench: missing --batch" 2 "--batch" "$steady" "${base[@]}" --preset tiny --context 8
+# A batch whose states pass the memory available is refused naming the sizes, before the smaller
+# batches' reports (it was std::bad_alloc after them: llama1b taylor P=4, 3.19 GB a session, at 16).
+expect_error "bench: states beyond the memory" 1 "need more memory than this machine has available" \
+  "$steady" bench --device cpu --preset tiny --mechanism taylor --order 4 --batch 1,1048576 --context 8 --steps 1 --prefill-tokens 0 --json
+[ ! -s "$tmp/out" ] && pass "bench: no report before the refusal" || fail "bench: reports before the refusal: $(head -c 200 "$tmp/out")"
 expect_error "bench: unknown preset" 2 "--preset" "$steady" "${base[@]}" --preset huge --batch 1 --context 8
 expect_error "bench: no shape" 2 "--preset" "$steady" "${base[@]}" --batch 1 --context 8
 expect_error "bench: --model with --config" 2 "--model" "$steady" "${base[@]}" --model "$tmp" --config "$tmp/c.json" \

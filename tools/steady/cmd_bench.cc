@@ -445,6 +445,12 @@ absl::Status RunBench(const Flags& flags) {
   // One report per (batch, context) pair, on one model (random weights are built once); the
   // prefill figure goes with the first.
   const bool several = batches->size() * contexts->size() > 1;
+  // The largest batch's states, checked before the first report instead of after the smaller ones.
+  const std::string device = flags.Get("device", "auto");
+  if (device == "cpu" || (device == "auto" && !CudaDevicePresent())) {
+    const int64_t largest = *std::max_element(batches->begin(), batches->end());
+    if (absl::Status s = CheckCpuStateMemory(*model, int(largest)); !s.ok()) return s;
+  }
   bool first = true;
   for (const int64_t batch : *batches) {
     for (const int64_t context : *contexts) {
