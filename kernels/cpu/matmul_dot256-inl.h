@@ -10,7 +10,7 @@
 //   __m256i AddQ8(__m256i s, Q8Weights8 w, __m256i x)  s + per column the exact sum of the 4 products
 //   kQ8Offset  what the q8 sums start at, times the block's sum of q_x (VPDPBUSD: -128, AVX2: 0);
 //   kNibblesAheadAlone  whether the 4- to 6-bit formats' tiles prefetch the next chunk in a pass of
-//     one tile too (matmul_dot_driver-inl.h);
+//     one tile too (matmul_dot_driver-inl.h; q8's never do: at one row it reads at the copy bandwidth);
 //   NibbleSums, NibbleStart(s), AddNibbles(p, w, x), NibbleEnd(s, p)  the same for a block of
 //     unsigned weights in 0..15: sums p that start from the int32 sums s, take a vector of nibbles
 //     at a time, and end added to s.
@@ -54,7 +54,6 @@ struct Q8Op256 {
   int64_t steps;     // blocks
   static constexpr int64_t kChunk = 8;
   static constexpr int kTileRows = flavour::kQ8TileRows, kTileGroups = flavour::kQ8TileGroups;
-  static constexpr bool kAheadAlone = false;  // q8 reads at the copy bandwidth alone
 
   Q8Op256 Shift(int64_t groups) const { return {x, w + groups * steps * kQ8Record, steps}; }
   static int64_t StepsPerRow(int in) { return Q8BlocksPerRow(in); }

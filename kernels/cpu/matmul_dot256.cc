@@ -56,10 +56,10 @@ namespace avx2 {
 #define STEADY_DOT256_TARGET __attribute__((target("avx2,fma,f16c")))
 namespace flavour {
 // The 4- to 6-bit formats: 2 rows x 2 groups, as AVX-VNNI (more registers than the 16 there are, yet
-// in matmul_bench at 2048 x 8192 faster than 4 x 1 or 2 x 1 at 1 and 16 rows: q4k at 16 rows 3463 us
-// against 2878-3242 in alternated rounds, 2026-11-29). q8, whose weights take two registers a vector
-// (magnitude and sign): 4 rows x 1 group, 8-15% faster at 4 to 64 rows (q8 at 16 rows 2048 x 8192
-// 3164 us against 3514, medians of 8 alternated rounds; one row the same; docs/benchmarks.md).
+// in matmul_bench at 2048 x 8192 faster than 4 x 1: q4k at 16 rows 2878-3242 us against 3463 in
+// alternated rounds, 2026-11-29). q8, whose weights take two registers a vector (magnitude and
+// sign): 4 rows x 1 group, 7.6-15% faster at 4 to 64 rows (q8 at 16 rows 2048 x 8192 3164 us
+// against 3514, medians of 8 alternated rounds; one row the same; docs/benchmarks.md).
 constexpr int kTileRows = 2, kTileGroups = 2;
 constexpr int kQ8TileRows = 4, kQ8TileGroups = 1;
 struct Q8Weights8 {
