@@ -66,30 +66,65 @@ bool HasHwcap(unsigned long type, unsigned long bit) { return (getauxval(type) &
 
 }  // namespace
 
-bool Bf16DotAvailable() {
+bool Bf16PathAvailable(Bf16Path path) {
 #if defined(__x86_64__)
-  static const bool ok = HasAvx512Base() && __builtin_cpu_supports("avx512bf16");
+  static const bool avx512_bf16 = HasAvx512Base() && __builtin_cpu_supports("avx512bf16");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (path == Bf16Path::kAvx512Bf16) return avx512_bf16;
+  if (path == Bf16Path::kAvx2) return avx2;
 #elif defined(__aarch64__)
-  static const bool ok = HasHwcap(AT_HWCAP2, HWCAP2_BF16);
-#else
-  constexpr bool ok = false;
+  static const bool bf16 = HasHwcap(AT_HWCAP2, HWCAP2_BF16);
+  if (path == Bf16Path::kArmBf16) return bf16;
 #endif
-  return ok;
+  return path == Bf16Path::kNone;
 }
-// The bf16 dot kernels' path and extension names on this architecture.
-#if defined(__aarch64__)
-constexpr const char* kBf16DotPath = "arm_bf16 (BFMMLA, BFDOT)";
-constexpr const char* kBf16DotExtension = "BF16";
-#else
-constexpr const char* kBf16DotPath = "avx512_bf16 (VDPBF16PS)";
-constexpr const char* kBf16DotExtension = "AVX512_BF16";
-#endif
-const char* Bf16DotPath() {
-  static const std::string path =
-      Bf16DotAvailable() ? kBf16DotPath : std::string("widening fp32 (") + SimdTargetName() + ")";
-  return path.c_str();
+
+Bf16Path WidestBf16Path() {
+  for (Bf16Path p : {Bf16Path::kAvx512Bf16, Bf16Path::kAvx2, Bf16Path::kArmBf16}) {
+    if (Bf16PathAvailable(p)) return p;
+  }
+  return Bf16Path::kNone;
 }
-const char* Bf16DotExtension() { return Bf16DotAvailable() ? kBf16DotExtension : ""; }
+
+namespace {
+
+std::atomic<Bf16Path>& Bf16PathSetting() {
+  static std::atomic<Bf16Path> path{WidestBf16Path()};
+  return path;
+}
+
+}  // namespace
+
+void SetBf16Path(Bf16Path path) {
+  STEADY_CHECK(Bf16PathAvailable(path));
+  Bf16PathSetting().store(path, std::memory_order_relaxed);
+}
+Bf16Path CurrentBf16Path() { return Bf16PathSetting().load(std::memory_order_relaxed); }
+
+const char* Bf16PathName(Bf16Path path) {
+  static const std::string widening = std::string("widening fp32 (") + SimdTargetName() + ")";
+  switch (path) {
+    case Bf16Path::kAvx512Bf16: return "avx512_bf16 (VDPBF16PS)";
+    case Bf16Path::kAvx2: return "avx2 (FMA on bf16 pairs)";
+    case Bf16Path::kArmBf16: return "arm_bf16 (BFMMLA, BFDOT)";
+    case Bf16Path::kNone: return widening.c_str();
+  }
+  return "?";
+}
+
+const char* Bf16PathExtension(Bf16Path path) {
+  switch (path) {
+    case Bf16Path::kAvx512Bf16: return "AVX512_BF16";
+    case Bf16Path::kAvx2: return "AVX2";
+    case Bf16Path::kArmBf16: return "BF16";
+    case Bf16Path::kNone: return "";
+  }
+  return "?";
+}
+
+bool Bf16DotAvailable() { return CurrentBf16Path() != Bf16Path::kNone; }
+const char* Bf16DotPath() { return Bf16PathName(CurrentBf16Path()); }
+const char* Bf16DotExtension() { return Bf16PathExtension(CurrentBf16Path()); }
 std::string CpuModelName() {
   static const std::string name = [] {
     std::ifstream in("/proc/cpuinfo");
@@ -242,13 +277,16 @@ void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed) {
 }
 
 void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  switch (CurrentBf16Path()) {
 #if defined(__x86_64__)
-  dot::MatMulNTBf16Dots512(x, rows, in, products, count);
+    case Bf16Path::kAvx512Bf16: return dot::MatMulNTBf16Dots512(x, rows, in, products, count);
+    case Bf16Path::kAvx2: return dot::MatMulNTBf16DotsAvx2(x, rows, in, products, count);
 #elif defined(__aarch64__)
-  dot::MatMulNTBf16DotsArm(x, rows, in, products, count);
-#else
-  STEADY_CHECK(false && "no bf16 dot-product kernel on this architecture");
+    case Bf16Path::kArmBf16: return dot::MatMulNTBf16DotsArm(x, rows, in, products, count);
 #endif
+    default: break;
+  }
+  STEADY_CHECK(false && "no bf16 dot-product kernel on this path");
 }
 
 void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
@@ -311,6 +349,19 @@ Bf16Rows RoundRows(const float* x, int rows, int in, RoundRowFn round) {
     }
   });
   return {xb, pairs};
+}
+
+const float* RoundRowsToFloats(const float* x, int rows, int in, RoundFloatsFn round) {
+  thread_local std::vector<float> scratch;
+  const int64_t width = (int64_t(in) + 1) / 2 * 2;
+  float* xf = Scratch(scratch, size_t(rows * width));
+  ParallelRange(rows, std::max<int64_t>(1, kQuantizeGrain / in), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      round(x + r * in, in, xf + r * width);
+      if (in % 2 != 0) xf[r * width + in] = 0.0f;
+    }
+  });
+  return xf;
 }
 
 void RoundRowScalar(const float* x, int64_t n, uint16_t* out) {

@@ -32,14 +32,31 @@
 
 namespace steady::cpu {
 
-// Whether this CPU (and OS) runs the bf16 kernels below (checked with cpuid once). They must only
-// be called where the check holds; callers keep the widening kernels otherwise.
-bool Bf16DotAvailable();  // AVX512_BF16 (+ AVX512BW/VL/DQ); on AArch64 the BF16 extension (BFDOT, BFMMLA)
-// The instruction path bf16 weights take here with --cpu-gemm auto, e.g. "avx512_bf16 (VDPBF16PS)",
-// "arm_bf16 (BFMMLA, BFDOT)" or "widening fp32 (AVX3)": for logs and benchmark labels.
+// The bf16 kernels come in three paths over one packed layout (PackBf16Dot), widest first:
+//  kAvx512Bf16: VDPBF16PS (AVX512_BF16 + AVX512BW/VL/DQ: Cooper Lake, Sapphire Rapids and later
+//               Xeons, AMD Zen 4/5; matmul_dot512.cc);
+//  kAvx2:       VDPBF16PS's arithmetic as fused multiply-adds of the widened pairs (AVX2 + FMA: every
+//               x86 server CPU since Haswell and Zen 1; matmul_bf16_avx2.cc): VDPBF16PS's bits
+//               wherever no input, product or sum is subnormal (VDPBF16PS flushes those to zero);
+//  kArmBf16:    BFMMLA and BFDOT (AArch64's BF16 extension, Armv8.6: Graviton 3 and 4, Neoverse
+//               V1/V2/N2; matmul_dot_arm.cc), whose bits differ (below);
+//  kNone:       no bf16 kernel: bf16 weights take the widening kernel.
+enum class Bf16Path { kAvx512Bf16, kAvx2, kArmBf16, kNone };
+bool Bf16PathAvailable(Bf16Path path);  // cpuid, once; kNone always
+Bf16Path WidestBf16Path();              // the first of the list this CPU has
+// The path the bf16 kernels take: by default the widest this CPU has. SetBf16Path (a path the CPU
+// has, else a CHECK failure) is process-wide like SetInt8Path: the CPU backend sets it from
+// --cpu-gemm, tests and benchmarks to compare the paths on one CPU.
+void SetBf16Path(Bf16Path path);
+Bf16Path CurrentBf16Path();
+// E.g. "avx512_bf16 (VDPBF16PS)", "avx2 (FMA on bf16 pairs)", "arm_bf16 (BFMMLA, BFDOT)" or
+// "widening fp32 (AVX2)"; and the extension alone ("AVX512_BF16", "AVX2", "BF16"; "" for kNone).
+const char* Bf16PathName(Bf16Path path);
+const char* Bf16PathExtension(Bf16Path path);
+// Whether the current path is a bf16 kernel (the bf16 kernels below may only be called then), its
+// name and extension (for logs, benchmark labels and the backend's name).
+bool Bf16DotAvailable();
 const char* Bf16DotPath();
-// The extension alone: "AVX512_BF16", "BF16" (AArch64's) or "" (the widening kernels), for the
-// backend's name.
 const char* Bf16DotExtension();
 // This CPU as /proc/cpuinfo names it, for reports: "AMD EPYC 9R14 (family 25, model 17)" on x86 (the
 // family and model tell a VM's generic "AMD EPYC" apart: Zen 4 is family 25), "implementer 0x41,
@@ -99,9 +116,10 @@ void PackBf16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed);
 
 // y = bf16(x) w^T: x rounded to bf16 (nearest even, FloatToBf16) once, then bf16 pairs multiplied
 // and summed in fp32 by VDPBF16PS (exact products, which flushes subnormal inputs and outputs to
-// zero) or BFDOT (whose sum of a pair rounds to odd before its addition unless FEAT_EBF16, so Arm's
-// bits differ from x86's), each y[r, j] one running sum over the pairs in order. Only where
-// Bf16DotAvailable().
+// zero), by the AVX2 kernel's two fused multiply-adds a pair (the odd input's product added first,
+// as VDPBF16PS's definition does) or by BFDOT (whose sum of a pair rounds to odd before its addition
+// unless FEAT_EBF16, so Arm's bits differ from x86's), each y[r, j] one running sum over the pairs in
+// order. Only where Bf16DotAvailable().
 // Against the exact product of x and w, each element is off by at most 2^-8 sum |x_k w_k| (bf16's
 // relative rounding: half an ulp of 8 significant bits) plus the fp32 sum's error.
 void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);

@@ -1,7 +1,8 @@
 // What the dot-product kernels of every instruction set share (kernels/cpu only): the packed records'
 // sizes, the rounded and quantized activations, and each instruction set's entry points
-// (matmul_dot512.cc: AVX-512; matmul_dot256.cc: AVX-VNNI and AVX2; matmul_dot_arm.cc: Arm SDOT and
-// BFDOT), which matmul_dot.cc dispatches to. The loop over tiles is matmul_dot_driver-inl.h.
+// (matmul_dot512.cc: AVX-512; matmul_dot256.cc: AVX-VNNI and AVX2; matmul_bf16_avx2.cc: bf16 on
+// AVX2; matmul_dot_arm.cc: Arm SDOT and BFDOT), which matmul_dot.cc dispatches to. The loop over
+// tiles is matmul_dot_driver-inl.h.
 #ifndef STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 #define STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 
@@ -100,6 +101,10 @@ struct Bf16Rows {
 using RoundRowFn = void (*)(const float* x, int64_t n, uint16_t* out);
 Bf16Rows RoundRows(const float* x, int rows, int in, RoundRowFn round);  // per-thread scratch, as above
 void RoundRowScalar(const float* x, int64_t n, uint16_t* out);         // FloatToBf16 of each
+// The same rounding with each value widened back to fp32 (the AVX2 kernel broadcasts them): [rows,
+// 2 * pairs] into per-thread scratch, an odd tail padded with zero.
+using RoundFloatsFn = void (*)(const float* x, int64_t n, float* out);
+const float* RoundRowsToFloats(const float* x, int rows, int in, RoundFloatsFn round);
 
 // Per-thread scratch that grows and is never shrunk (a decode step calls these kernels hundreds of
 // times: no allocation once it has grown).
@@ -172,9 +177,10 @@ extern const Int8Kernels kAvxVnniKernels;     // matmul_dot256.cc
 extern const Int8Kernels kAvx2Kernels;        // matmul_dot256.cc
 extern const Int8Kernels kArmDotKernels;      // matmul_dot_arm.cc
 extern const Int8Kernels kArmI8mmKernels;     // matmul_dot_arm.cc (SMMLA; one row on SDOT)
-// MatMulNTBf16Dots on each instruction set.
-void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count);
-void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count);
+// MatMulNTBf16Dots on each bf16 path.
+void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count);   // matmul_dot512.cc
+void MatMulNTBf16DotsAvx2(const float* x, int rows, int in, const DotProduct* products, int count);  // matmul_bf16_avx2.cc
+void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count);   // matmul_dot_arm.cc
 
 }  // namespace steady::cpu::dot
 

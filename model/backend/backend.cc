@@ -50,6 +50,7 @@ class CpuBackend : public Backend {
     // Process-wide, like the thread count: the last backend made decides.
     cpu::UseSmallRowKernel(options.cpu_gemm != CpuGemm::kOpenBlas);
     cpu::SetInt8Path(Int8PathFor(options.cpu_gemm));
+    cpu::SetBf16Path(Bf16PathFor(options.cpu_gemm));
     // AMX takes bf16 matrices, converted ones or a checkpoint's own (packed: a copy either way).
     const CpuMatrices own = CpuMatrices::From(model, CpuWeights::kStored);
     const CpuWeights w = options.cpu_weights;

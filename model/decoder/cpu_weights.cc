@@ -51,6 +51,11 @@ cpu::Int8Path Int8PathFor(CpuGemm gemm) {
   return cpu::WidestInt8Path();
 }
 
+cpu::Bf16Path Bf16PathFor(CpuGemm gemm) {
+  if (gemm == CpuGemm::kAvxVnni || gemm == CpuGemm::kAvx2) return cpu::Bf16Path::kAvx2;
+  return cpu::WidestBf16Path();
+}
+
 absl::Status CpuGemmAvailable(CpuGemm gemm) {
   if (cpu::Int8PathAvailable(Int8PathFor(gemm))) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("--cpu-gemm ", CpuGemmName(gemm), ": this CPU lacks ",
@@ -87,14 +92,15 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   const std::string widening = absl::StrCat("widening fp32 (", cpu::SimdTargetName(), ")");
   const bool fast = UsesDotKernels(gemm) && weights != CpuWeights::kStored;
   const cpu::Int8Path int8 = Int8PathFor(gemm);
+  const cpu::Bf16Path bf16_path = Bf16PathFor(gemm);
   std::string bf16 = widening, q8 = widening;
   if (fast && UsesAmxTiles(gemm) && cpu::AmxAvailable()) {
     // The backend puts bf16 on the tiles for --cpu-weights bf16 and for a checkpoint that is bf16
-    // throughout; a checkpoint's bf16 matrices beside others take VDPBF16PS.
+    // throughout; a checkpoint's bf16 matrices beside others take the bf16 kernel (VDPBF16PS, AVX2).
     bf16 = "amx_bf16 (TDPBF16PS)";
-    if (weights == CpuWeights::kAuto) absl::StrAppend(&bf16, " where every matrix is bf16, else ", cpu::Bf16DotPath());
-  } else if (fast && cpu::Bf16DotAvailable()) {
-    bf16 = cpu::Bf16DotPath();
+    if (weights == CpuWeights::kAuto) absl::StrAppend(&bf16, " where every matrix is bf16, else ", cpu::Bf16PathName(bf16_path));
+  } else if (fast && bf16_path != cpu::Bf16Path::kNone) {
+    bf16 = cpu::Bf16PathName(bf16_path);
   }
   if (fast && int8 != cpu::Int8Path::kNone) {
     q8 = cpu::Int8PathName(int8);

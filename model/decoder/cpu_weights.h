@@ -27,8 +27,8 @@ class Model;
 // auto: as stored, each matrix on the fastest kernel that reads its stored values unchanged: the
 // quantized ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k: a GGUF file's blocks) packed for the int8 kernels where
 // the CPU has one (the activations quantized per 32 as llama.cpp's own dot products do), the bf16 ones
-// (a checkpoint's own, or a GGUF file's BF16 tensors) on AMX tiles or VDPBF16PS where the
-// CPU has them (the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
+// (a checkpoint's own, or a GGUF file's BF16 tensors) on AMX tiles, VDPBF16PS or AVX2's FMAs
+// (the first the CPU has; the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
 // stored: as stored, every matrix on the widening kernels with fp32 activations (what comparisons
 // with another implementation's fp32 arithmetic need); f32; bf16 (half the bytes of fp32); q8 (8-bit
 // blocks, about a quarter); q4 (q4_0's 4-bit blocks, about a seventh; the int8 kernels where the CPU
@@ -52,7 +52,8 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 // Which kernels the decode GEMMs take (--cpu-gemm; docs/cpu.md):
 //  kAuto: bf16 weights on AMX tiles where the CPU has them (activations rounded to bf16,
 //         kernels/cpu/amx.h; not with --cpu-weights stored); else, for --cpu-weights auto, bf16, q8,
-//         q4 or q4k, VDPBF16PS where the CPU has AVX512_BF16 and the widest int8 kernel it has
+//         q4 or q4k, the widest bf16 kernel it has (VDPBF16PS with AVX512_BF16, else AVX2's FMAs
+//         on bf16 pairs; Arm's BFMMLA) and the widest int8 kernel it has
 //         (AMX-INT8, AVX512_VNNI, AVX-VNNI or AVX2; activations rounded to bf16 / quantized to q8_0,
 //         kernels/cpu/matmul_dot.h); otherwise, and for fp32 weights, the SIMD small-row kernel up
 //         to 32 rows and OpenBLAS above;
@@ -61,9 +62,11 @@ std::optional<WeightType> TokenMatrixType(CpuWeights precision);
 //  kAvxVnni, kAvx2: as kAuto, with the int8 kernels on the 256-bit AVX-VNNI or AVX2 path even
 //         where the CPU has a wider one (to compare the paths on one CPU; the same results);
 //  kArmDot: as kAuto, the int8 formats on SDOT where the CPU has SMMLA too (the same results);
-//  these four (the named dot-product paths) also keep bf16 off AMX tiles: on VDPBF16PS where the
-//         CPU has AVX512_BF16, else the widening kernel (AMX against VDPBF16PS on one CPU; results
-//         within bf16 rounding, not the same bits: the tiles sum in another order);
+//  these four (the named dot-product paths) also keep bf16 off AMX tiles: avx512vnni and armdot on
+//         the widest bf16 kernel the CPU has (VDPBF16PS, else AVX2's FMAs; Arm's BFMMLA), avxvnni
+//         and avx2 on AVX2's FMAs even where the CPU has VDPBF16PS (AMX, VDPBF16PS and AVX2 on one
+//         CPU; AVX2's bits are VDPBF16PS's but for subnormals, AMX's within bf16 rounding of them:
+//         the tiles sum in another order);
 //  kSimd: never AMX or the dot-product kernels: the widening SIMD kernel with fp32 activations
 //         whatever the CPU (the baseline the others are measured and tested against);
 //  kOpenBlas: OpenBLAS for every fp32 GEMM, as before the small-row kernel (a baseline to measure
@@ -79,6 +82,9 @@ bool UsesDotKernels(CpuGemm gemm);
 // Whether `gemm` puts bf16 matrices on AMX tiles where the CPU has them (auto only).
 bool UsesAmxTiles(CpuGemm gemm);
 cpu::Int8Path Int8PathFor(CpuGemm gemm);
+// The bf16 kernels' path `gemm` sets (cpu::SetBf16Path, process-wide; simd and openblas, which do not
+// use the kernels, leave the widest).
+cpu::Bf16Path Bf16PathFor(CpuGemm gemm);
 absl::Status CpuGemmAvailable(CpuGemm gemm);
 
 // The instruction path each weight format's decode GEMMs take on this CPU with `gemm` and `weights`,
@@ -106,11 +112,11 @@ struct CpuMatrices {
   WeightMatrix lm_head;  // [vocab, hidden]: the embedding table when they are tied
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
-  // matrices for VDPBF16PS where cpu::Bf16DotAvailable() (and not for AMX) and the quantized
+  // matrices for the bf16 kernels where cpu::Bf16DotAvailable() (and not for AMX) and the quantized
   // ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k) for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", the bf16 dot
-  // kernels' (cpu::Bf16DotExtension: "AVX512_BF16", Arm's "BF16"), the int8 path's
+  // kernels' (cpu::Bf16DotExtension: "AVX512_BF16", "AVX2", Arm's "BF16"), the int8 path's
   // (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2", "I8MM", "DOTPROD") or "" (the
   // widening kernels).
   std::string Kernels() const;

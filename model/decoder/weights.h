@@ -31,7 +31,7 @@ enum class WeightType {
   kF16,      // IEEE half-precision bits, row-major
   kQ8,       // q8_0 blocks of kernels/cpu/matmul.h: int8 values [rows, cols], fp32 scales after them
   kAmxBf16,  // bf16 packed for AMX tiles (kernels/cpu/amx.h), zero padding included
-  kDotBf16,  // bf16 packed for VDPBF16PS (kernels/cpu/matmul_dot.h PackBf16Dot), zero padding included
+  kDotBf16,  // bf16 packed in VDPBF16PS's pairs for the bf16 kernels (kernels/cpu/matmul_dot.h PackBf16Dot), zero padding included
   kDotQ8,    // q8_0 packed for VPDPBUSD (kernels/cpu/matmul_dot.h PackQ8Dot), zero padding included
   kQ4,       // q4_0 row-major as ggml's block_q4_0 (kernels/cpu/matmul.h Q4Weights), a GGUF Q4_0 tensor read in place
   kDotQ4,    // q4_0 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ4Dot), zero padding included

@@ -96,8 +96,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       about a seventh, a larger cost) or q4k (4-bit super-blocks
                       with 6-bit sub-block scales and minimums, after llama.cpp's Q4_K: 4.625 bits
                       a weight, closer to fp32 than q4) (docs/cpu.md)
-  --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles or
-                      VDPBF16PS (on Arm BFMMLA/BFDOT), q8, q4, q4k and a GGUF file's quantized
+  --cpu-gemm G        CPU backend's decode GEMMs: auto (default: bf16 weights on AMX tiles, else
+                      VDPBF16PS, else AVX2's FMAs (on Arm BFMMLA/BFDOT), q8, q4, q4k and a GGUF file's quantized
                       blocks on int8 dot products (AMX-INT8 tiles, else AVX512_VNNI, else
                       AVX-VNNI, else AVX2; on Arm SMMLA, else SDOT), where the CPU has them;
                       activations rounded to bf16 / q8; the startup log names each format's
@@ -105,7 +105,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
                       CPU has AMX-INT8 too: the same results), avxvnni or avx2 (as auto, the int8 formats on that
                       256-bit path: the same results), armdot (as auto, the int8 formats on SDOT
                       where the CPU has SMMLA too: the same results); these four keep bf16 off
-                      AMX tiles (VDPBF16PS where the CPU has it), simd (the widening kernels), openblas (every
+                      AMX tiles (avx512vnni and armdot on the widest other bf16 kernel, avxvnni and
+                      avx2 on AVX2's FMAs), simd (the widening kernels), openblas (every
                       fp32 GEMM in OpenBLAS, and as simd for the other formats: a baseline to
                       measure against)
   --max-context N     tokens of KV cache per session on a GPU, preallocated (softmax layers only;

@@ -58,7 +58,7 @@ run_tests() {
 for cpu in max neoverse-n1 cortex-a72; do run_tests "$cpu" cpu_kernels_test; done
 run_tests max cpu_dot_test "int8 path: arm_i8mm (SMMLA)" "int8 path: arm_dotprod (SDOT)" "bf16 path: arm_bf16 (BFMMLA, BFDOT)"
 run_tests neoverse-n1 cpu_dot_test "int8 path: arm_dotprod (SDOT)"
-run_tests cortex-a72 cpu_dot_test "no Arm dot-product extension (SDOT) on this CPU" "no bf16 dot product"
+run_tests cortex-a72 cpu_dot_test "no Arm dot-product extension (SDOT) on this CPU" "no Arm BF16 extension (BFDOT, BFMMLA) on this CPU"
 
 # The same inputs through this machine's widest int8 path and through SMMLA (every int8 format; SDOT for
 # one row), which the test itself compares with SDOT: the same bits.

@@ -189,8 +189,8 @@ assert low * f["weight_bytes"] < r["weight_bytes"] < high * f["weight_bytes"], (
 reduced_weights bf16 "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm simd
 reduced_weights q8-simd "cpu (q8 weights)" 0.2 0.35 --cpu-weights q8 --cpu-gemm simd
 # By default q8, q4 and q4k go to the widest int8 path the CPU has (AMX-INT8, AVX512_VNNI, AVX-VNNI, AVX2),
-# and bf16 to AMX tiles where it has them, else to VDPBF16PS where it has AVX512_BF16
-# (kernels/cpu/matmul_dot.h).
+# and bf16 to AMX tiles where it has them, else to VDPBF16PS where it has AVX512_BF16, else to AVX2's
+# FMAs (kernels/cpu/matmul_dot.h).
 int8=""
 if grep -qw amx_int8 /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo; then int8=AMX_INT8
 elif grep -qw avx512_vnni /proc/cpuinfo; then int8=AVX512_VNNI
@@ -232,9 +232,18 @@ if grep -qw amx_bf16 /proc/cpuinfo; then
 elif grep -qw avx512_bf16 /proc/cpuinfo; then
   echo "skip - bench --cpu-weights bf16 on AMX (this CPU has no AMX-BF16)"
   reduced_weights dot "cpu (bf16 weights on AVX512_BF16)" 0.45 0.6 --cpu-weights bf16
+elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  echo "skip - bench --cpu-weights bf16 on AMX or AVX512_BF16 (this CPU has neither: AVX2's FMAs)"
+  reduced_weights dot "cpu (bf16 weights on AVX2)" 0.45 0.6 --cpu-weights bf16
 else
-  echo "skip - bench --cpu-weights bf16 on AMX or AVX512_BF16 (this CPU has neither)"
+  echo "skip - bench --cpu-weights bf16 on AMX, AVX512_BF16 or AVX2 (this CPU has none)"
   reduced_weights amx "cpu (bf16 weights)" 0.45 0.6 --cpu-weights bf16
+fi
+# --cpu-gemm avx2 puts bf16 on AVX2's FMAs on any x86 CPU with them, whatever wider kernel it has.
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then
+  reduced_weights bf16-avx2 "cpu (bf16 weights on AVX2)" 0.45 0.6 --cpu-weights bf16 --cpu-gemm avx2 &&
+    "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_gemm_paths"]["bf16"] == "avx2 (FMA on bf16 pairs)", r["cpu_gemm_paths"]' \
+      "$tmp/bf16-avx2.json" && pass "bench: --cpu-gemm avx2's bf16 path in the report" || fail "bench --cpu-gemm avx2 bf16 report"
 fi
 expect_error "bench: --cpu-weights f16" nonzero "--cpu-weights" "$steady" bench --device cpu --preset tiny --batch 1 \
   --context 8 --cpu-weights f16

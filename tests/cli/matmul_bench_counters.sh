@@ -3,15 +3,15 @@
 # rate, measured in the tree"): on a CPU with AVX512_VNNI every BM_VpdpbusdIssue variant reports a
 # positive rate under its label, and an AVX512_VNNI kernel reports a finite, positive share of the
 # peak measured in the same process; elsewhere the issue benchmark says why it skipped. The same for
-# BM_Vdpbf16psIssue and the bf16 kernel on AVX512_BF16, and for BM_MaddubswIssue and the AVX2 q8
-# kernel. No timing is
+# BM_Vdpbf16psIssue and the bf16 kernel on AVX512_BF16, for BM_MaddubswIssue and the AVX2 q8 kernel,
+# and for BM_FmaIssue and the AVX2 bf16 kernel. No timing is
 # compared with another (that is the benchmark's job, not a test's).
 # Usage: matmul_bench_counters.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1
 source "$(dirname "$0")/lib.bash"
 
-"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Vdpbf16psIssue|BM_MaddubswIssue|BM_(Q8Dot/rows:4/in:2048/out:2048/path:(0|2)|Bf16Dot/rows:4/in:2048/out:2048/)' \
+"$bin/matmul_bench" --benchmark_filter='BM_VpdpbusdIssue|BM_Vdpbf16psIssue|BM_MaddubswIssue|BM_FmaIssue|BM_(Q8Dot|Bf16Dot)/rows:4/in:2048/out:2048/path:(0|1|2)/' \
   --benchmark_min_time=0.01 --benchmark_format=json > "$tmp/out.json" 2> "$tmp/err" ||
   fail "matmul_bench exited with $?: $(tail -3 "$tmp/err")"
 
@@ -46,27 +46,27 @@ else:
     else:
         f = dot[0].get("peak_fraction")
         print(("ok" if f is not None and math.isfinite(f) and f > 0 else "FAIL") + f" the q8 kernel's peak_fraction {f}")
-# AVX2's products (VPMADDUBSW, VPMADDWD, VPADDD: 32 multiply-adds each) and the AVX2 q8 kernel's share.
-avx2 = [r for r in runs if r["name"].startswith("BM_MaddubswIssue")]
-avx2_dot = [r for r in runs if r["name"].startswith("BM_Q8Dot") and "/path:2/" in r["name"]]
-if len(avx2) != 1 or len(avx2_dot) != 1:
-    print(f"FAIL one BM_MaddubswIssue and one AVX2 BM_Q8Dot run, got {len(avx2)} and {len(avx2_dot)}")
-elif avx2[0].get("error_occurred"):
-    msg = avx2[0].get("error_message")
-    print(("ok" if msg == "no AVX2 on this CPU" and avx2_dot[0].get("error_occurred") else "FAIL") + f" no AVX2 here: both skipped ({msg})")
-else:
-    rate_and_share(avx2[0], avx2_dot[0], "G_products_per_s", "int8_GMACs", 32, "AVX2's products", "the AVX2 q8 kernel")
-bf16 = [r for r in runs if r["name"].startswith("BM_Vdpbf16psIssue")]
-bf16_dot = [r for r in runs if r["name"].startswith("BM_Bf16Dot")]
-if len(bf16) != 1 or len(bf16_dot) != 1:
-    print(f"FAIL one BM_Vdpbf16psIssue and one BM_Bf16Dot run, got {len(bf16)} and {len(bf16_dot)}")
-elif bf16[0].get("error_occurred"):
-    # No AVX512_BF16: the issue loop skips, and the bf16 kernel (skipped, or Arm's) reports no share.
-    msg, f = bf16[0].get("error_message"), bf16_dot[0].get("peak_fraction")
-    print(("ok" if msg == "no AVX512_BF16 on this CPU" and f is None else "FAIL") +
-          f" no AVX512_BF16 here: the issue loop skipped ({msg}), no bf16 peak_fraction ({f})")
-else:
-    rate_and_share(bf16[0], bf16_dot[0], "G_VDPBF16PS_per_s", "bf16_GMACs", 32, "VDPBF16PS", "the bf16 kernel")
+def issue_and_kernel(issue_name, kernel_name, path, missing, rate_key, macs_key, per, what, kernel_what):
+    """An issue loop and its kernel on `path`: both skipped for want of the instructions (`missing`),
+    or the loop's rate and the kernel's share of it."""
+    issue = [r for r in runs if r["name"].startswith(issue_name)]
+    kernel = [r for r in runs if r["name"].startswith(kernel_name) and f"/path:{path}/" in r["name"]]
+    if len(issue) != 1 or len(kernel) != 1:
+        print(f"FAIL one {issue_name} and one {kernel_name} path:{path} run, got {len(issue)} and {len(kernel)}")
+    elif issue[0].get("error_occurred"):
+        msg = issue[0].get("error_message")
+        skipped = msg == missing and kernel[0].get("error_occurred") and kernel[0].get("peak_fraction") is None
+        print(("ok" if skipped else "FAIL") + f" {missing}: {issue_name} and {kernel_what} skipped ({msg})")
+    else:
+        rate_and_share(issue[0], kernel[0], rate_key, macs_key, per, what, kernel_what)
+# AVX2's products (VPMADDUBSW, VPMADDWD, VPADDD: 32 multiply-adds each) and the AVX2 q8 kernel's share;
+# VDPBF16PS and the AVX512_BF16 kernel's; 256-bit FMAs (8 multiply-adds each) and the AVX2 bf16 kernel's.
+issue_and_kernel("BM_MaddubswIssue", "BM_Q8Dot", 2, "no AVX2 on this CPU", "G_products_per_s", "int8_GMACs", 32,
+                 "AVX2's products", "the AVX2 q8 kernel")
+issue_and_kernel("BM_Vdpbf16psIssue", "BM_Bf16Dot", 0, "no AVX512_BF16 on this CPU", "G_VDPBF16PS_per_s", "bf16_GMACs", 32,
+                 "VDPBF16PS", "the AVX512_BF16 kernel")
+issue_and_kernel("BM_FmaIssue", "BM_Bf16Dot", 1, "no AVX2 and FMA on this CPU", "G_FMA_per_s", "GMACs", 8,
+                 "256-bit FMAs", "the AVX2 bf16 kernel")
 PY
 # --threads=N sets the compute threads (the counter says so; the widening kernel runs on every CPU);
 # a bad count is refused, naming it.

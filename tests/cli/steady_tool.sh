@@ -15,7 +15,7 @@ tok="$src/tests/data/tokenizer/tokenizer.model"
 
 # --cpu-weights bf16 --cpu-gemm simd: on a checkpoint saved in bf16 the bf16 matrices hold the same
 # numbers, so the greedy text is the f32 path's, which --cpu-weights stored reads as stored (auto puts
-# them on AMX or VDPBF16PS where the CPU has them, rounding the activations); an unknown precision or
+# them on AMX, VDPBF16PS or AVX2's FMAs, rounding the activations); an unknown precision or
 # kernel is refused naming the flag.
 a=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights stored 2> /dev/null)
 b=$("$steady" generate --model "$tmp/t" --prompt "This License" --max-tokens 20 --cpu-weights bf16 --cpu-gemm simd 2> /dev/null)

@@ -77,16 +77,52 @@ void ExpectBackendTakesTheDotKernels(CpuWeights weights, const std::string& dot_
   EXPECT_GE(packed.Bytes(), CpuMatrices::From(m, weights).Bytes());
 }
 
-// Where the CPU has AMX, auto puts bf16 on the tiles (cpu_amx_test) and avx512vnni on VDPBF16PS.
-TEST(CpuDotBackendTest, TheBackendTakesVdpbf16psForBf16UnlessTold) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
-#if defined(__aarch64__)
-  const char* kName = "cpu (bf16 weights on BF16)";  // BFMMLA and BFDOT
-#else
-  const char* kName = "cpu (bf16 weights on AVX512_BF16)";
-#endif
+// The widest bf16 kernel the CPU has: VDPBF16PS ("AVX512_BF16"), AVX2's FMAs ("AVX2") or Arm's
+// BFMMLA and BFDOT ("BF16"). Where the CPU has AMX, auto puts bf16 on the tiles (cpu_amx_test) and
+// avx512vnni on VDPBF16PS.
+TEST(CpuDotBackendTest, TheBackendTakesTheBf16KernelForBf16UnlessTold) {
+  if (cpu::WidestBf16Path() == cpu::Bf16Path::kNone) GTEST_SKIP() << "no bf16 kernel (AVX2 + FMA at least) on this CPU";
+  const std::string name = std::string("cpu (bf16 weights on ") + cpu::Bf16PathExtension(cpu::WidestBf16Path()) + ")";
   const CpuGemm gemm = cpu::AmxAvailable() ? CpuGemm::kAvx512Vnni : CpuGemm::kAuto;
-  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, kName, "cpu (bf16 weights)", WeightType::kDotBf16, gemm);
+  ExpectBackendTakesTheDotKernels(CpuWeights::kBf16, name, "cpu (bf16 weights)", WeightType::kDotBf16, gemm);
+}
+
+// --cpu-gemm avx2 and avxvnni put bf16 on AVX2's FMAs even where the CPU has VDPBF16PS (the name says
+// so), avx512vnni and auto on the widest; simd on none (the widening kernel). Their logits: AVX2's within bf16 rounding of
+// the widest path's (the same bits where the CPU's VDPBF16PS adds as its definition says and nothing
+// is subnormal; cpu_dot_test compares the kernels), the paths' own settings reported by CpuGemmPaths.
+TEST(CpuDotBackendTest, TheBackendForcesABf16Path) {
+  if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << "no AVX2 and FMA on this CPU";
+  EXPECT_EQ(Bf16PathFor(CpuGemm::kAvx512Vnni), cpu::WidestBf16Path());
+  const Model m = testing::TinyModel("taylor", nlohmann::json::object(), 31);
+  std::string widest_name;
+  const CpuGemm widest_gemm = cpu::AmxAvailable() ? CpuGemm::kAvx512Vnni : CpuGemm::kAuto;
+  const std::vector<double> widest = BackendStep(m, CpuWeights::kBf16, widest_gemm, &widest_name);
+  EXPECT_EQ(cpu::CurrentBf16Path(), cpu::WidestBf16Path());
+  for (CpuGemm gemm : {CpuGemm::kAvx2, CpuGemm::kAvxVnni}) {
+    EXPECT_EQ(Bf16PathFor(gemm), cpu::Bf16Path::kAvx2);
+    if (!CpuGemmAvailable(gemm).ok()) {
+      std::printf("skipped --cpu-gemm %s: %s\n", CpuGemmName(gemm).c_str(), CpuGemmAvailable(gemm).ToString().c_str());
+      continue;
+    }
+    std::string name;
+    const std::vector<double> forced = BackendStep(m, CpuWeights::kBf16, gemm, &name);
+    EXPECT_EQ(cpu::CurrentBf16Path(), cpu::Bf16Path::kAvx2);
+    EXPECT_EQ(name, "cpu (bf16 weights on AVX2)");
+    for (const auto& [format, path] : CpuGemmPaths(gemm, CpuWeights::kBf16)) {
+      if (format == "bf16") EXPECT_EQ(path, "avx2 (FMA on bf16 pairs)");
+    }
+    ASSERT_EQ(forced.size(), widest.size());
+    EXPECT_LT(testing::MaxRelError(forced, widest), 0.05) << CpuGemmName(gemm);
+    if (cpu::WidestBf16Path() == cpu::Bf16Path::kAvx2) EXPECT_EQ(forced, widest) << "the same kernel";
+  }
+  std::string simd_name;
+  BackendStep(m, CpuWeights::kBf16, CpuGemm::kSimd, &simd_name);
+  EXPECT_EQ(simd_name, "cpu (bf16 weights)");
+  for (const auto& [format, path] : CpuGemmPaths(CpuGemm::kSimd, CpuWeights::kBf16)) {
+    if (format == "bf16") EXPECT_EQ(path.find("widening"), 0u) << path;
+  }
+  EXPECT_EQ(cpu::CurrentBf16Path(), cpu::WidestBf16Path());
 }
 
 // Only auto puts bf16 on AMX tiles: every other --cpu-gemm value's paths say so on any CPU (an AMX
@@ -107,12 +143,12 @@ TEST(CpuDotBackendTest, OnlyAutoPutsBf16OnAmxTiles) {
   }
 }
 
-// A checkpoint saved in bf16, read as stored: --cpu-weights auto packs its matrices for VDPBF16PS (as
+// A checkpoint saved in bf16, read as stored: --cpu-weights auto packs its matrices for the widest bf16 kernel (as
 // for AMX where the CPU has it) and says so; stored keeps the widening kernel, whose logits are
 // --cpu-weights bf16 --cpu-gemm simd's bit for bit (the same numbers, the same arithmetic); auto's
 // stay close to them but differ (the packed matrices were read, the activations rounded to bf16).
-TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnVdpbf16ps) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnTheBf16Kernel) {
+  if (cpu::WidestBf16Path() == cpu::Bf16Path::kNone) GTEST_SKIP() << "no bf16 kernel (AVX2 + FMA at least) on this CPU";
   if (cpu::AmxAvailable()) GTEST_SKIP() << "this CPU has AMX: bf16 goes on the tiles (cpu_amx_test)";
   const Model original = testing::TinyModel("taylor", nlohmann::json::object(), 33);
   const std::string dir = testing::MakeTempDir("bf16_checkpoint");
@@ -123,7 +159,7 @@ TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnVdpbf16ps) {
   const std::vector<double> fast = BackendStep(*m, CpuWeights::kAuto, CpuGemm::kAuto, &auto_name);
   const std::vector<double> stored = BackendStep(*m, CpuWeights::kStored, CpuGemm::kAuto, &stored_name);
   const std::vector<double> simd = BackendStep(*m, CpuWeights::kBf16, CpuGemm::kSimd, &simd_name);
-  EXPECT_EQ(auto_name, "cpu (bf16 weights on AVX512_BF16)");
+  EXPECT_EQ(auto_name, std::string("cpu (bf16 weights on ") + cpu::Bf16PathExtension(cpu::WidestBf16Path()) + ")");
   EXPECT_EQ(stored_name, "cpu (bf16 weights)");
   EXPECT_EQ(stored, simd);
   ASSERT_EQ(fast.size(), stored.size());

@@ -34,6 +34,7 @@ namespace steady {
 namespace cpu {
 // The path's name in test listings (gtest prints the parameter).
 void PrintTo(Int8Path path, std::ostream* os) { *os << Int8PathName(path); }
+void PrintTo(Bf16Path path, std::ostream* os) { *os << Bf16PathName(path); }
 }  // namespace cpu
 namespace {
 
@@ -56,7 +57,32 @@ const char* Missing(cpu::Int8Path path) {
   }
   return "";
 }
-constexpr const char* kNoBf16Dot = "no bf16 dot product (AVX512_BF16, Arm BF16) on this CPU";
+// The bf16 paths, widest first, and what a CPU needs for each.
+constexpr cpu::Bf16Path kBf16Paths[] = {cpu::Bf16Path::kAvx512Bf16, cpu::Bf16Path::kAvx2, cpu::Bf16Path::kArmBf16};
+const char* Missing(cpu::Bf16Path path) {
+  switch (path) {
+    case cpu::Bf16Path::kAvx512Bf16: return "no AVX512_BF16 (+ AVX512BW/VL/DQ) on this CPU";
+    case cpu::Bf16Path::kAvx2: return "no AVX2 and FMA on this CPU";
+    case cpu::Bf16Path::kArmBf16: return "no Arm BF16 extension (BFDOT, BFMMLA) on this CPU";
+    case cpu::Bf16Path::kNone: break;
+  }
+  return "";
+}
+
+// The bf16 kernels on one path (the test's parameter); the widest path again afterwards.
+class Bf16PathTest : public ::testing::TestWithParam<cpu::Bf16Path> {
+ protected:
+  void SetUp() override {
+    if (!cpu::Bf16PathAvailable(GetParam())) GTEST_SKIP() << Missing(GetParam());
+    cpu::SetBf16Path(GetParam());
+    std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
+  }
+  void TearDown() override { cpu::SetBf16Path(cpu::WidestBf16Path()); }
+};
+INSTANTIATE_TEST_SUITE_P(Paths, Bf16PathTest, ::testing::ValuesIn(kBf16Paths),
+                         [](const ::testing::TestParamInfo<cpu::Bf16Path>& info) {
+                           return std::string(cpu::Bf16PathExtension(info.param));
+                         });
 
 // Whether `path` runs here, AMX-INT8 on the tile model (cpu::SetAmxInt8TileModel) where the CPU has no
 // AMX: its kernels' code runs on every CPU with AVX512_VNNI.
@@ -128,10 +154,8 @@ double Magnitude(const std::vector<float>& x, int r, int in, int j, const Weight
   return m;
 }
 
-TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
+TEST_P(Bf16PathTest, MatchesReferencesAtManyShapes) {
   std::mt19937_64 rng(11);
-  std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
   for (int rows : kRows) {
     for (int in : kIns) {
       for (int out : kOuts) {
@@ -159,8 +183,7 @@ TEST(CpuDotTest, Bf16MatchesReferencesAtManyShapes) {
 }
 
 // A tolerance of zero for the rounding would fail: the bf16 path is not the widening one.
-TEST(CpuDotTest, Bf16RoundsTheActivations) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
+TEST_P(Bf16PathTest, RoundsTheActivations) {
   std::mt19937_64 rng(12);
   const Bf16Problem p = MakeBf16(4, 1000, 16, rng);
   const std::vector<float> dot = RunBf16Dot(p, p.x, 4);
@@ -175,6 +198,74 @@ TEST(CpuDotTest, Bf16RoundsTheActivations) {
   }
   EXPECT_LT(dot_to_rounded * 10, dot_to_exact);      // it computes bf16(x) w, not x w
   EXPECT_LT(widening_to_exact * 10, dot_to_exact);   // and the widening kernel computes x w
+}
+
+// VDPBF16PS's arithmetic as its definition gives it, for one output: per pair of inputs, the odd
+// one's product added to the sum, then the even one's, each a fused multiply-add in fp32 (the
+// products of bf16 values are exact) with subnormals kept, as the AVX2 path keeps them.
+float Vdpbf16psOrder(const Bf16Problem& p, int r, int j) {
+  float sum = 0.0f;
+  for (int k = 0; k < p.in; k += 2) {
+    const auto x = [&](int kk) { return cpu::Bf16ToFloat(cpu::FloatToBf16(p.x[size_t(r) * p.in + kk])); };
+    const auto w = [&](int kk) { return cpu::Bf16ToFloat(p.w[size_t(j) * p.in + kk]); };
+    if (k + 1 < p.in) sum = std::fma(x(k + 1), w(k + 1), sum);
+    sum = std::fma(x(k), w(k), sum);
+  }
+  return sum;
+}
+
+// The AVX2 path gives that arithmetic's bits at every shape (tiles of 1 x 4 groups below 4 rows, 4 x
+// 1 from 4), also where products and sums are subnormal: a row of x scaled to 1e-19 against weights
+// of about 1 x 1e-19 makes products near 1e-38, fp32's smallest normal numbers.
+TEST(CpuDotTest, Avx2Bf16IsVdpbf16psArithmetic) {
+  if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << Missing(cpu::Bf16Path::kAvx2);
+  cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+  std::mt19937_64 rng(15);
+  int64_t subnormal = 0;
+  for (int rows : {1, 3, 4, 7, 33}) {
+    for (int in : {1, 2, 33, 600}) {
+      Bf16Problem p = MakeBf16(rows, in, 70, rng);
+      for (int k = 0; k < in; ++k) p.x[k] *= 1e-19f;  // row 0
+      for (int k = 0; k < in; ++k) p.w[k] = cpu::FloatToBf16(cpu::Bf16ToFloat(p.w[k]) * 1e-19f);  // column 0
+      cpu::PackBf16Dot(p.w.data(), p.out, in, p.packed.data());
+      const std::vector<float> got = RunBf16Dot(p, p.x, rows);
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < p.out; ++j) {
+          const float want = Vdpbf16psOrder(p, r, j);
+          if (want != 0.0f && std::abs(want) < 1.17549435e-38f) ++subnormal;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(r) * p.out + j]), std::bit_cast<uint32_t>(want))
+              << "rows " << rows << " in " << in << " at (" << r << ", " << j << "): " << got[size_t(r) * p.out + j]
+              << " against " << want;
+        }
+      }
+    }
+  }
+  cpu::SetBf16Path(cpu::WidestBf16Path());
+  EXPECT_GT(subnormal, 0) << "no subnormal sum was compared";
+}
+
+// On a CPU with both, the AVX2 path against VDPBF16PS itself, on inputs where nothing is subnormal:
+// within the fp32 sum's error, and how many outputs have the same bits (all of them where the CPU's
+// VDPBF16PS adds as its definition says).
+TEST(CpuDotTest, Avx2Bf16AgainstVdpbf16ps) {
+  if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx512Bf16)) GTEST_SKIP() << Missing(cpu::Bf16Path::kAvx512Bf16);
+  std::mt19937_64 rng(16);
+  const Bf16Problem p = MakeBf16(37, 1001, 301, rng);
+  cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+  const std::vector<float> avx2 = RunBf16Dot(p, p.x, p.rows);
+  cpu::SetBf16Path(cpu::Bf16Path::kAvx512Bf16);
+  const std::vector<float> vdpbf16ps = RunBf16Dot(p, p.x, p.rows);
+  cpu::SetBf16Path(cpu::WidestBf16Path());
+  int64_t same = 0;
+  for (int r = 0; r < p.rows; ++r) {
+    for (int j = 0; j < p.out; ++j) {
+      const size_t i = size_t(r) * p.out + j;
+      const double mag = Magnitude(p.x, r, p.in, j, [&](int jj, int k) { return double(cpu::Bf16ToFloat(p.w[size_t(jj) * p.in + k])); });
+      ASSERT_NEAR(avx2[i], vdpbf16ps[i], 2 * p.in * kF32Eps * mag) << "at (" << r << ", " << j << ")";
+      same += avx2[i] == vdpbf16ps[i];
+    }
+  }
+  std::printf("the same bits as VDPBF16PS: %lld of %zu outputs\n", static_cast<long long>(same), avx2.size());
 }
 
 struct Q8Problem {
@@ -1203,8 +1294,7 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
   }
 }
 
-TEST(CpuDotTest, Bf16IsBatchAndThreadInvariant) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
+TEST_P(Bf16PathTest, IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(14);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
@@ -1346,8 +1436,7 @@ TEST_P(Int8PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   ExpectSeveralAreEachOnes(q6k, RunQ6KDot, cpu::MatMulNTQ6KDots);
 }
 
-TEST(CpuDotTest, SeveralBf16ProductsInOneCallGiveEachOnesBits) {
-  if (!cpu::Bf16DotAvailable()) GTEST_SKIP() << kNoBf16Dot;
+TEST_P(Bf16PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   std::mt19937_64 rng(32);
   std::vector<Bf16Problem> problems;
   for (int out : kSeveralOuts) problems.push_back(MakeBf16(37, 1001, out, rng));

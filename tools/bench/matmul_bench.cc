@@ -17,7 +17,9 @@
 // kernels' `peak_fraction` counter divides by, measured once in the same process (docs/cpu.md:
 // "VPDPBUSD's issue rate, measured in the tree"); with the others beside them, how much of it is left.
 // BM_Vdpbf16psIssue is the same loop with 12 VDPBF16PS (32 bf16 multiply-adds each): the peak the
-// AVX512_BF16 kernel's `peak_fraction` divides by.
+// AVX512_BF16 kernel's `peak_fraction` divides by; BM_FmaIssue with 12 256-bit VFMADD231PS (8
+// multiply-adds each), the AVX2 bf16 kernel's. BM_Bf16Dot runs on each bf16 path the CPU has (its
+// "path" argument: 0 AVX512_BF16, 1 AVX2, 2 Arm BF16; cpu::Bf16Path).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -199,8 +201,8 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
 
 // What runs beside the 12 VPDPBUSD of BM_VpdpbusdIssue's loop (4 of each a turn); kBf16: 12
 // VDPBF16PS in their place and nothing beside (BM_Vdpbf16psIssue); kAvx2Product: 12 of AVX2's int8
-// products in their place (BM_MaddubswIssue).
-enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack, kBf16, kAvx2Product };
+// products in their place (BM_MaddubswIssue); kAvx2Fma: 12 256-bit FMAs (BM_FmaIssue).
+enum class Beside { kNothing, kFma, kMulps, kVpmulld, kCvt, kUnpack, kBf16, kAvx2Product, kAvx2Fma };
 constexpr int64_t kIssueTurns = 1 << 24;  // turns of the loop per thread and iteration
 #if defined(__x86_64__)
 constexpr bool kX86 = true;
@@ -274,9 +276,29 @@ __attribute__((target("avx2"))) int32_t Avx2ProductLoop(int64_t turns) {
   return lanes[0];
 }
 
+// 12 VFMADD231PS on ymm registers a turn, each into an accumulator of its own (12 chains of 4 cycles'
+// latency keep two FMA pipes full): what the AVX2 bf16 kernel's fused multiply-adds are held against.
+__attribute__((target("avx2,fma"))) int32_t Avx2FmaLoop(int64_t turns) {
+  __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
+         a10 = a0, a11 = a0;
+  const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);  // converges to 1: no subnormals
+  for (int64_t t = 0; t < turns; ++t) {
+#define STEADY_F(acc) acc = _mm256_fmadd_ps(acc, m, c);
+    STEADY_F(a0) STEADY_F(a1) STEADY_F(a2) STEADY_F(a3) STEADY_F(a4) STEADY_F(a5)
+    STEADY_F(a6) STEADY_F(a7) STEADY_F(a8) STEADY_F(a9) STEADY_F(a10) STEADY_F(a11)
+#undef STEADY_F
+    __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8),
+                     "+x"(a9), "+x"(a10), "+x"(a11));
+  }
+  __m256 sum = a0;
+  for (__m256 v : {a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11}) sum = _mm256_add_ps(sum, v);
+  return int32_t(_mm256_cvtss_f32(sum));
+}
+
 int32_t IssueLoop(Beside beside, int64_t turns) {
   switch (beside) {
     case Beside::kAvx2Product: return Avx2ProductLoop(turns);
+    case Beside::kAvx2Fma: return Avx2FmaLoop(turns);
     case Beside::kNothing: return IssueLoop<Beside::kNothing>(turns);
     case Beside::kFma: return IssueLoop<Beside::kFma>(turns);
     case Beside::kMulps: return IssueLoop<Beside::kMulps>(turns);
@@ -331,6 +353,10 @@ double Avx2Int8Peak() {
   static const double peak = MeasurePeak(Beside::kAvx2Product, 32);
   return peak;
 }
+double Avx2FmaPeak() {  // in bf16 multiply-adds: 8 an FMA
+  static const double peak = MeasurePeak(Beside::kAvx2Fma, 8);
+  return peak;
+}
 
 // The benchmark's iterations of the loop (each timed as its own): the best one's rate.
 double BestIssueRate(benchmark::State& state, Beside loop) {
@@ -358,7 +384,7 @@ BENCHMARK(BM_VpdpbusdIssue)->DenseRange(0, 5)->ArgNames({"beside"})->Unit(benchm
 
 // The same loop with 12 VDPBF16PS: the peak the bf16 kernel's `peak_fraction` divides by.
 void BM_Vdpbf16psIssue(benchmark::State& state) {
-  if (!kX86 || !cpu::Bf16DotAvailable()) return state.SkipWithError("no AVX512_BF16 on this CPU");
+  if (!kX86 || !cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx512Bf16)) return state.SkipWithError("no AVX512_BF16 on this CPU");
   const double rate = BestIssueRate(state, Beside::kBf16);
   state.counters["G_VDPBF16PS_per_s"] = rate / 1e9;
   state.counters["bf16_GMACs"] = 32 * rate / 1e9;
@@ -377,6 +403,17 @@ void BM_MaddubswIssue(benchmark::State& state) {
   state.counters["threads"] = cpu::ComputeThreads();
 }
 BENCHMARK(BM_MaddubswIssue)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
+
+// The same loop with 12 256-bit FMAs (8 multiply-adds each): the peak the AVX2 bf16 kernel's
+// `peak_fraction` divides by.
+void BM_FmaIssue(benchmark::State& state) {
+  if (!kX86 || !cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx2)) return state.SkipWithError("no AVX2 and FMA on this CPU");
+  const double rate = BestIssueRate(state, Beside::kAvx2Fma);
+  state.counters["G_FMA_per_s"] = rate / 1e9;
+  state.counters["GMACs"] = 8 * rate / 1e9;
+  state.counters["threads"] = cpu::ComputeThreads();
+}
+BENCHMARK(BM_FmaIssue)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
 
 template <typename Fn>
 void RunLowPrecision(benchmark::State& state, double weight_bytes_x8, const char* label, const Fn& fn) {
@@ -414,13 +451,23 @@ void BM_Bf16Widening(benchmark::State& state) {
     cpu::MatMulNTBf16(x, rows, in, lw.bf16.data(), out, y);
   });
 }
+// The bf16 paths by argument 3 ("path:N" in the names): 0 AVX512_BF16, 1 AVX2, 2 Arm BF16.
+constexpr cpu::Bf16Path kBenchBf16Paths[] = {cpu::Bf16Path::kAvx512Bf16, cpu::Bf16Path::kAvx2, cpu::Bf16Path::kArmBf16};
+struct WidestBf16PathAfter {
+  ~WidestBf16PathAfter() { cpu::SetBf16Path(cpu::WidestBf16Path()); }
+};
 void BM_Bf16Dot(benchmark::State& state) {
-  if (!cpu::Bf16DotAvailable()) return state.SkipWithError("no AVX512_BF16 on this CPU");
+  const cpu::Bf16Path path = kBenchBf16Paths[state.range(3)];
+  if (!cpu::Bf16PathAvailable(path)) return state.SkipWithError("this CPU lacks the bf16 path");
+  cpu::SetBf16Path(path);
+  WidestBf16PathAfter restore;
   RunLowPrecision(state, 16, cpu::Bf16DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
                                                      int out, float* y) {
     cpu::MatMulNTBf16Dot(x, rows, in, lw.bf16_dot.data(), out, y);
   });
-  if (kX86) ReportPeakFraction(state, Bf16Peak());  // AVX512_BF16 here (the Arm kernels have no issue loop)
+  // Against VDPBF16PS's or the FMAs' issue rate (the Arm kernels have no issue loop).
+  if (path == cpu::Bf16Path::kAvx512Bf16) ReportPeakFraction(state, Bf16Peak());
+  if (path == cpu::Bf16Path::kAvx2) ReportPeakFraction(state, Avx2FmaPeak());
 }
 // q8_0 is 9 bytes per 8 weights: the int8 values and an fp32 scale per 32.
 void BM_Q8Widening(benchmark::State& state) {
@@ -530,8 +577,16 @@ void DotShapes(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_Bf16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+// DotShapes on each bf16 path.
+void Bf16DotShapes(benchmark::internal::Benchmark* b) {
+  for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {
+    for (int rows : {1, 4, 16, 64}) {
+      for (int64_t path = 0; path < int64_t(std::size(kBenchBf16Paths)); ++path) b->Args({rows, in, out, path});
+    }
+  }
+}
+BENCHMARK(BM_Bf16Dot)->Apply(Bf16DotShapes)->ArgNames({"rows", "in", "out", "path"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // DotShapes on each int8 path.
 void Int8DotShapes(benchmark::internal::Benchmark* b) {
   for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {

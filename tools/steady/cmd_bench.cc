@@ -530,10 +530,10 @@ Command BenchCommand() {
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8|q4|q4k: the
 CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block scales) (weight bytes count them so; auto, the default: as stored, bf16 and a GGUF file's quantized blocks on the dot-product kernels; stored: as stored, the widening kernels); --cpu-gemm: auto (AMX
-tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16; q8, q4, q4k and a GGUF file's quantized blocks on TDPBSUD with
+tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16, else FMAs with AVX2; q8, q4, q4k and a GGUF file's quantized blocks on TDPBSUD with
 AMX-INT8, else VPDPBUSD with AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avx512vnni (the int8 formats on VPDPBUSD where
 AMX-INT8 is there too), avxvnni or avx2 (as auto,
-the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), these four with bf16 off AMX tiles (on VDPBF16PS where the CPU has it), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
+the int8 formats on that 256-bit path, to compare the paths on one CPU), armdot (the int8 formats on SDOT where SMMLA is there too), these four with bf16 off AMX tiles (avx512vnni and armdot on VDPBF16PS or BFMMLA where the CPU has it, else AVX2's FMAs; avxvnni and avx2 on AVX2's FMAs, to compare), simd (the widening kernels only), openblas (every fp32 GEMM through OpenBLAS, as before
 the small-row kernel; as simd for the other formats), for baselines in the same run (docs/cpu.md); the report names each format's
 path on this CPU ("cpu_gemm_paths"). Copy bandwidth: Backend::CopyBandwidth of --copy-bytes buffers (default 256 MiB; read +
 written bytes per second). Decode: B slots at position L (constant state: 256 real tokens, or a

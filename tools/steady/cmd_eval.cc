@@ -103,7 +103,8 @@ docs/cpu.md; the default, auto, reads them as the checkpoint stores them, bf16 a
 stored keeps every matrix on the widening kernels); --cpu-gemm simd (and openblas) keeps bf16
 off AMX tiles and bf16, q8, q4, q4k and a GGUF file's quantized blocks off the dot-product kernels (which also round the activations to bf16/q8);
 avx512vnni puts the int8 formats on VPDPBUSD where AMX-INT8 is there too, avxvnni and avx2 on that 256-bit path, armdot the int8 formats on SDOT where
-SMMLA is there too (the same results as auto's); these four keep bf16 off AMX tiles (on VDPBF16PS where the CPU has it). On the GPU,
+SMMLA is there too (the same results as auto's); these four keep bf16 off AMX tiles (avx512vnni and armdot on VDPBF16PS or BFMMLA where
+the CPU has it, else AVX2's FMAs; avxvnni and avx2 on AVX2's FMAs). On the GPU,
 --cuda-weights f32 runs the fp32 reference path, --cuda-kv f32 keeps softmax's KV cache in fp32.
 )",
           {.with_value = FlagUnion({{"model", "data", "max-tokens", "context"}, kMechanismFlags, kDeviceFlags, kCudaFlags}), .switches = {"json"}}, RunEval};

@@ -210,9 +210,9 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
 (auto, the default: fp32, bf16 or f16, memory-mapped; bf16 and a GGUF file's quantized blocks on the dot-product kernels;
 stored: every matrix on the widening kernels, fp32 arithmetic), or converted to f32, bf16, q8 (8-bit blocks) q4 (4-bit blocks) or q4k (4-bit with sub-block scales);
---cpu-gemm: auto (bf16 on AMX tiles or VDPBF16PS, on Arm BFMMLA/BFDOT; q8, q4, q4k and a GGUF file's quantized blocks on int8 dot products: AMX-INT8 tiles, else AVX512_VNNI,
+--cpu-gemm: auto (bf16 on AMX tiles, else VDPBF16PS, else AVX2's FMAs, on Arm BFMMLA/BFDOT; q8, q4, q4k and a GGUF file's quantized blocks on int8 dot products: AMX-INT8 tiles, else AVX512_VNNI,
 else AVX-VNNI, else AVX2, on Arm SMMLA, else SDOT; where the CPU has them), avx512vnni (as auto, the int8 formats on VPDPBUSD where the CPU has AMX-INT8 too), avxvnni or avx2 (as auto, the int8 formats on that 256-bit path: the same
-results), armdot (as auto, the int8 formats on SDOT where the CPU has SMMLA too), these four with bf16 off AMX tiles (VDPBF16PS where the CPU has it), simd (the widening kernels only) or openblas (every fp32 GEMM in OpenBLAS, as simd otherwise) (docs/cpu.md).
+results), armdot (as auto, the int8 formats on SDOT where the CPU has SMMLA too), these four with bf16 off AMX tiles (avx512vnni and armdot on VDPBF16PS or BFMMLA where the CPU has it, else AVX2's FMAs; avxvnni and avx2 on AVX2's FMAs), simd (the widening kernels only) or openblas (every fp32 GEMM in OpenBLAS, as simd otherwise) (docs/cpu.md).
 --mechanism serves the checkpoint's weights with another attention mechanism. --chat: the prompt is a
 user message (after the --system message), rendered with the model's chat template as steady-server
 renders chat: the Jinja template of a Hugging Face directory (chat_template.jinja or
