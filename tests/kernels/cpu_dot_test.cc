@@ -220,6 +220,9 @@ float Vdpbf16psOrder(const Bf16Problem& p, int r, int j) {
 TEST(CpuDotTest, Avx2Bf16IsVdpbf16psArithmetic) {
   if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << Missing(cpu::Bf16Path::kAvx2);
   cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+  struct WidestAfter {
+    ~WidestAfter() { cpu::SetBf16Path(cpu::WidestBf16Path()); }
+  } widest_after;  // also when an assertion returns early
   std::mt19937_64 rng(15);
   int64_t subnormal = 0;
   for (int rows : {1, 3, 4, 7, 33}) {
@@ -240,7 +243,6 @@ TEST(CpuDotTest, Avx2Bf16IsVdpbf16psArithmetic) {
       }
     }
   }
-  cpu::SetBf16Path(cpu::WidestBf16Path());
   EXPECT_GT(subnormal, 0) << "no subnormal sum was compared";
 }
 
