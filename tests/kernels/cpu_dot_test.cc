@@ -200,6 +200,34 @@ TEST_P(Bf16PathTest, RoundsTheActivations) {
   EXPECT_LT(widening_to_exact * 10, dot_to_exact);   // and the widening kernel computes x w
 }
 
+// Each path's vector rounding of the activations is FloatToBf16's at the values where rounding is
+// delicate: ties to even both ways, a carry into the exponent, the largest floats (which round to
+// infinity), infinities, quiet and signalling NaNs (a NaN stays a NaN) and, on AVX2 only (VDPBF16PS
+// and BFDOT treat subnormal bf16 inputs as zero), a subnormal. Row r holds its value at input 0 of
+// 40 (inside the vector loops, not their scalar tails) and zeros elsewhere; the weight 1 at input 0
+// of the one column reads back bf16(value).
+TEST_P(Bf16PathTest, RoundsDelicateValuesAsFloatToBf16) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0xbf818000u, 0x3fffffffu, 0x7f7fffffu,
+                                0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffa00000u,
+                                0x3eaaaaabu};
+  if (GetParam() == cpu::Bf16Path::kAvx2) bits.push_back(0x00012345u);
+  const int rows = int(bits.size()), in = 40, out = 1;
+  Bf16Problem p{rows, in, out, std::vector<float>(size_t(rows) * in, 0.0f), std::vector<uint16_t>(size_t(in), 0), {}};
+  for (int r = 0; r < rows; ++r) p.x[size_t(r) * in] = std::bit_cast<float>(bits[size_t(r)]);
+  p.w[0] = cpu::FloatToBf16(1.0f);
+  p.packed.assign(size_t(cpu::Bf16DotPackedSize(out, in)), 0xffff);
+  cpu::PackBf16Dot(p.w.data(), out, in, p.packed.data());
+  const std::vector<float> got = RunBf16Dot(p, p.x, rows);
+  for (int r = 0; r < rows; ++r) {
+    const float want = cpu::Bf16ToFloat(cpu::FloatToBf16(std::bit_cast<float>(bits[size_t(r)])));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[size_t(r)])) << std::hex << bits[size_t(r)] << ": " << got[size_t(r)];
+    } else {
+      EXPECT_EQ(got[size_t(r)], want) << std::hex << bits[size_t(r)];
+    }
+  }
+}
+
 // VDPBF16PS's arithmetic as its definition gives it, for one output: per pair of inputs, the odd
 // one's product added to the sum, then the even one's, each a fused multiply-add in fp32 (the
 // products of bf16 values are exact) with subnormals kept, as the AVX2 path keeps them.
