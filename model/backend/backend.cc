@@ -257,6 +257,8 @@ absl::Status CheckDevice(std::string_view device) {
   return absl::OkStatus();
 }
 
+bool DeviceIsCpu(std::string_view device) { return device == "cpu" || (device == "auto" && !CudaDevicePresent()); }
+
 namespace {
 
 // /proc/meminfo's MemAvailable in bytes (what Linux can hand out without swapping, reclaimable cache
@@ -298,7 +300,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, std::st
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   cpu::SetComputeThreads(options.cpu_threads);
   if (device == "cuda") return MakeCudaBackend(model, options);
-  if (device == "auto" && CudaDevicePresent()) {
+  if (!DeviceIsCpu(device)) {  // auto with a GPU
     auto cuda = MakeCudaBackend(model, options);
     // A mechanism without CUDA kernels runs on the CPU (Name() says which backend was taken).
     if (cuda.ok() || cuda.status().code() != absl::StatusCode::kInvalidArgument) return cuda;

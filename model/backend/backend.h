@@ -159,10 +159,15 @@ bool CudaDevicePresent();
 // backend built and a GPU visible; otherwise the error MakeBackend would give.
 absl::Status CheckDevice(std::string_view device);
 
+// Whether `device` takes the CPU backend whatever the model: "cpu", or "auto" where no CUDA device is
+// visible (auto with one takes the CPU only for a model the CUDA backend cannot run).
+bool DeviceIsCpu(std::string_view device);
+
 // The CPU backend's state pool takes every slot's fixed state at once (zero-filled: each page
 // touched). Where `slots` states pass the memory available (/proc/meminfo's MemAvailable),
 // RESOURCE_EXHAUSTED naming the sizes, instead of std::bad_alloc or the OOM killer later; MakeBackend
-// checks it for every CPU backend, steady bench for its largest batch before the first.
+// checks it for every CPU backend, steady bench for its largest batch before the first where
+// DeviceIsCpu.
 absl::Status CheckCpuStateMemory(const Model& model, int slots);
 
 // "cpu", "cuda" or "auto" (cuda when built and a device is visible, else cpu). "cuda" without a

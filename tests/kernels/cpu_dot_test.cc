@@ -69,6 +69,11 @@ const char* Missing(cpu::Bf16Path path) {
   return "";
 }
 
+// The widest bf16 path again when it goes, also when an assertion returns early.
+struct WidestBf16PathAfter {
+  ~WidestBf16PathAfter() { cpu::SetBf16Path(cpu::WidestBf16Path()); }
+};
+
 // The bf16 kernels on one path (the test's parameter); the widest path again afterwards.
 class Bf16PathTest : public ::testing::TestWithParam<cpu::Bf16Path> {
  protected:
@@ -77,7 +82,7 @@ class Bf16PathTest : public ::testing::TestWithParam<cpu::Bf16Path> {
     cpu::SetBf16Path(GetParam());
     std::printf("bf16 path: %s\n", cpu::Bf16DotPath());
   }
-  void TearDown() override { cpu::SetBf16Path(cpu::WidestBf16Path()); }
+  WidestBf16PathAfter widest_after_;
 };
 INSTANTIATE_TEST_SUITE_P(Paths, Bf16PathTest, ::testing::ValuesIn(kBf16Paths),
                          [](const ::testing::TestParamInfo<cpu::Bf16Path>& info) {
@@ -247,10 +252,8 @@ float Vdpbf16psOrder(const Bf16Problem& p, int r, int j) {
 // of about 1 x 1e-19 makes products near 1e-38, fp32's smallest normal numbers.
 TEST(CpuDotTest, Avx2Bf16IsVdpbf16psArithmetic) {
   if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << Missing(cpu::Bf16Path::kAvx2);
+  WidestBf16PathAfter widest_after;
   cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
-  struct WidestAfter {
-    ~WidestAfter() { cpu::SetBf16Path(cpu::WidestBf16Path()); }
-  } widest_after;  // also when an assertion returns early
   std::mt19937_64 rng(15);
   int64_t subnormal = 0;
   for (int rows : {1, 3, 4, 7, 33}) {
@@ -281,11 +284,11 @@ TEST(CpuDotTest, Avx2Bf16AgainstVdpbf16ps) {
   if (!cpu::Bf16PathAvailable(cpu::Bf16Path::kAvx512Bf16)) GTEST_SKIP() << Missing(cpu::Bf16Path::kAvx512Bf16);
   std::mt19937_64 rng(16);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);
+  WidestBf16PathAfter widest_after;
   cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
   const std::vector<float> avx2 = RunBf16Dot(p, p.x, p.rows);
   cpu::SetBf16Path(cpu::Bf16Path::kAvx512Bf16);
   const std::vector<float> vdpbf16ps = RunBf16Dot(p, p.x, p.rows);
-  cpu::SetBf16Path(cpu::WidestBf16Path());
   int64_t same = 0;
   for (int r = 0; r < p.rows; ++r) {
     for (int j = 0; j < p.out; ++j) {

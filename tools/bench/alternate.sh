@@ -52,7 +52,7 @@ for i in range(rounds):
             units[name] = r.get("time_unit", "ns")
 names = sorted({n for n, _ in times})
 if not names:
-    sys.exit(f"no benchmark ran that matches the filter (or every one skipped)")
+    sys.exit("no benchmark ran that matches the filter (or every one skipped)")
 print("| benchmark | " + " | ".join(f"{j + 1}: {b}" for j, b in enumerate(binaries)) + " |")
 print("|---|" + "---|" * len(binaries))
 for n in names:

@@ -446,8 +446,7 @@ absl::Status RunBench(const Flags& flags) {
   // prefill figure goes with the first.
   const bool several = batches->size() * contexts->size() > 1;
   // The largest batch's states, checked before the first report instead of after the smaller ones.
-  const std::string device = flags.Get("device", "auto");
-  if (device == "cpu" || (device == "auto" && !CudaDevicePresent())) {
+  if (DeviceIsCpu(flags.Get("device", "auto"))) {
     const int64_t largest = *std::max_element(batches->begin(), batches->end());
     if (absl::Status s = CheckCpuStateMemory(*model, int(largest)); !s.ok()) return s;
   }
