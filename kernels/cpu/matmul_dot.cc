@@ -254,6 +254,29 @@ void PackBf16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed) {
   });
 }
 
+// AVX2 + FMA + F16C: the int8 kernels' AVX2 path asks for the same.
+bool F16DotRunsOn(Bf16Path path) { return path == Bf16Path::kAvx2 && Int8PathAvailable(Int8Path::kAvx2); }
+const char* F16DotPathName(Bf16Path path) {
+  return F16DotRunsOn(path) ? "avx2 (F16C + FMA on packed f16)" : Bf16PathName(Bf16Path::kNone);
+}
+bool F16DotAvailable() { return F16DotRunsOn(CurrentBf16Path()); }
+const char* F16DotPath() { return F16DotPathName(CurrentBf16Path()); }
+const char* F16DotExtension() { return F16DotAvailable() ? "F16C" : ""; }
+
+int64_t F16DotPackedSize(int64_t out, int64_t in) { return Groups(out) * in * kGroup; }
+
+void PackF16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed) {
+  ForEachGroup(out, in, [&](int64_t g) {
+    for (int64_t k = 0; k < in; ++k) {
+      uint16_t* v = packed + (g * in + k) * kGroup;
+      for (int c = 0; c < kGroup; ++c) {
+        const int64_t j = g * kGroup + c;
+        v[c] = j < out ? w[j * in + k] : uint16_t(0);
+      }
+    }
+  });
+}
+
 int64_t Q8DotPackedSize(int64_t out, int64_t in) { return Groups(out) * Q8BlocksPerRow(in) * kQ8Record; }
 
 void PackQ8Dot(Q8Weights w, int64_t out, int64_t in, uint8_t* packed) {
@@ -292,6 +315,18 @@ void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* produc
 void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
   const DotProduct product{packed, out, y};
   MatMulNTBf16Dots(x, rows, in, &product, 1);
+}
+
+void MatMulNTF16Dots(const float* x, int rows, int in, const DotProduct* products, int count) {
+  STEADY_CHECK(F16DotAvailable() && "no f16 kernel on this path");
+#if defined(__x86_64__)
+  dot::MatMulNTF16DotsAvx2(x, rows, in, products, count);
+#endif
+}
+
+void MatMulNTF16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y) {
+  const DotProduct product{packed, out, y};
+  MatMulNTF16Dots(x, rows, in, &product, 1);
 }
 
 namespace dot {

@@ -2,7 +2,8 @@
 // instructions for it: bf16 x bf16 on AVX512_BF16 (VDPBF16PS) and int8 x int8 on AVX512_VNNI
 // (VPDPBUSD) (matmul_dot512.cc), or on 256-bit vectors with AVX-VNNI or AVX2 (matmul_dot256.cc), and
 // on AArch64 with BFDOT/BFMMLA and SDOT/SMMLA (matmul_dot_arm.cc), over weights packed once at load into the
-// layout those instructions read (matmul_dot.cc: the dispatch, packing and references).
+// layout those instructions read (matmul_dot.cc: the dispatch, packing and references); and f16
+// weights widened by F16C on AVX2 (matmul_f16_avx2.cc), over the same kind of layout.
 // The widening kernels of matmul.h stay the fallback (where the CPU lacks the instructions) and the
 // reference. Only kernels/cpu/ and the code above it include this file.
 //
@@ -126,6 +127,31 @@ void MatMulNTBf16Dot(const float* x, int rows, int in, const uint16_t* packed, i
 // The double-precision product of bf16(x) and the row-major w: what MatMulNTBf16Dot computes.
 void MatMulNTBf16DotReference(const float* x, int rows, int in, const uint16_t* w, int out, float* y);
 
+// f16 weights (a checkpoint's own, a GGUF file's F16 tensors) packed for the f16 kernel: per group of
+// 16 columns, per input, the 16 columns' f16 values side by side (32 bytes: one VCVTPH2PS a half).
+// Zero padding past `out`; the same bytes as the row-major matrix but for that padding.
+int64_t F16DotPackedSize(int64_t out, int64_t in);  // in uint16_t values
+// w [out, in] in f16 (FloatToF16) -> packed (F16DotPackedSize values).
+void PackF16Dot(const uint16_t* w, int64_t out, int64_t in, uint16_t* packed);
+// Whether the f16 kernel runs where the bf16 kernels take `path`: on x86 with AVX2, FMA and F16C
+// where they take AVX2's FMAs (kAvx2: no AVX512_BF16, or --cpu-gemm avx2|avxvnni). With AVX512_BF16
+// the widening kernel reads f16 on 512-bit vectors, and whether this kernel would beat it there is
+// not measured (docs/cpu.md). Its name there ("avx2 (F16C + FMA on packed f16)", else the widening
+// kernel's).
+bool F16DotRunsOn(Bf16Path path);
+const char* F16DotPathName(Bf16Path path);
+// The same on the current bf16 path (the f16 kernel may only be called where available), and the
+// extension for the backend's name ("F16C", or "" where it does not run).
+bool F16DotAvailable();
+const char* F16DotPath();
+const char* F16DotExtension();
+// y = x w^T with packed f16 weights: x as it is (fp32), each y[r, j] one fp32 running sum over the
+// inputs in order, sum = fma(x[r, k], w[j, k], sum) with the weight widened exactly, from +0. Only
+// where F16DotAvailable(). Against the exact product (matmul.h MatMulNTF16Reference), each element is
+// off by at most the fp32 sum's error, in * 2^-24 * sum |x_k w_k| (the order of the widening
+// kernel's lanes differs, so their bits may too).
+void MatMulNTF16Dot(const float* x, int rows, int in, const uint16_t* packed, int out, float* y);
+
 // q8_0 weights packed for VPDPBUSD: per group of 16 columns, per block of kQ8Block inputs, 8 vectors
 // of the 16 columns' 4 consecutive values side by side, each stored + 128 as an unsigned byte (what
 // VPDPBUSD's unsigned operand takes), then the 16 columns' fp32 scales: 576 bytes per 512 weights,
@@ -230,11 +256,12 @@ void MatMulNTQ32Dot(Q32Type type, const float* x, int rows, int in, const uint8_
 // or two, and one quantization). At most kMaxDotProducts products a call.
 inline constexpr int kMaxDotProducts = 8;
 struct DotProduct {
-  const void* packed;  // uint16_t values for bf16, bytes for the int8 formats
+  const void* packed;  // uint16_t values for bf16 and f16, bytes for the int8 formats
   int out;             // its columns
   float* y;            // [rows, out]
 };
 void MatMulNTBf16Dots(const float* x, int rows, int in, const DotProduct* products, int count);
+void MatMulNTF16Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ8Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4Dots(const float* x, int rows, int in, const DotProduct* products, int count);
 void MatMulNTQ4KDots(const float* x, int rows, int in, const DotProduct* products, int count);

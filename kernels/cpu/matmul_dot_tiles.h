@@ -1,8 +1,8 @@
 // What the dot-product kernels of every instruction set share (kernels/cpu only): the packed records'
 // sizes, the rounded and quantized activations, and each instruction set's entry points
 // (matmul_dot512.cc: AVX-512; matmul_dot256.cc: AVX-VNNI and AVX2; matmul_bf16_avx2.cc: bf16 on
-// AVX2; matmul_dot_arm.cc: Arm SDOT and BFDOT), which matmul_dot.cc dispatches to. The loop over
-// tiles is matmul_dot_driver-inl.h.
+// AVX2; matmul_f16_avx2.cc: f16 on AVX2; matmul_dot_arm.cc: Arm SDOT and BFDOT), which matmul_dot.cc
+// dispatches to. The loop over tiles is matmul_dot_driver-inl.h.
 #ifndef STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 #define STEADY_KERNELS_CPU_MATMUL_DOT_TILES_H_
 
@@ -181,6 +181,8 @@ extern const Int8Kernels kArmI8mmKernels;     // matmul_dot_arm.cc (SMMLA; one r
 void MatMulNTBf16Dots512(const float* x, int rows, int in, const DotProduct* products, int count);   // matmul_dot512.cc
 void MatMulNTBf16DotsAvx2(const float* x, int rows, int in, const DotProduct* products, int count);  // matmul_bf16_avx2.cc
 void MatMulNTBf16DotsArm(const float* x, int rows, int in, const DotProduct* products, int count);   // matmul_dot_arm.cc
+// MatMulNTF16Dots (AVX2, FMA and F16C).
+void MatMulNTF16DotsAvx2(const float* x, int rows, int in, const DotProduct* products, int count);  // matmul_f16_avx2.cc
 
 }  // namespace steady::cpu::dot
 

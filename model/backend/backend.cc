@@ -62,12 +62,16 @@ class CpuBackend : public Backend {
     // for a quantized file as these kernels do). They round the activations, so under stored every
     // matrix keeps the widening kernels: the logits stay those of the checkpoint's own numbers,
     // exactly (what the comparisons with PyTorch and with llama.cpp's fp32 dequantization check). fp32
-    // and f16 matrices keep them under auto too.
+    // matrices keep them under auto too.
     const bool int8 = w == CpuWeights::kQ8 || w == CpuWeights::kQ4 || w == CpuWeights::kQ4K ||
                       (w == CpuWeights::kAuto && own.HasInt8Format());
     const bool bf16_dot = w == CpuWeights::kBf16 || (w == CpuWeights::kAuto && own.Has(WeightType::kBf16));
+    // A checkpoint's own f16 matrices go to the f16 kernel (the activations stay fp32) where the CPU
+    // backend runs it (cpu::F16DotAvailable: where bf16 takes AVX2's FMAs).
+    const bool f16_dot = w == CpuWeights::kAuto && own.Has(WeightType::kF16);
     const bool dot = UsesDotKernels(options.cpu_gemm) && !amx &&
-                     ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()));
+                     ((bf16_dot && cpu::Bf16DotAvailable()) || (int8 && cpu::Int8DotAvailable()) ||
+                      (f16_dot && cpu::F16DotAvailable()));
     if (ConvertedType(w) || amx || dot) reduced_ = std::make_unique<CpuMatrices>(CpuMatrices::From(model, w, amx, dot));
     const CpuMatrices& read = reduced_ ? *reduced_ : own;
     types_ = read.TypeNames();

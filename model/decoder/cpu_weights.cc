@@ -113,8 +113,9 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
                               ? "OpenBLAS sgemm"
                               : absl::StrCat("fp32 FMA (", cpu::SimdTargetName(), ") to ", cpu::kSmallRowsMax,
                                              " rows, OpenBLAS sgemm above");
-  // f16 matrices (a checkpoint's own) keep the widening kernels under every setting.
-  return {{"f32", f32},  {"bf16", bf16}, {"f16", widening}, {"q8", q8},     {"q8_0", q8},   {"q4", q8},
+  // f16 matrices (a checkpoint's own) take the f16 kernel where the bf16 ones take AVX2's FMAs.
+  const std::string f16 = fast ? cpu::F16DotPathName(bf16_path) : widening;
+  return {{"f32", f32},  {"bf16", bf16}, {"f16", f16},      {"q8", q8},     {"q8_0", q8},   {"q4", q8},
           {"q4k", q8},   {"q5k", q8},    {"q6k", q8},       {"q4_1", q8},   {"q5_0", q8},   {"q5_1", q8}};
 }
 
@@ -160,6 +161,7 @@ CpuMatrices CpuMatrices::From(const Model& model, CpuWeights precision, bool amx
   const auto convert_to = [&](const WeightMatrix& w, WeightType to) {
     if (amx && to == WeightType::kBf16) to = WeightType::kAmxBf16;
     if (dot && to == WeightType::kBf16 && cpu::Bf16DotAvailable()) to = WeightType::kDotBf16;
+    if (dot && to == WeightType::kF16 && cpu::F16DotAvailable()) to = WeightType::kDotF16;
     if (dot && cpu::Int8DotAvailable()) to = Int8PackedType(to).value_or(to);
     WeightMatrix out = w.ConvertTo(to);
     // The checkpoint's mapped pages are not read again (an embedding's rows still are, one at a
@@ -232,6 +234,7 @@ std::string CpuMatrices::Kernels() const {
   ForEach([&](const WeightMatrix& w) {
     if (w.type() == WeightType::kAmxBf16) names.insert("AMX");
     if (w.type() == WeightType::kDotBf16) names.insert(cpu::Bf16DotExtension());
+    if (w.type() == WeightType::kDotF16) names.insert(cpu::F16DotExtension());
     if (IsInt8Packed(w.type())) names.insert(cpu::Int8PathExtension(cpu::CurrentInt8Path()));
   });
   return absl::StrJoin(names, " and ");

@@ -28,7 +28,9 @@ class Model;
 // quantized ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k: a GGUF file's blocks) packed for the int8 kernels where
 // the CPU has one (the activations quantized per 32 as llama.cpp's own dot products do), the bf16 ones
 // (a checkpoint's own, or a GGUF file's BF16 tensors) on AMX tiles, VDPBF16PS or AVX2's FMAs
-// (the first the CPU has; the activations rounded to bf16), fp32 and f16 on the widening kernels (CpuGemm);
+// (the first the CPU has; the activations rounded to bf16), the f16 ones on the f16 kernel where the
+// bf16 ones take AVX2's FMAs (cpu::F16DotAvailable: packed, fp32 activations), fp32 (and f16
+// elsewhere) on the widening kernels (CpuGemm);
 // stored: as stored, every matrix on the widening kernels with fp32 activations (what comparisons
 // with another implementation's fp32 arithmetic need); f32; bf16 (half the bytes of fp32); q8 (8-bit
 // blocks, about a quarter); q4 (q4_0's 4-bit blocks, about a seventh; the int8 kernels where the CPU
@@ -91,7 +93,7 @@ absl::Status CpuGemmAvailable(CpuGemm gemm);
 // as {format, path} pairs for f32, bf16, q8, q4, q4k (the --cpu-weights formats), a checkpoint's f16
 // and a GGUF file's q8_0, q5k, q6k, q4_1, q5_0 and q5_1, e.g. {"q8", "avx512_vnni (VPDPBUSD)"} (bench
 // reports, the server's log). Under stored every format but f32 takes the widening kernel, whatever
-// the CPU has; f16 always does.
+// the CPU has.
 std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuWeights weights);
 // One line for a log: the CPU, the compute threads, the SIMD target, the flags and CpuGemmPaths,
 // e.g. "AMD EPYC (family 25, model 17), 2 threads, AVX3_ZEN4, --cpu-gemm auto, --cpu-weights auto;
@@ -113,12 +115,13 @@ struct CpuMatrices {
 
   // `amx` (bf16 matrices only, where cpu::AmxAvailable()) packs them for AMX. `dot` packs the bf16
   // matrices for the bf16 kernels where cpu::Bf16DotAvailable() (and not for AMX) and the quantized
-  // ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k) for the int8 kernels where cpu::Int8DotAvailable(); the other matrices stay as they are.
+  // ones (q8, q8_0, q4, q4_1, q5_0, q5_1, q4k, q5k, q6k) for the int8 kernels where cpu::Int8DotAvailable(), the f16
+  // ones for the f16 kernel where cpu::F16DotAvailable(); the other matrices stay as they are.
   static CpuMatrices From(const Model& model, CpuWeights precision, bool amx = false, bool dot = false);
   // The CPU extensions the packed matrices run on, for the backend's name: "AMX", the bf16 dot
-  // kernels' (cpu::Bf16DotExtension: "AVX512_BF16", "AVX2", Arm's "BF16"), the int8 path's
-  // (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2", "I8MM", "DOTPROD") or "" (the
-  // widening kernels).
+  // kernels' (cpu::Bf16DotExtension: "AVX512_BF16", "AVX2", Arm's "BF16"), the f16 kernel's ("F16C"),
+  // the int8 path's (cpu::Int8PathExtension: "AVX512_VNNI", "AVX_VNNI", "AVX2", "I8MM", "DOTPROD") or
+  // "" (the widening kernels).
   std::string Kernels() const;
   int64_t Bytes() const;
   // How many weights the matrices hold (each stored in Bytes() / Weights() bytes on average).

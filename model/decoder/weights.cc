@@ -56,6 +56,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotQ4_1: return "dot-q4_1";
     case WeightType::kDotQ5_0: return "dot-q5_0";
     case WeightType::kDotQ5_1: return "dot-q5_1";
+    case WeightType::kDotF16: return "dot-f16";
   }
   return "?";
 }
@@ -150,6 +151,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kQ8: return Weights() + rows_ * cpu::Q8BlocksPerRow(cols_) * int64_t(sizeof(float));
     case WeightType::kAmxBf16: return cpu::AmxPackedSize(int(rows_), int(cols_)) * 2;
     case WeightType::kDotBf16: return cpu::Bf16DotPackedSize(rows_, cols_) * 2;
+    case WeightType::kDotF16: return cpu::F16DotPackedSize(rows_, cols_) * 2;
     case WeightType::kDotQ8: return cpu::Q8DotPackedSize(rows_, cols_);
     case WeightType::kQ4: return cpu::Q4Bytes(rows_, cols_);
     case WeightType::kDotQ4: return cpu::Q4DotPackedSize(rows_, cols_);
@@ -252,6 +254,7 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
     case WeightType::kDotQ6K:
     case WeightType::kAmxBf16:
     case WeightType::kDotBf16:
+    case WeightType::kDotF16:
     case WeightType::kDotQ8:
       break;
   }
@@ -403,6 +406,14 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       m.owner_ = std::move(packed);
       return m;
     }
+    case WeightType::kDotF16: {  // packed from the checkpoint's own f16 values: nothing rounded
+      STEADY_CHECK(type_ == WeightType::kF16 && "ConvertTo dot-f16: only from f16");
+      auto packed = Buffer<uint16_t>(size_t(cpu::F16DotPackedSize(rows_, cols_)));
+      cpu::PackF16Dot(as<uint16_t>(), rows_, cols_, packed->data());
+      m.data_ = packed->data();
+      m.owner_ = std::move(packed);
+      return m;
+    }
     case WeightType::kF16:
     case WeightType::kQ5K:
     case WeightType::kQ6K:
@@ -430,6 +441,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kQ8: return cpu::MatMulNTQ8(x, rows, in, {w.as<int8_t>(), w.q8_scales()}, out, y);
     case WeightType::kAmxBf16: return cpu::MatMulNTAmxBf16(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotBf16: return cpu::MatMulNTBf16Dot(x, rows, in, w.as<uint16_t>(), out, y);
+    case WeightType::kDotF16: return cpu::MatMulNTF16Dot(x, rows, in, w.as<uint16_t>(), out, y);
     case WeightType::kDotQ8: return cpu::MatMulNTQ8Dot(x, rows, in, w.as<uint8_t>(), out, y);
     case WeightType::kQ4: return cpu::MatMulNTQ4(x, rows, in, w.q4(), out, y);
     case WeightType::kDotQ4: return cpu::MatMulNTQ4Dot(x, rows, in, w.as<uint8_t>(), out, y);
@@ -454,6 +466,7 @@ void MatMuls(const float* x, int rows, std::span<const MatrixProduct> products) 
   auto dots_of = [](WeightType type) -> DotsFn {
     switch (type) {
       case WeightType::kDotBf16: return cpu::MatMulNTBf16Dots;
+      case WeightType::kDotF16: return cpu::MatMulNTF16Dots;
       case WeightType::kDotQ8: return cpu::MatMulNTQ8Dots;
       case WeightType::kDotQ4: return cpu::MatMulNTQ4Dots;
       case WeightType::kDotQ4K: return cpu::MatMulNTQ4KDots;

@@ -48,9 +48,11 @@ enum class WeightType {
   kDotQ4_1,  // q4_1, q5_0, q5_1 packed for the int8 kernels (kernels/cpu/matmul_dot.h PackQ32Dot)
   kDotQ5_0,
   kDotQ5_1,
+  kDotF16,   // f16 packed for the f16 kernel (kernels/cpu/matmul_dot.h PackF16Dot), zero padding included
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
-// "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k", "q4_1", "q5_0", "q5_1", "dot-q4_1", "dot-q5_0", "dot-q5_1".
+// "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k", "q4_1", "q5_0", "q5_1", "dot-q4_1", "dot-q5_0", "dot-q5_1",
+// "dot-f16".
 const char* WeightTypeName(WeightType t);
 // The q32 type (kernels/cpu/q32.h) of kQ4_1, kQ5_0, kQ5_1 and of their packed forms; nullopt for the others.
 std::optional<cpu::Q32Type> Q32TypeOf(WeightType t);
@@ -82,8 +84,9 @@ class WeightMatrix {
   static bool MatchesAlignment(WeightType type, const void* data);
 
   // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K, kDotQ4K,
-  // or kDotQ6K from kQ6K): itself when already so, else a converted copy of its own (bf16: rounded
-  // to nearest even; q8: QuantizeQ8 of the fp32 values, or from q8_0 its own blocks, exactly; AMX and dot-bf16: packed from bf16; dot-q8:
+  // kDotQ6K from kQ6K, or kDotF16 from kF16): itself when already so, else a converted copy of its own (bf16: rounded
+  // to nearest even; q8: QuantizeQ8 of the fp32 values, or from q8_0 its own blocks, exactly; AMX and dot-bf16: packed from bf16;
+  // dot-f16: packed from f16, the same values; dot-q8:
   // packed from q8, or from q5_0 its own values exactly; q4 and q4k: quantized from the fp32 values;
   // dot-q4, dot-q4k, dot-q5k, dot-q6k and dot-q4_1, -q5_0, -q5_1: packed from q4 / q4k / q5k / q6k /
   // q4_1, q5_0, q5_1). Converted in parallel over the compute threads (the packing too, a column
@@ -131,11 +134,11 @@ class WeightMatrix {
 // y[rows, out] = x[rows, in] w^T for w [out, in] of any type: fp32 through cpu::MatMulNT (the
 // small-row kernel, OpenBLAS above 32 rows), the other types through their kernels of
 // kernels/cpu/matmul.h, kernels/cpu/amx.h and kernels/cpu/matmul_dot.h, each weight widened to fp32
-// (AMX and dot-bf16: x rounded to bf16; dot-q8: x quantized to q8_0 blocks).
+// (AMX and dot-bf16: x rounded to bf16; dot-q8: x quantized to q8_0 blocks; dot-f16: x as it is).
 void MatMul(const float* x, int rows, const WeightMatrix& w, float* y);
 
 // y_i = x w_i^T for several matrices of the same input size, each y_i bit for bit what MatMul gives
-// it. Where all of them are packed for one dot-product kernel (kDotBf16, kDotQ8, kDotQ4, kDotQ4K), x
+// it. Where all of them are packed for one dot-product kernel (kDotBf16, kDotF16, kDotQ8, kDotQ4, ...), x
 // is rounded or quantized once and their columns go to the compute threads in one call (a decode
 // step's q, k and v: one wait at the threads' barrier instead of three); otherwise MatMul on each.
 struct MatrixProduct {

@@ -89,7 +89,8 @@ constexpr char kUsage[] = R"(usage: steady-server --model DIR|FILE.gguf [--port 
   --cpu-weights W     CPU backend: the projection matrices as the checkpoint stores them (auto,
                       the default: fp32, bf16 or f16, memory-mapped; bf16 and a GGUF file's
                       quantized blocks packed for the dot-product kernels where the CPU has
-                      them, activations rounded to bf16 or 8 bits; stored: every matrix on the
+                      them, activations rounded to bf16 or 8 bits; f16 packed for AVX2's FMAs
+                      where bf16 takes them, fp32 activations; stored: every matrix on the
                       widening kernels, fp32 arithmetic on the stored values), or converted at
                       start to f32, bf16, q8 (8-bit blocks of 32 with a scale: about a quarter of
                       fp32's bytes per decode step, at a small quality cost) or q4 (4-bit blocks,

@@ -56,7 +56,7 @@ start_server "$tmp/server1.log"
 
 cli health | grep -qx SERVING && pass "health: SERVING" || fail "health"
 # The startup log names each weight format's instruction path on this CPU (docs/cpu.md).
-grep -q "steady-server: cpu kernels: .*, [0-9]* threads, .*; bf16: .*; f16: widening.*; q8: .*; q4k: " "$tmp/server1.log" &&
+grep -qE "steady-server: cpu kernels: .*, [0-9]+ threads, .*; bf16: .*; f16: (widening|avx2 \(F16C \+ FMA on packed f16\)).*; q8: .*; q4k: " "$tmp/server1.log" &&
   pass "startup log: the cpu kernels per weight format" || fail "startup log: $(grep 'cpu kernels' "$tmp/server1.log")"
 cli info > "$tmp/info.json"
 python3 - "$tmp/info.json" <<'PY' && pass "info: taylor, state bytes, limits" || fail "info: $(cat "$tmp/info.json")"

@@ -167,6 +167,50 @@ TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnBf16OnTheBf16Kernel) {
   EXPECT_LT(testing::MaxRelError(fast, stored), 0.05);
 }
 
+// A checkpoint saved in f16, read as stored: --cpu-weights auto packs its matrices for the f16 kernel
+// where the bf16 ones take AVX2's FMAs (on this CPU by default, or with --cpu-gemm avx2) and says so,
+// else keeps the widening kernel; stored and simd keep the widening kernel everywhere. The f16
+// kernel's logits are within fp32 rounding of the widening kernel's (the same products, summed in
+// another order; the activations stay fp32).
+TEST(CpuDotBackendTest, AutoPutsACheckpointsOwnF16OnTheF16Kernel) {
+  const Model original = testing::TinyModel("taylor", nlohmann::json::object(), 34);
+  const std::string dir = testing::MakeTempDir("f16_checkpoint");
+  ASSERT_TRUE(original.Save(dir, DType::kF16).ok());
+  auto m = Model::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(CpuMatrices::From(*m, CpuWeights::kStored).Has(WeightType::kF16));
+  std::string stored_name, simd_name;
+  const std::vector<double> stored = BackendStep(*m, CpuWeights::kStored, CpuGemm::kAuto, &stored_name);
+  BackendStep(*m, CpuWeights::kAuto, CpuGemm::kSimd, &simd_name);
+  EXPECT_EQ(stored_name, "cpu (f16 weights)");
+  EXPECT_EQ(simd_name, "cpu (f16 weights)");
+  int packed = 0;
+  for (const CpuGemm gemm : {CpuGemm::kAuto, CpuGemm::kAvx2}) {
+    if (!CpuGemmAvailable(gemm).ok()) continue;
+    const bool f16 = cpu::F16DotRunsOn(Bf16PathFor(gemm));
+    std::string name;
+    const std::vector<double> fast = BackendStep(*m, CpuWeights::kAuto, gemm, &name);
+    EXPECT_EQ(name, f16 ? "cpu (f16 weights on F16C)" : "cpu (f16 weights)") << CpuGemmName(gemm);
+    for (const auto& [format, path] : CpuGemmPaths(gemm, CpuWeights::kAuto)) {
+      if (format == "f16") EXPECT_EQ(path, cpu::F16DotPathName(Bf16PathFor(gemm))) << CpuGemmName(gemm);
+    }
+    ASSERT_EQ(fast.size(), stored.size());
+    EXPECT_LT(testing::MaxRelError(fast, stored), 1e-4) << CpuGemmName(gemm);
+    if (!f16) continue;
+    ++packed;
+    const CpuMatrices read = CpuMatrices::From(*m, CpuWeights::kAuto, /*amx=*/false, /*dot=*/true);
+    EXPECT_EQ(read.lm_head.type(), WeightType::kDotF16);
+    for (const CpuMatrices::Layer& l : read.layers) {
+      for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        EXPECT_EQ(w->type(), WeightType::kDotF16);
+      }
+    }
+    EXPECT_EQ(read.Kernels(), "F16C");
+  }
+  cpu::SetBf16Path(cpu::WidestBf16Path());
+  if (packed == 0) GTEST_SKIP() << "no f16 kernel (AVX2, FMA and F16C where bf16 takes AVX2's FMAs) on this CPU";
+}
+
 // The widest int8 path's extension, as the backend's name says it ("AVX512_VNNI" here).
 std::string WidestInt8() { return cpu::Int8PathExtension(cpu::WidestInt8Path()); }
 

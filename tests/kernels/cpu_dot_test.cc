@@ -4,8 +4,9 @@
 // AVX-VNNI, AVX2) alone, their exact int32 sums on blocks that would saturate VPMADDUBSW used
 // naively, and the same bits from every path. The kernels read weights packed by PackBf16Dot and
 // PackQ8Dot; where the CPU lacks the instructions these tests skip naming them (and the backend
-// keeps the widening kernels, which cpu_kernels_test checks against their references). The
-// backend's choice of them: cpu_dot_backend_test.cc.
+// keeps the widening kernels, which cpu_kernels_test checks against their references). The f16
+// kernel (fp32 activations, f16 weights packed by PackF16Dot) against its definition replayed with
+// std::fma. The backend's choice of them: cpu_dot_backend_test.cc.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -299,6 +300,128 @@ TEST(CpuDotTest, Avx2Bf16AgainstVdpbf16ps) {
     }
   }
   std::printf("the same bits as VDPBF16PS: %lld of %zu outputs\n", static_cast<long long>(same), avx2.size());
+}
+
+struct F16Problem {
+  int rows, in, out;
+  std::vector<float> x;
+  std::vector<uint16_t> w, packed;
+};
+
+// x and w of N(0, 1); w's column 0 scaled by 2^-20, which makes most of its f16 values subnormal
+// (f16's smallest normal number is 2^-14), and x's row 0 by 2^-100, whose products with them are
+// then subnormal in fp32.
+F16Problem MakeF16(int rows, int in, int out, std::mt19937_64& rng) {
+  F16Problem p{rows, in, out, testing::RandomNormal<float>(size_t(rows) * in, rng), {}, {}};
+  for (float v : testing::RandomNormal<float>(size_t(out) * in, rng)) p.w.push_back(cpu::FloatToF16(v));
+  for (int k = 0; k < in; ++k) p.w[size_t(k)] = cpu::FloatToF16(std::ldexp(cpu::F16ToFloat(p.w[size_t(k)]), -20));
+  for (int k = 0; k < in; ++k) p.x[size_t(k)] = std::ldexp(p.x[size_t(k)], -100);
+  p.packed.assign(size_t(cpu::F16DotPackedSize(out, in)), 0xffff);
+  cpu::PackF16Dot(p.w.data(), out, in, p.packed.data());
+  return p;
+}
+
+std::vector<float> RunF16Dot(const F16Problem& p, const std::vector<float>& x, int rows) {
+  std::vector<float> y(size_t(rows) * p.out, NAN);
+  cpu::MatMulNTF16Dot(x.data(), rows, p.in, p.packed.data(), p.out, y.data());
+  return y;
+}
+
+// The f16 kernel's definition for one output: a running fp32 sum from +0 over the inputs in order,
+// each a fused multiply-add of x as it is and the weight widened exactly.
+float F16InOrder(const F16Problem& p, const std::vector<float>& x, int r, int j) {
+  float sum = 0.0f;
+  for (int k = 0; k < p.in; ++k) sum = std::fma(x[size_t(r) * p.in + k], cpu::F16ToFloat(p.w[size_t(j) * p.in + k]), sum);
+  return sum;
+}
+
+// The f16 kernel, on the bf16 path it runs with (AVX2's FMAs); the widest path again afterwards.
+class F16DotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu::F16DotRunsOn(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
+    cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+    ASSERT_TRUE(cpu::F16DotAvailable());
+  }
+  WidestBf16PathAfter widest_after_;
+};
+
+// At every shape (tiles of 1 x 4 groups below 4 rows, 4 x 1 from 4; inputs past a chunk of 256)
+// the kernel gives the definition's bits, subnormal weights, products and sums included, and is
+// within the fp32 sum's error of the exact product (matmul.h MatMulNTF16Reference).
+TEST_F(F16DotTest, IsARunningFmaInOrderAtManyShapes) {
+  std::mt19937_64 rng(17);
+  int64_t subnormal = 0;
+  for (int rows : kRows) {
+    for (int in : {1, 2, 31, 33, 255, 256, 257, 600}) {
+      for (int out : kOuts) {
+        const F16Problem p = MakeF16(rows, in, out, rng);
+        const std::vector<float> got = RunF16Dot(p, p.x, rows);
+        std::vector<float> exact(got.size());
+        cpu::MatMulNTF16Reference(p.x.data(), rows, in, p.w.data(), out, exact.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < out; ++j) {
+            const size_t i = size_t(r) * out + j;
+            const float want = F16InOrder(p, p.x, r, j);
+            subnormal += want != 0.0f && std::abs(want) < 1.17549435e-38f;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want))
+                << "rows " << rows << " in " << in << " out " << out << " at (" << r << ", " << j << "): " << got[i]
+                << " against " << want;
+            const double mag = Magnitude(p.x, r, in, j, [&](int jj, int k) { return double(cpu::F16ToFloat(p.w[size_t(jj) * in + k])); });
+            ASSERT_NEAR(got[i], exact[i], 1e-45 + in * kF32Eps * mag) << "rows " << rows << " in " << in << " out " << out;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(subnormal, 0) << "no subnormal sum was compared";
+}
+
+// Infinities and NaNs in the weights or the activations give what fp32 arithmetic gives: a NaN
+// where the definition has one (inf * 0, inf - inf, a NaN), the infinity where it has one.
+TEST_F(F16DotTest, CarriesInfinitiesAndNaNs) {
+  std::mt19937_64 rng(18);
+  F16Problem p = MakeF16(5, 40, 20, rng);
+  p.w[size_t(1) * p.in + 3] = 0x7c00;    // column 1: +inf
+  p.w[size_t(2) * p.in + 7] = 0x7e00;    // column 2: a NaN
+  p.w[size_t(3) * p.in + 5] = 0xfc00;    // column 3: -inf
+  p.x[size_t(1) * p.in + 9] = INFINITY;  // row 1: +inf
+  p.x[size_t(2) * p.in + 5] = 0.0f;      // row 2: 0 * -inf in column 3
+  cpu::PackF16Dot(p.w.data(), p.out, p.in, p.packed.data());
+  const std::vector<float> got = RunF16Dot(p, p.x, p.rows);
+  int nans = 0, infinities = 0;
+  for (int r = 0; r < p.rows; ++r) {
+    for (int j = 0; j < p.out; ++j) {
+      const float want = F16InOrder(p, p.x, r, j), have = got[size_t(r) * p.out + j];
+      nans += std::isnan(want);
+      infinities += std::isinf(want);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(have)) << "at (" << r << ", " << j << "): " << have;
+      } else {
+        EXPECT_EQ(have, want) << "at (" << r << ", " << j << ")";
+      }
+    }
+  }
+  EXPECT_GT(nans, 5);
+  EXPECT_GT(infinities, 5);
+}
+
+// Off the bf16 path it runs with, the f16 kernel is not available and names the widening kernel.
+TEST(CpuDotTest, TheF16KernelRunsOnlyWhereBf16TakesAvx2) {
+  WidestBf16PathAfter widest_after;
+  for (cpu::Bf16Path path : {cpu::Bf16Path::kAvx512Bf16, cpu::Bf16Path::kArmBf16, cpu::Bf16Path::kNone}) {
+    EXPECT_FALSE(cpu::F16DotRunsOn(path));
+    EXPECT_STREQ(cpu::F16DotPathName(path), cpu::Bf16PathName(cpu::Bf16Path::kNone));
+    if (!cpu::Bf16PathAvailable(path)) continue;
+    cpu::SetBf16Path(path);
+    EXPECT_FALSE(cpu::F16DotAvailable());
+    EXPECT_STREQ(cpu::F16DotExtension(), "");
+  }
+  if (!cpu::F16DotRunsOn(cpu::Bf16Path::kAvx2)) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
+  cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+  EXPECT_TRUE(cpu::F16DotAvailable());
+  EXPECT_STREQ(cpu::F16DotPath(), "avx2 (F16C + FMA on packed f16)");
+  EXPECT_STREQ(cpu::F16DotExtension(), "F16C");
 }
 
 struct Q8Problem {
@@ -1285,6 +1408,13 @@ TEST(CpuDotTest, PackingAGroupAtATimeGivesEachGroupsOwnRecords) {
       const auto* first = reinterpret_cast<const uint8_t*>(packed.data());
       return std::vector<uint8_t>(first, first + packed.size() * sizeof(uint16_t));
     });
+    const F16Problem f16 = MakeF16(1, in, out, rng);
+    check("f16", cpu::F16DotPackedSize(16, in) * 2, [&](int64_t j0, int64_t rows) {
+      std::vector<uint16_t> packed(size_t(cpu::F16DotPackedSize(rows, in)), 0xffff);
+      cpu::PackF16Dot(f16.w.data() + j0 * in, rows, in, packed.data());
+      const auto* first = reinterpret_cast<const uint8_t*>(packed.data());
+      return std::vector<uint8_t>(first, first + packed.size() * sizeof(uint16_t));
+    });
     const Q8Problem q8 = MakeQ8(1, in, out, rng);
     const int64_t blocks = cpu::Q8BlocksPerRow(in);
     check("q8", cpu::Q8DotPackedSize(16, in), [&](int64_t j0, int64_t rows) {
@@ -1331,6 +1461,12 @@ TEST_P(Bf16PathTest, IsBatchAndThreadInvariant) {
   std::mt19937_64 rng(14);
   const Bf16Problem p = MakeBf16(37, 1001, 301, rng);  // big enough to be split over threads
   ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunBf16Dot(p, x, rows); });
+}
+
+TEST_F(F16DotTest, IsBatchAndThreadInvariant) {
+  std::mt19937_64 rng(19);
+  const F16Problem p = MakeF16(37, 1001, 301, rng);  // big enough to be split over threads
+  ExpectInvariant(p, [&](const std::vector<float>& x, int rows) { return RunF16Dot(p, x, rows); });
 }
 
 TEST_P(Int8PathTest, Q4IsBatchAndThreadInvariant) {
@@ -1474,6 +1610,13 @@ TEST_P(Bf16PathTest, SeveralProductsInOneCallGiveEachOnesBits) {
   std::vector<Bf16Problem> problems;
   for (int out : kSeveralOuts) problems.push_back(MakeBf16(37, 1001, out, rng));
   ExpectSeveralAreEachOnes(problems, RunBf16Dot, cpu::MatMulNTBf16Dots);
+}
+
+TEST_F(F16DotTest, SeveralProductsInOneCallGiveEachOnesBits) {
+  std::mt19937_64 rng(33);
+  std::vector<F16Problem> problems;
+  for (int out : kSeveralOuts) problems.push_back(MakeF16(37, 1001, out, rng));
+  ExpectSeveralAreEachOnes(problems, RunF16Dot, cpu::MatMulNTF16Dots);
 }
 
 // Blocks at the ends of the ranges, where VPMADDUBSW used naively saturates its int16 pairs: weights

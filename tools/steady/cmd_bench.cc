@@ -528,7 +528,7 @@ Command BenchCommand() {
 
 Synthetic decode and prefill through the --device backend on random weights of the shape (or the
 checkpoint). --threads: the CPU kernels' threads (default 0: every core); --cpu-weights bf16|q8|q4|q4k: the
-CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block scales) (weight bytes count them so; auto, the default: as stored, bf16 and a GGUF file's quantized blocks on the dot-product kernels; stored: as stored, the widening kernels); --cpu-gemm: auto (AMX
+CPU backend's matrices in bf16, 8-bit or 4-bit blocks (q4k: Q4_K-style sub-block scales) (weight bytes count them so; auto, the default: as stored, bf16 and a GGUF file's quantized blocks on the dot-product kernels, f16 on the packed f16 kernel where bf16 takes AVX2's FMAs; stored: as stored, the widening kernels); --cpu-gemm: auto (AMX
 tiles for bf16 weights where the CPU has them, else VDPBF16PS with AVX512_BF16, else FMAs with AVX2; q8, q4, q4k and a GGUF file's quantized blocks on TDPBSUD with
 AMX-INT8, else VPDPBUSD with AVX512_VNNI, else AVX-VNNI, else VPMADDUBSW with AVX2; on Arm SMMLA, else SDOT), avx512vnni (the int8 formats on VPDPBUSD where
 AMX-INT8 is there too), avxvnni or avx2 (as auto,

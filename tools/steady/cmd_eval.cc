@@ -99,7 +99,8 @@ Command EvalCommand() {
 Perplexity of a text file through the recurrent (decode) path, and state bytes per session;
 sessions restart every --context tokens. --cpu-weights bf16|q8|q4|q4k measures the CPU backend with its
 matrices in bf16, 8-bit or 4-bit blocks (q4k: with sub-block scales) (the perplexity delta against f32 is their quality cost;
-docs/cpu.md; the default, auto, reads them as the checkpoint stores them, bf16 and a GGUF file's quantized blocks on the dot-product kernels;
+docs/cpu.md; the default, auto, reads them as the checkpoint stores them, bf16 and a GGUF file's quantized blocks on the dot-product kernels,
+f16 on the packed f16 kernel where bf16 takes AVX2's FMAs;
 stored keeps every matrix on the widening kernels); --cpu-gemm simd (and openblas) keeps bf16
 off AMX tiles and bf16, q8, q4, q4k and a GGUF file's quantized blocks off the dot-product kernels (which also round the activations to bf16/q8);
 avx512vnni puts the int8 formats on VPDPBUSD where AMX-INT8 is there too, avxvnni and avx2 on that 256-bit path, armdot the int8 formats on SDOT where

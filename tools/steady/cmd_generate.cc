@@ -208,7 +208,8 @@ Sampling flags left out take generation_config.json's values where the checkpoin
 (--max-tokens: its max_new_tokens, else 64). --device: where the forward pass runs
 (default auto: a CUDA GPU when this build has the backend and one is visible, else the CPU);
 --threads: the CPU backend's threads (default 0: every core); --cpu-weights: its matrices as the checkpoint stores them
-(auto, the default: fp32, bf16 or f16, memory-mapped; bf16 and a GGUF file's quantized blocks on the dot-product kernels;
+(auto, the default: fp32, bf16 or f16, memory-mapped; bf16 and a GGUF file's quantized blocks on the dot-product kernels,
+f16 on the packed f16 kernel where bf16 takes AVX2's FMAs;
 stored: every matrix on the widening kernels, fp32 arithmetic), or converted to f32, bf16, q8 (8-bit blocks) q4 (4-bit blocks) or q4k (4-bit with sub-block scales);
 --cpu-gemm: auto (bf16 on AMX tiles, else VDPBF16PS, else AVX2's FMAs, on Arm BFMMLA/BFDOT; q8, q4, q4k and a GGUF file's quantized blocks on int8 dot products: AMX-INT8 tiles, else AVX512_VNNI,
 else AVX-VNNI, else AVX2, on Arm SMMLA, else SDOT; where the CPU has them), avx512vnni (as auto, the int8 formats on VPDPBUSD where the CPU has AMX-INT8 too), avxvnni or avx2 (as auto, the int8 formats on that 256-bit path: the same
