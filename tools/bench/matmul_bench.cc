@@ -18,8 +18,10 @@
 // "VPDPBUSD's issue rate, measured in the tree"); with the others beside them, how much of it is left.
 // BM_Vdpbf16psIssue is the same loop with 12 VDPBF16PS (32 bf16 multiply-adds each): the peak the
 // AVX512_BF16 kernel's `peak_fraction` divides by; BM_FmaIssue with 12 256-bit VFMADD231PS (8
-// multiply-adds each), the AVX2 bf16 kernel's. BM_Bf16Dot runs on each bf16 path the CPU has (its
-// "path" argument: 0 AVX512_BF16, 1 AVX2, 2 Arm BF16; cpu::Bf16Path).
+// multiply-adds each), the AVX2 bf16 kernel's and the f16 kernel's. BM_Bf16Dot runs on each bf16
+// path the CPU has (its "path" argument: 0 AVX512_BF16, 1 AVX2, 2 Arm BF16; cpu::Bf16Path).
+// BM_F16Widening/BM_F16Dot: f16 weights (a checkpoint's own) on the widening kernel and on the packed
+// f16 kernel (AVX2, FMA, F16C).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -141,6 +143,7 @@ struct LowPrecisionWeights {
   std::vector<uint8_t> q4k, q4k_dot;  // q4k's blocks, and packed for VPDPBUSD
   std::vector<uint8_t> q5k, q5k_dot;  // random Q5_K blocks, and packed
   std::vector<uint8_t> q6k, q6k_dot;  // random Q6_K blocks, and packed
+  std::vector<uint16_t> f16, f16_dot;  // the same normal values in f16, row-major and packed (PackF16Dot)
   cpu::Q4KWeights q4k_weights() const { return {q4k.data()}; }
 };
 
@@ -154,6 +157,7 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   constexpr int64_t kBand = 16;  // rows made at a time: q4 packs whole groups of 16
   std::vector<float> band(static_cast<size_t>(kBand * in));
   lw.bf16.resize(size_t(out) * in);
+  lw.f16.resize(size_t(out) * in);
   lw.q8.resize(size_t(out) * in);
   lw.q8_scales.resize(size_t(out * cpu::Q8BlocksPerRow(in)));
   lw.q4.resize(size_t(cpu::Q4Bytes(out, in)));
@@ -176,6 +180,7 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
     const int64_t n = std::min<int64_t>(kBand, out - j0);
     for (int64_t i = 0; i < n * in; ++i) band[size_t(i)] = g(rng);
     for (int64_t i = 0; i < n * in; ++i) lw.bf16[size_t(j0 * in + i)] = cpu::FloatToBf16(band[size_t(i)]);
+    for (int64_t i = 0; i < n * in; ++i) lw.f16[size_t(j0 * in + i)] = cpu::FloatToF16(band[size_t(i)]);
     cpu::QuantizeQ8(band.data(), n, in, lw.q8.data() + j0 * in, lw.q8_scales.data() + j0 * cpu::Q8BlocksPerRow(in));
     cpu::QuantizeQ4(band.data(), n, in, lw.q4.data() + cpu::Q4Bytes(j0, in));
     cpu::QuantizeQ4K(band.data(), n, in, lw.q4k.data() + cpu::Q4KBytes(j0, in));
@@ -183,6 +188,10 @@ const LowPrecisionWeights& WeightsFor(int in, int out) {
   if (cpu::Bf16DotAvailable()) {
     lw.bf16_dot.resize(size_t(cpu::Bf16DotPackedSize(out, in)));
     cpu::PackBf16Dot(lw.bf16.data(), out, in, lw.bf16_dot.data());
+  }
+  if (cpu::F16DotRunsOn(cpu::Bf16Path::kAvx2)) {
+    lw.f16_dot.resize(size_t(cpu::F16DotPackedSize(out, in)));
+    cpu::PackF16Dot(lw.f16.data(), out, in, lw.f16_dot.data());
   }
   if (cpu::Int8DotAvailable()) {
     lw.q8_dot.resize(size_t(cpu::Q8DotPackedSize(out, in)));
@@ -353,7 +362,7 @@ double Avx2Int8Peak() {
   static const double peak = MeasurePeak(Beside::kAvx2Product, 32);
   return peak;
 }
-double Avx2FmaPeak() {  // in bf16 multiply-adds: 8 an FMA
+double Avx2FmaPeak() {  // in multiply-adds: 8 an FMA (the AVX2 bf16 and f16 kernels)
   static const double peak = MeasurePeak(Beside::kAvx2Fma, 8);
   return peak;
 }
@@ -469,6 +478,24 @@ void BM_Bf16Dot(benchmark::State& state) {
   if (path == cpu::Bf16Path::kAvx512Bf16) ReportPeakFraction(state, Bf16Peak());
   if (path == cpu::Bf16Path::kAvx2) ReportPeakFraction(state, Avx2FmaPeak());
 }
+// f16 weights: the widening kernel (F16C in registers, row-major) and the packed kernel (AVX2's FMAs,
+// fp32 activations), which runs where bf16 takes AVX2's FMAs (set here for the run).
+void BM_F16Widening(benchmark::State& state) {
+  RunLowPrecision(state, 16, cpu::SimdTargetName(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                        int out, float* y) {
+    cpu::MatMulNTF16(x, rows, in, lw.f16.data(), out, y);
+  });
+}
+void BM_F16Dot(benchmark::State& state) {
+  if (!cpu::F16DotRunsOn(cpu::Bf16Path::kAvx2)) return state.SkipWithError("this CPU lacks AVX2, FMA or F16C");
+  cpu::SetBf16Path(cpu::Bf16Path::kAvx2);
+  WidestBf16PathAfter restore;
+  RunLowPrecision(state, 16, cpu::F16DotPath(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
+                                                    int out, float* y) {
+    cpu::MatMulNTF16Dot(x, rows, in, lw.f16_dot.data(), out, y);
+  });
+  ReportPeakFraction(state, Avx2FmaPeak());
+}
 // q8_0 is 9 bytes per 8 weights: the int8 values and an fp32 scale per 32.
 void BM_Q8Widening(benchmark::State& state) {
   RunLowPrecision(state, 9, cpu::SimdTargetName(), [](const float* x, int rows, int in, const LowPrecisionWeights& lw,
@@ -578,6 +605,8 @@ void DotShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Bf16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Q8Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_F16Widening)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_F16Dot)->Apply(DotShapes)->ArgNames({"rows", "in", "out"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // DotShapes on each bf16 path.
 void Bf16DotShapes(benchmark::internal::Benchmark* b) {
   for (const auto& [in, out] : {std::pair{2048, 2048}, std::pair{2048, 8192}, std::pair{8192, 2048}, std::pair{2048, 128256}}) {
