@@ -302,11 +302,8 @@ TEST(CpuDotTest, Avx2Bf16AgainstVdpbf16ps) {
   std::printf("the same bits as VDPBF16PS: %lld of %zu outputs\n", static_cast<long long>(same), avx2.size());
 }
 
-struct F16Problem {
-  int rows, in, out;
-  std::vector<float> x;
-  std::vector<uint16_t> w, packed;
-};
+// The bf16 problem's fields, with w holding f16 bits and packed PackF16Dot's layout.
+using F16Problem = Bf16Problem;
 
 // x and w of N(0, 1); w's column 0 scaled by 2^-20, which makes most of its f16 values subnormal
 // (f16's smallest normal number is 2^-14), and x's row 0 by 2^-100, whose products with them are
