@@ -35,10 +35,10 @@ enum class GgufValueType : uint32_t {
 std::string GgufValueTypeName(GgufValueType type);
 
 // ggml_type: the tensor types whose block layout the reader knows (sizes below). Other numbers are
-// refused by name ("ggml type 16 (IQ2_XXS) is not supported").
+// refused by number ("ggml type 16 is unknown or not supported").
 enum class GgmlType : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15, kIQ4_NL = 20, kIQ4_XS = 23,
   kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kBF16 = 30,
 };
 struct GgmlTypeTraits {

@@ -37,6 +37,8 @@ bool LookUpGgmlType(uint32_t type, GgmlTypeTraits* traits) {
     case GgmlType::kQ5_K: *traits = {"Q5_K", 256, 4 + 12 + 32 + 128}; return true;
     case GgmlType::kQ6_K: *traits = {"Q6_K", 256, 128 + 64 + 16 + 2}; return true;
     case GgmlType::kQ8_K: *traits = {"Q8_K", 256, 4 + 256 + 32}; return true;
+    case GgmlType::kIQ4_NL: *traits = {"IQ4_NL", 32, 2 + 16}; return true;
+    case GgmlType::kIQ4_XS: *traits = {"IQ4_XS", 256, 2 + 2 + 4 + 128}; return true;
   }
   return false;
 }

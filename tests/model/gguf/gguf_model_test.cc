@@ -326,10 +326,35 @@ std::string RandomQ8_0(int64_t rows, int64_t cols, std::mt19937& rng) { return R
 std::string RandomQ4_1(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 16, rng, true); }
 std::string RandomQ5_0(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 20, rng); }
 std::string RandomQ5_1(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.003f, 20, rng, true); }
+std::string RandomIq4Nl(int64_t rows, int64_t cols, std::mt19937& rng) { return RandomBlocksOf32(rows, cols, 0.0005f, 16, rng); }
+
+// Q3_K super-blocks: 108 random bytes (third bits, low bits, 6-bit scales: every pattern is a valid
+// block), then a small fp16 d of either sign.
+std::string RandomQ3K(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / 256; ++b) {
+    for (int i = 0; i < 108; ++i) bytes += char(rng() & 0xFF);
+    const uint16_t d = FloatToHalf(0.002f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+  }
+  return bytes;
+}
+
+// IQ4_XS super-blocks: a small fp16 d of either sign, then 134 random bytes (the eight 6-bit scales
+// and the indices).
+std::string RandomIq4Xs(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / 256; ++b) {
+    const uint16_t d = FloatToHalf(0.00005f * float(1 + rng() % 8) * (rng() % 2 ? 1.0f : -1.0f));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    for (int i = 0; i < 134; ++i) bytes += char(rng() & 0xFF);
+  }
+  return bytes;
+}
 
 // Every matrix whose rows are whole blocks of `block` weights written in `type` by `random`: they
-// load as `held`, the file's own blocks (`block_bytes` per block, read in place where no rows are
-// permuted), with ggml's values exactly (the control's are Dequantize's, which equals libggml's),
+// load as `held`, taking `block_bytes` per block (the file's own blocks, read in place where no rows
+// are permuted, or for Q3_K and the IQ4s another format's), with ggml's values exactly (the control's are Dequantize's, which equals libggml's),
 // llama's q and k rows un-permuted alike, the output too (attn_output's [256, 64] rows are a quarter
 // super-block: F32 unless the block is q8_0's 32); `check` looks at each (loaded, control) pair
 // further. The logits are those of the same values in F32 (the widening kernels).
@@ -363,7 +388,7 @@ void ExpectBlocksLoadInPlace(GgmlType type, WeightType held, int block, int64_t 
           continue;
         }
         EXPECT_EQ(x->type(), held);
-        EXPECT_EQ(x->Bytes() * block, x->Weights() * block_bytes);  // the file's bytes, no fp32 copy
+        EXPECT_EQ(x->Bytes() * block, x->Weights() * block_bytes);  // no fp32 copy
         EXPECT_EQ(x->ToFloat(), y->ToFloat());
         if (check) check(*x, *y);
       }
@@ -405,6 +430,15 @@ TEST(GgufModel, Q4_1Q5_0AndQ5_1TensorsLoadInPlaceWithGgmlsValuesExactly) {
                             EXPECT_EQ(x.ConvertTo(WeightType::kQ8).ToFloat(), y.ToFloat());
                           });
   ExpectBlocksLoadInPlace(GgmlType::kQ5_1, WeightType::kQ5_1, 32, 24, RandomQ5_1, /*intermediate=*/256, 9);
+}
+
+// Q3_K as q6k (6.56 bits a weight in place of 3.44), IQ4_NL and IQ4_XS as q8 (9 in place of 4.5 and
+// 4.25): Steady has no kernels of their own, so the loader holds them in formats of the same values
+// (dequantize.h Q3KAsQ6K, Iq4AsQ8), which every kernel reads.
+TEST(GgufModel, Q3_KIq4_NLAndIq4_XSTensorsLoadInOtherFormatsWithGgmlsValuesExactly) {
+  ExpectBlocksLoadInPlace(GgmlType::kQ3_K, WeightType::kQ6K, 256, 210, RandomQ3K, /*intermediate=*/256, 31);
+  ExpectBlocksLoadInPlace(GgmlType::kIQ4_NL, WeightType::kQ8, 32, 36, RandomIq4Nl, /*intermediate=*/256, 32);
+  ExpectBlocksLoadInPlace(GgmlType::kIQ4_XS, WeightType::kQ8, 256, 288, RandomIq4Xs, /*intermediate=*/256, 33);
 }
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
