@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q32.h"
+#include "kernels/cpu/q3k_iq4.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -61,6 +62,15 @@ struct Q32Rows {
 };
 template <Q32Type T>
 HWY_INLINE Q32Rows<T> Shift(Q32Rows<T> w, int64_t in, int64_t j) { return {w.blocks + j * Q32Bytes(T, 1, in)}; }
+// q3k, iq4_xs and iq4_nl (q3k_iq4.h); iq4_nl's row carries its length, since a chunk of it (8 blocks)
+// may run past a row's end.
+HWY_INLINE Q3KWeights Shift(Q3KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q3KBytes(1, in)}; }
+HWY_INLINE Iq4XsWeights Shift(Iq4XsWeights w, int64_t in, int64_t j) { return {w.blocks + j * Iq4XsBytes(1, in)}; }
+struct Iq4NlRows {
+  const uint8_t* blocks;
+  int64_t in;
+};
+HWY_INLINE Iq4NlRows Shift(Iq4NlRows w, int64_t in, int64_t j) { return {w.blocks + j * Iq4NlBytes(1, in), in}; }
 
 // The fp16 value at p, widened exactly by the vector unit (F16C where there is one): the scalar
 // conversion's branches cost more than the weights' own arithmetic (a llama1b step: 60 ms, 22 ms
@@ -158,6 +168,9 @@ HWY_INLINE float WeightValue(Q5KWeights w, int64_t k) { return Q5KWeightValue(w,
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
 template <Q32Type T>
 HWY_INLINE float WeightValue(Q32Rows<T> w, int64_t k) { return Q32WeightValue({T, w.blocks}, k + 1, 0, k); }
+HWY_INLINE float WeightValue(Q3KWeights w, int64_t k) { return Q3KWeightValue(w, k + kQ3KBlock, 0, k); }
+HWY_INLINE float WeightValue(Iq4XsWeights w, int64_t k) { return Iq4XsWeightValue(w, k + kIq4XsBlock, 0, k); }
+HWY_INLINE float WeightValue(Iq4NlRows w, int64_t k) { return Iq4NlWeightValue({w.blocks}, w.in, 0, k); }
 HWY_INLINE float WeightValue(Q8_0Weights w, int64_t k) {
   const uint8_t* block = w.blocks + (k / kQ8Block) * kQ8_0BlockBytes;
   return float(int8_t(block[2 + k % kQ8Block])) * F16At(block);
@@ -188,6 +201,9 @@ HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q8_0Weights, int64_t, int, int64_t, int64_t) {}
 template <Q32Type T>
 HWY_INLINE void PrefetchRow(Q32Rows<T>, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q3KWeights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Iq4XsWeights, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Iq4NlRows, int64_t, int, int64_t, int64_t) {}
 
 // Accumulators acc[r][c] (vectors, in `acc`) += x[r, k0:k1] * w[c, k0:k1], lane by lane, for R rows
 // of x and C rows of w, each `in` long.
@@ -271,7 +287,8 @@ HWY_INLINE void WidenKQuantBlock(const uint8_t* block, const uint8_t* nibbles, c
     }
   }
 }
-static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock, "a chunk is one super-block");
+static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock && kChunk == kQ3KBlock &&
+                  kChunk == kIq4XsBlock, "a chunk is one super-block");
 HWY_INLINE void WidenChunk(Q4KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const uint8_t* block = row.blocks + (k0 / kQ4KBlock) * kQ4KBlockBytes;
   WidenKQuantBlock<false>(block, block + 16, nullptr, out);
@@ -305,6 +322,55 @@ HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, float* HWY_RESTRICT out) 
         hn::Store(hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale[i / kQ6KSub])), d, out + i);
       }
     }
+  }
+}
+
+// q3k (q3k_iq4.h): the super-block, its sixteen scales times d once (exact), then each value q * (d
+// scale) in one rounding, Q3KWeightValue's: for half h and bit pair j, value 128 h + 32 j + l is bits
+// 2j of qs[32 h + l] less 4 unless bit 4h + j of hmask[l] is set. A vector of lanes (at most 16) lies
+// within one sub-block of 16.
+HWY_INLINE void WidenChunk(Q3KWeights row, int64_t k0, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di32;
+  const hn::RebindToUnsigned<decltype(d)> du32;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int lanes = int(hn::Lanes(d));
+  const uint8_t* block = row.blocks + (k0 / kQ3KBlock) * kQ3KBlockBytes;
+  HWY_ALIGN float scale[kQ3KBlock / 16];
+  const float dd = WidenHalf(block + 108);
+  for (int s = 0; s < kQ3KBlock / 16; ++s) scale[s] = dd * float(Q3KScale(block, s));
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; l += lanes) {
+        const auto low = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 32 + 32 * h + l)), 2 * j),
+                                 hn::Set(du32, 3u));
+        const auto third = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + l)), 4 * h + j),
+                                   hn::Set(du32, 1u));
+        const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<2>(third))), hn::Set(di32, 4));
+        const int v = 128 * h + 32 * j + l;
+        hn::Store(hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale[v / 16])), d, out + v);
+      }
+    }
+  }
+}
+
+// iq4_xs and iq4_nl (q3k_iq4.h): each run of 32 values, its table values times the run's scale (d *
+// scale for IQ4_XS, exact; d for IQ4_NL) in one rounding, the WeightValue's. iq4_nl's chunk stops at
+// the row's end.
+HWY_INLINE void WidenIq4Run(const uint8_t* qs, float scale, float* HWY_RESTRICT out) {
+  for (int i = 0; i < kQ8Block; ++i) out[i] = scale * float(Iq4RunValue(qs, i));
+}
+HWY_INLINE void WidenChunk(Iq4XsWeights row, int64_t k0, float* HWY_RESTRICT out) {
+  const uint8_t* block = row.blocks + (k0 / kIq4XsBlock) * kIq4XsBlockBytes;
+  const float dd = WidenHalf(block);
+  for (int r = 0; r < kIq4XsBlock / kQ8Block; ++r) {
+    WidenIq4Run(block + 8 + 16 * r, dd * float(Iq4XsScale(block, r)), out + r * kQ8Block);
+  }
+}
+HWY_INLINE void WidenChunk(Iq4NlRows row, int64_t k0, float* HWY_RESTRICT out) {
+  for (int64_t k = k0; k < std::min(row.in, k0 + kChunk); k += kQ8Block) {
+    const uint8_t* block = row.blocks + (k / kQ8Block) * kIq4NlBlockBytes;
+    WidenIq4Run(block + 2, WidenHalf(block), out + (k - k0));
   }
 }
 
@@ -526,6 +592,21 @@ void MatMulNTQ8_0Columns(const float* x, int rows, int64_t in, Q8_0Weights w, in
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ3KColumns(const float* x, int rows, int64_t in, Q3KWeights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
+void MatMulNTIq4XsColumns(const float* x, int rows, int64_t in, Iq4XsWeights w, int64_t out, int64_t begin,
+                          int64_t end, float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
+void MatMulNTIq4NlColumns(const float* x, int rows, int64_t in, Iq4NlWeights w, int64_t out, int64_t begin,
+                          int64_t end, float* y) {
+  ColumnRange(x, rows, in, Iq4NlRows{w.blocks, in}, out, begin, end, y);
+}
+
 // q32's three types, one exported function (the type chosen once a call).
 void MatMulNTQ32Columns(const float* x, int rows, int64_t in, Q32Weights w, int64_t out, int64_t begin, int64_t end,
                         float* y) {
@@ -639,6 +720,9 @@ HWY_EXPORT(MatMulNTQ5KColumns);
 HWY_EXPORT(MatMulNTQ6KColumns);
 HWY_EXPORT(MatMulNTQ8_0Columns);
 HWY_EXPORT(MatMulNTQ32Columns);
+HWY_EXPORT(MatMulNTQ3KColumns);
+HWY_EXPORT(MatMulNTIq4XsColumns);
+HWY_EXPORT(MatMulNTIq4NlColumns);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(MatVecsF64Rows);
 HWY_EXPORT(MatMulNNRows);
@@ -718,6 +802,24 @@ void MatMulNTQ32(const float* x, int rows, int in, Q32Weights w, int out, float*
 void MatMulNTQ6K(const float* x, int rows, int in, Q6KWeights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ6KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ3K(const float* x, int rows, int in, Q3KWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ3KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTIq4Xs(const float* x, int rows, int in, Iq4XsWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTIq4XsColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTIq4Nl(const float* x, int rows, int in, Iq4NlWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTIq4NlColumns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

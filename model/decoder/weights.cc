@@ -57,6 +57,9 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kDotQ5_0: return "dot-q5_0";
     case WeightType::kDotQ5_1: return "dot-q5_1";
     case WeightType::kDotF16: return "dot-f16";
+    case WeightType::kQ3K: return "q3k";
+    case WeightType::kIq4Nl: return "iq4_nl";
+    case WeightType::kIq4Xs: return "iq4_xs";
   }
   return "?";
 }
@@ -84,7 +87,10 @@ std::optional<WeightType> Int8PackedType(WeightType t) {
     case WeightType::kQ4: return WeightType::kDotQ4;
     case WeightType::kQ4K: return WeightType::kDotQ4K;
     case WeightType::kQ5K: return WeightType::kDotQ5K;
-    case WeightType::kQ6K: return WeightType::kDotQ6K;
+    case WeightType::kQ6K:
+    case WeightType::kQ3K: return WeightType::kDotQ6K;  // q3k's values as q6k's (q3k_iq4.h)
+    case WeightType::kIq4Nl:
+    case WeightType::kIq4Xs: return WeightType::kDotQ8;  // the IQ4s' values as q8's
     case WeightType::kQ4_1: return WeightType::kDotQ4_1;
     case WeightType::kQ5_0: return WeightType::kDotQ5_0;
     case WeightType::kQ5_1: return WeightType::kDotQ5_1;
@@ -138,6 +144,9 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
     case WeightType::kQ4_1:
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
+    case WeightType::kQ3K:
+    case WeightType::kIq4Nl:
+    case WeightType::kIq4Xs:
     case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
@@ -168,6 +177,9 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kDotQ4_1:
     case WeightType::kDotQ5_0:
     case WeightType::kDotQ5_1: return cpu::Q32DotPackedSize(*Q32TypeOf(type_), rows_, cols_);
+    case WeightType::kQ3K: return cpu::Q3KBytes(rows_, cols_);
+    case WeightType::kIq4Nl: return cpu::Iq4NlBytes(rows_, cols_);
+    case WeightType::kIq4Xs: return cpu::Iq4XsBytes(rows_, cols_);
   }
   return 0;
 }
@@ -190,6 +202,21 @@ cpu::Q5KWeights WeightMatrix::q5k() const {
 cpu::Q32Weights WeightMatrix::q32() const {
   STEADY_CHECK(Q32TypeOf(type_) && !IsPackedQ32(type_));
   return {*Q32TypeOf(type_), as<uint8_t>()};
+}
+
+cpu::Q3KWeights WeightMatrix::q3k() const {
+  STEADY_CHECK(type_ == WeightType::kQ3K);
+  return {as<uint8_t>()};
+}
+
+cpu::Iq4NlWeights WeightMatrix::iq4_nl() const {
+  STEADY_CHECK(type_ == WeightType::kIq4Nl);
+  return {as<uint8_t>()};
+}
+
+cpu::Iq4XsWeights WeightMatrix::iq4_xs() const {
+  STEADY_CHECK(type_ == WeightType::kIq4Xs);
+  return {as<uint8_t>()};
 }
 
 cpu::Q8_0Weights WeightMatrix::q8_0() const {
@@ -246,6 +273,12 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
       return cpu::DequantizeQ32(q32(), cols_, r0, r1, out);
+    case WeightType::kQ3K:
+      return cpu::DequantizeQ3K(q3k(), cols_, r0, r1, out);
+    case WeightType::kIq4Nl:
+      return cpu::DequantizeIq4Nl(iq4_nl(), cols_, r0, r1, out);
+    case WeightType::kIq4Xs:
+      return cpu::DequantizeIq4Xs(iq4_xs(), cols_, r0, r1, out);
     case WeightType::kDotQ4_1:
     case WeightType::kDotQ5_0:
     case WeightType::kDotQ5_1:
@@ -317,6 +350,12 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
         }
         if (type_ == WeightType::kQ5_0) {  // q - 16 and d: the same values
           return cpu::Q5_0ToQ8(q32(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
+        }
+        if (type_ == WeightType::kIq4Nl) {  // the table's values and d (or d times the run's scale)
+          return cpu::Iq4NlToQ8(iq4_nl(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
+        }
+        if (type_ == WeightType::kIq4Xs) {
+          return cpu::Iq4XsToQ8(iq4_xs(), cols_, r0, r1, q + r0 * cols_, scales + r0 * blocks);
         }
         const std::vector<float> rows = RowsSlice(r0, r1);
         cpu::QuantizeQ8(rows.data(), r1 - r0, int(cols_), q + r0 * cols_, scales + r0 * blocks);
@@ -392,12 +431,18 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
       return m;
     }
     case WeightType::kDotQ5K:
-    case WeightType::kDotQ6K: {  // packed from a GGUF file's q5k or q6k rows as they are
+    case WeightType::kDotQ6K: {  // packed from a GGUF file's q5k or q6k rows as they are (q3k's as q6k)
       const bool q6k_rows = type == WeightType::kDotQ6K;
-      STEADY_CHECK(type_ == (q6k_rows ? WeightType::kQ6K : WeightType::kQ5K) &&
-                   "ConvertTo: dot-q5k and dot-q6k pack a q5k or q6k matrix; nothing quantizes to them");
+      STEADY_CHECK((q6k_rows ? type_ == WeightType::kQ6K || type_ == WeightType::kQ3K : type_ == WeightType::kQ5K) &&
+                   "ConvertTo: dot-q5k and dot-q6k pack a q5k, q6k or q3k matrix; nothing quantizes to them");
       auto packed = Buffer<uint8_t>(size_t(m.Bytes()));
-      if (q6k_rows) {
+      if (type_ == WeightType::kQ3K) {  // a passing q6k copy of the same values, then packed
+        auto q6k_rows_copy = Buffer<uint8_t>(size_t(cpu::Q6KBytes(rows_, cols_)));
+        ByRowBands(rows_, cols_, [&](int64_t r0, int64_t r1) {
+          cpu::Q3KToQ6K(q3k(), cols_, r0, r1, q6k_rows_copy->data() + cpu::Q6KBytes(r0, cols_));
+        });
+        cpu::PackQ6KDot({q6k_rows_copy->data()}, rows_, cols_, packed->data());
+      } else if (q6k_rows) {
         cpu::PackQ6KDot(q6k(), rows_, cols_, packed->data());
       } else {
         cpu::PackQ5KDot(q5k(), rows_, cols_, packed->data());
@@ -421,9 +466,12 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
     case WeightType::kQ4_1:
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
+    case WeightType::kQ3K:
+    case WeightType::kIq4Nl:
+    case WeightType::kIq4Xs:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k, q8_0, q4_1, q5_0 and q5_1 are a checkpoint's types, not conversion targets");
+  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k, q8_0, q4_1, q5_0, q5_1, q3k, iq4_nl and iq4_xs are a checkpoint's types, not conversion targets");
   return m;
 }
 
@@ -458,6 +506,9 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kDotQ4_1:
     case WeightType::kDotQ5_0:
     case WeightType::kDotQ5_1: return cpu::MatMulNTQ32Dot(*Q32TypeOf(w.type()), x, rows, in, w.as<uint8_t>(), out, y);
+    case WeightType::kQ3K: return cpu::MatMulNTQ3K(x, rows, in, w.q3k(), out, y);
+    case WeightType::kIq4Nl: return cpu::MatMulNTIq4Nl(x, rows, in, w.iq4_nl(), out, y);
+    case WeightType::kIq4Xs: return cpu::MatMulNTIq4Xs(x, rows, in, w.iq4_xs(), out, y);
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q32.h"
+#include "kernels/cpu/q3k_iq4.h"
 #include "kernels/cpu/q4k.h"
 #include "kernels/cpu/q5k.h"
 #include "kernels/cpu/q6k.h"
@@ -49,17 +50,21 @@ enum class WeightType {
   kDotQ5_0,
   kDotQ5_1,
   kDotF16,   // f16 packed for the f16 kernel (kernels/cpu/matmul_dot.h PackF16Dot), zero padding included
+  kQ3K,      // a GGUF file's Q3_K blocks (kernels/cpu/q3k_iq4.h), row-major: 110 bytes per 256 weights
+  kIq4Nl,    // a GGUF file's IQ4_NL blocks (q3k_iq4.h), row-major: 18 bytes per 32 weights
+  kIq4Xs,    // a GGUF file's IQ4_XS blocks (q3k_iq4.h), row-major: 136 bytes per 256 weights
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
 // "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k", "q4_1", "q5_0", "q5_1", "dot-q4_1", "dot-q5_0", "dot-q5_1",
-// "dot-f16".
+// "dot-f16", "q3k", "iq4_nl", "iq4_xs".
 const char* WeightTypeName(WeightType t);
 // The q32 type (kernels/cpu/q32.h) of kQ4_1, kQ5_0, kQ5_1 and of their packed forms; nullopt for the others.
 std::optional<cpu::Q32Type> Q32TypeOf(WeightType t);
 // Whether t is one of the packed forms kDotQ4_1, kDotQ5_0, kDotQ5_1.
 bool IsPackedQ32(WeightType t);
 // The int8 kernels' packed form of a row-major int8 format (kQ8 and kQ8_0: kDotQ8, kQ4: kDotQ4, ...,
-// kQ5_1: kDotQ5_1); nullopt for the others. IsInt8Packed: t is one of those packed forms.
+// kQ5_1: kDotQ5_1; kQ3K: kDotQ6K and kIq4Nl, kIq4Xs: kDotQ8, the formats of the same values); nullopt
+// for the others. IsInt8Packed: t is one of those packed forms.
 std::optional<WeightType> Int8PackedType(WeightType t);
 bool IsInt8Packed(WeightType t);
 
@@ -84,10 +89,10 @@ class WeightMatrix {
   static bool MatchesAlignment(WeightType type, const void* data);
 
   // This matrix in `type` (kF32, kBf16, kQ8, kAmxBf16, kDotBf16, kDotQ8, kQ4, kDotQ4, kQ4K, kDotQ4K,
-  // kDotQ6K from kQ6K, or kDotF16 from kF16): itself when already so, else a converted copy of its own (bf16: rounded
+  // kDotQ6K from kQ6K or kQ3K, or kDotF16 from kF16): itself when already so, else a converted copy of its own (bf16: rounded
   // to nearest even; q8: QuantizeQ8 of the fp32 values, or from q8_0 its own blocks, exactly; AMX and dot-bf16: packed from bf16;
   // dot-f16: packed from f16, the same values; dot-q8:
-  // packed from q8, or from q5_0 its own values exactly; q4 and q4k: quantized from the fp32 values;
+  // packed from q8, or from q5_0, iq4_nl and iq4_xs their own values exactly (q8 likewise); q4 and q4k: quantized from the fp32 values;
   // dot-q4, dot-q4k, dot-q5k, dot-q6k and dot-q4_1, -q5_0, -q5_1: packed from q4 / q4k / q5k / q6k /
   // q4_1, q5_0, q5_1). Converted in parallel over the compute threads (the packing too, a column
   // group per task).
@@ -112,6 +117,9 @@ class WeightMatrix {
   cpu::Q8_0Weights q8_0() const;   // kQ8_0 only
   cpu::Q5KWeights q5k() const;     // kQ5K only
   cpu::Q32Weights q32() const;     // kQ4_1, kQ5_0, kQ5_1 only
+  cpu::Q3KWeights q3k() const;     // kQ3K only
+  cpu::Iq4NlWeights iq4_nl() const;  // kIq4Nl only
+  cpu::Iq4XsWeights iq4_xs() const;  // kIq4Xs only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/q3k_iq4.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/gguf/gguf.h"
 
@@ -164,63 +165,33 @@ void DequantizeQ6_K(const uint8_t* b, int64_t n, float* y) {
 }
 
 
-// Q3_K (block_q3_K: hmask[32], qs[64], scales[12], d): value v = 128 h + 32 j + l (h 0..1, j 0..3,
-// l 0..31) is bits 2j, 2j + 1 of qs[32 h + l], less 4 unless bit 4h + j of hmask[l] is set, in
-// sub-block v / 16; the sixteen 6-bit scales are the low (0..7) or high (8..15) nibbles of bytes 0..7
-// with two bits of bytes 8..11 above them (ggml's kmask unpacking, written per scale).
-constexpr int kQ3KBytes = 110;
-int Q3KScale(const uint8_t* block, int sub) {
-  const uint8_t* scales = block + 96;
-  const int low = sub < 8 ? scales[sub] & 0x0F : scales[sub - 8] >> 4;
-  const int high = (scales[8 + sub % 4] >> (2 * (sub / 4))) & 3;
-  return (low | high << 4) - 32;
-}
-int Q3KQ(const uint8_t* block, int v) {
-  const int h = v / 128, j = (v % 128) / 32, l = v % 32;
-  const int low = (block[32 + 32 * h + l] >> (2 * j)) & 3;
-  return low - ((block[l] >> (4 * h + j)) & 1 ? 0 : 4);
-}
-
+// Q3_K, IQ4_NL and IQ4_XS: their fields as kernels/cpu/q3k_iq4.h reads them (the layouts are written
+// out there), in ggml's order of operations.
 void DequantizeQ3_K(const uint8_t* b, int64_t n, float* y) {
-  for (int64_t block = 0; block < n / kQK_K; ++block, b += kQ3KBytes, y += kQK_K) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kQ3KBlockBytes, y += kQK_K) {
     const float d = LoadHalf(b + 108);
     for (int sub = 0; sub < 16; ++sub) {
-      const float dl = d * float(Q3KScale(b, sub));
-      for (int v = 16 * sub; v < 16 * sub + 16; ++v) y[v] = dl * float(Q3KQ(b, v));
+      const float dl = d * float(cpu::Q3KScale(b, sub));
+      for (int v = 16 * sub; v < 16 * sub + 16; ++v) y[v] = dl * float(cpu::Q3KBlockQ(b, v));
     }
   }
 }
 
-// IQ4_NL's and IQ4_XS's values (ggml's kvalues_iq4nl), and index v (0..31) of a run of 32 at qs:
-// Q4_0's arrangement, the low nibbles first.
-constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-int Iq4Value(const uint8_t* qs, int v) { return kIq4Values[v < 16 ? qs[v] & 0x0F : qs[v - 16] >> 4]; }
-constexpr int kIq4NlBytes = 18, kIq4XsBytes = 136;
-// IQ4_XS (block_iq4_xs: d, scales_h, scales_l[4], qs[128]): run r's scale, its low 4 bits from
-// scales_l's nibbles and its high 2 from scales_h, less 32.
-int Iq4XsScale(const uint8_t* block, int r) {
-  const int high = ((block[2] | block[3] << 8) >> (2 * r)) & 3;
-  return ((block[4 + r / 2] >> (4 * (r % 2))) & 0x0F | high << 4) - 32;
-}
-
-// Each run of 32 values of a row: its scale (d, or d times the run's scale) and its indices.
-template <typename Fn>
-void ForEachIq4Run(GgmlType type, const uint8_t* b, int64_t n, const Fn& run) {
-  for (int64_t r = 0; r < n / kQK; ++r) {
-    if (type == GgmlType::kIQ4_NL) {
-      const uint8_t* block = b + r * kIq4NlBytes;
-      run(r, LoadHalf(block), block + 2);
-    } else {
-      const uint8_t* block = b + (r / 8) * kIq4XsBytes;
-      run(r, LoadHalf(block) * float(Iq4XsScale(block, int(r % 8))), block + 8 + 16 * (r % 8));
-    }
+void DequantizeIQ4_NL(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK; ++block, b += cpu::kIq4NlBlockBytes, y += kQK) {
+    const float d = LoadHalf(b);
+    for (int i = 0; i < kQK; ++i) y[i] = d * float(cpu::Iq4RunValue(b + 2, i));
   }
 }
 
-void DequantizeIq4(GgmlType type, const uint8_t* b, int64_t n, float* y) {
-  ForEachIq4Run(type, b, n, [&](int64_t r, float dl, const uint8_t* qs) {
-    for (int v = 0; v < kQK; ++v) y[r * kQK + v] = dl * float(Iq4Value(qs, v));
-  });
+void DequantizeIQ4_XS(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kIq4XsBlockBytes) {
+    const float d = LoadHalf(b);
+    for (int r = 0; r < kQK_K / kQK; ++r, y += kQK) {
+      const float dl = d * float(cpu::Iq4XsScale(b, r));
+      for (int i = 0; i < kQK; ++i) y[i] = dl * float(cpu::Iq4RunValue(b + 8 + 16 * r, i));
+    }
+  }
 }
 
 }  // namespace
@@ -256,38 +227,11 @@ void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
     case GgmlType::kQ5_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ5_K(b, n, out); return;
     case GgmlType::kQ6_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ6_K(b, n, out); return;
     case GgmlType::kQ3_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ3_K(b, n, out); return;
-    case GgmlType::kIQ4_NL: STEADY_CHECK(n % kQK == 0); DequantizeIq4(GgmlType::kIQ4_NL, b, n, out); return;
-    case GgmlType::kIQ4_XS: STEADY_CHECK(n % kQK_K == 0); DequantizeIq4(GgmlType::kIQ4_XS, b, n, out); return;
+    case GgmlType::kIQ4_NL: STEADY_CHECK(n % kQK == 0); DequantizeIQ4_NL(b, n, out); return;
+    case GgmlType::kIQ4_XS: STEADY_CHECK(n % kQK_K == 0); DequantizeIQ4_XS(b, n, out); return;
     default: break;
   }
   STEADY_CHECK(false && "Dequantize on a type CanDequantize refuses");
-}
-
-void Q3KAsQ6K(const void* blocks, int64_t n, uint8_t* q6k) {
-  STEADY_CHECK(n % kQK_K == 0);
-  const uint8_t* b = static_cast<const uint8_t*>(blocks);
-  for (int64_t block = 0; block < n / kQK_K; ++block, b += kQ3KBytes, q6k += 210) {
-    // Q6_K's places (DequantizeQ6_K): value v = 128 h + 32 t + l has its low 4 bits in ql[64 h + l + 32
-    // (t % 2)] (the high nibble for t >= 2), its high 2 bits at bit 2t of qh[32 h + l], its scale in
-    // sc[v / 16].
-    std::memset(q6k, 0, 210);
-    for (int v = 0; v < kQK_K; ++v) {
-      const int q = Q3KQ(b, v) + 32, h = v / 128, t = (v % 128) / 32, l = v % 32;
-      q6k[64 * h + l + 32 * (t % 2)] |= uint8_t((q & 0x0F) << (t >= 2 ? 4 : 0));
-      q6k[128 + 32 * h + l] |= uint8_t((q >> 4) << (2 * t));
-    }
-    for (int sub = 0; sub < 16; ++sub) q6k[192 + sub] = uint8_t(int8_t(Q3KScale(b, sub)));
-    std::memcpy(q6k + 208, b + 108, 2);
-  }
-}
-
-void Iq4AsQ8(uint32_t t, const void* blocks, int64_t n, int8_t* q, float* scales) {
-  const GgmlType type = GgmlType(t);
-  STEADY_CHECK((type == GgmlType::kIQ4_NL && n % kQK == 0) || (type == GgmlType::kIQ4_XS && n % kQK_K == 0));
-  ForEachIq4Run(type, static_cast<const uint8_t*>(blocks), n, [&](int64_t r, float dl, const uint8_t* qs) {
-    scales[r] = dl;
-    for (int v = 0; v < kQK; ++v) q[r * kQK + v] = int8_t(Iq4Value(qs, v));
-  });
 }
 
 }  // namespace steady

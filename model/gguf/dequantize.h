@@ -23,9 +23,6 @@
 //                     to 113, ggml's kvalues_iq4nl), arranged as Q4_0's nibbles; x = d * table[index]
 //   IQ4_XS 256 values: fp16 d, 2 + 4 bytes of eight 6-bit scales, 128 bytes of indices into the same
 //                     table; per 32 values x = (d * (scale - 32)) * table[index]
-//
-// Steady has no kernels of Q3_K, IQ4_NL and IQ4_XS of their own: the loader holds them in formats of
-// Steady's that hold the same values (below), which the widening and int8 kernels read.
 #ifndef STEADY_MODEL_GGUF_DEQUANTIZE_H_
 #define STEADY_MODEL_GGUF_DEQUANTIZE_H_
 
@@ -41,17 +38,6 @@ std::string DequantizableTypeNames();
 // Writes `n` values (a whole number of the type's blocks) from `blocks` to `out`. `blocks` may be
 // unaligned. The type must be one CanDequantize accepts.
 void Dequantize(uint32_t ggml_type, const void* blocks, int64_t n, float* out);
-
-// A row of `n` Q3_K values (n / 256 super-blocks) as Q6_K super-blocks (210 bytes each, into q6k)
-// of the same values bit for bit: the sixteen sub-blocks of 16 and d are Q6_K's too, a scale - 32
-// (-32..31) is a Q6_K int8 scale and q + 32 (28..35) a Q6_K 6-bit q, and Q6_K's (d * scale) * (q - 32)
-// is Q3_K's arithmetic. 6.56 bits a weight in place of 3.44.
-void Q3KAsQ6K(const void* blocks, int64_t n, uint8_t* q6k);
-// A row of `n` IQ4_NL or IQ4_XS values as q8 (kernels/cpu/matmul.h: int8 values, one fp32 scale per
-// 32): q the table's value (-127..113) and the scale d (IQ4_NL) or d * (scale - 32) (IQ4_XS), exact in
-// fp32 (an fp16 value times 6 bits), so float(q) * scale is ggml's value bit for bit. 9 bits a weight
-// in place of 4.5 and 4.25.
-void Iq4AsQ8(uint32_t ggml_type, const void* blocks, int64_t n, int8_t* q, float* scales);
 
 }  // namespace steady
 

@@ -18,9 +18,6 @@
 #include "absl/strings/str_join.h"
 #include "base/check.h"
 #include "base/file_io.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/parallel.h"
-#include "kernels/cpu/q6k.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/gguf/dequantize.h"
 
@@ -137,26 +134,20 @@ class Mapper {
     // A type held in the file's own bytes, a view of the mapped tensor where no rows are permuted.
     const std::optional<WeightType> held = HeldAs(type);
     STEADY_CHECK(held.has_value() && "every type Find takes is held");
-    const bool own_bytes = !HeldInAnotherFormat(type);
-    if (own_bytes && heads == 0 && WeightMatrix::MatchesAlignment(*held, raw)) {
+    if (heads == 0 && WeightMatrix::MatchesAlignment(*held, raw)) {
       return WeightMatrix::View(*held, rows, cols, raw, file_.Owner(), file_.mapped());
     }
     // Otherwise a copy of the loader's own; the file's pages, read twice (the check and the copy), then
     // leave resident memory (they come back from the file if touched again).
-    WeightMatrix copy = own_bytes ? Copied(*held, raw, rows, cols, row_bytes, heads)
-                                  : Transcoded(type, raw, rows, cols, row_bytes, heads);
+    WeightMatrix copy = Copied(*held, raw, rows, cols, row_bytes, heads);
     if (file_.mapped()) DropMappedPages(raw, size_t(t.bytes));
     return copy;
   }
 
-  // How every type the loader takes (CanDequantize) is held: in the file's own bytes F32, F16, BF16,
-  // and Q8_0 as q8_0, Q4_0 as q4, Q4_1, Q5_0 and Q5_1 as q4_1, q5_0 and q5_1, Q4_K as q4k, Q5_K as
-  // q5k, Q6_K as q6k (ggml's blocks: kernels/cpu/matmul.h, q32.h, q4k.h, q5k.h, q6k.h); in another
-  // format of the same values (HeldInAnotherFormat) Q3_K as q6k, IQ4_NL and IQ4_XS as q8
-  // (dequantize.h Q3KAsQ6K, Iq4AsQ8).
-  static bool HeldInAnotherFormat(GgmlType type) {
-    return type == GgmlType::kQ3_K || type == GgmlType::kIQ4_NL || type == GgmlType::kIQ4_XS;
-  }
+  // The types held in the file's own bytes: every type the loader takes (CanDequantize). F32, F16,
+  // BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_1, Q5_0 and Q5_1 as q4_1, q5_0 and q5_1, Q4_K as q4k, Q5_K
+  // as q5k, Q6_K as q6k, Q3_K as q3k, IQ4_NL and IQ4_XS as iq4_nl and iq4_xs (ggml's blocks:
+  // kernels/cpu/matmul.h, q32.h, q4k.h, q5k.h, q6k.h, q3k_iq4.h).
   static std::optional<WeightType> HeldAs(GgmlType type) {
     switch (type) {
       case GgmlType::kF32: return WeightType::kF32;
@@ -170,9 +161,9 @@ class Mapper {
       case GgmlType::kQ4_K: return WeightType::kQ4K;
       case GgmlType::kQ5_K: return WeightType::kQ5K;
       case GgmlType::kQ6_K: return WeightType::kQ6K;
-      case GgmlType::kQ3_K: return WeightType::kQ6K;
-      case GgmlType::kIQ4_NL:
-      case GgmlType::kIQ4_XS: return WeightType::kQ8;
+      case GgmlType::kQ3_K: return WeightType::kQ3K;
+      case GgmlType::kIQ4_NL: return WeightType::kIq4Nl;
+      case GgmlType::kIQ4_XS: return WeightType::kIq4Xs;
       default: return std::nullopt;
     }
   }
@@ -182,27 +173,6 @@ class Mapper {
     auto buffer = std::make_shared<std::vector<float>>(size_t(rows * row_bytes + 3) / 4);
     char* out = reinterpret_cast<char*>(buffer->data());
     for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * row_bytes, raw + SourceRow(r, rows, heads) * row_bytes, size_t(row_bytes));
-    return WeightMatrix::Owned(held, rows, cols, out, std::move(buffer));
-  }
-
-  // The tensor's rows (un-permuted as Copied) in the format HeldAs names for a HeldInAnotherFormat
-  // type: q6k super-blocks, or q8's int8 values with their fp32 scales after them (WeightMatrix's kQ8).
-  static WeightMatrix Transcoded(GgmlType type, const char* raw, int64_t rows, int64_t cols, int64_t row_bytes,
-                                 int heads) {
-    const WeightType held = *HeldAs(type);
-    const int64_t values = (rows * cols + 3) / 4 * 4, blocks = cpu::Q8BlocksPerRow(cols);
-    const int64_t bytes = held == WeightType::kQ6K ? cpu::Q6KBytes(rows, cols) : values + rows * blocks * 4;
-    auto buffer = std::make_shared<std::vector<float>>(size_t(bytes + 3) / 4);
-    uint8_t* out = reinterpret_cast<uint8_t*>(buffer->data());
-    cpu::ParallelFor(int(rows), [&](int r) {
-      const char* row = raw + SourceRow(r, rows, heads) * row_bytes;
-      if (held == WeightType::kQ6K) {
-        Q3KAsQ6K(row, cols, out + r * cpu::Q6KBytes(1, cols));
-      } else {
-        Iq4AsQ8(uint32_t(type), row, cols, reinterpret_cast<int8_t*>(out) + r * cols,
-                reinterpret_cast<float*>(out + values) + r * blocks);
-      }
-    });
     return WeightMatrix::Owned(held, rows, cols, out, std::move(buffer));
   }
 

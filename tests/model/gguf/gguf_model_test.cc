@@ -353,8 +353,8 @@ std::string RandomIq4Xs(int64_t rows, int64_t cols, std::mt19937& rng) {
 }
 
 // Every matrix whose rows are whole blocks of `block` weights written in `type` by `random`: they
-// load as `held`, taking `block_bytes` per block (the file's own blocks, read in place where no rows
-// are permuted, or for Q3_K and the IQ4s another format's), with ggml's values exactly (the control's are Dequantize's, which equals libggml's),
+// load as `held`, the file's own blocks (`block_bytes` per block, read in place where no rows are
+// permuted), with ggml's values exactly (the control's are Dequantize's, which equals libggml's),
 // llama's q and k rows un-permuted alike, the output too (attn_output's [256, 64] rows are a quarter
 // super-block: F32 unless the block is q8_0's 32); `check` looks at each (loaded, control) pair
 // further. The logits are those of the same values in F32 (the widening kernels).
@@ -388,7 +388,7 @@ void ExpectBlocksLoadInPlace(GgmlType type, WeightType held, int block, int64_t 
           continue;
         }
         EXPECT_EQ(x->type(), held);
-        EXPECT_EQ(x->Bytes() * block, x->Weights() * block_bytes);  // no fp32 copy
+        EXPECT_EQ(x->Bytes() * block, x->Weights() * block_bytes);  // the file's bytes, no fp32 copy
         EXPECT_EQ(x->ToFloat(), y->ToFloat());
         if (check) check(*x, *y);
       }
@@ -432,18 +432,23 @@ TEST(GgufModel, Q4_1Q5_0AndQ5_1TensorsLoadInPlaceWithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ5_1, WeightType::kQ5_1, 32, 24, RandomQ5_1, /*intermediate=*/256, 9);
 }
 
-// Q3_K as q6k (6.56 bits a weight in place of 3.44), IQ4_NL and IQ4_XS as q8 (9 in place of 4.5 and
-// 4.25): Steady has no kernels of their own, so the loader holds them in formats of the same values
-// (dequantize.h Q3KAsQ6K, Iq4AsQ8), which every kernel reads.
-TEST(GgufModel, Q3_KIq4_NLAndIq4_XSTensorsLoadInOtherFormatsWithGgmlsValuesExactly) {
-  ExpectBlocksLoadInPlace(GgmlType::kQ3_K, WeightType::kQ6K, 256, 210, RandomQ3K, /*intermediate=*/256, 31);
-  ExpectBlocksLoadInPlace(GgmlType::kIQ4_NL, WeightType::kQ8, 32, 36, RandomIq4Nl, /*intermediate=*/256, 32);
-  ExpectBlocksLoadInPlace(GgmlType::kIQ4_XS, WeightType::kQ8, 256, 288, RandomIq4Xs, /*intermediate=*/256, 33);
+// Q3_K as q3k, IQ4_NL and IQ4_XS as iq4_nl and iq4_xs (kernels/cpu/q3k_iq4.h: 3.44, 4.5 and 4.25 bits
+// a weight): ggml's blocks read in place. The IQ4s' conversion to q8 (what the int8 kernels pack) keeps
+// the values, as q3k's to q6k does (tests/kernels/q3k_iq4_test.cc).
+TEST(GgufModel, Q3_KIq4_NLAndIq4_XSTensorsLoadInPlaceWithGgmlsValuesExactly) {
+  const auto as_q8 = [](const WeightMatrix& x, const WeightMatrix& y) {
+    EXPECT_EQ(x.ConvertTo(WeightType::kQ8).ToFloat(), y.ToFloat());
+  };
+  ExpectBlocksLoadInPlace(GgmlType::kQ3_K, WeightType::kQ3K, 256, 110, RandomQ3K, /*intermediate=*/256, 31);
+  ExpectBlocksLoadInPlace(GgmlType::kIQ4_NL, WeightType::kIq4Nl, 32, 18, RandomIq4Nl, /*intermediate=*/256, 32, as_q8);
+  ExpectBlocksLoadInPlace(GgmlType::kIQ4_XS, WeightType::kIq4Xs, 256, 136, RandomIq4Xs, /*intermediate=*/256, 33, as_q8);
 }
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
-// gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q5_1 for attn_v and Q4_1 for attn_output
-// (llama.cpp's fallbacks where a row is not whole super-blocks), F32 elsewhere. --cpu-weights auto
+// gives some layers), Q5_K for ffn_up (a Q5_K_M file's type), Q3_K for ffn_gate (a Q3_K_M file's),
+// IQ4_XS for attn_k (an IQ4_XS file's), Q5_1 for attn_v and Q4_1 for attn_output (llama.cpp's
+// fallbacks where a row is not whole super-blocks), F32 elsewhere. Q3_K and IQ4_XS have no int8
+// kernels of their own and are packed as q6k and q8. --cpu-weights auto
 // puts every quantized matrix on the int8 kernels where the CPU has one, and says so; stored keeps
 // them all on the widening kernels, whose logits are those of the file's values in fp32 (the F32
 // control's); auto's are close to them but not the same bits (the packed matrices, and activations
@@ -461,6 +466,14 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
     if (name.find("ffn_up") != std::string::npos) {
       *type = GgmlType::kQ5_K;
       return RandomQ5K(shape[0], shape[1], rng);
+    }
+    if (name.find("ffn_gate") != std::string::npos) {
+      *type = GgmlType::kQ3_K;
+      return RandomQ3K(shape[0], shape[1], rng);
+    }
+    if (name.find("attn_k") != std::string::npos) {
+      *type = GgmlType::kIQ4_XS;
+      return RandomIq4Xs(shape[0], shape[1], rng);
     }
     if (name.find("attn_v") != std::string::npos) {
       *type = GgmlType::kQ5_1;
@@ -482,6 +495,8 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   EXPECT_EQ(q->layers()[0].wv.type(), WeightType::kQ5_1);
   EXPECT_EQ(q->layers()[0].w_down.type(), WeightType::kQ6K);
   EXPECT_EQ(q->layers()[0].w_up.type(), WeightType::kQ5K);
+  EXPECT_EQ(q->layers()[0].w_gate.type(), WeightType::kQ3K);
+  EXPECT_EQ(q->layers()[0].wk.type(), WeightType::kIq4Xs);
 
   auto step = [](const Model& model, CpuWeights weights, std::string* name) {
     BackendOptions o;
@@ -499,7 +514,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
   const std::vector<double> fast = step(*q, CpuWeights::kAuto, &auto_name);
   const std::vector<double> stored = step(*q, CpuWeights::kStored, &stored_name);
   const std::vector<double> reference = step(*f, CpuWeights::kAuto, &control_name);
-  EXPECT_EQ(stored_name, "cpu (f32 and q4_1 and q4k and q5_1 and q5k and q6k weights)");
+  EXPECT_EQ(stored_name, "cpu (f32 and iq4_xs and q3k and q4_1 and q4k and q5_1 and q5k and q6k weights)");
   EXPECT_EQ(control_name, "cpu");  // an F32 file: nothing quantized, nothing packed
   ASSERT_EQ(stored.size(), reference.size());
   ASSERT_EQ(fast.size(), reference.size());
@@ -509,7 +524,7 @@ TEST(GgufModel, AutoPutsAQuantizedFilesMatricesOnTheDotKernels) {
     EXPECT_EQ(fast, stored);
     GTEST_SKIP() << "no int8 dot-product kernel on this CPU: auto kept the widening kernels";
   }
-  EXPECT_EQ(auto_name, std::string("cpu (f32 and q4_1 and q4k and q5_1 and q5k and q6k weights on ") +
+  EXPECT_EQ(auto_name, std::string("cpu (f32 and q4_1 and q4k and q5_1 and q5k and q6k and q8 weights on ") +
                            cpu::Int8PathExtension(cpu::WidestInt8Path()) + ")");
   EXPECT_GT(testing::MaxRelError(fast, stored), 0.0) << "the packed matrices were not read";
   EXPECT_LT(testing::MaxRelError(fast, reference), 0.05);
