@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q2k.h"
 #include "kernels/cpu/q32.h"
 #include "kernels/cpu/q3k_iq4.h"
 #include "kernels/cpu/q4k.h"
@@ -64,6 +65,7 @@ template <Q32Type T>
 HWY_INLINE Q32Rows<T> Shift(Q32Rows<T> w, int64_t in, int64_t j) { return {w.blocks + j * Q32Bytes(T, 1, in)}; }
 // q3k, iq4_xs and iq4_nl (q3k_iq4.h); iq4_nl's row carries its length, since a chunk of it (8 blocks)
 // may run past a row's end.
+HWY_INLINE Q2KWeights Shift(Q2KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q2KBytes(1, in)}; }
 HWY_INLINE Q3KWeights Shift(Q3KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q3KBytes(1, in)}; }
 HWY_INLINE Iq4XsWeights Shift(Iq4XsWeights w, int64_t in, int64_t j) { return {w.blocks + j * Iq4XsBytes(1, in)}; }
 struct Iq4NlRows {
@@ -168,6 +170,7 @@ HWY_INLINE float WeightValue(Q5KWeights w, int64_t k) { return Q5KWeightValue(w,
 HWY_INLINE float WeightValue(Q6KWeights w, int64_t k) { return Q6KWeightValue(w, k + 1, 0, k); }
 template <Q32Type T>
 HWY_INLINE float WeightValue(Q32Rows<T> w, int64_t k) { return Q32WeightValue({T, w.blocks}, k + 1, 0, k); }
+HWY_INLINE float WeightValue(Q2KWeights w, int64_t k) { return Q2KWeightValue(w, k + kQ2KBlock, 0, k); }
 HWY_INLINE float WeightValue(Q3KWeights w, int64_t k) { return Q3KWeightValue(w, k + kQ3KBlock, 0, k); }
 HWY_INLINE float WeightValue(Iq4XsWeights w, int64_t k) { return Iq4XsWeightValue(w, k + kIq4XsBlock, 0, k); }
 HWY_INLINE float WeightValue(Iq4NlRows w, int64_t k) { return Iq4NlWeightValue({w.blocks}, w.in, 0, k); }
@@ -201,6 +204,7 @@ HWY_INLINE void PrefetchRow(Q6KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q8_0Weights, int64_t, int, int64_t, int64_t) {}
 template <Q32Type T>
 HWY_INLINE void PrefetchRow(Q32Rows<T>, int64_t, int, int64_t, int64_t) {}
+HWY_INLINE void PrefetchRow(Q2KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Q3KWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Iq4XsWeights, int64_t, int, int64_t, int64_t) {}
 HWY_INLINE void PrefetchRow(Iq4NlRows, int64_t, int, int64_t, int64_t) {}
@@ -287,7 +291,7 @@ HWY_INLINE void WidenKQuantBlock(const uint8_t* block, const uint8_t* nibbles, c
     }
   }
 }
-static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock && kChunk == kQ3KBlock &&
+static_assert(kChunk == kQ4KBlock && kChunk == kQ5KBlock && kChunk == kQ6KBlock && kChunk == kQ3KBlock && kChunk == kQ2KBlock &&
                   kChunk == kIq4XsBlock, "a chunk is one super-block");
 HWY_INLINE void WidenChunk(Q4KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const uint8_t* block = row.blocks + (k0 / kQ4KBlock) * kQ4KBlockBytes;
@@ -320,6 +324,36 @@ HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, float* HWY_RESTRICT out) 
         const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<4>(high))), hn::Set(di32, 32));
         const int i = 128 * half + 32 * t + l;
         hn::Store(hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale[i / kQ6KSub])), d, out + i);
+      }
+    }
+  }
+}
+
+// q2k (q2k.h): the super-block, its sixteen scales times d and minimums times dmin once (exact), then
+// each value q * (d scale) - dmin min in one rounding (the product is exact), Q2KWeightValue's: for
+// half h and bit pair j, value 128 h + 32 j + l is bits 2j of qs[32 h + l]. A vector of lanes (at most
+// 16) lies within one sub-block of 16.
+HWY_INLINE void WidenChunk(Q2KWeights row, int64_t k0, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di32;
+  const hn::RebindToUnsigned<decltype(d)> du32;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int lanes = int(hn::Lanes(d));
+  const uint8_t* block = row.blocks + (k0 / kQ2KBlock) * kQ2KBlockBytes;
+  HWY_ALIGN float scale[kQ2KBlock / 16], min[kQ2KBlock / 16];
+  const float dd = WidenHalf(block + 80), dmin = WidenHalf(block + 82);
+  for (int s = 0; s < kQ2KBlock / 16; ++s) {
+    scale[s] = dd * float(Q2KScale(block, s));
+    min[s] = dmin * float(Q2KMin(block, s));
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; l += lanes) {
+        const auto q = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + 32 * h + l)), 2 * j),
+                               hn::Set(du32, 3u));
+        const int v = 128 * h + 32 * j + l;
+        hn::Store(hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale[v / 16]), hn::Set(d, -min[v / 16])), d,
+                  out + v);
       }
     }
   }
@@ -592,6 +626,11 @@ void MatMulNTQ8_0Columns(const float* x, int rows, int64_t in, Q8_0Weights w, in
   ColumnRange(x, rows, in, w, out, begin, end, y);
 }
 
+void MatMulNTQ2KColumns(const float* x, int rows, int64_t in, Q2KWeights w, int64_t out, int64_t begin, int64_t end,
+                        float* y) {
+  ColumnRange(x, rows, in, w, out, begin, end, y);
+}
+
 void MatMulNTQ3KColumns(const float* x, int rows, int64_t in, Q3KWeights w, int64_t out, int64_t begin, int64_t end,
                         float* y) {
   ColumnRange(x, rows, in, w, out, begin, end, y);
@@ -720,6 +759,7 @@ HWY_EXPORT(MatMulNTQ5KColumns);
 HWY_EXPORT(MatMulNTQ6KColumns);
 HWY_EXPORT(MatMulNTQ8_0Columns);
 HWY_EXPORT(MatMulNTQ32Columns);
+HWY_EXPORT(MatMulNTQ2KColumns);
 HWY_EXPORT(MatMulNTQ3KColumns);
 HWY_EXPORT(MatMulNTIq4XsColumns);
 HWY_EXPORT(MatMulNTIq4NlColumns);
@@ -802,6 +842,12 @@ void MatMulNTQ32(const float* x, int rows, int in, Q32Weights w, int out, float*
 void MatMulNTQ6K(const float* x, int rows, int in, Q6KWeights w, int out, float* y) {
   SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
     HWY_DYNAMIC_DISPATCH(MatMulNTQ6KColumns)(x, rows, in, w, out, begin, end, y);
+  });
+}
+
+void MatMulNTQ2K(const float* x, int rows, int in, Q2KWeights w, int out, float* y) {
+  SplitColumns(rows, in, out, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(MatMulNTQ2KColumns)(x, rows, in, w, out, begin, end, y);
   });
 }
 

@@ -116,12 +116,12 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   // f16 matrices (a checkpoint's own) take the f16 kernel where the bf16 ones take AVX2's FMAs.
   const std::string f16 = fast ? cpu::F16DotPathName(bf16_path) : widening;
   // A GGUF file's Q3_K, IQ4_NL and IQ4_XS matrices are packed for the int8 kernels as q6k and q8 (the
-  // same values): kernels/cpu/q3k_iq4.h.
+  // same values): kernels/cpu/q3k_iq4.h. Q2_K has the widening kernel only (kernels/cpu/q2k.h).
   const bool packed = q8 != widening;
   const std::string q3k = packed ? q8 + " as q6k" : widening, iq4 = packed ? q8 + " as q8" : widening;
   return {{"f32", f32},   {"bf16", bf16}, {"f16", f16},   {"q8", q8},         {"q8_0", q8},       {"q4", q8},
           {"q4k", q8},    {"q5k", q8},    {"q6k", q8},    {"q4_1", q8},       {"q5_0", q8},       {"q5_1", q8},
-          {"q3k", q3k},   {"iq4_nl", iq4}, {"iq4_xs", iq4}};
+          {"q3k", q3k},   {"iq4_nl", iq4}, {"iq4_xs", iq4}, {"q2k", widening}};
 }
 
 std::string CpuKernelsSummary(CpuGemm gemm, CpuWeights weights) {

@@ -60,6 +60,7 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kQ3K: return "q3k";
     case WeightType::kIq4Nl: return "iq4_nl";
     case WeightType::kIq4Xs: return "iq4_xs";
+    case WeightType::kQ2K: return "q2k";
   }
   return "?";
 }
@@ -147,6 +148,7 @@ bool WeightMatrix::MatchesAlignment(WeightType type, const void* data) {
     case WeightType::kQ3K:
     case WeightType::kIq4Nl:
     case WeightType::kIq4Xs:
+    case WeightType::kQ2K:
     case WeightType::kQ8_0: return true;  // ggml's blocks, bytes (d is read with memcpy)
     default: return address % alignof(uint16_t) == 0;
   }
@@ -180,6 +182,7 @@ int64_t WeightMatrix::Bytes() const {
     case WeightType::kQ3K: return cpu::Q3KBytes(rows_, cols_);
     case WeightType::kIq4Nl: return cpu::Iq4NlBytes(rows_, cols_);
     case WeightType::kIq4Xs: return cpu::Iq4XsBytes(rows_, cols_);
+    case WeightType::kQ2K: return cpu::Q2KBytes(rows_, cols_);
   }
   return 0;
 }
@@ -216,6 +219,11 @@ cpu::Iq4NlWeights WeightMatrix::iq4_nl() const {
 
 cpu::Iq4XsWeights WeightMatrix::iq4_xs() const {
   STEADY_CHECK(type_ == WeightType::kIq4Xs);
+  return {as<uint8_t>()};
+}
+
+cpu::Q2KWeights WeightMatrix::q2k() const {
+  STEADY_CHECK(type_ == WeightType::kQ2K);
   return {as<uint8_t>()};
 }
 
@@ -279,6 +287,8 @@ void WeightMatrix::RowsToFloat(int64_t r0, int64_t r1, float* out) const {
       return cpu::DequantizeIq4Nl(iq4_nl(), cols_, r0, r1, out);
     case WeightType::kIq4Xs:
       return cpu::DequantizeIq4Xs(iq4_xs(), cols_, r0, r1, out);
+    case WeightType::kQ2K:
+      return cpu::DequantizeQ2K(q2k(), cols_, r0, r1, out);
     case WeightType::kDotQ4_1:
     case WeightType::kDotQ5_0:
     case WeightType::kDotQ5_1:
@@ -469,9 +479,10 @@ WeightMatrix WeightMatrix::ConvertTo(WeightType type) const {
     case WeightType::kQ3K:
     case WeightType::kIq4Nl:
     case WeightType::kIq4Xs:
+    case WeightType::kQ2K:
       break;
   }
-  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k, q8_0, q4_1, q5_0, q5_1, q3k, iq4_nl and iq4_xs are a checkpoint's types, not conversion targets");
+  STEADY_CHECK(false && "ConvertTo: f16, q5k, q6k, q8_0, q4_1, q5_0, q5_1, q3k, iq4_nl, iq4_xs and q2k are a checkpoint's types, not conversion targets");
   return m;
 }
 
@@ -509,6 +520,7 @@ void MatMul(const float* x, int rows, const WeightMatrix& w, float* y) {
     case WeightType::kQ3K: return cpu::MatMulNTQ3K(x, rows, in, w.q3k(), out, y);
     case WeightType::kIq4Nl: return cpu::MatMulNTIq4Nl(x, rows, in, w.iq4_nl(), out, y);
     case WeightType::kIq4Xs: return cpu::MatMulNTIq4Xs(x, rows, in, w.iq4_xs(), out, y);
+    case WeightType::kQ2K: return cpu::MatMulNTQ2K(x, rows, in, w.q2k(), out, y);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q2k.h"
 #include "kernels/cpu/q32.h"
 #include "kernels/cpu/q3k_iq4.h"
 #include "kernels/cpu/q4k.h"
@@ -53,10 +54,11 @@ enum class WeightType {
   kQ3K,      // a GGUF file's Q3_K blocks (kernels/cpu/q3k_iq4.h), row-major: 110 bytes per 256 weights
   kIq4Nl,    // a GGUF file's IQ4_NL blocks (q3k_iq4.h), row-major: 18 bytes per 32 weights
   kIq4Xs,    // a GGUF file's IQ4_XS blocks (q3k_iq4.h), row-major: 136 bytes per 256 weights
+  kQ2K,      // a GGUF file's Q2_K blocks (kernels/cpu/q2k.h), row-major: 84 bytes per 256 weights
 };
 // "f32", "bf16", "f16", "q8", "amx-bf16", "dot-bf16", "dot-q8", "q4", "dot-q4", "q4k", "dot-q4k",
 // "q6k", "dot-q6k", "q8_0", "q5k", "dot-q5k", "q4_1", "q5_0", "q5_1", "dot-q4_1", "dot-q5_0", "dot-q5_1",
-// "dot-f16", "q3k", "iq4_nl", "iq4_xs".
+// "dot-f16", "q3k", "iq4_nl", "iq4_xs", "q2k".
 const char* WeightTypeName(WeightType t);
 // The q32 type (kernels/cpu/q32.h) of kQ4_1, kQ5_0, kQ5_1 and of their packed forms; nullopt for the others.
 std::optional<cpu::Q32Type> Q32TypeOf(WeightType t);
@@ -120,6 +122,7 @@ class WeightMatrix {
   cpu::Q3KWeights q3k() const;     // kQ3K only
   cpu::Iq4NlWeights iq4_nl() const;  // kIq4Nl only
   cpu::Iq4XsWeights iq4_xs() const;  // kIq4Xs only
+  cpu::Q2KWeights q2k() const;     // kQ2K only
 
   // Rows [r0, r1) as fp32 values into out[(r1 - r0) * cols] (not for the packed types but q4's).
   void RowsToFloat(int64_t r0, int64_t r1, float* out) const;

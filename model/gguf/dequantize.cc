@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/q2k.h"
 #include "kernels/cpu/q3k_iq4.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/gguf/gguf.h"
@@ -165,8 +166,18 @@ void DequantizeQ6_K(const uint8_t* b, int64_t n, float* y) {
 }
 
 
-// Q3_K, IQ4_NL and IQ4_XS: their fields as kernels/cpu/q3k_iq4.h reads them (the layouts are written
-// out there), in ggml's order of operations.
+// Q2_K, Q3_K, IQ4_NL and IQ4_XS: their fields as kernels/cpu/q2k.h and q3k_iq4.h read them (the
+// layouts are written out there), in ggml's order of operations.
+void DequantizeQ2_K(const uint8_t* b, int64_t n, float* y) {
+  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kQ2KBlockBytes, y += kQK_K) {
+    const float d = LoadHalf(b + 80), dmin = LoadHalf(b + 82);
+    for (int sub = 0; sub < 16; ++sub) {
+      const float dl = d * float(cpu::Q2KScale(b, sub)), ml = dmin * float(cpu::Q2KMin(b, sub));
+      for (int v = 16 * sub; v < 16 * sub + 16; ++v) y[v] = dl * float(cpu::Q2KBlockQ(b, v)) - ml;
+    }
+  }
+}
+
 void DequantizeQ3_K(const uint8_t* b, int64_t n, float* y) {
   for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kQ3KBlockBytes, y += kQK_K) {
     const float d = LoadHalf(b + 108);
@@ -201,7 +212,7 @@ bool CanDequantize(uint32_t t) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0: case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
     case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-    case GgmlType::kQ3_K: case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kIQ4_NL: case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -209,7 +220,7 @@ bool CanDequantize(uint32_t t) {
 }
 
 std::string DequantizableTypeNames() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, IQ4_NL, IQ4_XS";
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 }
 
 void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
@@ -226,6 +237,7 @@ void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
     case GgmlType::kQ4_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ4_K(b, n, out); return;
     case GgmlType::kQ5_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ5_K(b, n, out); return;
     case GgmlType::kQ6_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ6_K(b, n, out); return;
+    case GgmlType::kQ2_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ2_K(b, n, out); return;
     case GgmlType::kQ3_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ3_K(b, n, out); return;
     case GgmlType::kIQ4_NL: STEADY_CHECK(n % kQK == 0); DequantizeIQ4_NL(b, n, out); return;
     case GgmlType::kIQ4_XS: STEADY_CHECK(n % kQK_K == 0); DequantizeIQ4_XS(b, n, out); return;

@@ -16,6 +16,8 @@
 //   Q5_K  256 values: as Q4_K plus 32 bytes holding each value's fifth bit
 //   Q6_K  256 values: 128 bytes low 4 bits, 64 bytes high 2 bits, 16 x int8 scales, fp16 d;
 //                     per 16 values x = (d * scale) * (q - 32)
+//   Q2_K  256 values: 16 bytes of a 4-bit scale and a 4-bit min per 16 values, 64 bytes of 2-bit q, fp16
+//                     d and dmin; per 16 values x = (d * scale) * q - (dmin * min)
 //   Q3_K  256 values: 32 bytes holding each value's third bit, 64 bytes of its low 2 bits, 12 bytes
 //                     of sixteen 6-bit scales, fp16 d; per 16 values x = (d * (scale - 32)) * q with
 //                     q = low bits - (third bit ? 0 : 4), -4..3
@@ -33,7 +35,7 @@ namespace steady {
 
 // Whether Dequantize handles the ggml type number.
 bool CanDequantize(uint32_t ggml_type);
-// "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, IQ4_NL, IQ4_XS".
+// "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS".
 std::string DequantizableTypeNames();
 // Writes `n` values (a whole number of the type's blocks) from `blocks` to `out`. `blocks` may be
 // unaligned. The type must be one CanDequantize accepts.

@@ -146,8 +146,8 @@ class Mapper {
 
   // The types held in the file's own bytes: every type the loader takes (CanDequantize). F32, F16,
   // BF16, and Q8_0 as q8_0, Q4_0 as q4, Q4_1, Q5_0 and Q5_1 as q4_1, q5_0 and q5_1, Q4_K as q4k, Q5_K
-  // as q5k, Q6_K as q6k, Q3_K as q3k, IQ4_NL and IQ4_XS as iq4_nl and iq4_xs (ggml's blocks:
-  // kernels/cpu/matmul.h, q32.h, q4k.h, q5k.h, q6k.h, q3k_iq4.h).
+  // as q5k, Q6_K as q6k, Q2_K as q2k, Q3_K as q3k, IQ4_NL and IQ4_XS as iq4_nl and iq4_xs (ggml's
+  // blocks: kernels/cpu/matmul.h, q32.h, q4k.h, q5k.h, q6k.h, q2k.h, q3k_iq4.h).
   static std::optional<WeightType> HeldAs(GgmlType type) {
     switch (type) {
       case GgmlType::kF32: return WeightType::kF32;
@@ -161,6 +161,7 @@ class Mapper {
       case GgmlType::kQ4_K: return WeightType::kQ4K;
       case GgmlType::kQ5_K: return WeightType::kQ5K;
       case GgmlType::kQ6_K: return WeightType::kQ6K;
+      case GgmlType::kQ2_K: return WeightType::kQ2K;
       case GgmlType::kQ3_K: return WeightType::kQ3K;
       case GgmlType::kIQ4_NL: return WeightType::kIq4Nl;
       case GgmlType::kIQ4_XS: return WeightType::kIq4Xs;

@@ -163,7 +163,7 @@ printf 'name, memory.total [MiB]\nSome GPU, 1024 MiB\n' > "$tmp/session/nvidia-s
 
 # --threads and --cpu-gemm reach the report; bad values are refused naming the flag.
 run_bench "$tmp/threads.json" --context 64 --threads 1 --cpu-gemm openblas "${small[@]}" &&
-  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and r["cpu_model"] not in ("", "unknown") and sorted(r["cpu_gemm_paths"]) == ["bf16", "f16", "f32", "iq4_nl", "iq4_xs", "q3k", "q4", "q4_1", "q4k", "q5_0", "q5_1", "q5k", "q6k", "q8", "q8_0"], r' \
+  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["cpu_threads"] == 1 and r["cpu_gemm"] == "openblas" and r["cpu_simd"] and r["cpu_model"] not in ("", "unknown") and sorted(r["cpu_gemm_paths"]) == ["bf16", "f16", "f32", "iq4_nl", "iq4_xs", "q2k", "q3k", "q4", "q4_1", "q4k", "q5_0", "q5_1", "q5k", "q6k", "q8", "q8_0"], r' \
     "$tmp/threads.json" && pass "bench: --threads 1 --cpu-gemm openblas in the report" || fail "bench --threads/--cpu-gemm"
 # Under --cpu-weights stored every matrix keeps the widening kernels whatever the CPU has, and the
 # report says so (it named the int8 kernels there until 2026-11-29).

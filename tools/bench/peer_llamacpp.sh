@@ -176,12 +176,12 @@ EOF
 # same file. 1. Each architecture's f32 GGUF (llama, llama3 rope_freqs, qwen2, qwen3): identical
 # greedy ids and logits within 1e-4 of their spread. 2. A random llama with rows of whole K-quant
 # blocks, quantized by llama.cpp's own llama_model_quantize to q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m,
-# q5_k_m, q6_k, q3_k_m, iq4_nl and iq4_xs: Steady on the quantized file with `--cpu-weights stored`
+# q5_k_m, q6_k, q2_k, q3_k_m, iq4_nl and iq4_xs: Steady on the quantized file with `--cpu-weights stored`
 # (the widening kernels: fp32 arithmetic on the file's values) against llama.cpp on llama.cpp's own
 # f32 dequantization of it, identical greedy ids and within 1e-4 of the spread (every tensor is held
-# with the file's values: ggml's blocks, or Q3_K as q6k and IQ4_NL and IQ4_XS as q8, the same values
-# in other formats; tools/gguf/gguf_report.py); reported beside, Steady as it runs by default (auto: the
-# int8 and bf16 dot-product kernels, activations rounded) against llama.cpp on the quantized file itself
+# with the file's values, ggml's blocks; tools/gguf/gguf_report.py); reported beside, Steady as it
+# runs by default (auto: the int8 and bf16 dot-product kernels, activations rounded; Q2_K keeps the
+# widening kernel) against llama.cpp on the quantized file itself
 # (whose dot products quantize the activations to 8 bits too), loosely bounded. 3. Tokenization of
 # the texts of tests/data/hf/texts.json by the GGUF's own vocabulary: SPM (tiny-softmax's) and
 # byte-level BPE (Llama 3's llama-bpe and Qwen3's qwen2, from the npm cache of tests/reference, when
@@ -201,7 +201,7 @@ gguf() {
   done
   "$PYTHON" "$gen" --arch llama --size quant --out "$WORK/llama-quant" >/dev/null 2>&1
   "$PYTHON" "$GGUF" --model "$WORK/llama-quant" --out "$WORK/llama-quant.f32.gguf" --type f32 2>/dev/null
-  for t in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k q3_k_m iq4_nl iq4_xs; do
+  for t in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m q6_k q2_k q3_k_m iq4_nl iq4_xs; do
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.f32.gguf" --out "$WORK/llama-quant.$t.gguf" --type "$t" 2>/dev/null
     "$PYTHON" "$quant" --lib "$libs" --in "$WORK/llama-quant.$t.gguf" --out "$WORK/llama-quant.$t.dequantized.gguf" --type f32 2>/dev/null
     node "$MJS" exact --steady "$STEADY" --model "$WORK/llama-quant.$t.gguf" --gguf "$WORK/llama-quant.$t.dequantized.gguf" \

@@ -9,10 +9,10 @@ import json
 import os
 import sys
 
-TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "iq4_nl", "iq4_xs")
+TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k", "q2_k", "q3_k_m", "iq4_nl", "iq4_xs")
 # Files all of whose tensor types Steady holds with the file's values exactly (docs/gguf.md): all of
-# them since Q4_1 and Q5_1 are held as q4_1 and q5_1 (2026-11-28), not as bf16; Q3_K (as q6k), IQ4_NL
-# and IQ4_XS (as q8) since 2026-11-29.
+# them since Q4_1 and Q5_1 are held as q4_1 and q5_1 (2026-11-28), not as bf16; Q2_K, Q3_K, IQ4_NL and
+# IQ4_XS since 2026-11-29.
 EXACT_TYPES = TYPES
 
 

@@ -35,6 +35,7 @@ TYPES = {  # name: (ggml_type, values per block, bytes per block, ggml's dequant
     "Q4_K": (12, 256, 144, "dequantize_row_q4_K"),
     "Q5_K": (13, 256, 176, "dequantize_row_q5_K"),
     "Q6_K": (14, 256, 210, "dequantize_row_q6_K"),
+    "Q2_K": (10, 256, 84, "dequantize_row_q2_K"),
     "Q3_K": (11, 256, 110, "dequantize_row_q3_K"),
     "IQ4_NL": (20, 32, 18, "dequantize_row_iq4_nl"),
     "IQ4_XS": (23, 256, 136, "dequantize_row_iq4_xs"),

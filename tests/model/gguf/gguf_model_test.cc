@@ -340,6 +340,18 @@ std::string RandomQ3K(int64_t rows, int64_t cols, std::mt19937& rng) {
   return bytes;
 }
 
+// Q2_K super-blocks: 80 random bytes (4-bit scales and minimums, 2-bit q), then small fp16 d and dmin.
+std::string RandomQ2K(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::string bytes;
+  for (int64_t b = 0; b < rows * cols / 256; ++b) {
+    for (int i = 0; i < 80; ++i) bytes += char(rng() & 0xFF);
+    const uint16_t d = FloatToHalf(0.003f * float(1 + rng() % 8)), dmin = FloatToHalf(0.002f * float(rng() % 8));
+    bytes.append(reinterpret_cast<const char*>(&d), 2);
+    bytes.append(reinterpret_cast<const char*>(&dmin), 2);
+  }
+  return bytes;
+}
+
 // IQ4_XS super-blocks: a small fp16 d of either sign, then 134 random bytes (the eight 6-bit scales
 // and the indices).
 std::string RandomIq4Xs(int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -442,6 +454,27 @@ TEST(GgufModel, Q3_KIq4_NLAndIq4_XSTensorsLoadInPlaceWithGgmlsValuesExactly) {
   ExpectBlocksLoadInPlace(GgmlType::kQ3_K, WeightType::kQ3K, 256, 110, RandomQ3K, /*intermediate=*/256, 31);
   ExpectBlocksLoadInPlace(GgmlType::kIQ4_NL, WeightType::kIq4Nl, 32, 18, RandomIq4Nl, /*intermediate=*/256, 32, as_q8);
   ExpectBlocksLoadInPlace(GgmlType::kIQ4_XS, WeightType::kIq4Xs, 256, 136, RandomIq4Xs, /*intermediate=*/256, 33, as_q8);
+}
+
+// Q2_K as q2k (kernels/cpu/q2k.h, 2.625 bits a weight): read in place, with the widening kernel only
+// (no int8 kernel reads it, and no format of Steady's holds its values), so auto keeps it there.
+TEST(GgufModel, Q2_KTensorsLoadInPlaceWithGgmlsValuesExactly) {
+  ExpectBlocksLoadInPlace(GgmlType::kQ2_K, WeightType::kQ2K, 256, 84, RandomQ2K, /*intermediate=*/256, 34);
+  auto m = Model::Random(Config("llama", /*hidden=*/256, /*intermediate=*/256), 35);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::mt19937 rng(36);
+  const QuantizedFile file = QuantizedAndControl(*m, "llama", [&](const std::string&, const std::vector<int64_t>& shape, GgmlType* t) {
+    if (shape[1] % 256 != 0) return std::string();
+    *t = GgmlType::kQ2_K;
+    return RandomQ2K(shape[0], shape[1], rng);
+  });
+  auto q = LoadGgufModel(*GgufFile::Parse(file.quantized, "q2_k.gguf"), std::nullopt);
+  ASSERT_TRUE(q.ok()) << q.status();
+  BackendOptions o;
+  o.cpu_weights = CpuWeights::kAuto;
+  auto backend = MakeBackend(*q, "cpu", o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->Name(), "cpu (f32 and q2k weights)");
 }
 
 // A Q4_K_M-like file: Q4_K where the rows are whole super-blocks, Q6_K for ffn_down (as llama.cpp
