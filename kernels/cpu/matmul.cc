@@ -63,8 +63,8 @@ struct Q32Rows {
 };
 template <Q32Type T>
 HWY_INLINE Q32Rows<T> Shift(Q32Rows<T> w, int64_t in, int64_t j) { return {w.blocks + j * Q32Bytes(T, 1, in)}; }
-// q3k, iq4_xs and iq4_nl (q3k_iq4.h); iq4_nl's row carries its length, since a chunk of it (8 blocks)
-// may run past a row's end.
+// q2k (q2k.h), q3k, iq4_xs and iq4_nl (q3k_iq4.h); iq4_nl's row carries its length, since a chunk of
+// it (8 blocks) may run past a row's end.
 HWY_INLINE Q2KWeights Shift(Q2KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q2KBytes(1, in)}; }
 HWY_INLINE Q3KWeights Shift(Q3KWeights w, int64_t in, int64_t j) { return {w.blocks + j * Q3KBytes(1, in)}; }
 HWY_INLINE Iq4XsWeights Shift(Iq4XsWeights w, int64_t in, int64_t j) { return {w.blocks + j * Iq4XsBytes(1, in)}; }
@@ -329,16 +329,36 @@ HWY_INLINE void WidenChunk(Q6KWeights row, int64_t k0, float* HWY_RESTRICT out) 
   }
 }
 
-// q2k (q2k.h): the super-block, its sixteen scales times d and minimums times dmin once (exact), then
-// each value q * (d scale) - dmin min in one rounding (the product is exact), Q2KWeightValue's: for
-// half h and bit pair j, value 128 h + 32 j + l is bits 2j of qs[32 h + l]. A vector of lanes (at most
-// 16) lies within one sub-block of 16.
-HWY_INLINE void WidenChunk(Q2KWeights row, int64_t k0, float* HWY_RESTRICT out) {
+// q2k (q2k.h) and q3k (q3k_iq4.h): value 128 h + 32 j + l (half h, bit pair j) of a super-block is
+// bits 2j of qs[32 h + l], for q3k less 4 unless bit 4h + j of hmask[l] is set; each value q * (d
+// scale) - (dmin min) in one rounding (the product is exact: 11 + 6 significant bits times 3), with
+// q3k's minimums 0 (adding -0 keeps every product's bits, a zero's sign included). The sixteen
+// scales and minimums are times d and dmin once (exact). A vector of lanes (at most 16) lies within
+// one sub-block of 16.
+HWY_INLINE void WidenTwoBitBlock(const uint8_t* qs, const uint8_t* hmask, const float* scale, const float* min,
+                                 float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di32;
   const hn::RebindToUnsigned<decltype(d)> du32;
   const hn::Rebind<uint8_t, decltype(d)> du8;
   const int lanes = int(hn::Lanes(d));
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; l += lanes) {
+        auto q = hn::BitCast(di32, hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, qs + 32 * h + l)), 2 * j),
+                                           hn::Set(du32, 3u)));
+        if (hmask != nullptr) {
+          const auto third = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, hmask + l)), 4 * h + j),
+                                     hn::Set(du32, 1u));
+          q = hn::Sub(hn::Or(q, hn::BitCast(di32, hn::ShiftLeft<2>(third))), hn::Set(di32, 4));
+        }
+        const int v = 128 * h + 32 * j + l;
+        hn::Store(hn::MulAdd(hn::ConvertTo(d, q), hn::Set(d, scale[v / 16]), hn::Set(d, -min[v / 16])), d, out + v);
+      }
+    }
+  }
+}
+HWY_INLINE void WidenChunk(Q2KWeights row, int64_t k0, float* HWY_RESTRICT out) {
   const uint8_t* block = row.blocks + (k0 / kQ2KBlock) * kQ2KBlockBytes;
   HWY_ALIGN float scale[kQ2KBlock / 16], min[kQ2KBlock / 16];
   const float dd = WidenHalf(block + 80), dmin = WidenHalf(block + 82);
@@ -346,46 +366,15 @@ HWY_INLINE void WidenChunk(Q2KWeights row, int64_t k0, float* HWY_RESTRICT out) 
     scale[s] = dd * float(Q2KScale(block, s));
     min[s] = dmin * float(Q2KMin(block, s));
   }
-  for (int h = 0; h < 2; ++h) {
-    for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 32; l += lanes) {
-        const auto q = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 16 + 32 * h + l)), 2 * j),
-                               hn::Set(du32, 3u));
-        const int v = 128 * h + 32 * j + l;
-        hn::Store(hn::MulAdd(hn::ConvertTo(d, hn::BitCast(di32, q)), hn::Set(d, scale[v / 16]), hn::Set(d, -min[v / 16])), d,
-                  out + v);
-      }
-    }
-  }
+  WidenTwoBitBlock(block + 16, nullptr, scale, min, out);
 }
-
-// q3k (q3k_iq4.h): the super-block, its sixteen scales times d once (exact), then each value q * (d
-// scale) in one rounding, Q3KWeightValue's: for half h and bit pair j, value 128 h + 32 j + l is bits
-// 2j of qs[32 h + l] less 4 unless bit 4h + j of hmask[l] is set. A vector of lanes (at most 16) lies
-// within one sub-block of 16.
 HWY_INLINE void WidenChunk(Q3KWeights row, int64_t k0, float* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di32;
-  const hn::RebindToUnsigned<decltype(d)> du32;
-  const hn::Rebind<uint8_t, decltype(d)> du8;
-  const int lanes = int(hn::Lanes(d));
   const uint8_t* block = row.blocks + (k0 / kQ3KBlock) * kQ3KBlockBytes;
   HWY_ALIGN float scale[kQ3KBlock / 16];
+  HWY_ALIGN const float min[kQ3KBlock / 16] = {};
   const float dd = WidenHalf(block + 108);
   for (int s = 0; s < kQ3KBlock / 16; ++s) scale[s] = dd * float(Q3KScale(block, s));
-  for (int h = 0; h < 2; ++h) {
-    for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 32; l += lanes) {
-        const auto low = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + 32 + 32 * h + l)), 2 * j),
-                                 hn::Set(du32, 3u));
-        const auto third = hn::And(hn::ShiftRightSame(hn::PromoteTo(du32, hn::LoadU(du8, block + l)), 4 * h + j),
-                                   hn::Set(du32, 1u));
-        const auto q = hn::Sub(hn::BitCast(di32, hn::Or(low, hn::ShiftLeft<2>(third))), hn::Set(di32, 4));
-        const int v = 128 * h + 32 * j + l;
-        hn::Store(hn::Mul(hn::ConvertTo(d, q), hn::Set(d, scale[v / 16])), d, out + v);
-      }
-    }
-  }
+  WidenTwoBitBlock(block + 32, block, scale, min, out);
 }
 
 // iq4_xs and iq4_nl (q3k_iq4.h): each run of 32 values, its table values times the run's scale (d *

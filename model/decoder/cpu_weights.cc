@@ -102,7 +102,8 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   } else if (fast && bf16_path != cpu::Bf16Path::kNone) {
     bf16 = cpu::Bf16PathName(bf16_path);
   }
-  if (fast && int8 != cpu::Int8Path::kNone) {
+  const bool int8_kernels = fast && int8 != cpu::Int8Path::kNone;
+  if (int8_kernels) {
     q8 = cpu::Int8PathName(int8);
     if (int8 == cpu::Int8Path::kAmxInt8) {
       absl::StrAppend(&q8, " from ", cpu::kAmxInt8MinRows, " rows, ", cpu::Int8PathName(cpu::Int8Path::kAvx512Vnni),
@@ -117,8 +118,7 @@ std::vector<std::pair<std::string, std::string>> CpuGemmPaths(CpuGemm gemm, CpuW
   const std::string f16 = fast ? cpu::F16DotPathName(bf16_path) : widening;
   // A GGUF file's Q3_K, IQ4_NL and IQ4_XS matrices are packed for the int8 kernels as q6k and q8 (the
   // same values): kernels/cpu/q3k_iq4.h. Q2_K has the widening kernel only (kernels/cpu/q2k.h).
-  const bool packed = q8 != widening;
-  const std::string q3k = packed ? q8 + " as q6k" : widening, iq4 = packed ? q8 + " as q8" : widening;
+  const std::string q3k = int8_kernels ? q8 + " as q6k" : widening, iq4 = int8_kernels ? q8 + " as q8" : widening;
   return {{"f32", f32},   {"bf16", bf16}, {"f16", f16},   {"q8", q8},         {"q8_0", q8},       {"q4", q8},
           {"q4k", q8},    {"q5k", q8},    {"q6k", q8},    {"q4_1", q8},       {"q5_0", q8},       {"q5_1", q8},
           {"q3k", q3k},   {"iq4_nl", iq4}, {"iq4_xs", iq4}, {"q2k", widening}};

@@ -166,45 +166,6 @@ void DequantizeQ6_K(const uint8_t* b, int64_t n, float* y) {
 }
 
 
-// Q2_K, Q3_K, IQ4_NL and IQ4_XS: their fields as kernels/cpu/q2k.h and q3k_iq4.h read them (the
-// layouts are written out there), in ggml's order of operations.
-void DequantizeQ2_K(const uint8_t* b, int64_t n, float* y) {
-  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kQ2KBlockBytes, y += kQK_K) {
-    const float d = LoadHalf(b + 80), dmin = LoadHalf(b + 82);
-    for (int sub = 0; sub < 16; ++sub) {
-      const float dl = d * float(cpu::Q2KScale(b, sub)), ml = dmin * float(cpu::Q2KMin(b, sub));
-      for (int v = 16 * sub; v < 16 * sub + 16; ++v) y[v] = dl * float(cpu::Q2KBlockQ(b, v)) - ml;
-    }
-  }
-}
-
-void DequantizeQ3_K(const uint8_t* b, int64_t n, float* y) {
-  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kQ3KBlockBytes, y += kQK_K) {
-    const float d = LoadHalf(b + 108);
-    for (int sub = 0; sub < 16; ++sub) {
-      const float dl = d * float(cpu::Q3KScale(b, sub));
-      for (int v = 16 * sub; v < 16 * sub + 16; ++v) y[v] = dl * float(cpu::Q3KBlockQ(b, v));
-    }
-  }
-}
-
-void DequantizeIQ4_NL(const uint8_t* b, int64_t n, float* y) {
-  for (int64_t block = 0; block < n / kQK; ++block, b += cpu::kIq4NlBlockBytes, y += kQK) {
-    const float d = LoadHalf(b);
-    for (int i = 0; i < kQK; ++i) y[i] = d * float(cpu::Iq4RunValue(b + 2, i));
-  }
-}
-
-void DequantizeIQ4_XS(const uint8_t* b, int64_t n, float* y) {
-  for (int64_t block = 0; block < n / kQK_K; ++block, b += cpu::kIq4XsBlockBytes) {
-    const float d = LoadHalf(b);
-    for (int r = 0; r < kQK_K / kQK; ++r, y += kQK) {
-      const float dl = d * float(cpu::Iq4XsScale(b, r));
-      for (int i = 0; i < kQK; ++i) y[i] = dl * float(cpu::Iq4RunValue(b + 8 + 16 * r, i));
-    }
-  }
-}
-
 }  // namespace
 
 bool CanDequantize(uint32_t t) {
@@ -237,10 +198,13 @@ void Dequantize(uint32_t t, const void* blocks, int64_t n, float* out) {
     case GgmlType::kQ4_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ4_K(b, n, out); return;
     case GgmlType::kQ5_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ5_K(b, n, out); return;
     case GgmlType::kQ6_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ6_K(b, n, out); return;
-    case GgmlType::kQ2_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ2_K(b, n, out); return;
-    case GgmlType::kQ3_K: STEADY_CHECK(n % kQK_K == 0); DequantizeQ3_K(b, n, out); return;
-    case GgmlType::kIQ4_NL: STEADY_CHECK(n % kQK == 0); DequantizeIQ4_NL(b, n, out); return;
-    case GgmlType::kIQ4_XS: STEADY_CHECK(n % kQK_K == 0); DequantizeIQ4_XS(b, n, out); return;
+    // Q2_K, Q3_K, IQ4_NL and IQ4_XS: the readers of the kernels that hold them (kernels/cpu/q2k.h,
+    // q3k_iq4.h), `n` values as one row; they keep ggml's order of operations too (q2k.cc is compiled
+    // with -ffp-contract=off; the others only multiply).
+    case GgmlType::kQ2_K: STEADY_CHECK(n % kQK_K == 0); cpu::DequantizeQ2K({b}, n, 0, 1, out); return;
+    case GgmlType::kQ3_K: STEADY_CHECK(n % kQK_K == 0); cpu::DequantizeQ3K({b}, n, 0, 1, out); return;
+    case GgmlType::kIQ4_NL: STEADY_CHECK(n % kQK == 0); cpu::DequantizeIq4Nl({b}, n, 0, 1, out); return;
+    case GgmlType::kIQ4_XS: STEADY_CHECK(n % kQK_K == 0); cpu::DequantizeIq4Xs({b}, n, 0, 1, out); return;
     default: break;
   }
   STEADY_CHECK(false && "Dequantize on a type CanDequantize refuses");

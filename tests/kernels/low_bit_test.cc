@@ -187,7 +187,6 @@ TEST(Q3KIq4Test, ReadersAndTheirCopiesInQ6kAndQ8HoldGgmlsValues) {
           const cpu::Q2KWeights w{p.bytes.data()};
           cpu::DequantizeQ2K(w, in, 0, out, rows.data());
           for (int64_t i = 0; i < int64_t(one.size()); ++i) one[size_t(i)] = cpu::Q2KWeightValue(w, in, i / in, i % in);
-          copy = rows;
           break;
         }
         case Type::kQ3K: {
